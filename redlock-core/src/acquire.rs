@@ -1,0 +1,499 @@
+//! The acquire machine: rounds of `SET NX PX` on every node, quorum counting, validity, clean-up
+//! of failed rounds, and jittered retries.
+//!
+//! Steps 1 to 4 of the Redlock description. Each round starts at the `now` of the poll that opens
+//! it (`t0`), sends one request to every node before asking to wait, and is decided as soon as
+//! the outcome is certain. A won round yields a [`Lease`] valid until `t0 + ttl − drift`; a lost
+//! round releases on **all** nodes (a request that timed out may still have set its key), then
+//! pauses `delay + U[0, jitter]` and tries again, as the [`RetryPolicy`] allows.
+
+use std::time::{Duration, Instant};
+
+use rand_core::CryptoRng;
+
+use crate::backoff::Jitter;
+use crate::command::Op;
+use crate::config::Config;
+use crate::error::ConfigError;
+use crate::lease::Lease;
+use crate::output::{Output, RequestId};
+use crate::quorum::{Decision, FailureReason};
+use crate::release::Release;
+use crate::reply::Reply;
+use crate::retry::RetryPolicy;
+use crate::round::{NodeRelease, Round, Vote};
+use crate::spec::LockSpec;
+use crate::token::Token;
+use crate::validity::Ttl;
+
+/// What to lock: resources, TTL, and optionally a token, retry policy or deadline of its own.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct LockRequest {
+    resources: Vec<Vec<u8>>,
+    ttl: Duration,
+    token: Option<Vec<u8>>,
+    retry: Option<RetryPolicy>,
+    deadline: Option<Duration>,
+}
+
+impl LockRequest {
+    /// A lock on one resource for `ttl`.
+    pub fn new(resource: impl Into<Vec<u8>>, ttl: Duration) -> Self {
+        Self {
+            resources: vec![resource.into()],
+            ttl,
+            token: None,
+            retry: None,
+            deadline: None,
+        }
+    }
+
+    /// Adds a resource: the lock is taken on all of them at once on each node, or on none.
+    pub fn resource(mut self, resource: impl Into<Vec<u8>>) -> Self {
+        self.resources.push(resource.into());
+        self
+    }
+
+    /// Uses this token instead of a random one (1 to 512 bytes; it must be unique to the holder).
+    pub fn token(mut self, token: impl Into<Vec<u8>>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Retries with this policy instead of the client's.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// Gives up once `deadline` has passed since the first round (overrides the policy's).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The TTL asked for.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+}
+
+/// Why an acquisition ended without the lock, with the last round's per-node detail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcquireFailure {
+    /// Why the last round was lost.
+    pub reason: FailureReason,
+    /// Each node's answer in the last round.
+    pub votes: Vec<Vote>,
+    /// How many rounds ran.
+    pub attempts: u32,
+}
+
+/// How an acquisition ended.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum AcquireOutcome {
+    /// A quorum granted the lock in time.
+    Acquired(Lease),
+    /// No round won; every round's keys were released.
+    Failed(AcquireFailure),
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// The next poll opens a round.
+    Open,
+    /// A round's requests are out.
+    Collecting,
+    /// A lost round's release goes out; then retry at the instant, or finish.
+    CleaningUp(Option<Instant>),
+    /// Pausing before the next round.
+    Pausing(Instant),
+    /// Finished; the outcome until it is taken.
+    Done(Option<AcquireOutcome>),
+}
+
+/// Acquires a lock. Inputs: [`handle_reply`](Acquire::handle_reply),
+/// [`handle_timeout`](Acquire::handle_timeout). Output: [`poll_output`](Acquire::poll_output), to
+/// drain after creation and after every input until it says `Wait`, `Done` or `Idle`.
+#[derive(Debug)]
+pub struct Acquire {
+    spec: LockSpec,
+    ttl: Ttl,
+    quorum: usize,
+    node_timeout: Duration,
+    min_validity: Duration,
+    retry: RetryPolicy,
+    jitter: Jitter,
+    /// Set when the first round opens.
+    deadline: Option<Instant>,
+    attempts: u32,
+    batches: u32,
+    round: Round<Vote>,
+    cleanup: Round<NodeRelease>,
+    last_failure: Option<AcquireFailure>,
+    phase: Phase,
+}
+
+impl Acquire {
+    /// Checks `request` against `config` and prepares the acquisition; nothing is sent until the
+    /// first [`poll_output`](Acquire::poll_output). `rng` makes the token (unless the request
+    /// brings one) and seeds the retry jitter.
+    pub fn new<R: CryptoRng + ?Sized>(
+        now: Instant,
+        config: &Config,
+        request: &LockRequest,
+        rng: &mut R,
+    ) -> Result<Self, ConfigError> {
+        let ttl = Ttl::new(now, request.ttl, config.drift(), config.min_validity())?;
+        let mut retry = request.retry.unwrap_or(*config.retry());
+        if let Some(deadline) = request.deadline {
+            retry.deadline = Some(deadline);
+        }
+        retry.check()?;
+        let token = match &request.token {
+            Some(bytes) => Token::new(bytes.clone())?,
+            None => Token::generate(rng),
+        };
+        let spec = LockSpec::new(config.key_prefix(), &request.resources, token)?;
+        let n = config.nodes();
+        Ok(Self {
+            spec,
+            ttl,
+            quorum: config.quorum(),
+            node_timeout: config.node_timeout(ttl.duration()),
+            min_validity: config.min_validity(),
+            retry,
+            jitter: Jitter::new(rng),
+            deadline: None,
+            attempts: 0,
+            batches: 0,
+            round: Round::new(0, Op::SetIfAbsent, ttl.ms, n, now, now),
+            cleanup: Round::new(0, Op::DeleteIfEquals, ttl.ms, n, now, now),
+            last_failure: None,
+            phase: Phase::Open,
+        })
+    }
+
+    /// The keys and token being acquired.
+    pub fn spec(&self) -> &LockSpec {
+        &self.spec
+    }
+
+    /// Rounds started so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Hands in the reply to request `id`. Replies from an earlier round, duplicates, replies at
+    /// or after their deadline and unknown ids are ignored.
+    pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
+        if matches!(self.phase, Phase::Collecting) {
+            self.round.record(now, id, reply);
+        }
+    }
+
+    /// Lets deadlines pass: call when the instant of the last `Wait` has come. Harmless at any
+    /// other time.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Collecting) {
+            self.round.expire(now);
+        }
+    }
+
+    /// The next thing to do. See [`Output`].
+    pub fn poll_output(&mut self, now: Instant) -> Output<AcquireOutcome> {
+        loop {
+            match &mut self.phase {
+                Phase::Open => self.open_round(now),
+                Phase::Collecting => {
+                    if let Some(transmit) = self.round.next_transmit(&self.spec) {
+                        return Output::Send(transmit);
+                    }
+                    self.round.expire(now);
+                    match self.round.tally().decide(self.quorum) {
+                        Decision::Open => return Output::Wait(self.round.deadline),
+                        Decision::Won => {
+                            let valid_until = self.ttl.valid_until(self.round.started);
+                            let fresh = valid_until
+                                .checked_duration_since(now)
+                                .is_some_and(|left| left > self.min_validity);
+                            if fresh {
+                                self.phase = Phase::Done(Some(AcquireOutcome::Acquired(Lease {
+                                    spec: self.spec.clone(),
+                                    ttl: self.ttl.duration(),
+                                    valid_until,
+                                    votes: self.round.answers.clone(),
+                                    attempts: self.attempts,
+                                })));
+                            } else {
+                                self.lose_round(now, FailureReason::TooSlow);
+                            }
+                        }
+                        Decision::Lost(reason) => self.lose_round(now, reason),
+                    }
+                }
+                Phase::CleaningUp(retry_at) => {
+                    if let Some(transmit) = self.cleanup.next_transmit(&self.spec) {
+                        return Output::Send(transmit);
+                    }
+                    self.phase = match *retry_at {
+                        Some(at) => Phase::Pausing(at),
+                        None => Phase::Done(self.last_failure.take().map(AcquireOutcome::Failed)),
+                    };
+                }
+                Phase::Pausing(at) => {
+                    if now < *at {
+                        return Output::Wait(*at);
+                    }
+                    self.phase = Phase::Open;
+                }
+                Phase::Done(outcome) => {
+                    return outcome.take().map_or(Output::Idle, Output::Done);
+                }
+            }
+        }
+    }
+
+    /// Gives up: a release of everything this acquisition may have set, to run in place of it
+    /// (for a cancelled `lock()`). `None` when no request was ever sent, or the lock was
+    /// acquired and handed out (release the [`Lease`] instead).
+    pub fn abandon(&self, now: Instant, config: &Config) -> Option<Release> {
+        let sent_something = self.attempts > 0;
+        let handed_out = matches!(self.phase, Phase::Done(None));
+        (sent_something && !handed_out)
+            .then(|| Release::for_spec(now, config, self.spec.clone(), self.ttl.duration()))
+    }
+
+    fn open_round(&mut self, now: Instant) {
+        self.attempts += 1;
+        self.batches += 1;
+        if self.attempts == 1 {
+            self.deadline = self.retry.deadline.map(|d| now.checked_add(d).unwrap_or(now));
+        }
+        // Never wait for an answer past the validity it would grant, nor past the deadline.
+        let mut reply_by = self.ttl.valid_until(now);
+        if let Some(by) = now.checked_add(self.node_timeout) {
+            reply_by = reply_by.min(by);
+        }
+        if let Some(deadline) = self.deadline {
+            reply_by = reply_by.min(deadline.max(now));
+        }
+        self.round.restart(self.batches, Op::SetIfAbsent, now, reply_by);
+        self.phase = Phase::Collecting;
+    }
+
+    /// Records a lost round, queues its release on every node, and schedules the next round if
+    /// the policy allows one that can start before the deadline.
+    fn lose_round(&mut self, now: Instant, reason: FailureReason) {
+        self.last_failure = Some(AcquireFailure {
+            reason,
+            votes: self.round.answers.clone(),
+            attempts: self.attempts,
+        });
+        let retry_at = if self.retry.allows(self.attempts + 1) {
+            let at = now.checked_add(self.jitter.pause(&self.retry));
+            at.filter(|at| self.deadline.is_none_or(|deadline| *at < deadline))
+        } else {
+            None
+        };
+        self.batches += 1;
+        // Releases are fire-and-forget: their replies are never awaited, so the deadline is moot.
+        self.cleanup.restart(self.batches, Op::DeleteIfEquals, now, now);
+        self.phase = Phase::CleaningUp(retry_at);
+    }
+}
+
+crate::output::impl_machine!(Acquire, AcquireOutcome);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{FakeNode, Link, drive, rng};
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn setup(policy: RetryPolicy) -> (Config, Vec<FakeNode>, Instant) {
+        let config = Config::builder(5).retry(policy).build().expect("valid");
+        (config, vec![FakeNode::default(); 5], Instant::now())
+    }
+
+    fn acquire(config: &Config, request: &LockRequest, now: Instant) -> Acquire {
+        Acquire::new(now, config, request, &mut rng(1)).expect("valid request")
+    }
+
+    #[test]
+    fn all_nodes_up_grants_with_validity_from_the_round_start() {
+        let (config, mut nodes, t0) = setup(RetryPolicy::default());
+        let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
+        let (outcome, took, sent) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
+        let AcquireOutcome::Acquired(lease) = outcome else { panic!("{outcome:?}") };
+        assert_eq!(lease.valid_until(), t0 + TTL - Duration::from_millis(102));
+        assert_eq!(lease.votes(), [Vote::Granted; 5]);
+        assert_eq!((lease.attempts(), took, sent.len()), (1, Duration::ZERO, 5));
+        assert!(nodes.iter().all(|n| n.keys.contains_key(&b"r"[..])));
+        assert!(matches!(machine.poll_output(t0), Output::Idle));
+    }
+
+    #[test]
+    fn a_quorum_decides_without_waiting_for_stragglers() {
+        let (config, mut nodes, t0) = setup(RetryPolicy::default());
+        let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
+        let links = [Link::Silent, Link::Up, Link::Silent, Link::Up, Link::Up];
+        let (outcome, took, _) = drive(&mut machine, &mut nodes, &links, t0);
+        let AcquireOutcome::Acquired(lease) = outcome else { panic!("{outcome:?}") };
+        assert_eq!(took, Duration::ZERO);
+        assert_eq!(lease.votes()[0], Vote::Pending);
+    }
+
+    #[test]
+    fn a_contended_lock_retries_then_fails_releasing_every_round() {
+        let policy = RetryPolicy::default().attempts(3);
+        let (config, mut nodes, t0) = setup(policy);
+        for node in &mut nodes[..3] {
+            node.keys.insert(b"r".to_vec(), b"someone-else".to_vec());
+        }
+        let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
+        let (outcome, took, sent) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
+        let AcquireOutcome::Failed(failure) = outcome else { panic!("{outcome:?}") };
+        assert_eq!((failure.reason, failure.attempts), (FailureReason::Contended, 3));
+        // 3 rounds × (5 sets + 5 releases), releases right after each lost round.
+        let ops: Vec<Op> = sent.iter().map(|(_, c)| c.op()).collect();
+        for round in ops.chunks(10) {
+            assert_eq!(&round[..5], [Op::SetIfAbsent; 5]);
+            assert_eq!(&round[5..], [Op::DeleteIfEquals; 5]);
+        }
+        assert_eq!(ops.len(), 30);
+        // Two pauses of 200..=300 ms; none after the last round.
+        assert!(took >= Duration::from_millis(400) && took <= Duration::from_millis(600), "{took:?}");
+        // The other holder's keys survive; ours are gone.
+        assert!(nodes[..3].iter().all(|n| n.keys[&b"r"[..]] == b"someone-else"));
+        assert!(nodes[3..].iter().all(|n| n.keys.is_empty()));
+    }
+
+    #[test]
+    fn too_few_answers_is_unavailable_after_the_node_timeout() {
+        let (config, mut nodes, t0) = setup(RetryPolicy::once());
+        let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
+        let links = [Link::Silent, Link::Refused, Link::Silent, Link::Up, Link::Up];
+        let (outcome, took, sent) = drive(&mut machine, &mut nodes, &links, t0);
+        let AcquireOutcome::Failed(failure) = outcome else { panic!("{outcome:?}") };
+        assert_eq!(failure.reason, FailureReason::Unavailable);
+        assert_eq!(took, config.node_timeout(TTL));
+        assert_eq!(sent.iter().filter(|(_, c)| c.op() == Op::DeleteIfEquals).count(), 5);
+        assert!(nodes.iter().all(|n| n.keys.is_empty()), "granted keys were released");
+    }
+
+    #[test]
+    fn a_lost_reply_still_gets_the_release() {
+        let (config, mut nodes, t0) = setup(RetryPolicy::once());
+        let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
+        let links = [Link::LostReply, Link::LostReply, Link::LostReply, Link::Up, Link::Up];
+        let (outcome, ..) = drive(&mut machine, &mut nodes, &links, t0);
+        assert!(matches!(outcome, AcquireOutcome::Failed(_)));
+        assert!(nodes.iter().all(|n| n.keys.is_empty()), "{nodes:?}");
+    }
+
+    #[test]
+    fn the_overall_deadline_bounds_unlimited_retries() {
+        let policy = RetryPolicy::default().unlimited().deadline(Duration::from_secs(2));
+        let (config, mut nodes, t0) = setup(policy);
+        for node in &mut nodes {
+            node.keys.insert(b"r".to_vec(), b"other".to_vec());
+        }
+        let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
+        let (outcome, took, _) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
+        let AcquireOutcome::Failed(failure) = outcome else { panic!("{outcome:?}") };
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert!(failure.attempts >= 6, "{failure:?}");
+    }
+
+    #[test]
+    fn a_quorum_too_late_for_the_minimum_validity_is_too_slow() {
+        let config = Config::builder(3)
+            .min_validity(Duration::from_millis(50))
+            .node_timeout(Duration::from_millis(80))
+            .retry(RetryPolicy::once())
+            .build()
+            .expect("valid");
+        let t0 = Instant::now();
+        let mut machine = acquire(&config, &LockRequest::new("r", Duration::from_millis(100)), t0);
+        let ids: Vec<RequestId> = (0..3)
+            .map(|_| match machine.poll_output(t0) {
+                Output::Send(t) => t.id,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let late = t0 + Duration::from_millis(60);
+        for id in ids {
+            machine.handle_reply(late, id, Reply::Ok);
+        }
+        let mut releases = 0;
+        let outcome = loop {
+            match machine.poll_output(late) {
+                Output::Send(t) if t.command.op() == Op::DeleteIfEquals => releases += 1,
+                Output::Done(outcome) => break outcome,
+                other => panic!("{other:?}"),
+            }
+        };
+        let AcquireOutcome::Failed(failure) = outcome else { panic!("{outcome:?}") };
+        assert_eq!((failure.reason, releases), (FailureReason::TooSlow, 3));
+    }
+
+    #[test]
+    fn multi_resource_locks_are_all_or_nothing() {
+        let (config, mut nodes, t0) = setup(RetryPolicy::once());
+        for node in &mut nodes {
+            node.keys.insert(b"b".to_vec(), b"other".to_vec());
+        }
+        let request = LockRequest::new("a", TTL).resource("b");
+        let mut machine = acquire(&config, &request, t0);
+        let (outcome, ..) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
+        assert!(matches!(outcome, AcquireOutcome::Failed(AcquireFailure { reason: FailureReason::Contended, .. })));
+        assert!(nodes.iter().all(|n| !n.keys.contains_key(&b"a"[..])));
+    }
+
+    #[test]
+    fn bad_requests_are_errors() {
+        let (config, _, t0) = setup(RetryPolicy::default());
+        let mut rng = rng(0);
+        let bad = [
+            LockRequest::new("r", Duration::ZERO),
+            LockRequest::new("r", Duration::MAX),
+            LockRequest::new("r", Duration::from_millis(2)),
+            LockRequest::new("", TTL),
+            LockRequest::new("r", TTL).resource("r"),
+            LockRequest::new("r", TTL).token(Vec::new()),
+            LockRequest::new("r", TTL).retry(RetryPolicy::default().attempts(0)),
+            LockRequest::new("r", TTL).deadline(Duration::ZERO),
+        ];
+        for request in bad {
+            assert!(Acquire::new(t0, &config, &request, &mut rng).is_err(), "{request:?}");
+        }
+    }
+
+    #[test]
+    fn abandoning_releases_what_was_sent() {
+        let (config, _, t0) = setup(RetryPolicy::default());
+        let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
+        assert!(machine.abandon(t0, &config).is_none(), "nothing sent yet");
+        assert!(matches!(machine.poll_output(t0), Output::Send(_)));
+        let mut release = machine.abandon(t0, &config).expect("a request went out");
+        let sends = std::iter::from_fn(|| match release.poll_output(t0) {
+            Output::Send(t) => Some(t),
+            _ => None,
+        });
+        assert_eq!(sends.filter(|t| t.command.op() == Op::DeleteIfEquals).count(), 5);
+    }
+
+    #[test]
+    fn a_caller_token_is_used_as_given() {
+        let (config, mut nodes, t0) = setup(RetryPolicy::default());
+        let mut machine = acquire(&config, &LockRequest::new("r", TTL).token("mine"), t0);
+        let (outcome, ..) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
+        let AcquireOutcome::Acquired(lease) = outcome else { panic!("{outcome:?}") };
+        assert_eq!(lease.token().as_bytes(), b"mine");
+        assert_eq!(nodes[0].keys[&b"r"[..]], b"mine");
+    }
+}

@@ -1,0 +1,282 @@
+//! Settings shared by every lock a client takes, checked once into a [`Config`].
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+use crate::retry::{RetryPolicy, check_duration};
+use crate::validity::Drift;
+
+/// The most Redis masters one client may use. Redlock deployments use 3, 5 or 7; 64 leaves
+/// room while keeping per-round bookkeeping small.
+pub const MAX_NODES: usize = 64;
+/// The longest key prefix.
+pub const MAX_KEY_PREFIX: usize = 1024;
+/// The longest drift floor (a floor above this is almost certainly a unit mistake).
+pub const MAX_DRIFT_FLOOR: Duration = Duration::from_secs(3600);
+/// The longest per-node timeout.
+pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Checked client settings. Build one with [`Config::builder`]; a `Config` that exists is valid.
+///
+/// | setting | default | where it comes from |
+/// |---|---|---|
+/// | quorum | `nodes / 2 + 1` | the Redis distributed-locks page, step 3 |
+/// | drift factor | 0.01 | the Redis page ("1% of the TTL"), node-redlock, redsync |
+/// | drift floor | 2 ms | the Redis page ("plus 2 milliseconds"), node-redlock |
+/// | node timeout | TTL / 10, clamped to 10 ms ..= 1 s, never past the validity | the Redis page asks for a timeout "much smaller than the TTL" |
+/// | minimum validity | 0 (any validity left counts) | — |
+/// | key prefix | none | — |
+/// | retry | see [`RetryPolicy`] | node-redlock |
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    nodes: usize,
+    quorum: usize,
+    drift: Drift,
+    node_timeout: Option<Duration>,
+    min_validity: Duration,
+    key_prefix: Vec<u8>,
+    retry: RetryPolicy,
+}
+
+impl Config {
+    /// Starts building settings for `nodes` independent Redis masters.
+    pub fn builder(nodes: usize) -> ConfigBuilder {
+        ConfigBuilder {
+            nodes,
+            quorum: None,
+            drift_factor: 0.01,
+            drift_floor: Duration::from_millis(2),
+            node_timeout: None,
+            min_validity: Duration::ZERO,
+            key_prefix: Vec::new(),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Settings with every default for `nodes` masters.
+    pub fn new(nodes: usize) -> Result<Self, ConfigError> {
+        Self::builder(nodes).build()
+    }
+
+    /// The number of Redis masters.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// How many nodes must grant a lock.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// The clock-drift allowance.
+    pub fn drift(&self) -> Drift {
+        self.drift
+    }
+
+    /// The per-node timeout for a request of a lock with this `ttl`: the configured value, or
+    /// TTL / 10 clamped to 10 ms ..= 1 s. (Request deadlines are further capped at the validity.)
+    pub fn node_timeout(&self, ttl: Duration) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1)))
+    }
+
+    /// The least validity a fresh lock must have left for the acquisition to count.
+    pub fn min_validity(&self) -> Duration {
+        self.min_validity
+    }
+
+    /// The bytes put in front of every resource name to form the Redis key.
+    pub fn key_prefix(&self) -> &[u8] {
+        &self.key_prefix
+    }
+
+    /// The default retry policy of `lock`.
+    pub fn retry(&self) -> &RetryPolicy {
+        &self.retry
+    }
+}
+
+/// Builds a [`Config`]; nothing is checked until [`build`](ConfigBuilder::build).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ConfigBuilder {
+    nodes: usize,
+    quorum: Option<usize>,
+    drift_factor: f64,
+    drift_floor: Duration,
+    node_timeout: Option<Duration>,
+    min_validity: Duration,
+    key_prefix: Vec<u8>,
+    retry: RetryPolicy,
+}
+
+impl ConfigBuilder {
+    /// How many nodes must grant a lock: a majority (`nodes / 2 + 1`) up to `nodes`.
+    pub fn quorum(mut self, quorum: usize) -> Self {
+        self.quorum = Some(quorum);
+        self
+    }
+
+    /// The share of the TTL allowed for clock drift between nodes, in `[0, 1)`.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// The fixed part of the drift allowance, up to [`MAX_DRIFT_FLOOR`].
+    pub fn drift_floor(mut self, floor: Duration) -> Self {
+        self.drift_floor = floor;
+        self
+    }
+
+    /// A fixed per-node timeout (1 ms ..= [`MAX_NODE_TIMEOUT`]) instead of the TTL-derived one.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// The least validity a fresh lock must have left; a quorum reached later than that counts
+    /// as *too slow*.
+    pub fn min_validity(mut self, min: Duration) -> Self {
+        self.min_validity = min;
+        self
+    }
+
+    /// Bytes put in front of every resource name (for example `b"lock:"`).
+    pub fn key_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The retry policy `lock` uses when a request does not bring its own.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Checks every setting and returns the [`Config`], or the first setting that is out of range.
+    pub fn build(self) -> Result<Config, ConfigError> {
+        if self.nodes == 0 || self.nodes > MAX_NODES {
+            return Err(ConfigError::NodeCount {
+                got: self.nodes,
+                max: MAX_NODES,
+            });
+        }
+        let majority = self.nodes / 2 + 1;
+        let quorum = self.quorum.unwrap_or(majority);
+        if quorum < majority || quorum > self.nodes {
+            return Err(ConfigError::Quorum {
+                got: quorum,
+                nodes: self.nodes,
+                min: majority,
+                max: self.nodes,
+            });
+        }
+        check_duration("drift_floor", self.drift_floor, Duration::ZERO, MAX_DRIFT_FLOOR)?;
+        let drift = Drift::new(self.drift_factor, self.drift_floor)?;
+        if let Some(timeout) = self.node_timeout {
+            check_duration("node_timeout", timeout, Duration::from_millis(1), MAX_NODE_TIMEOUT)?;
+        }
+        check_duration("min_validity", self.min_validity, Duration::ZERO, crate::MAX_TTL)?;
+        if self.key_prefix.len() > MAX_KEY_PREFIX {
+            return Err(ConfigError::KeyPrefixTooLong {
+                len: self.key_prefix.len(),
+                max: MAX_KEY_PREFIX,
+            });
+        }
+        self.retry.check()?;
+        Ok(Config {
+            nodes: self.nodes,
+            quorum,
+            drift,
+            node_timeout: self.node_timeout,
+            min_validity: self.min_validity,
+            key_prefix: self.key_prefix,
+            retry: self.retry,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_redis_page() {
+        let config = Config::new(5).expect("5 nodes are valid");
+        assert_eq!(config.quorum(), 3);
+        assert_eq!(config.drift().floor(), Duration::from_millis(2));
+        assert_eq!(config.drift().of(Duration::from_secs(10)), Duration::from_millis(102));
+        assert_eq!(config.node_timeout(Duration::from_secs(30)), Duration::from_secs(1));
+        assert_eq!(config.node_timeout(Duration::from_millis(50)), Duration::from_millis(10));
+        assert_eq!(config.node_timeout(Duration::from_secs(2)), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn node_count_is_bounded() {
+        assert_eq!(
+            Config::new(0),
+            Err(ConfigError::NodeCount { got: 0, max: MAX_NODES })
+        );
+        assert!(Config::new(MAX_NODES).is_ok());
+        assert!(matches!(Config::new(MAX_NODES + 1), Err(ConfigError::NodeCount { .. })));
+        assert!(matches!(Config::new(usize::MAX), Err(ConfigError::NodeCount { .. })));
+    }
+
+    #[test]
+    fn quorum_must_be_a_majority_and_at_most_n() {
+        for (nodes, quorum, ok) in [(5, 2, false), (5, 3, true), (5, 5, true), (5, 6, false), (4, 2, false), (4, 3, true), (1, 1, true), (2, 1, false)] {
+            let got = Config::builder(nodes).quorum(quorum).build();
+            assert_eq!(got.is_ok(), ok, "nodes {nodes} quorum {quorum}: {got:?}");
+            if let Err(err) = got {
+                assert!(err.to_string().starts_with("quorum:"), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn drift_factor_must_be_in_unit_interval() {
+        for factor in [-0.1, 1.0, 1.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let got = Config::builder(3).drift_factor(factor).build();
+            assert!(matches!(got, Err(ConfigError::DriftFactor { .. })), "{factor}: {got:?}");
+        }
+        assert!(Config::builder(3).drift_factor(0.0).build().is_ok());
+        assert!(Config::builder(3).drift_factor(0.999).build().is_ok());
+    }
+
+    #[test]
+    fn durations_are_range_checked() {
+        let huge = Duration::MAX;
+        let cases = [
+            Config::builder(3).drift_floor(huge).build(),
+            Config::builder(3).node_timeout(Duration::ZERO).build(),
+            Config::builder(3).node_timeout(huge).build(),
+            Config::builder(3).min_validity(huge).build(),
+            Config::builder(3).retry(RetryPolicy::default().delay(huge)).build(),
+            Config::builder(3).retry(RetryPolicy::default().deadline(Duration::ZERO)).build(),
+        ];
+        for case in cases {
+            let err = case.expect_err("out of range");
+            assert!(matches!(err, ConfigError::Duration { .. }), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn retry_policy_must_run_and_must_pause() {
+        let zero = Config::builder(3).retry(RetryPolicy::default().attempts(0)).build();
+        assert_eq!(zero, Err(ConfigError::NoAttempts));
+        let busy = RetryPolicy::default().delay(Duration::ZERO).jitter(Duration::ZERO);
+        assert_eq!(Config::builder(3).retry(busy).build(), Err(ConfigError::BusyRetry));
+        assert!(Config::builder(3).retry(busy.attempts(1)).build().is_ok());
+        assert!(Config::builder(3).retry(RetryPolicy::default().attempts(u32::MAX)).build().is_ok());
+    }
+
+    #[test]
+    fn key_prefix_is_bounded() {
+        let long = vec![b'x'; MAX_KEY_PREFIX + 1];
+        assert!(matches!(
+            Config::builder(3).key_prefix(long).build(),
+            Err(ConfigError::KeyPrefixTooLong { .. })
+        ));
+    }
+}

@@ -1,0 +1,120 @@
+//! The one error type of the engine: an input (configuration or lock request) that is not allowed.
+//!
+//! A lock that could not be acquired is *not* an error here: it is an outcome
+//! ([`AcquireFailure`](crate::AcquireFailure)). Every variant names the input and the range
+//! that is allowed, and carries no secret (tokens and keys are reported by length and
+//! position only).
+
+use std::time::Duration;
+
+/// An input that is outside what the engine allows. Returned once, when a [`Config`](crate::Config)
+/// is built or a request is checked; the engine never panics on bad input.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The number of nodes is outside `1..=max`.
+    #[error("nodes: {got} is not allowed; use 1 to {max} nodes")]
+    NodeCount {
+        /// What was given.
+        got: usize,
+        /// The largest node count the engine accepts.
+        max: usize,
+    },
+    /// The quorum is below a majority or above the node count.
+    #[error("quorum: {got} is not allowed for {nodes} nodes; use {min} to {max} (a majority at least)")]
+    Quorum {
+        /// What was given.
+        got: usize,
+        /// The number of nodes.
+        nodes: usize,
+        /// The smallest allowed quorum, `nodes / 2 + 1`.
+        min: usize,
+        /// The largest allowed quorum, `nodes`.
+        max: usize,
+    },
+    /// The clock-drift factor is not a number in `[0, 1)`.
+    #[error("drift_factor: {got} is not allowed; use a number from 0 up to (not including) 1")]
+    DriftFactor {
+        /// What was given.
+        got: f64,
+    },
+    /// A duration setting is outside its range.
+    #[error("{field}: {got:?} is not allowed; use {min:?} to {max:?}")]
+    Duration {
+        /// The setting's name, as in the builder method.
+        field: &'static str,
+        /// What was given.
+        got: Duration,
+        /// Smallest allowed value.
+        min: Duration,
+        /// Largest allowed value.
+        max: Duration,
+    },
+    /// The lock TTL is not larger than the clock drift plus the minimum validity, so a lock
+    /// could never be valid.
+    #[error(
+        "ttl: {got:?} leaves no validity after the clock drift of {drift:?} and the minimum validity of {min_validity:?}; use a longer TTL"
+    )]
+    TtlTooShort {
+        /// What was given.
+        got: Duration,
+        /// The drift the TTL must exceed (`ttl × drift_factor + drift_floor`).
+        drift: Duration,
+        /// The configured minimum validity.
+        min_validity: Duration,
+    },
+    /// The retry policy allows no attempt at all.
+    #[error("retry attempts: 0 is not allowed; use at least 1 (1 = a single round, no retry)")]
+    NoAttempts,
+    /// The retry policy would retry with no pause at all, hammering the nodes.
+    #[error("retry delay and jitter: both are zero with more than one attempt; give at least one of them a positive value")]
+    BusyRetry,
+    /// The number of resources in one lock is outside `1..=max`.
+    #[error("resources: {got} given; a lock takes 1 to {max} resources")]
+    ResourceCount {
+        /// What was given.
+        got: usize,
+        /// The most resources one lock may take.
+        max: usize,
+    },
+    /// A resource name is empty.
+    #[error("resource #{index}: empty names are not allowed")]
+    EmptyResource {
+        /// Position of the resource in the request (0-based).
+        index: usize,
+    },
+    /// A resource name (with the key prefix) is too long.
+    #[error("resource #{index}: {len} bytes with the key prefix; at most {max} are allowed")]
+    ResourceTooLong {
+        /// Position of the resource in the request (0-based).
+        index: usize,
+        /// Length of the key, prefix included.
+        len: usize,
+        /// The longest key allowed.
+        max: usize,
+    },
+    /// The same resource appears twice in one request.
+    #[error("resource #{index}: it repeats resource #{first}; each resource may appear once")]
+    DuplicateResource {
+        /// Position of the repeat (0-based).
+        index: usize,
+        /// Position of the first occurrence.
+        first: usize,
+    },
+    /// The key prefix is too long.
+    #[error("key_prefix: {len} bytes; at most {max} are allowed")]
+    KeyPrefixTooLong {
+        /// What was given.
+        len: usize,
+        /// The longest prefix allowed.
+        max: usize,
+    },
+    /// A caller-chosen token has a length outside `1..=max`.
+    #[error("token: {len} bytes; a token must have 1 to {max} bytes")]
+    TokenLength {
+        /// What was given.
+        len: usize,
+        /// The longest token allowed.
+        max: usize,
+    },
+}

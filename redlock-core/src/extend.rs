@@ -1,0 +1,147 @@
+//! The extend machine: compare-and-pexpire on every node, one round.
+//!
+//! Step 5 of the Redlock description. The new validity is counted from the extend round's own
+//! start. A lost round changes nothing: no key is deleted, the lease keeps its validity, and the
+//! extend script never shortens a key's TTL, so a partial extension cannot weaken the old
+//! validity either. A lease whose validity has passed is not extended at all (a lock that lapsed
+//! may have had another holder meanwhile).
+
+use std::time::{Duration, Instant};
+
+use crate::command::Op;
+use crate::config::Config;
+use crate::error::ConfigError;
+use crate::lease::Lease;
+use crate::output::{Output, RequestId};
+use crate::quorum::{Decision, FailureReason};
+use crate::reply::Reply;
+use crate::round::{Round, Vote};
+use crate::spec::LockSpec;
+use crate::validity::Ttl;
+
+/// Why an extension did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ExtendFailure {
+    /// The lease's validity had passed before the extension started: nothing was sent.
+    Expired,
+    /// Too few nodes still hold our token: the lock is lost.
+    NotHeld,
+    /// Too few nodes answered.
+    Unavailable,
+    /// A quorum extended, but too late to leave the minimum validity.
+    TooSlow,
+}
+
+/// How an extension ended.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ExtendOutcome {
+    /// A quorum extended in time; apply with [`Lease::apply`].
+    Extended {
+        /// The new end of validity: the extend round's start plus TTL minus drift.
+        valid_until: Instant,
+        /// The TTL that was set.
+        ttl: Duration,
+        /// Each node's answer.
+        votes: Vec<Vote>,
+    },
+    /// Nothing changed; the lease keeps its old validity.
+    NotExtended {
+        /// Why.
+        reason: ExtendFailure,
+        /// Each node's answer (empty when nothing was sent).
+        votes: Vec<Vote>,
+    },
+}
+
+/// Extends a lease. Inputs and outputs as for [`Acquire`](crate::Acquire).
+#[derive(Debug)]
+pub struct Extend {
+    spec: LockSpec,
+    ttl: Ttl,
+    quorum: usize,
+    min_validity: Duration,
+    round: Round<Vote>,
+    outcome: Option<Option<ExtendOutcome>>,
+}
+
+impl Extend {
+    /// Prepares to extend `lease` to `ttl` from now. The TTL is checked like an acquisition's.
+    pub fn new(now: Instant, config: &Config, lease: &Lease, ttl: Duration) -> Result<Self, ConfigError> {
+        let ttl = Ttl::new(now, ttl, config.drift(), config.min_validity())?;
+        let outcome = (!lease.is_valid(now)).then(|| {
+            Some(ExtendOutcome::NotExtended {
+                reason: ExtendFailure::Expired,
+                votes: Vec::new(),
+            })
+        });
+        // An answer after the old validity could only extend a lock that already lapsed.
+        let mut reply_by = lease.valid_until().min(ttl.valid_until(now));
+        if let Some(by) = now.checked_add(config.node_timeout(ttl.duration())) {
+            reply_by = reply_by.min(by);
+        }
+        Ok(Self {
+            spec: lease.spec().clone(),
+            ttl,
+            quorum: config.quorum(),
+            min_validity: config.min_validity(),
+            round: Round::new(1, Op::ExpireIfEquals, ttl.ms, config.nodes(), now, reply_by),
+            outcome,
+        })
+    }
+
+    /// Hands in the reply to request `id` (stale, duplicate, late and unknown ones are ignored).
+    pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
+        if self.outcome.is_none() {
+            self.round.record(now, id, reply);
+        }
+    }
+
+    /// Lets the deadline pass; harmless at any other time.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.round.expire(now);
+    }
+
+    /// The next thing to do. See [`Output`](crate::Output).
+    pub fn poll_output(&mut self, now: Instant) -> Output<ExtendOutcome> {
+        if let Some(outcome) = &mut self.outcome {
+            return outcome.take().map_or(Output::Idle, Output::Done);
+        }
+        if let Some(transmit) = self.round.next_transmit(&self.spec) {
+            return Output::Send(transmit);
+        }
+        self.round.expire(now);
+        let outcome = match self.round.tally().decide(self.quorum) {
+            Decision::Open => return Output::Wait(self.round.deadline),
+            Decision::Won => {
+                let valid_until = self.ttl.valid_until(self.round.started);
+                let fresh = valid_until
+                    .checked_duration_since(now)
+                    .is_some_and(|left| left > self.min_validity);
+                if fresh {
+                    ExtendOutcome::Extended {
+                        valid_until,
+                        ttl: self.ttl.duration(),
+                        votes: self.round.answers.clone(),
+                    }
+                } else {
+                    self.failed(ExtendFailure::TooSlow)
+                }
+            }
+            Decision::Lost(FailureReason::Contended) => self.failed(ExtendFailure::NotHeld),
+            Decision::Lost(_) => self.failed(ExtendFailure::Unavailable),
+        };
+        self.outcome = Some(None);
+        Output::Done(outcome)
+    }
+
+    fn failed(&self, reason: ExtendFailure) -> ExtendOutcome {
+        ExtendOutcome::NotExtended {
+            reason,
+            votes: self.round.answers.clone(),
+        }
+    }
+}
+
+crate::output::impl_machine!(Extend, ExtendOutcome);

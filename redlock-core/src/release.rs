@@ -1,0 +1,106 @@
+//! The release machine: compare-and-delete on every node.
+//!
+//! Step 5 of the Redlock description. Every node is asked, whether or not it granted the lock
+//! (a request that timed out may still have set its key). Done when every node answered or the
+//! deadline passed; a key held by another token is never touched. Releasing a lock that expired
+//! is an ordinary report (`Absent` or `HeldByOther`), not an error.
+
+use std::time::{Duration, Instant};
+
+use crate::command::Op;
+use crate::config::Config;
+use crate::lease::Lease;
+use crate::output::{Output, RequestId};
+use crate::reply::Reply;
+use crate::round::{NodeRelease, Round};
+use crate::spec::LockSpec;
+
+/// What each node did with a release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseReport {
+    /// One entry per node, in node order.
+    pub nodes: Vec<NodeRelease>,
+}
+
+impl ReleaseReport {
+    /// How many nodes deleted our keys.
+    pub fn released(&self) -> usize {
+        self.count(|n| n == NodeRelease::Released)
+    }
+
+    /// How many nodes hold a key under another token.
+    pub fn held_by_other(&self) -> usize {
+        self.count(|n| n == NodeRelease::HeldByOther)
+    }
+
+    /// How many nodes failed or did not answer in time: their keys (if any) expire by TTL.
+    pub fn unreachable(&self) -> usize {
+        self.count(|n| matches!(n, NodeRelease::Failed(_) | NodeRelease::TimedOut | NodeRelease::Pending))
+    }
+
+    /// True when every node answered and none still holds our keys.
+    pub fn is_clean(&self) -> bool {
+        self.unreachable() == 0
+    }
+
+    fn count(&self, f: impl Fn(NodeRelease) -> bool) -> usize {
+        self.nodes.iter().filter(|n| f(**n)).count()
+    }
+}
+
+/// Releases a lock. Inputs and outputs as for [`Acquire`](crate::Acquire).
+#[derive(Debug)]
+pub struct Release {
+    spec: LockSpec,
+    round: Round<NodeRelease>,
+    done: bool,
+}
+
+impl Release {
+    /// Prepares to release `lease` on every node.
+    pub fn new(now: Instant, config: &Config, lease: &Lease) -> Self {
+        Self::for_spec(now, config, lease.spec().clone(), lease.ttl())
+    }
+
+    /// Prepares to release `spec`'s keys (set with `ttl`) on every node; for locks whose lease
+    /// never reached the caller, such as a cancelled acquisition.
+    pub fn for_spec(now: Instant, config: &Config, spec: LockSpec, ttl: Duration) -> Self {
+        let timeout = config.node_timeout(ttl);
+        let deadline = now.checked_add(timeout).unwrap_or(now);
+        Self {
+            spec,
+            round: Round::new(1, Op::DeleteIfEquals, 0, config.nodes(), now, deadline),
+            done: false,
+        }
+    }
+
+    /// Hands in the reply to request `id` (stale, duplicate, late and unknown ones are ignored).
+    pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
+        self.round.record(now, id, reply);
+    }
+
+    /// Lets the deadline pass; harmless at any other time.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.round.expire(now);
+    }
+
+    /// The next thing to do. See [`Output`](crate::Output).
+    pub fn poll_output(&mut self, now: Instant) -> Output<ReleaseReport> {
+        if self.done {
+            return Output::Idle;
+        }
+        if let Some(transmit) = self.round.next_transmit(&self.spec) {
+            return Output::Send(transmit);
+        }
+        self.round.expire(now);
+        if self.round.has_pending() {
+            return Output::Wait(self.round.deadline);
+        }
+        self.done = true;
+        Output::Done(ReleaseReport {
+            nodes: self.round.answers.clone(),
+        })
+    }
+}
+
+crate::output::impl_machine!(Release, ReleaseReport);

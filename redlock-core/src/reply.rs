@@ -1,0 +1,114 @@
+//! What a node answered, reduced to what the algorithm needs.
+
+/// A node's answer to one command. Adapters map their client library's values into this; the
+/// [`resp`](crate::resp) module parses it from raw bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reply {
+    /// The simple string `OK` (a `SET` that took effect).
+    Ok,
+    /// A null (a `SET NX` that found the key taken).
+    Nil,
+    /// An integer (every script answers with one).
+    Int(i64),
+    /// The request failed on or on the way to this node.
+    Error(NodeErrorKind),
+    /// Any other shape (a bulk string, an array, another status). Never expected from a Redis
+    /// server running our commands: counted as a protocol error.
+    Other,
+}
+
+/// Why a request to a node failed. Server error codes map with [`NodeErrorKind::from_code`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// No connection: refused, reset, closed, or not yet re-established.
+    Connection,
+    /// The adapter's own I/O timeout fired (the engine's deadlines are separate).
+    Timeout,
+    /// Authentication failed or is missing (`NOAUTH`, `WRONGPASS`).
+    Auth,
+    /// The user may not run the command or touch the key (`NOPERM`).
+    NoPermission,
+    /// The script cache does not have the script (`NOSCRIPT`): the adapter should have loaded it.
+    NoScript,
+    /// A key holds a value of another type (`WRONGTYPE`).
+    WrongType,
+    /// The node is a replica (`READONLY`).
+    ReadOnly,
+    /// The node is out of memory (`OOM`).
+    OutOfMemory,
+    /// The node is busy running a script (`BUSY`).
+    Busy,
+    /// The node is loading its dataset (`LOADING`).
+    Loading,
+    /// An answer that cannot come from a Redis server running our commands.
+    Protocol,
+    /// Any other server error.
+    Other,
+}
+
+impl NodeErrorKind {
+    /// Maps a Redis error reply by its code (the first word, e.g. `WRONGTYPE`).
+    pub fn from_code(code: &str) -> Self {
+        match code {
+            "NOAUTH" | "WRONGPASS" => Self::Auth,
+            "NOPERM" => Self::NoPermission,
+            "NOSCRIPT" => Self::NoScript,
+            "WRONGTYPE" => Self::WrongType,
+            "READONLY" => Self::ReadOnly,
+            "OOM" => Self::OutOfMemory,
+            "BUSY" => Self::Busy,
+            "LOADING" => Self::Loading,
+            _ => Self::Other,
+        }
+    }
+
+    /// Maps a whole error line (`WRONGTYPE Operation against…`) by its first word. Errors raised
+    /// inside a script keep the code of the command that failed.
+    pub fn from_message(message: &str) -> Self {
+        Self::from_code(message.split_ascii_whitespace().next().unwrap_or(""))
+    }
+
+    /// A short lowercase name for logs and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Connection => "connection",
+            Self::Timeout => "timeout",
+            Self::Auth => "auth",
+            Self::NoPermission => "no permission",
+            Self::NoScript => "noscript",
+            Self::WrongType => "wrong type",
+            Self::ReadOnly => "read-only",
+            Self::OutOfMemory => "out of memory",
+            Self::Busy => "busy",
+            Self::Loading => "loading",
+            Self::Protocol => "protocol",
+            Self::Other => "server error",
+        }
+    }
+}
+
+impl std::fmt::Display for NodeErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_lines_map_by_their_code() {
+        assert_eq!(
+            NodeErrorKind::from_message("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            NodeErrorKind::WrongType
+        );
+        assert_eq!(NodeErrorKind::from_message("NOSCRIPT No matching script."), NodeErrorKind::NoScript);
+        assert_eq!(NodeErrorKind::from_message("WRONGPASS invalid username-password pair"), NodeErrorKind::Auth);
+        assert_eq!(NodeErrorKind::from_message("OOM command not allowed"), NodeErrorKind::OutOfMemory);
+        assert_eq!(NodeErrorKind::from_message("ERR something"), NodeErrorKind::Other);
+        assert_eq!(NodeErrorKind::from_message(""), NodeErrorKind::Other);
+    }
+}

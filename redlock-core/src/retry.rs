@@ -1,0 +1,137 @@
+//! What to do after a round that did not win the lock: how many rounds, how long to pause between
+//! them, and when to stop waiting altogether.
+//!
+//! Step 4 of the Redlock description: "retry after a random delay". The policy is data; the
+//! acquire machine applies it and [`Jitter`](crate::backoff) draws the random part.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// The longest delay, jitter or overall deadline the engine accepts (24 hours for delays,
+/// 365 days for a deadline): longer values are almost certainly a unit mistake.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(24 * 3600);
+/// The longest overall deadline for one acquisition.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// How many rounds an acquisition may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Attempts {
+    /// At most this many rounds (1 = a single round, no retry; 0 is rejected by
+    /// [`RetryPolicy::check`]).
+    Limited(u32),
+    /// Rounds until the lock is won or the overall deadline passes (if there is one).
+    Unlimited,
+}
+
+/// How an acquisition retries.
+///
+/// The pause before round `k + 1` is `delay + U[0, jitter]`, drawn from the RNG injected into the
+/// engine. There is never a pause after the last round, and no round starts (nor pause runs) past
+/// the overall deadline.
+///
+/// Defaults: 10 attempts, 200 ms delay, 100 ms jitter, no deadline — the defaults of
+/// node-redlock (retryCount 10, retryDelay 200 ms, retryJitter 100 ms); redsync draws a similar
+/// 50–250 ms pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// How many rounds may run.
+    pub attempts: Attempts,
+    /// The fixed part of the pause between rounds.
+    pub delay: Duration,
+    /// The random part of the pause: uniform in `[0, jitter]`.
+    pub jitter: Duration,
+    /// Give up once this much time has passed since the first round started.
+    pub deadline: Option<Duration>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: Attempts::Limited(10),
+            delay: Duration::from_millis(200),
+            jitter: Duration::from_millis(100),
+            deadline: None,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// One round, no retry (what `try_lock` uses).
+    pub fn once() -> Self {
+        Self {
+            attempts: Attempts::Limited(1),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the number of rounds (1 = no retry). 0 is rejected when the policy is checked.
+    pub fn attempts(mut self, attempts: u32) -> Self {
+        self.attempts = Attempts::Limited(attempts);
+        self
+    }
+
+    /// Retries until the lock is won (or the deadline, if one is set, passes).
+    pub fn unlimited(mut self) -> Self {
+        self.attempts = Attempts::Unlimited;
+        self
+    }
+
+    /// Sets the fixed part of the pause between rounds.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Sets the random part of the pause between rounds.
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Gives up once `deadline` has passed since the first round started.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Checks the policy; every engine entry point calls this, so an unchecked policy never runs.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.attempts == Attempts::Limited(0) {
+            return Err(ConfigError::NoAttempts);
+        }
+        check_duration("retry delay", self.delay, Duration::ZERO, MAX_RETRY_DELAY)?;
+        check_duration("retry jitter", self.jitter, Duration::ZERO, MAX_RETRY_DELAY)?;
+        if let Some(deadline) = self.deadline {
+            check_duration("retry deadline", deadline, Duration::from_millis(1), MAX_DEADLINE)?;
+        }
+        let retries = self.attempts != Attempts::Limited(1);
+        if retries && self.delay.is_zero() && self.jitter.is_zero() {
+            return Err(ConfigError::BusyRetry);
+        }
+        Ok(())
+    }
+
+    /// Whether a round numbered `attempt` (1-based) may start under the attempt limit.
+    pub(crate) fn allows(&self, attempt: u32) -> bool {
+        match self.attempts {
+            Attempts::Limited(max) => attempt <= max,
+            Attempts::Unlimited => true,
+        }
+    }
+}
+
+/// Checks that `got` lies in `min..=max`, naming `field` in the error.
+pub(crate) fn check_duration(
+    field: &'static str,
+    got: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), ConfigError> {
+    if got < min || got > max {
+        return Err(ConfigError::Duration { field, got, min, max });
+    }
+    Ok(())
+}

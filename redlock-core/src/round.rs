@@ -1,0 +1,223 @@
+//! One batch of requests, one per node, sent at once and answered by a common deadline.
+//!
+//! The round is where stale input dies: a reply from another batch, for a node out of range, a
+//! second reply for the same node, or one at or after the deadline is not recorded.
+
+use std::time::Instant;
+
+use crate::command::{Command, Op};
+use crate::output::{RequestId, Transmit};
+use crate::quorum::Tally;
+use crate::reply::{NodeErrorKind, Reply};
+use crate::spec::LockSpec;
+
+/// One node's answer in an acquire or extend round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Vote {
+    /// No answer yet (the round was decided without it).
+    Pending,
+    /// The node set (or extended) our keys.
+    Granted,
+    /// The node holds a key under another token (or, for an extend, no longer holds ours).
+    Refused,
+    /// The request failed.
+    Failed(NodeErrorKind),
+    /// No answer before the deadline.
+    TimedOut,
+}
+
+/// One node's answer to a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NodeRelease {
+    /// No answer yet.
+    Pending,
+    /// Our keys were deleted.
+    Released,
+    /// None of our keys was there (expired, or never set).
+    Absent,
+    /// A key is held by another token; it was left alone (ours, if any, were deleted).
+    HeldByOther,
+    /// The request failed.
+    Failed(NodeErrorKind),
+    /// No answer before the deadline.
+    TimedOut,
+}
+
+/// A per-node answer that a round can track.
+pub(crate) trait NodeAnswer: Copy + PartialEq {
+    const PENDING: Self;
+    const TIMED_OUT: Self;
+    /// Reads the reply to a command of `op`.
+    fn from_reply(op: Op, reply: Reply) -> Self;
+}
+
+impl NodeAnswer for Vote {
+    const PENDING: Self = Vote::Pending;
+    const TIMED_OUT: Self = Vote::TimedOut;
+
+    fn from_reply(op: Op, reply: Reply) -> Self {
+        match (op, reply) {
+            (Op::SetIfAbsent, Reply::Ok) | (_, Reply::Int(1)) => Vote::Granted,
+            (Op::SetIfAbsent, Reply::Nil) | (_, Reply::Int(0)) => Vote::Refused,
+            (_, Reply::Error(kind)) => Vote::Failed(kind),
+            _ => Vote::Failed(NodeErrorKind::Protocol),
+        }
+    }
+}
+
+impl NodeAnswer for NodeRelease {
+    const PENDING: Self = NodeRelease::Pending;
+    const TIMED_OUT: Self = NodeRelease::TimedOut;
+
+    fn from_reply(_op: Op, reply: Reply) -> Self {
+        match reply {
+            Reply::Int(1) => NodeRelease::Released,
+            Reply::Int(0) => NodeRelease::Absent,
+            Reply::Int(-1) => NodeRelease::HeldByOther,
+            Reply::Error(kind) => NodeRelease::Failed(kind),
+            _ => NodeRelease::Failed(NodeErrorKind::Protocol),
+        }
+    }
+}
+
+/// A batch of one command per node.
+#[derive(Debug, Clone)]
+pub(crate) struct Round<A> {
+    batch: u32,
+    op: Op,
+    ttl_ms: u64,
+    pub(crate) started: Instant,
+    pub(crate) deadline: Instant,
+    pub(crate) answers: Vec<A>,
+    sent: usize,
+}
+
+impl<A: NodeAnswer> Round<A> {
+    /// A round of `op` to `nodes` nodes, started at `now`, answered by `deadline`.
+    pub(crate) fn new(
+        batch: u32,
+        op: Op,
+        ttl_ms: u64,
+        nodes: usize,
+        now: Instant,
+        deadline: Instant,
+    ) -> Self {
+        Self {
+            batch,
+            op,
+            ttl_ms,
+            started: now,
+            deadline,
+            answers: vec![A::PENDING; nodes],
+            sent: 0,
+        }
+    }
+
+    /// Reuses the round's storage for a new batch.
+    pub(crate) fn restart(&mut self, batch: u32, op: Op, now: Instant, deadline: Instant) {
+        self.batch = batch;
+        self.op = op;
+        self.started = now;
+        self.deadline = deadline;
+        self.answers.fill(A::PENDING);
+        self.sent = 0;
+    }
+
+    /// The next request to send, until every node has one.
+    pub(crate) fn next_transmit(&mut self, spec: &LockSpec) -> Option<Transmit> {
+        if self.sent == self.answers.len() {
+            return None;
+        }
+        let node = self.sent;
+        self.sent += 1;
+        Some(Transmit {
+            id: RequestId::new(self.batch, node),
+            command: Command::new(self.op, spec.clone(), self.ttl_ms),
+        })
+    }
+
+    /// Records a reply if it belongs here: this batch, a known node, sent, first answer, in time.
+    /// Returns whether it was recorded.
+    pub(crate) fn record(&mut self, now: Instant, id: RequestId, reply: Reply) -> bool {
+        if id.batch() != self.batch || id.node() >= self.sent || now >= self.deadline {
+            return false;
+        }
+        let slot = &mut self.answers[id.node()];
+        if *slot != A::PENDING {
+            return false;
+        }
+        *slot = A::from_reply(self.op, reply);
+        true
+    }
+
+    /// Marks every unanswered request as timed out once the deadline has come.
+    pub(crate) fn expire(&mut self, now: Instant) {
+        if now >= self.deadline {
+            for slot in &mut self.answers {
+                if *slot == A::PENDING {
+                    *slot = A::TIMED_OUT;
+                }
+            }
+        }
+    }
+
+    /// Whether any request still waits for an answer.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.answers.contains(&A::PENDING)
+    }
+}
+
+impl Round<Vote> {
+    pub(crate) fn tally(&self) -> Tally {
+        let mut tally = Tally::default();
+        for vote in &self.answers {
+            match vote {
+                Vote::Granted => tally.granted += 1,
+                Vote::Refused => tally.refused += 1,
+                Vote::Failed(_) | Vote::TimedOut => tally.failed += 1,
+                Vote::Pending => tally.pending += 1,
+            }
+        }
+        tally
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token::Token;
+    use std::time::Duration;
+
+    fn spec() -> LockSpec {
+        LockSpec::new(b"", [b"r"], Token::new(b"t".to_vec()).expect("valid")).expect("valid")
+    }
+
+    #[test]
+    fn stale_duplicate_late_and_unknown_replies_do_not_count() {
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_millis(10);
+        let mut round: Round<Vote> = Round::new(7, Op::SetIfAbsent, 100, 3, t0, deadline);
+        let spec = spec();
+        let ids: Vec<RequestId> = std::iter::from_fn(|| round.next_transmit(&spec)).map(|t| t.id).collect();
+        assert_eq!(ids.len(), 3);
+        assert!(round.record(t0, ids[0], Reply::Ok));
+        assert!(!round.record(t0, ids[0], Reply::Nil), "duplicate");
+        assert!(!round.record(t0, RequestId::new(6, 1), Reply::Ok), "old batch");
+        assert!(!round.record(t0, RequestId::new(7, 9), Reply::Ok), "unknown node");
+        assert!(!round.record(deadline, ids[1], Reply::Ok), "late");
+        round.expire(deadline);
+        assert_eq!(round.answers, [Vote::Granted, Vote::TimedOut, Vote::TimedOut]);
+    }
+
+    #[test]
+    fn replies_read_per_operation() {
+        assert_eq!(Vote::from_reply(Op::SetIfAbsent, Reply::Ok), Vote::Granted);
+        assert_eq!(Vote::from_reply(Op::SetIfAbsent, Reply::Nil), Vote::Refused);
+        assert_eq!(Vote::from_reply(Op::ExpireIfEquals, Reply::Ok), Vote::Failed(NodeErrorKind::Protocol));
+        assert_eq!(Vote::from_reply(Op::ExpireIfEquals, Reply::Int(7)), Vote::Failed(NodeErrorKind::Protocol));
+        assert_eq!(NodeRelease::from_reply(Op::DeleteIfEquals, Reply::Int(-1)), NodeRelease::HeldByOther);
+        assert_eq!(NodeRelease::from_reply(Op::DeleteIfEquals, Reply::Other), NodeRelease::Failed(NodeErrorKind::Protocol));
+    }
+}

@@ -1,0 +1,1 @@
+//! proptest strategies for property-testing an integration of the engine (feature `proptest`).

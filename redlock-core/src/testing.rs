@@ -1,0 +1,114 @@
+//! Unit-test helpers: a seeded RNG and in-memory nodes that answer the engine's commands.
+
+use std::collections::BTreeMap;
+
+use rand_core::SeedableRng;
+
+use crate::command::{Command, Op};
+use crate::reply::Reply;
+
+pub(crate) fn rng(seed: u64) -> chacha20::ChaCha8Rng {
+    chacha20::ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// One in-memory node: key -> token, no expiry (tests that need expiry step it themselves).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct FakeNode {
+    pub(crate) keys: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl FakeNode {
+    /// Runs `command` with the semantics of the scripts and `SET NX`.
+    pub(crate) fn run(&mut self, command: &Command) -> Reply {
+        let token = command.spec().token().as_bytes();
+        let keys: Vec<Vec<u8>> = command.spec().keys().map(<[u8]>::to_vec).collect();
+        match command.op() {
+            Op::SetIfAbsent => {
+                if keys.iter().any(|k| self.keys.contains_key(k)) {
+                    return if keys.len() == 1 { Reply::Nil } else { Reply::Int(0) };
+                }
+                for key in keys.iter() {
+                    self.keys.insert(key.clone(), token.to_vec());
+                }
+                if keys.len() == 1 { Reply::Ok } else { Reply::Int(1) }
+            }
+            Op::DeleteIfEquals => {
+                let (mut released, mut foreign) = (0, 0);
+                for key in &keys {
+                    match self.keys.get(key) {
+                        Some(v) if v == token => {
+                            self.keys.remove(key);
+                            released += 1;
+                        }
+                        Some(_) => foreign += 1,
+                        None => {}
+                    }
+                }
+                Reply::Int(if foreign > 0 { -1 } else if released > 0 { 1 } else { 0 })
+            }
+            Op::ExpireIfEquals => {
+                let all = keys.iter().all(|k| self.keys.get(k).is_some_and(|v| v == token));
+                Reply::Int(i64::from(all))
+            }
+        }
+    }
+}
+
+use std::time::{Duration, Instant};
+
+use crate::output::{Machine, Output, RequestId};
+
+/// How the test network treats each node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// Runs the command and answers at once.
+    Up,
+    /// Never answers (the command is not run).
+    Silent,
+    /// Answers with a connection error.
+    Refused,
+    /// Runs the command, but the answer never arrives.
+    LostReply,
+}
+
+/// Drives `machine` against `nodes` with the given links, stepping time only on `Wait`, until it
+/// is done. Returns the outcome, the time it took and every request sent.
+pub(crate) fn drive<M: Machine>(
+    machine: &mut M,
+    nodes: &mut [FakeNode],
+    links: &[Link],
+    start: Instant,
+) -> (M::Outcome, Duration, Vec<(RequestId, Command)>) {
+    let mut now = start;
+    let mut sent = Vec::new();
+    let mut inbox: Vec<(RequestId, Reply)> = Vec::new();
+    loop {
+        match machine.poll_output(now) {
+            Output::Send(t) => {
+                let node = t.id.node();
+                match links[node] {
+                    Link::Up => inbox.push((t.id, nodes[node].run(&t.command))),
+                    Link::Refused => inbox.push((t.id, Reply::Error(crate::NodeErrorKind::Connection))),
+                    Link::LostReply => {
+                        nodes[node].run(&t.command);
+                    }
+                    Link::Silent => {}
+                }
+                sent.push((t.id, t.command));
+            }
+            Output::Wait(until) => {
+                if inbox.is_empty() {
+                    assert!(until >= now, "a wait never goes back in time");
+                    now = until;
+                    machine.handle_timeout(now);
+                } else {
+                    for (id, reply) in inbox.drain(..) {
+                        machine.handle_reply(now, id, reply);
+                    }
+                }
+            }
+            Output::Done(outcome) => return (outcome, now - start, sent),
+            Output::Idle => panic!("idle before done"),
+        }
+    }
+}
