@@ -270,7 +270,10 @@ impl Acquire {
         self.attempts += 1;
         self.batches += 1;
         if self.attempts == 1 {
-            self.deadline = self.retry.deadline.map(|d| now.checked_add(d).unwrap_or(now));
+            self.deadline = self
+                .retry
+                .deadline
+                .map(|d| now.checked_add(d).unwrap_or(now));
         }
         // Never wait for an answer past the validity it would grant, nor past the deadline.
         let mut reply_by = self.ttl.valid_until(now);
@@ -280,7 +283,8 @@ impl Acquire {
         if let Some(deadline) = self.deadline {
             reply_by = reply_by.min(deadline.max(now));
         }
-        self.round.restart(self.batches, Op::SetIfAbsent, now, reply_by);
+        self.round
+            .restart(self.batches, Op::SetIfAbsent, now, reply_by);
         self.phase = Phase::Collecting;
     }
 
@@ -300,7 +304,8 @@ impl Acquire {
         };
         self.batches += 1;
         // Releases are fire-and-forget: their replies are never awaited, so the deadline is moot.
-        self.cleanup.restart(self.batches, Op::DeleteIfEquals, now, now);
+        self.cleanup
+            .restart(self.batches, Op::DeleteIfEquals, now, now);
         self.phase = Phase::CleaningUp(retry_at);
     }
 }
@@ -328,7 +333,9 @@ mod tests {
         let (config, mut nodes, t0) = setup(RetryPolicy::default());
         let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
         let (outcome, took, sent) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
-        let AcquireOutcome::Acquired(lease) = outcome else { panic!("{outcome:?}") };
+        let AcquireOutcome::Acquired(lease) = outcome else {
+            panic!("{outcome:?}")
+        };
         assert_eq!(lease.valid_until(), t0 + TTL - Duration::from_millis(102));
         assert_eq!(lease.votes(), [Vote::Granted; 5]);
         assert_eq!((lease.attempts(), took, sent.len()), (1, Duration::ZERO, 5));
@@ -342,7 +349,9 @@ mod tests {
         let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
         let links = [Link::Silent, Link::Up, Link::Silent, Link::Up, Link::Up];
         let (outcome, took, _) = drive(&mut machine, &mut nodes, &links, t0);
-        let AcquireOutcome::Acquired(lease) = outcome else { panic!("{outcome:?}") };
+        let AcquireOutcome::Acquired(lease) = outcome else {
+            panic!("{outcome:?}")
+        };
         assert_eq!(took, Duration::ZERO);
         assert_eq!(lease.votes()[0], Vote::Pending);
     }
@@ -356,8 +365,13 @@ mod tests {
         }
         let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
         let (outcome, took, sent) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
-        let AcquireOutcome::Failed(failure) = outcome else { panic!("{outcome:?}") };
-        assert_eq!((failure.reason, failure.attempts), (FailureReason::Contended, 3));
+        let AcquireOutcome::Failed(failure) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(
+            (failure.reason, failure.attempts),
+            (FailureReason::Contended, 3)
+        );
         // 3 rounds × (5 sets + 5 releases), releases right after each lost round.
         let ops: Vec<Op> = sent.iter().map(|(_, c)| c.op()).collect();
         for round in ops.chunks(10) {
@@ -366,9 +380,16 @@ mod tests {
         }
         assert_eq!(ops.len(), 30);
         // Two pauses of 200..=300 ms; none after the last round.
-        assert!(took >= Duration::from_millis(400) && took <= Duration::from_millis(600), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(400) && took <= Duration::from_millis(600),
+            "{took:?}"
+        );
         // The other holder's keys survive; ours are gone.
-        assert!(nodes[..3].iter().all(|n| n.keys[&b"r"[..]] == b"someone-else"));
+        assert!(
+            nodes[..3]
+                .iter()
+                .all(|n| n.keys[&b"r"[..]] == b"someone-else")
+        );
         assert!(nodes[3..].iter().all(|n| n.keys.is_empty()));
     }
 
@@ -376,20 +397,42 @@ mod tests {
     fn too_few_answers_is_unavailable_after_the_node_timeout() {
         let (config, mut nodes, t0) = setup(RetryPolicy::once());
         let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
-        let links = [Link::Silent, Link::Refused, Link::Silent, Link::Up, Link::Up];
+        let links = [
+            Link::Silent,
+            Link::Refused,
+            Link::Silent,
+            Link::Up,
+            Link::Up,
+        ];
         let (outcome, took, sent) = drive(&mut machine, &mut nodes, &links, t0);
-        let AcquireOutcome::Failed(failure) = outcome else { panic!("{outcome:?}") };
+        let AcquireOutcome::Failed(failure) = outcome else {
+            panic!("{outcome:?}")
+        };
         assert_eq!(failure.reason, FailureReason::Unavailable);
         assert_eq!(took, config.node_timeout(TTL));
-        assert_eq!(sent.iter().filter(|(_, c)| c.op() == Op::DeleteIfEquals).count(), 5);
-        assert!(nodes.iter().all(|n| n.keys.is_empty()), "granted keys were released");
+        assert_eq!(
+            sent.iter()
+                .filter(|(_, c)| c.op() == Op::DeleteIfEquals)
+                .count(),
+            5
+        );
+        assert!(
+            nodes.iter().all(|n| n.keys.is_empty()),
+            "granted keys were released"
+        );
     }
 
     #[test]
     fn a_lost_reply_still_gets_the_release() {
         let (config, mut nodes, t0) = setup(RetryPolicy::once());
         let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
-        let links = [Link::LostReply, Link::LostReply, Link::LostReply, Link::Up, Link::Up];
+        let links = [
+            Link::LostReply,
+            Link::LostReply,
+            Link::LostReply,
+            Link::Up,
+            Link::Up,
+        ];
         let (outcome, ..) = drive(&mut machine, &mut nodes, &links, t0);
         assert!(matches!(outcome, AcquireOutcome::Failed(_)));
         assert!(nodes.iter().all(|n| n.keys.is_empty()), "{nodes:?}");
@@ -397,14 +440,18 @@ mod tests {
 
     #[test]
     fn the_overall_deadline_bounds_unlimited_retries() {
-        let policy = RetryPolicy::default().unlimited().deadline(Duration::from_secs(2));
+        let policy = RetryPolicy::default()
+            .unlimited()
+            .deadline(Duration::from_secs(2));
         let (config, mut nodes, t0) = setup(policy);
         for node in &mut nodes {
             node.keys.insert(b"r".to_vec(), b"other".to_vec());
         }
         let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
         let (outcome, took, _) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
-        let AcquireOutcome::Failed(failure) = outcome else { panic!("{outcome:?}") };
+        let AcquireOutcome::Failed(failure) = outcome else {
+            panic!("{outcome:?}")
+        };
         assert!(took < Duration::from_secs(2), "{took:?}");
         assert!(failure.attempts >= 6, "{failure:?}");
     }
@@ -418,7 +465,11 @@ mod tests {
             .build()
             .expect("valid");
         let t0 = Instant::now();
-        let mut machine = acquire(&config, &LockRequest::new("r", Duration::from_millis(100)), t0);
+        let mut machine = acquire(
+            &config,
+            &LockRequest::new("r", Duration::from_millis(100)),
+            t0,
+        );
         let ids: Vec<RequestId> = (0..3)
             .map(|_| match machine.poll_output(t0) {
                 Output::Send(t) => t.id,
@@ -437,7 +488,9 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        let AcquireOutcome::Failed(failure) = outcome else { panic!("{outcome:?}") };
+        let AcquireOutcome::Failed(failure) = outcome else {
+            panic!("{outcome:?}")
+        };
         assert_eq!((failure.reason, releases), (FailureReason::TooSlow, 3));
     }
 
@@ -450,7 +503,13 @@ mod tests {
         let request = LockRequest::new("a", TTL).resource("b");
         let mut machine = acquire(&config, &request, t0);
         let (outcome, ..) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
-        assert!(matches!(outcome, AcquireOutcome::Failed(AcquireFailure { reason: FailureReason::Contended, .. })));
+        assert!(matches!(
+            outcome,
+            AcquireOutcome::Failed(AcquireFailure {
+                reason: FailureReason::Contended,
+                ..
+            })
+        ));
         assert!(nodes.iter().all(|n| !n.keys.contains_key(&b"a"[..])));
     }
 
@@ -469,7 +528,10 @@ mod tests {
             LockRequest::new("r", TTL).deadline(Duration::ZERO),
         ];
         for request in bad {
-            assert!(Acquire::new(t0, &config, &request, &mut rng).is_err(), "{request:?}");
+            assert!(
+                Acquire::new(t0, &config, &request, &mut rng).is_err(),
+                "{request:?}"
+            );
         }
     }
 
@@ -484,7 +546,12 @@ mod tests {
             Output::Send(t) => Some(t),
             _ => None,
         });
-        assert_eq!(sends.filter(|t| t.command.op() == Op::DeleteIfEquals).count(), 5);
+        assert_eq!(
+            sends
+                .filter(|t| t.command.op() == Op::DeleteIfEquals)
+                .count(),
+            5
+        );
     }
 
     #[test]
@@ -492,7 +559,9 @@ mod tests {
         let (config, mut nodes, t0) = setup(RetryPolicy::default());
         let mut machine = acquire(&config, &LockRequest::new("r", TTL).token("mine"), t0);
         let (outcome, ..) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
-        let AcquireOutcome::Acquired(lease) = outcome else { panic!("{outcome:?}") };
+        let AcquireOutcome::Acquired(lease) = outcome else {
+            panic!("{outcome:?}")
+        };
         assert_eq!(lease.token().as_bytes(), b"mine");
         assert_eq!(nodes[0].keys[&b"r"[..]], b"mine");
     }

@@ -17,7 +17,9 @@ pub(crate) struct Jitter {
 
 impl Jitter {
     pub(crate) fn new<R: Rng + ?Sized>(rng: &mut R) -> Self {
-        Self { state: rng.next_u64() }
+        Self {
+            state: rng.next_u64(),
+        }
     }
 
     fn next_u64(&mut self) -> u64 {
@@ -64,7 +66,9 @@ mod tests {
 
     #[test]
     fn zero_jitter_is_the_plain_delay() {
-        let policy = RetryPolicy::default().delay(Duration::from_millis(7)).jitter(Duration::ZERO);
+        let policy = RetryPolicy::default()
+            .delay(Duration::from_millis(7))
+            .jitter(Duration::ZERO);
         let mut jitter = Jitter::new(&mut rng(3));
         assert_eq!(jitter.pause(&policy), Duration::from_millis(7));
     }

@@ -172,12 +172,27 @@ impl ConfigBuilder {
                 max: self.nodes,
             });
         }
-        check_duration("drift_floor", self.drift_floor, Duration::ZERO, MAX_DRIFT_FLOOR)?;
+        check_duration(
+            "drift_floor",
+            self.drift_floor,
+            Duration::ZERO,
+            MAX_DRIFT_FLOOR,
+        )?;
         let drift = Drift::new(self.drift_factor, self.drift_floor)?;
         if let Some(timeout) = self.node_timeout {
-            check_duration("node_timeout", timeout, Duration::from_millis(1), MAX_NODE_TIMEOUT)?;
+            check_duration(
+                "node_timeout",
+                timeout,
+                Duration::from_millis(1),
+                MAX_NODE_TIMEOUT,
+            )?;
         }
-        check_duration("min_validity", self.min_validity, Duration::ZERO, crate::MAX_TTL)?;
+        check_duration(
+            "min_validity",
+            self.min_validity,
+            Duration::ZERO,
+            crate::MAX_TTL,
+        )?;
         if self.key_prefix.len() > MAX_KEY_PREFIX {
             return Err(ConfigError::KeyPrefixTooLong {
                 len: self.key_prefix.len(),
@@ -206,26 +221,56 @@ mod tests {
         let config = Config::new(5).expect("5 nodes are valid");
         assert_eq!(config.quorum(), 3);
         assert_eq!(config.drift().floor(), Duration::from_millis(2));
-        assert_eq!(config.drift().of(Duration::from_secs(10)), Duration::from_millis(102));
-        assert_eq!(config.node_timeout(Duration::from_secs(30)), Duration::from_secs(1));
-        assert_eq!(config.node_timeout(Duration::from_millis(50)), Duration::from_millis(10));
-        assert_eq!(config.node_timeout(Duration::from_secs(2)), Duration::from_millis(200));
+        assert_eq!(
+            config.drift().of(Duration::from_secs(10)),
+            Duration::from_millis(102)
+        );
+        assert_eq!(
+            config.node_timeout(Duration::from_secs(30)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            config.node_timeout(Duration::from_millis(50)),
+            Duration::from_millis(10)
+        );
+        assert_eq!(
+            config.node_timeout(Duration::from_secs(2)),
+            Duration::from_millis(200)
+        );
     }
 
     #[test]
     fn node_count_is_bounded() {
         assert_eq!(
             Config::new(0),
-            Err(ConfigError::NodeCount { got: 0, max: MAX_NODES })
+            Err(ConfigError::NodeCount {
+                got: 0,
+                max: MAX_NODES
+            })
         );
         assert!(Config::new(MAX_NODES).is_ok());
-        assert!(matches!(Config::new(MAX_NODES + 1), Err(ConfigError::NodeCount { .. })));
-        assert!(matches!(Config::new(usize::MAX), Err(ConfigError::NodeCount { .. })));
+        assert!(matches!(
+            Config::new(MAX_NODES + 1),
+            Err(ConfigError::NodeCount { .. })
+        ));
+        assert!(matches!(
+            Config::new(usize::MAX),
+            Err(ConfigError::NodeCount { .. })
+        ));
     }
 
     #[test]
     fn quorum_must_be_a_majority_and_at_most_n() {
-        for (nodes, quorum, ok) in [(5, 2, false), (5, 3, true), (5, 5, true), (5, 6, false), (4, 2, false), (4, 3, true), (1, 1, true), (2, 1, false)] {
+        for (nodes, quorum, ok) in [
+            (5, 2, false),
+            (5, 3, true),
+            (5, 5, true),
+            (5, 6, false),
+            (4, 2, false),
+            (4, 3, true),
+            (1, 1, true),
+            (2, 1, false),
+        ] {
             let got = Config::builder(nodes).quorum(quorum).build();
             assert_eq!(got.is_ok(), ok, "nodes {nodes} quorum {quorum}: {got:?}");
             if let Err(err) = got {
@@ -238,7 +283,10 @@ mod tests {
     fn drift_factor_must_be_in_unit_interval() {
         for factor in [-0.1, 1.0, 1.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
             let got = Config::builder(3).drift_factor(factor).build();
-            assert!(matches!(got, Err(ConfigError::DriftFactor { .. })), "{factor}: {got:?}");
+            assert!(
+                matches!(got, Err(ConfigError::DriftFactor { .. })),
+                "{factor}: {got:?}"
+            );
         }
         assert!(Config::builder(3).drift_factor(0.0).build().is_ok());
         assert!(Config::builder(3).drift_factor(0.999).build().is_ok());
@@ -252,8 +300,12 @@ mod tests {
             Config::builder(3).node_timeout(Duration::ZERO).build(),
             Config::builder(3).node_timeout(huge).build(),
             Config::builder(3).min_validity(huge).build(),
-            Config::builder(3).retry(RetryPolicy::default().delay(huge)).build(),
-            Config::builder(3).retry(RetryPolicy::default().deadline(Duration::ZERO)).build(),
+            Config::builder(3)
+                .retry(RetryPolicy::default().delay(huge))
+                .build(),
+            Config::builder(3)
+                .retry(RetryPolicy::default().deadline(Duration::ZERO))
+                .build(),
         ];
         for case in cases {
             let err = case.expect_err("out of range");
@@ -263,12 +315,24 @@ mod tests {
 
     #[test]
     fn retry_policy_must_run_and_must_pause() {
-        let zero = Config::builder(3).retry(RetryPolicy::default().attempts(0)).build();
+        let zero = Config::builder(3)
+            .retry(RetryPolicy::default().attempts(0))
+            .build();
         assert_eq!(zero, Err(ConfigError::NoAttempts));
-        let busy = RetryPolicy::default().delay(Duration::ZERO).jitter(Duration::ZERO);
-        assert_eq!(Config::builder(3).retry(busy).build(), Err(ConfigError::BusyRetry));
+        let busy = RetryPolicy::default()
+            .delay(Duration::ZERO)
+            .jitter(Duration::ZERO);
+        assert_eq!(
+            Config::builder(3).retry(busy).build(),
+            Err(ConfigError::BusyRetry)
+        );
         assert!(Config::builder(3).retry(busy.attempts(1)).build().is_ok());
-        assert!(Config::builder(3).retry(RetryPolicy::default().attempts(u32::MAX)).build().is_ok());
+        assert!(
+            Config::builder(3)
+                .retry(RetryPolicy::default().attempts(u32::MAX))
+                .build()
+                .is_ok()
+        );
     }
 
     #[test]

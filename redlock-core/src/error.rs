@@ -21,7 +21,9 @@ pub enum ConfigError {
         max: usize,
     },
     /// The quorum is below a majority or above the node count.
-    #[error("quorum: {got} is not allowed for {nodes} nodes; use {min} to {max} (a majority at least)")]
+    #[error(
+        "quorum: {got} is not allowed for {nodes} nodes; use {min} to {max} (a majority at least)"
+    )]
     Quorum {
         /// What was given.
         got: usize,
@@ -67,7 +69,9 @@ pub enum ConfigError {
     #[error("retry attempts: 0 is not allowed; use at least 1 (1 = a single round, no retry)")]
     NoAttempts,
     /// The retry policy would retry with no pause at all, hammering the nodes.
-    #[error("retry delay and jitter: both are zero with more than one attempt; give at least one of them a positive value")]
+    #[error(
+        "retry delay and jitter: both are zero with more than one attempt; give at least one of them a positive value"
+    )]
     BusyRetry,
     /// The number of resources in one lock is outside `1..=max`.
     #[error("resources: {got} given; a lock takes 1 to {max} resources")]

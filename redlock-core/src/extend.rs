@@ -68,7 +68,12 @@ pub struct Extend {
 
 impl Extend {
     /// Prepares to extend `lease` to `ttl` from now. The TTL is checked like an acquisition's.
-    pub fn new(now: Instant, config: &Config, lease: &Lease, ttl: Duration) -> Result<Self, ConfigError> {
+    pub fn new(
+        now: Instant,
+        config: &Config,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Result<Self, ConfigError> {
         let ttl = Ttl::new(now, ttl, config.drift(), config.min_validity())?;
         let outcome = (!lease.is_valid(now)).then(|| {
             Some(ExtendOutcome::NotExtended {
@@ -145,3 +150,121 @@ impl Extend {
 }
 
 crate::output::impl_machine!(Extend, ExtendOutcome);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acquire::{Acquire, AcquireOutcome, LockRequest};
+    use crate::testing::{FakeNode, Link, drive, rng};
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn held(config: &Config, nodes: &mut [FakeNode], t0: Instant) -> Lease {
+        let request = LockRequest::new("r", TTL);
+        let mut acquire = Acquire::new(t0, config, &request, &mut rng(2)).expect("valid");
+        match drive(&mut acquire, nodes, &vec![Link::Up; nodes.len()], t0).0 {
+            AcquireOutcome::Acquired(lease) => lease,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn extending_counts_validity_from_the_extend_round() {
+        let config = Config::new(5).expect("valid");
+        let mut nodes = vec![FakeNode::default(); 5];
+        let t0 = Instant::now();
+        let mut lease = held(&config, &mut nodes, t0);
+        let later = t0 + Duration::from_secs(4);
+        let mut extend = Extend::new(later, &config, &lease, TTL).expect("valid");
+        let (outcome, _, sent) = drive(&mut extend, &mut nodes, &[Link::Up; 5], later);
+        assert!(sent.iter().all(|(_, c)| c.op() == Op::ExpireIfEquals));
+        lease.apply(&outcome);
+        assert_eq!(
+            lease.valid_until(),
+            later + TTL - Duration::from_millis(102)
+        );
+    }
+
+    #[test]
+    fn a_failed_extend_changes_nothing_and_deletes_nothing() {
+        let config = Config::new(5).expect("valid");
+        let mut nodes = vec![FakeNode::default(); 5];
+        let t0 = Instant::now();
+        let mut lease = held(&config, &mut nodes, t0);
+        let before = lease.clone();
+        for node in &mut nodes[..3] {
+            node.keys.clear();
+        }
+        let later = t0 + Duration::from_secs(1);
+        let mut extend = Extend::new(later, &config, &lease, TTL).expect("valid");
+        let (outcome, _, sent) = drive(&mut extend, &mut nodes, &[Link::Up; 5], later);
+        assert!(
+            matches!(
+                outcome,
+                ExtendOutcome::NotExtended {
+                    reason: ExtendFailure::NotHeld,
+                    ..
+                }
+            ),
+            "{outcome:?}"
+        );
+        assert!(
+            sent.iter().all(|(_, c)| c.op() == Op::ExpireIfEquals),
+            "no delete"
+        );
+        lease.apply(&outcome);
+        assert_eq!(lease, before);
+        assert_eq!(nodes[3..].iter().filter(|n| !n.keys.is_empty()).count(), 2);
+    }
+
+    #[test]
+    fn silent_nodes_make_it_unavailable_and_an_expired_lease_is_not_extended() {
+        let config = Config::new(5).expect("valid");
+        let mut nodes = vec![FakeNode::default(); 5];
+        let t0 = Instant::now();
+        let lease = held(&config, &mut nodes, t0);
+        let links = [Link::Silent, Link::Silent, Link::Silent, Link::Up, Link::Up];
+        let mut extend = Extend::new(t0, &config, &lease, TTL).expect("valid");
+        let (outcome, took, _) = drive(&mut extend, &mut nodes, &links, t0);
+        assert!(matches!(
+            outcome,
+            ExtendOutcome::NotExtended {
+                reason: ExtendFailure::Unavailable,
+                ..
+            }
+        ));
+        assert_eq!(took, config.node_timeout(TTL));
+
+        let expired = lease.valid_until();
+        let mut extend = Extend::new(expired, &config, &lease, TTL).expect("valid");
+        let (outcome, _, sent) = drive(&mut extend, &mut nodes, &[Link::Up; 5], expired);
+        assert!(matches!(
+            outcome,
+            ExtendOutcome::NotExtended {
+                reason: ExtendFailure::Expired,
+                ..
+            }
+        ));
+        assert!(sent.is_empty());
+    }
+
+    #[test]
+    fn no_answer_counts_after_the_old_validity() {
+        let config = Config::builder(3)
+            .node_timeout(Duration::from_secs(5))
+            .build()
+            .expect("valid");
+        let mut nodes = vec![FakeNode::default(); 3];
+        let t0 = Instant::now();
+        let lease = held(&config, &mut nodes, t0);
+        let near_end = lease.valid_until() - Duration::from_millis(1);
+        let mut extend = Extend::new(near_end, &config, &lease, TTL).expect("valid");
+        let (outcome, took, _) = drive(&mut extend, &mut nodes, &[Link::Silent; 3], near_end);
+        assert!(matches!(outcome, ExtendOutcome::NotExtended { .. }));
+        assert_eq!(
+            took,
+            Duration::from_millis(1),
+            "the wait ends with the old validity"
+        );
+    }
+}

@@ -64,7 +64,12 @@ impl Lease {
     /// extend script never shortens a key's TTL, so the earlier validity still stands); a failed
     /// one changes nothing.
     pub fn apply(&mut self, outcome: &ExtendOutcome) {
-        if let ExtendOutcome::Extended { valid_until, ttl, votes } = outcome {
+        if let ExtendOutcome::Extended {
+            valid_until,
+            ttl,
+            votes,
+        } = outcome
+        {
             self.valid_until = self.valid_until.max(*valid_until);
             self.ttl = self.ttl.max(*ttl);
             self.votes.clone_from(votes);

@@ -71,7 +71,10 @@
 //! of the holder's, no node loses a key before its TTL (no restart without persistence inside
 //! the longest TTL), and the holder stops using the lock when validity ends (process pauses
 //! included). Where the protected resource can check it, prefer a fencing token.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 mod acquire;
 mod backoff;
@@ -95,7 +98,9 @@ mod validity;
 
 pub use acquire::{Acquire, AcquireFailure, AcquireOutcome, LockRequest};
 pub use command::{ACQUIRE_SCRIPT, Command, EXTEND_SCRIPT, Op, RELEASE_SCRIPT, RedisForm};
-pub use config::{Config, ConfigBuilder, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX, MAX_NODE_TIMEOUT, MAX_NODES};
+pub use config::{
+    Config, ConfigBuilder, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX, MAX_NODE_TIMEOUT, MAX_NODES,
+};
 pub use error::ConfigError;
 pub use extend::{Extend, ExtendFailure, ExtendOutcome};
 pub use lease::Lease;

@@ -61,18 +61,35 @@ mod tests {
     use super::*;
 
     fn tally(granted: usize, refused: usize, failed: usize, pending: usize) -> Tally {
-        Tally { granted, refused, failed, pending }
+        Tally {
+            granted,
+            refused,
+            failed,
+            pending,
+        }
     }
 
     #[test]
     fn decides_early_in_both_directions() {
         assert_eq!(tally(3, 0, 0, 2).decide(3), Decision::Won);
         assert_eq!(tally(2, 0, 0, 3).decide(3), Decision::Open);
-        assert_eq!(tally(0, 3, 0, 2).decide(3), Decision::Lost(FailureReason::Contended));
-        assert_eq!(tally(0, 0, 3, 2).decide(3), Decision::Lost(FailureReason::Unavailable));
-        assert_eq!(tally(2, 1, 2, 0).decide(3), Decision::Lost(FailureReason::Contended));
+        assert_eq!(
+            tally(0, 3, 0, 2).decide(3),
+            Decision::Lost(FailureReason::Contended)
+        );
+        assert_eq!(
+            tally(0, 0, 3, 2).decide(3),
+            Decision::Lost(FailureReason::Unavailable)
+        );
+        assert_eq!(
+            tally(2, 1, 2, 0).decide(3),
+            Decision::Lost(FailureReason::Contended)
+        );
         assert_eq!(tally(1, 1, 1, 2).decide(3), Decision::Open);
-        assert_eq!(tally(1, 1, 2, 1).decide(3), Decision::Lost(FailureReason::Unavailable));
+        assert_eq!(
+            tally(1, 1, 2, 1).decide(3),
+            Decision::Lost(FailureReason::Unavailable)
+        );
         assert_eq!(tally(1, 0, 2, 0).decide(1), Decision::Won);
     }
 

@@ -35,7 +35,12 @@ impl ReleaseReport {
 
     /// How many nodes failed or did not answer in time: their keys (if any) expire by TTL.
     pub fn unreachable(&self) -> usize {
-        self.count(|n| matches!(n, NodeRelease::Failed(_) | NodeRelease::TimedOut | NodeRelease::Pending))
+        self.count(|n| {
+            matches!(
+                n,
+                NodeRelease::Failed(_) | NodeRelease::TimedOut | NodeRelease::Pending
+            )
+        })
     }
 
     /// True when every node answered and none still holds our keys.
@@ -104,3 +109,53 @@ impl Release {
 }
 
 crate::output::impl_machine!(Release, ReleaseReport);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{FakeNode, Link, drive};
+    use crate::token::Token;
+
+    #[test]
+    fn releases_ours_reports_others_and_waits_only_until_the_deadline() {
+        let config = Config::new(5).expect("valid");
+        let spec = LockSpec::new(b"", [b"r"], Token::new(b"mine".to_vec()).expect("valid"))
+            .expect("valid");
+        let mut nodes = vec![FakeNode::default(); 5];
+        nodes[0].keys.insert(b"r".to_vec(), b"mine".to_vec());
+        nodes[1].keys.insert(b"r".to_vec(), b"theirs".to_vec());
+        nodes[4].keys.insert(b"r".to_vec(), b"mine".to_vec());
+        let ttl = Duration::from_secs(1);
+        let t0 = Instant::now();
+        let mut release = Release::for_spec(t0, &config, spec, ttl);
+        let links = [Link::Up, Link::Up, Link::Up, Link::Refused, Link::Silent];
+        let (report, took, _) = drive(&mut release, &mut nodes, &links, t0);
+        assert_eq!(
+            report.nodes,
+            [
+                NodeRelease::Released,
+                NodeRelease::HeldByOther,
+                NodeRelease::Absent,
+                NodeRelease::Failed(crate::NodeErrorKind::Connection),
+                NodeRelease::TimedOut
+            ]
+        );
+        assert_eq!(
+            (
+                report.released(),
+                report.held_by_other(),
+                report.unreachable()
+            ),
+            (1, 1, 2)
+        );
+        assert!(!report.is_clean());
+        assert_eq!(took, config.node_timeout(ttl));
+        assert_eq!(
+            nodes[1].keys[&b"r"[..]],
+            b"theirs",
+            "another holder's key is never touched"
+        );
+        assert!(nodes[0].keys.is_empty());
+        assert!(matches!(release.poll_output(t0 + took), Output::Idle));
+    }
+}

@@ -77,7 +77,10 @@ impl Renewal {
                 self.valid_until = self.valid_until.max(*valid_until);
                 self.schedule(now);
             }
-            ExtendOutcome::NotExtended { reason: ExtendFailure::NotHeld | ExtendFailure::Expired, .. } => {
+            ExtendOutcome::NotExtended {
+                reason: ExtendFailure::NotHeld | ExtendFailure::Expired,
+                ..
+            } => {
                 self.lost = true;
             }
             ExtendOutcome::NotExtended { .. } => self.schedule(now),
@@ -94,5 +97,116 @@ impl Renewal {
         }
         let before_deadline = left - self.node_timeout.saturating_mul(2);
         self.next = now + (left / 2).min(before_deadline);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::Vote;
+    use crate::spec::LockSpec;
+    use crate::token::Token;
+
+    fn lease(now: Instant, validity: Duration) -> Lease {
+        Lease {
+            spec: LockSpec::new(b"", [b"r"], Token::new(b"t".to_vec()).expect("valid"))
+                .expect("valid"),
+            ttl: validity,
+            valid_until: now + validity,
+            votes: vec![Vote::Granted; 3],
+            attempts: 1,
+        }
+    }
+
+    fn extended(valid_until: Instant) -> ExtendOutcome {
+        ExtendOutcome::Extended {
+            valid_until,
+            ttl: Duration::from_secs(10),
+            votes: Vec::new(),
+        }
+    }
+
+    fn failed(reason: ExtendFailure) -> ExtendOutcome {
+        ExtendOutcome::NotExtended {
+            reason,
+            votes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn extends_halfway_and_keeps_going() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_millis(100);
+        let mut renewal = Renewal::new(t0, &lease(t0, Duration::from_secs(10)), timeout);
+        assert_eq!(
+            renewal.poll(t0),
+            RenewalStep::Wait(t0 + Duration::from_secs(5))
+        );
+        let t1 = t0 + Duration::from_secs(5);
+        assert_eq!(renewal.poll(t1), RenewalStep::Extend);
+        assert_eq!(
+            renewal.poll(t1),
+            RenewalStep::Wait(t0 + Duration::from_secs(10)),
+            "one extension at a time"
+        );
+        renewal.handle_extended(t1, &extended(t1 + Duration::from_secs(10)));
+        assert_eq!(
+            renewal.poll(t1),
+            RenewalStep::Wait(t1 + Duration::from_secs(5))
+        );
+    }
+
+    #[test]
+    fn retries_while_a_retry_can_finish_then_gives_up_before_validity_ends() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_millis(100);
+        let mut renewal = Renewal::new(t0, &lease(t0, Duration::from_secs(2)), timeout);
+        let mut now = t0;
+        let mut attempts = 0;
+        loop {
+            match renewal.poll(now) {
+                RenewalStep::Wait(at) => {
+                    assert!(at > now);
+                    now = at;
+                }
+                RenewalStep::Extend => {
+                    attempts += 1;
+                    renewal.handle_extended(now, &failed(ExtendFailure::Unavailable));
+                }
+                RenewalStep::Lost => break,
+            }
+        }
+        assert!(attempts >= 3, "{attempts}");
+        assert!(
+            now < t0 + Duration::from_secs(2),
+            "lost is declared before validity ends"
+        );
+    }
+
+    #[test]
+    fn a_lock_that_is_not_held_is_lost_at_once() {
+        let t0 = Instant::now();
+        let mut renewal = Renewal::new(
+            t0,
+            &lease(t0, Duration::from_secs(10)),
+            Duration::from_millis(10),
+        );
+        let t1 = t0 + Duration::from_secs(5);
+        assert_eq!(renewal.poll(t1), RenewalStep::Extend);
+        renewal.handle_extended(t1, &failed(ExtendFailure::NotHeld));
+        assert_eq!(renewal.poll(t1), RenewalStep::Lost);
+    }
+
+    #[test]
+    fn validity_passing_mid_extension_is_a_loss() {
+        let t0 = Instant::now();
+        let mut renewal = Renewal::new(
+            t0,
+            &lease(t0, Duration::from_secs(1)),
+            Duration::from_millis(10),
+        );
+        let due = t0 + Duration::from_millis(500);
+        assert_eq!(renewal.poll(due), RenewalStep::Extend);
+        assert_eq!(renewal.poll(t0 + Duration::from_secs(1)), RenewalStep::Lost);
     }
 }

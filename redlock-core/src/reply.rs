@@ -102,13 +102,27 @@ mod tests {
     #[test]
     fn error_lines_map_by_their_code() {
         assert_eq!(
-            NodeErrorKind::from_message("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            NodeErrorKind::from_message(
+                "WRONGTYPE Operation against a key holding the wrong kind of value"
+            ),
             NodeErrorKind::WrongType
         );
-        assert_eq!(NodeErrorKind::from_message("NOSCRIPT No matching script."), NodeErrorKind::NoScript);
-        assert_eq!(NodeErrorKind::from_message("WRONGPASS invalid username-password pair"), NodeErrorKind::Auth);
-        assert_eq!(NodeErrorKind::from_message("OOM command not allowed"), NodeErrorKind::OutOfMemory);
-        assert_eq!(NodeErrorKind::from_message("ERR something"), NodeErrorKind::Other);
+        assert_eq!(
+            NodeErrorKind::from_message("NOSCRIPT No matching script."),
+            NodeErrorKind::NoScript
+        );
+        assert_eq!(
+            NodeErrorKind::from_message("WRONGPASS invalid username-password pair"),
+            NodeErrorKind::Auth
+        );
+        assert_eq!(
+            NodeErrorKind::from_message("OOM command not allowed"),
+            NodeErrorKind::OutOfMemory
+        );
+        assert_eq!(
+            NodeErrorKind::from_message("ERR something"),
+            NodeErrorKind::Other
+        );
         assert_eq!(NodeErrorKind::from_message(""), NodeErrorKind::Other);
     }
 }

@@ -46,7 +46,12 @@ pub fn encode(command: &Command, out: &mut Vec<u8>) {
             }
             bulk(out, itoa(ttl_ms, &mut [0; 20]));
         }
-        RedisForm::Script { script, spec, token, ttl_ms } => {
+        RedisForm::Script {
+            script,
+            spec,
+            token,
+            ttl_ms,
+        } => {
             let parts = 3 + spec.len() + 1 + usize::from(ttl_ms.is_some());
             array_header(out, parts);
             bulk(out, b"EVAL");
@@ -97,7 +102,10 @@ fn parse_at(buf: &[u8], depth: usize) -> Result<Option<(Reply, usize)>, RespErro
             if len == -1 {
                 return Ok(Some((Reply::Nil, after_line)));
             }
-            let len = usize::try_from(len).ok().filter(|l| *l <= MAX_BULK).ok_or(RespError::BadNumber)?;
+            let len = usize::try_from(len)
+                .ok()
+                .filter(|l| *l <= MAX_BULK)
+                .ok_or(RespError::BadNumber)?;
             let end = after_line + len;
             if buf.len() < end + 2 {
                 return Ok(None);
@@ -182,23 +190,40 @@ mod tests {
     use crate::token::Token;
 
     fn spec(resources: &[&[u8]]) -> LockSpec {
-        LockSpec::new(b"p:", resources, Token::new(b"tok".to_vec()).expect("valid")).expect("valid")
+        LockSpec::new(
+            b"p:",
+            resources,
+            Token::new(b"tok".to_vec()).expect("valid"),
+        )
+        .expect("valid")
     }
 
     #[test]
     fn encodes_a_single_key_acquire_as_set_nx_px() {
         let mut out = Vec::new();
-        encode(&Command::new(Op::SetIfAbsent, spec(&[b"r"]), 1500), &mut out);
-        assert_eq!(out, b"*6\r\n$3\r\nSET\r\n$3\r\np:r\r\n$3\r\ntok\r\n$2\r\nNX\r\n$2\r\nPX\r\n$4\r\n1500\r\n");
+        encode(
+            &Command::new(Op::SetIfAbsent, spec(&[b"r"]), 1500),
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            b"*6\r\n$3\r\nSET\r\n$3\r\np:r\r\n$3\r\ntok\r\n$2\r\nNX\r\n$2\r\nPX\r\n$4\r\n1500\r\n"
+        );
     }
 
     #[test]
     fn encodes_scripts_as_eval_with_keys_and_args() {
         let mut out = Vec::new();
-        encode(&Command::new(Op::DeleteIfEquals, spec(&[b"a", b"b"]), 0), &mut out);
+        encode(
+            &Command::new(Op::DeleteIfEquals, spec(&[b"a", b"b"]), 0),
+            &mut out,
+        );
         let text = String::from_utf8(out).expect("ascii");
         assert!(text.starts_with("*6\r\n$4\r\nEVAL\r\n"));
-        assert!(text.ends_with("$1\r\n2\r\n$3\r\np:a\r\n$3\r\np:b\r\n$3\r\ntok\r\n"), "{text}");
+        assert!(
+            text.ends_with("$1\r\n2\r\n$3\r\np:a\r\n$3\r\np:b\r\n$3\r\ntok\r\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -209,11 +234,19 @@ mod tests {
             (b"$-1\r\n", Reply::Nil),
             (b"_\r\n", Reply::Nil),
             (b":-1\r\n", Reply::Int(-1)),
-            (b"-WRONGTYPE Operation against a key\r\n", Reply::Error(NodeErrorKind::WrongType)),
+            (
+                b"-WRONGTYPE Operation against a key\r\n",
+                Reply::Error(NodeErrorKind::WrongType),
+            ),
             (b"*2\r\n$3\r\nabc\r\n*1\r\n:1\r\n", Reply::Other),
         ];
         for (bytes, want) in cases {
-            assert_eq!(parse_reply(bytes), Ok(Some((want, bytes.len()))), "{:?}", String::from_utf8_lossy(bytes));
+            assert_eq!(
+                parse_reply(bytes),
+                Ok(Some((want, bytes.len()))),
+                "{:?}",
+                String::from_utf8_lossy(bytes)
+            );
             for cut in 0..bytes.len() {
                 assert_eq!(parse_reply(&bytes[..cut]), Ok(None), "prefix of {cut}");
             }

@@ -105,7 +105,12 @@ impl RetryPolicy {
         check_duration("retry delay", self.delay, Duration::ZERO, MAX_RETRY_DELAY)?;
         check_duration("retry jitter", self.jitter, Duration::ZERO, MAX_RETRY_DELAY)?;
         if let Some(deadline) = self.deadline {
-            check_duration("retry deadline", deadline, Duration::from_millis(1), MAX_DEADLINE)?;
+            check_duration(
+                "retry deadline",
+                deadline,
+                Duration::from_millis(1),
+                MAX_DEADLINE,
+            )?;
         }
         let retries = self.attempts != Attempts::Limited(1);
         if retries && self.delay.is_zero() && self.jitter.is_zero() {
@@ -131,7 +136,12 @@ pub(crate) fn check_duration(
     max: Duration,
 ) -> Result<(), ConfigError> {
     if got < min || got > max {
-        return Err(ConfigError::Duration { field, got, min, max });
+        return Err(ConfigError::Duration {
+            field,
+            got,
+            min,
+            max,
+        });
     }
     Ok(())
 }

@@ -200,24 +200,47 @@ mod tests {
         let deadline = t0 + Duration::from_millis(10);
         let mut round: Round<Vote> = Round::new(7, Op::SetIfAbsent, 100, 3, t0, deadline);
         let spec = spec();
-        let ids: Vec<RequestId> = std::iter::from_fn(|| round.next_transmit(&spec)).map(|t| t.id).collect();
+        let ids: Vec<RequestId> = std::iter::from_fn(|| round.next_transmit(&spec))
+            .map(|t| t.id)
+            .collect();
         assert_eq!(ids.len(), 3);
         assert!(round.record(t0, ids[0], Reply::Ok));
         assert!(!round.record(t0, ids[0], Reply::Nil), "duplicate");
-        assert!(!round.record(t0, RequestId::new(6, 1), Reply::Ok), "old batch");
-        assert!(!round.record(t0, RequestId::new(7, 9), Reply::Ok), "unknown node");
+        assert!(
+            !round.record(t0, RequestId::new(6, 1), Reply::Ok),
+            "old batch"
+        );
+        assert!(
+            !round.record(t0, RequestId::new(7, 9), Reply::Ok),
+            "unknown node"
+        );
         assert!(!round.record(deadline, ids[1], Reply::Ok), "late");
         round.expire(deadline);
-        assert_eq!(round.answers, [Vote::Granted, Vote::TimedOut, Vote::TimedOut]);
+        assert_eq!(
+            round.answers,
+            [Vote::Granted, Vote::TimedOut, Vote::TimedOut]
+        );
     }
 
     #[test]
     fn replies_read_per_operation() {
         assert_eq!(Vote::from_reply(Op::SetIfAbsent, Reply::Ok), Vote::Granted);
         assert_eq!(Vote::from_reply(Op::SetIfAbsent, Reply::Nil), Vote::Refused);
-        assert_eq!(Vote::from_reply(Op::ExpireIfEquals, Reply::Ok), Vote::Failed(NodeErrorKind::Protocol));
-        assert_eq!(Vote::from_reply(Op::ExpireIfEquals, Reply::Int(7)), Vote::Failed(NodeErrorKind::Protocol));
-        assert_eq!(NodeRelease::from_reply(Op::DeleteIfEquals, Reply::Int(-1)), NodeRelease::HeldByOther);
-        assert_eq!(NodeRelease::from_reply(Op::DeleteIfEquals, Reply::Other), NodeRelease::Failed(NodeErrorKind::Protocol));
+        assert_eq!(
+            Vote::from_reply(Op::ExpireIfEquals, Reply::Ok),
+            Vote::Failed(NodeErrorKind::Protocol)
+        );
+        assert_eq!(
+            Vote::from_reply(Op::ExpireIfEquals, Reply::Int(7)),
+            Vote::Failed(NodeErrorKind::Protocol)
+        );
+        assert_eq!(
+            NodeRelease::from_reply(Op::DeleteIfEquals, Reply::Int(-1)),
+            NodeRelease::HeldByOther
+        );
+        assert_eq!(
+            NodeRelease::from_reply(Op::DeleteIfEquals, Reply::Other),
+            NodeRelease::Failed(NodeErrorKind::Protocol)
+        );
     }
 }

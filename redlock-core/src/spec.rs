@@ -144,7 +144,10 @@ mod tests {
         let none: [&[u8]; 0] = [];
         assert_eq!(
             LockSpec::new(b"", none, token()),
-            Err(ConfigError::ResourceCount { got: 0, max: MAX_RESOURCES })
+            Err(ConfigError::ResourceCount {
+                got: 0,
+                max: MAX_RESOURCES
+            })
         );
         assert_eq!(
             LockSpec::new(b"p", [&b"a"[..], b""], token()),
@@ -159,7 +162,12 @@ mod tests {
             LockSpec::new(b"p", [long], token()),
             Err(ConfigError::ResourceTooLong { index: 0, len, .. }) if len == MAX_KEY_LEN + 1
         ));
-        let many: Vec<Vec<u8>> = (0..=MAX_RESOURCES).map(|i| i.to_string().into_bytes()).collect();
-        assert!(matches!(LockSpec::new(b"", many, token()), Err(ConfigError::ResourceCount { .. })));
+        let many: Vec<Vec<u8>> = (0..=MAX_RESOURCES)
+            .map(|i| i.to_string().into_bytes())
+            .collect();
+        assert!(matches!(
+            LockSpec::new(b"", many, token()),
+            Err(ConfigError::ResourceCount { .. })
+        ));
     }
 }

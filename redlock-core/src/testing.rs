@@ -25,12 +25,20 @@ impl FakeNode {
         match command.op() {
             Op::SetIfAbsent => {
                 if keys.iter().any(|k| self.keys.contains_key(k)) {
-                    return if keys.len() == 1 { Reply::Nil } else { Reply::Int(0) };
+                    return if keys.len() == 1 {
+                        Reply::Nil
+                    } else {
+                        Reply::Int(0)
+                    };
                 }
                 for key in keys.iter() {
                     self.keys.insert(key.clone(), token.to_vec());
                 }
-                if keys.len() == 1 { Reply::Ok } else { Reply::Int(1) }
+                if keys.len() == 1 {
+                    Reply::Ok
+                } else {
+                    Reply::Int(1)
+                }
             }
             Op::DeleteIfEquals => {
                 let (mut released, mut foreign) = (0, 0);
@@ -44,10 +52,18 @@ impl FakeNode {
                         None => {}
                     }
                 }
-                Reply::Int(if foreign > 0 { -1 } else if released > 0 { 1 } else { 0 })
+                Reply::Int(if foreign > 0 {
+                    -1
+                } else if released > 0 {
+                    1
+                } else {
+                    0
+                })
             }
             Op::ExpireIfEquals => {
-                let all = keys.iter().all(|k| self.keys.get(k).is_some_and(|v| v == token));
+                let all = keys
+                    .iter()
+                    .all(|k| self.keys.get(k).is_some_and(|v| v == token));
                 Reply::Int(i64::from(all))
             }
         }
@@ -88,7 +104,9 @@ pub(crate) fn drive<M: Machine>(
                 let node = t.id.node();
                 match links[node] {
                     Link::Up => inbox.push((t.id, nodes[node].run(&t.command))),
-                    Link::Refused => inbox.push((t.id, Reply::Error(crate::NodeErrorKind::Connection))),
+                    Link::Refused => {
+                        inbox.push((t.id, Reply::Error(crate::NodeErrorKind::Connection)))
+                    }
                     Link::LostReply => {
                         nodes[node].run(&t.command);
                     }

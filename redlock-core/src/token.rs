@@ -73,7 +73,11 @@ mod tests {
         assert_eq!(a.as_bytes().len(), 32);
         assert!(a.as_bytes().iter().all(|c| ALPHABET.contains(c)));
         assert_ne!(a, b);
-        assert_eq!(a, Token::generate(&mut rng(7)), "a seed reproduces its tokens");
+        assert_eq!(
+            a,
+            Token::generate(&mut rng(7)),
+            "a seed reproduces its tokens"
+        );
     }
 
     #[test]
@@ -81,7 +85,10 @@ mod tests {
         assert!(Token::new(b"x".to_vec()).is_ok());
         assert_eq!(
             Token::new(Vec::new()),
-            Err(ConfigError::TokenLength { len: 0, max: MAX_TOKEN_LEN })
+            Err(ConfigError::TokenLength {
+                len: 0,
+                max: MAX_TOKEN_LEN
+            })
         );
         assert!(Token::new(vec![0u8; MAX_TOKEN_LEN]).is_ok());
         assert!(Token::new(vec![0u8; MAX_TOKEN_LEN + 1]).is_err());

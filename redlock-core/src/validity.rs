@@ -133,7 +133,8 @@ mod tests {
     #[test]
     fn sub_millisecond_ttls_round_down() {
         let now = Instant::now();
-        let ttl = Ttl::new(now, Duration::from_micros(10_999), drift(), Duration::ZERO).expect("valid");
+        let ttl =
+            Ttl::new(now, Duration::from_micros(10_999), drift(), Duration::ZERO).expect("valid");
         assert_eq!(ttl.ms, 10);
         assert!(Ttl::new(now, Duration::from_micros(999), drift(), Duration::ZERO).is_err());
     }
@@ -147,7 +148,12 @@ mod tests {
         ));
         assert!(Ttl::new(now, Duration::from_millis(3), drift(), Duration::ZERO).is_ok());
         assert!(matches!(
-            Ttl::new(now, Duration::from_millis(100), drift(), Duration::from_millis(97)),
+            Ttl::new(
+                now,
+                Duration::from_millis(100),
+                drift(),
+                Duration::from_millis(97)
+            ),
             Err(ConfigError::TtlTooShort { .. })
         ));
     }
@@ -155,7 +161,11 @@ mod tests {
     #[test]
     fn extreme_ttls_are_errors_not_overflows() {
         let now = Instant::now();
-        for ttl in [Duration::ZERO, Duration::MAX, MAX_TTL + Duration::from_millis(1)] {
+        for ttl in [
+            Duration::ZERO,
+            Duration::MAX,
+            MAX_TTL + Duration::from_millis(1),
+        ] {
             let err = Ttl::new(now, ttl, drift(), Duration::ZERO).expect_err("out of range");
             assert!(err.to_string().starts_with("ttl:"), "{err}");
         }
@@ -165,7 +175,10 @@ mod tests {
     #[test]
     fn drift_saturates_instead_of_overflowing() {
         let d = Drift::new(0.999_999, Duration::from_secs(3600)).expect("valid");
-        assert!(d.of(Duration::MAX) > Duration::MAX / 2, "scaled without wrapping");
+        assert!(
+            d.of(Duration::MAX) > Duration::MAX / 2,
+            "scaled without wrapping"
+        );
         assert_eq!(drift().factor(), 0.01);
     }
 }
