@@ -1,0 +1,54 @@
+//! The one error type of the harness.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Why a `redis-server` could not be started.
+///
+/// Its `Display` text is meant to be read by a person looking at a failed test: it says what to
+/// do (install the binary) or shows the server's own log.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HarnessError {
+    /// The `redis-server` binary was not found.
+    #[error(
+        "redis-server binary `{binary}` not found. These tests need a real Redis: install it \
+         with `apt-get install -y redis-server`, or set REDIS_SERVER=/path/to/redis-server"
+    )]
+    MissingBinary {
+        /// The program that was looked for.
+        binary: String,
+    },
+    /// The binary exists but could not be run.
+    #[error("could not run `{binary}`: {source}")]
+    Spawn {
+        /// The program that was run.
+        binary: String,
+        /// The error from the operating system.
+        source: io::Error,
+    },
+    /// The process exited before it answered.
+    #[error("redis-server for {addr} exited during startup ({status}); its log:\n{log}")]
+    Exited {
+        /// The address it was told to listen on.
+        addr: SocketAddr,
+        /// How it exited.
+        status: String,
+        /// Its output.
+        log: String,
+    },
+    /// The process did not answer PING in time.
+    #[error("redis-server on {addr} did not answer PING within {waited:?}; its log:\n{log}")]
+    NotReady {
+        /// The address it was told to listen on.
+        addr: SocketAddr,
+        /// How long the harness waited.
+        waited: Duration,
+        /// Its output so far.
+        log: String,
+    },
+    /// Some other I/O failure of the harness (temp dir, log file, ...).
+    #[error("redis test harness I/O error: {0}")]
+    Io(#[from] io::Error),
+}

@@ -1,0 +1,166 @@
+//! How a `redis-server` is configured: the builder behind [`RedisServer::start`].
+
+use std::env;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+
+use crate::error::HarnessError;
+use crate::server::{self, RedisServer};
+
+/// Environment variable naming the `redis-server` binary; `redis-server` on `PATH` otherwise.
+pub const REDIS_SERVER_ENV: &str = "REDIS_SERVER";
+
+/// Settings for the `redis-server` processes the harness starts.
+///
+/// Every server always gets `--port P --bind 127.0.0.1 --save "" --appendonly no --dir <temp dir>`;
+/// the options here come on top.
+///
+/// ```no_run
+/// use redlock_tests::ServerOptions;
+///
+/// let server = ServerOptions::new().requirepass("s3cret").maxmemory(1).start();
+/// ```
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct ServerOptions {
+    binary: Option<OsString>,
+    requirepass: Option<String>,
+    acl_user: Option<(String, String)>,
+    maxmemory: Option<u64>,
+    replica_of: Option<SocketAddr>,
+    extra_args: Vec<String>,
+}
+
+/// Username and password a client must send, if any.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Credentials {
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+impl ServerOptions {
+    /// Default settings: no password, no memory limit.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs this binary instead of `$REDIS_SERVER` or `redis-server` on `PATH`.
+    pub fn binary(mut self, path: impl Into<OsString>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
+    /// Sets `requirepass`: the `default` user needs this password.
+    pub fn requirepass(mut self, password: impl Into<String>) -> Self {
+        self.requirepass = Some(password.into());
+        self
+    }
+
+    /// Adds an ACL user with every permission (`~* &* +@all`). Inspection clients and
+    /// [`RedisServer::url`] then log in as this user.
+    pub fn acl_user(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+        self.acl_user = Some((username.into(), password.into()));
+        self
+    }
+
+    /// Sets `maxmemory` in bytes (policy stays `noeviction`, so `maxmemory(1)` makes every write
+    /// fail with `OOM`).
+    pub fn maxmemory(mut self, bytes: u64) -> Self {
+        self.maxmemory = Some(bytes);
+        self
+    }
+
+    /// Makes the server a replica of `primary` (writes then fail with `READONLY`).
+    pub fn replica_of(mut self, primary: SocketAddr) -> Self {
+        self.replica_of = Some(primary);
+        self
+    }
+
+    /// Appends one raw command-line argument, e.g. `.arg("--hz").arg("100")`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_args.push(arg.into());
+        self
+    }
+
+    /// Appends raw command-line arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.extra_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Starts a server with these options.
+    ///
+    /// # Panics
+    /// If the server cannot be started; the message says why (e.g. how to install
+    /// `redis-server`). Use [`ServerOptions::try_start`] to get the error instead.
+    pub fn start(&self) -> RedisServer {
+        self.try_start().unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    /// Starts a server with these options.
+    pub fn try_start(&self) -> Result<RedisServer, HarnessError> {
+        let mut servers = server::start_many(self, 1)?;
+        Ok(servers.remove(0))
+    }
+
+    /// The program to run.
+    pub(crate) fn program(&self) -> OsString {
+        self.binary
+            .clone()
+            .or_else(|| env::var_os(REDIS_SERVER_ENV).filter(|value| !value.is_empty()))
+            .unwrap_or_else(|| "redis-server".into())
+    }
+
+    /// Command-line arguments beyond the fixed ones.
+    pub(crate) fn command_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(password) = &self.requirepass {
+            args.extend(["--requirepass".to_owned(), password.clone()]);
+        }
+        if let Some((username, password)) = &self.acl_user {
+            args.extend(
+                [
+                    "--user",
+                    username,
+                    "on",
+                    &format!(">{password}"),
+                    "~*",
+                    "&*",
+                    "+@all",
+                ]
+                .map(str::to_owned),
+            );
+        }
+        if let Some(bytes) = self.maxmemory {
+            args.extend(["--maxmemory".to_owned(), bytes.to_string()]);
+        }
+        if let Some(primary) = self.replica_of {
+            args.extend([
+                "--replicaof".to_owned(),
+                primary.ip().to_string(),
+                primary.port().to_string(),
+            ]);
+        }
+        args.extend(self.extra_args.iter().cloned());
+        args
+    }
+
+    /// What a client must send to log in.
+    pub(crate) fn credentials(&self) -> Credentials {
+        match (&self.acl_user, &self.requirepass) {
+            (Some((username, password)), _) => Credentials {
+                username: Some(username.clone()),
+                password: Some(password.clone()),
+            },
+            (None, Some(password)) => Credentials {
+                username: None,
+                password: Some(password.clone()),
+            },
+            (None, None) => Credentials::default(),
+        }
+    }
+}
