@@ -1,0 +1,89 @@
+//! A node's address: parsed once, printed without credentials.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::Error;
+
+/// One Redis master: its client (which never connects by itself) and a label for messages.
+#[derive(Clone)]
+pub struct NodeAddr {
+    client: redis::Client,
+    label: Arc<str>,
+}
+
+impl NodeAddr {
+    /// Parses `redis://[user:password@]host:port[/db]` (or `rediss://` with a TLS feature of the
+    /// `redis` crate). The error names the node by position and never repeats the URL, which may
+    /// hold a password.
+    pub fn parse(index: usize, url: &str) -> Result<Self, Error> {
+        let client = redis::Client::open(url).map_err(|err| Error::InvalidNode {
+            index,
+            reason: match err.kind() {
+                redis::ErrorKind::InvalidClientConfig => {
+                    "not a redis:// or rediss:// URL (or TLS support is not compiled in)".to_owned()
+                }
+                _ => err.category().to_owned(),
+            },
+        })?;
+        let label = client.get_connection_info().addr().to_string().into();
+        Ok(Self { client, label })
+    }
+
+    /// Parses a list of URLs.
+    pub fn parse_all<I, S>(urls: I) -> Result<Vec<Self>, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        urls.into_iter()
+            .enumerate()
+            .map(|(i, url)| Self::parse(i, url.as_ref()))
+            .collect()
+    }
+
+    /// The client for this node (connections are the adapter's business).
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// `host:port`, never with credentials.
+    pub fn label(&self) -> &Arc<str> {
+        &self.label
+    }
+}
+
+impl fmt::Debug for NodeAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NodeAddr({})", self.label)
+    }
+}
+
+impl fmt::Display for NodeAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_and_errors_never_show_the_password() {
+        let node = NodeAddr::parse(0, "redis://user:hunter2@127.0.0.1:7000/0").expect("valid");
+        assert_eq!(&**node.label(), "127.0.0.1:7000");
+        assert!(!format!("{node:?} {node}").contains("hunter2"));
+        for bad in [
+            "http://user:hunter2@host",
+            "redis://:hunter2@",
+            "hunter2",
+            "",
+        ] {
+            let err = NodeAddr::parse(3, bad).expect_err("invalid");
+            let text = err.to_string();
+            assert!(text.starts_with("node #3"), "{text}");
+            assert!(!text.contains("hunter2"), "{text}");
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! `redis::Value` and `RedisError` as engine replies.
+
+use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+use redlock_core::{NodeErrorKind, Reply};
+
+/// Maps a command's result.
+pub fn map_result(result: Result<Value, RedisError>) -> Reply {
+    match result {
+        Ok(Value::Okay) => Reply::Ok,
+        Ok(Value::SimpleString(s)) if s == "OK" => Reply::Ok,
+        Ok(Value::Nil) => Reply::Nil,
+        Ok(Value::Int(n)) => Reply::Int(n),
+        Ok(Value::ServerError(err)) => Reply::Error(NodeErrorKind::from_code(err.code())),
+        Ok(_) => Reply::Other,
+        Err(err) => Reply::Error(map_error(&err)),
+    }
+}
+
+/// Whether a connection that produced `err` must be rebuilt rather than reused: the `redis`
+/// crate's connection manager keeps failing with a setup error (a wrong password, a bad TLS
+/// configuration) forever, since only I/O errors make it reconnect.
+pub fn needs_new_connection(err: &RedisError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::AuthenticationFailed
+            | ErrorKind::InvalidClientConfig
+            | ErrorKind::RESP3NotSupported
+    ) || err.code() == Some("WRONGPASS")
+}
+
+/// Maps a failed request to why it failed.
+pub fn map_error(err: &RedisError) -> NodeErrorKind {
+    if err.is_timeout() {
+        return NodeErrorKind::Timeout;
+    }
+    if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
+        return NodeErrorKind::Connection;
+    }
+    match err.kind() {
+        ErrorKind::AuthenticationFailed => NodeErrorKind::Auth,
+        ErrorKind::Server(ServerErrorKind::NoScript) => NodeErrorKind::NoScript,
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => NodeErrorKind::ReadOnly,
+        ErrorKind::Server(ServerErrorKind::NoPerm) => NodeErrorKind::NoPermission,
+        ErrorKind::Server(ServerErrorKind::BusyLoading) => NodeErrorKind::Loading,
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => NodeErrorKind::Protocol,
+        _ => err
+            .code()
+            .map_or(NodeErrorKind::Other, NodeErrorKind::from_code),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_map_to_replies() {
+        assert_eq!(map_result(Ok(Value::Okay)), Reply::Ok);
+        assert_eq!(map_result(Ok(Value::Nil)), Reply::Nil);
+        assert_eq!(map_result(Ok(Value::Int(-1))), Reply::Int(-1));
+        assert_eq!(
+            map_result(Ok(Value::BulkString(b"x".to_vec()))),
+            Reply::Other
+        );
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(
+            map_result(Err(refused)),
+            Reply::Error(NodeErrorKind::Connection)
+        );
+        let timeout = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert_eq!(map_error(&timeout), NodeErrorKind::Timeout);
+        let auth = RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(map_error(&auth), NodeErrorKind::Auth);
+    }
+}

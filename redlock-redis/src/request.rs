@@ -1,0 +1,77 @@
+//! An engine command as a `redis` crate request.
+
+use std::sync::LazyLock;
+
+use redlock_core::{ACQUIRE_SCRIPT, Command, EXTEND_SCRIPT, RELEASE_SCRIPT, RedisForm};
+
+static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ACQUIRE_SCRIPT));
+static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_SCRIPT));
+static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(EXTEND_SCRIPT));
+
+/// A command ready to run: `SET … NX PX …`, or the script by `EVALSHA`, loading it on `NOSCRIPT`
+/// (after a `SCRIPT FLUSH` or on a fresh node).
+pub enum Request {
+    /// A plain command.
+    Cmd(redis::Cmd),
+    /// A script invocation.
+    Script(redis::ScriptInvocation<'static>),
+}
+
+impl Request {
+    /// Builds the request for `command`, exactly as the engine's [`RedisForm`] says.
+    pub fn new(command: &Command) -> Self {
+        match command.redis_form() {
+            RedisForm::Set { key, token, ttl_ms } => {
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+                Self::Cmd(cmd)
+            }
+            RedisForm::Script {
+                script,
+                spec,
+                token,
+                ttl_ms,
+            } => {
+                let script: &'static redis::Script = match script {
+                    ACQUIRE_SCRIPT => &ACQUIRE,
+                    EXTEND_SCRIPT => &EXTEND,
+                    _ => &RELEASE,
+                };
+                let mut invocation = script.prepare_invoke();
+                for key in spec.keys() {
+                    invocation.key(key);
+                }
+                invocation.arg(token);
+                if let Some(ttl) = ttl_ms {
+                    invocation.arg(ttl);
+                }
+                Self::Script(invocation)
+            }
+        }
+    }
+
+    #[cfg(any(feature = "tokio", feature = "smol"))]
+    /// Runs the request on an async connection (map the result with
+    /// [`map_result`](crate::map_result)).
+    pub async fn run_async<C: redis::aio::ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> Result<redis::Value, redis::RedisError> {
+        match self {
+            Self::Cmd(cmd) => cmd.query_async(conn).await,
+            Self::Script(invocation) => invocation.invoke_async(conn).await,
+        }
+    }
+
+    /// Runs the request on a blocking connection (map the result with
+    /// [`map_result`](crate::map_result)).
+    pub fn run(
+        &self,
+        conn: &mut dyn redis::ConnectionLike,
+    ) -> Result<redis::Value, redis::RedisError> {
+        match self {
+            Self::Cmd(cmd) => cmd.query(conn),
+            Self::Script(invocation) => invocation.invoke(conn),
+        }
+    }
+}
