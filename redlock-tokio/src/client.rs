@@ -11,6 +11,7 @@ use tracing::Instrument;
 
 use crate::conn::Node;
 use crate::driver::{Dispatch, drive};
+
 use crate::lock::Lock;
 
 /// The default bound on one request's I/O (connect, send, reply) to one node. The engine's own
@@ -108,13 +109,14 @@ impl Redlock {
                 dispatch: Some(Dispatch::new(self.inner.nodes.clone())),
             };
             let outcome = pending.run().await;
-            let handle = pending.finish();
+            let dispatch = pending.finish();
             match outcome {
                 AcquireOutcome::Acquired(lease) => {
                     tracing::debug!(attempts = lease.attempts(), "acquired");
-                    Ok(Lock::new(self.clone(), lease, handle))
+                    Ok(Lock::new(self.clone(), lease, dispatch))
                 }
                 AcquireOutcome::Failed(failure) => {
+                    dispatch.finish();
                     tracing::debug!(reason = ?failure.reason, attempts = failure.attempts, "not acquired");
                     Err(Error::acquire_failed(&self.inner.labels, &failure))
                 }
@@ -125,9 +127,12 @@ impl Redlock {
         .await
     }
 
-    /// Runs `release` to its report on a fresh dispatch.
-    pub(crate) async fn run_release(&self, mut release: Release) -> redlock_redis::ReleaseReport {
-        let mut dispatch = Dispatch::new(self.inner.nodes.clone());
+    /// Runs `release` to its report on the lock's dispatch.
+    pub(crate) async fn run_release(
+        &self,
+        mut dispatch: Dispatch,
+        mut release: Release,
+    ) -> redlock_redis::ReleaseReport {
         let report = drive(&mut dispatch, &mut release).await;
         dispatch.finish();
         redlock_redis::ReleaseReport::new(&self.inner.labels, &report)
@@ -149,14 +154,12 @@ impl Pending {
         }
     }
 
-    /// The acquisition ended: let queued clean-up go out, and hand back the runtime handle.
-    fn finish(&mut self) -> tokio::runtime::Handle {
-        let dispatch = self.dispatch.take();
-        let handle = tokio::runtime::Handle::current();
-        if let Some(dispatch) = dispatch {
-            dispatch.finish();
+    /// The acquisition ended: hand over the dispatch (to the lock, or to let clean-up finish).
+    fn finish(&mut self) -> Dispatch {
+        match self.dispatch.take() {
+            Some(dispatch) => dispatch,
+            None => unreachable!("an acquisition finishes once"),
         }
-        handle
     }
 }
 

@@ -13,15 +13,20 @@ use crate::conn::Node;
 
 /// Sends one operation's requests, each on its own task, and collects the replies.
 ///
+/// One dispatch serves one lock from acquisition to release, running one machine at a time.
+///
 /// # Implementation note
-/// Per node, an operation has at most one request in flight; later ones queue behind it. So a
-/// release that the engine emits while a `SET` to a slow node is still out runs *after* that
-/// `SET` on the node, and cannot be overtaken by it (which would leave the key for a full TTL).
+/// Per node, a lock has at most one request in flight; later ones queue behind it. So a release
+/// (or a failed round's clean-up) runs on each node *after* the `SET` that node may still be
+/// answering — when `lock()` returned on a quorum, say — and cannot be overtaken by it, which
+/// would leave the key for a full TTL. Replies are tagged with the machine they belong to: a
+/// straggler of the acquisition frees its node but never reaches the release machine.
 pub(crate) struct Dispatch {
     nodes: Arc<[Node]>,
     handle: Handle,
-    tx: mpsc::UnboundedSender<(RequestId, Reply)>,
-    rx: mpsc::UnboundedReceiver<(RequestId, Reply)>,
+    generation: u64,
+    tx: mpsc::UnboundedSender<(u64, RequestId, Reply)>,
+    rx: mpsc::UnboundedReceiver<(u64, RequestId, Reply)>,
     in_flight: Vec<Option<Instant>>,
     queued: Vec<VecDeque<Transmit>>,
 }
@@ -34,6 +39,7 @@ impl Dispatch {
         Self {
             nodes,
             handle: Handle::current(),
+            generation: 0,
             tx,
             rx,
             in_flight: vec![None; n],
@@ -54,17 +60,18 @@ impl Dispatch {
         self.in_flight[node] = Some(Instant::now());
         let nodes = self.nodes.clone();
         let tx = self.tx.clone();
+        let generation = self.generation;
         self.handle.spawn(async move {
             let reply = nodes[node].run(&transmit.command).await;
-            // The operation may be over; then nobody needs the reply.
-            let _ = tx.send((transmit.id, reply));
+            // The lock may be gone; then nobody needs the reply.
+            let _ = tx.send((generation, transmit.id, reply));
         });
     }
 
-    /// The next reply; marks its node free and sends what queued behind it.
-    async fn recv(&mut self) -> (RequestId, Reply) {
+    /// The next reply of any machine; marks its node free and sends what queued behind it.
+    async fn recv_any(&mut self) -> (u64, RequestId, Reply) {
         // `self.tx` keeps the channel open, so `recv` never yields `None`.
-        let Some((id, reply)) = self.rx.recv().await else {
+        let Some((generation, id, reply)) = self.rx.recv().await else {
             return std::future::pending().await;
         };
         let node = id.node();
@@ -74,7 +81,17 @@ impl Dispatch {
         if let Some(next) = self.queued[node].pop_front() {
             self.send(next);
         }
-        (id, reply)
+        (generation, id, reply)
+    }
+
+    /// The next reply for the machine being driven.
+    async fn recv(&mut self) -> (RequestId, Reply) {
+        loop {
+            let (generation, id, reply) = self.recv_any().await;
+            if generation == self.generation {
+                return (id, reply);
+            }
+        }
     }
 
     /// Lets requests still queued behind slow nodes go out in the background; call when the
@@ -86,7 +103,7 @@ impl Dispatch {
         let handle = self.handle.clone();
         handle.spawn(async move {
             while self.queued.iter().any(|q| !q.is_empty()) {
-                self.recv().await;
+                self.recv_any().await;
             }
         });
     }
@@ -94,6 +111,7 @@ impl Dispatch {
 
 /// Runs `machine` to its outcome.
 pub(crate) async fn drive<M: Machine>(dispatch: &mut Dispatch, machine: &mut M) -> M::Outcome {
+    dispatch.generation += 1;
     loop {
         match machine.poll_output(Instant::now()) {
             Output::Send(transmit) => dispatch.send(transmit),

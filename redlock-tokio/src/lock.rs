@@ -4,7 +4,6 @@ use std::time::{Duration, Instant};
 
 use redlock_core::{Extend, ExtendOutcome, Lease, Release, Token};
 use redlock_redis::{Error, ReleaseReport};
-use tokio::runtime::Handle;
 
 use crate::client::Redlock;
 use crate::driver::{Dispatch, drive};
@@ -20,8 +19,9 @@ use crate::driver::{Dispatch, drive};
 pub struct Lock {
     client: Redlock,
     lease: Lease,
-    handle: Handle,
-    released: bool,
+    /// The acquisition's dispatch, so that later requests queue behind its stragglers.
+    /// `None` once released.
+    dispatch: Option<Dispatch>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -34,12 +34,11 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(client: Redlock, lease: Lease, handle: Handle) -> Self {
+    pub(crate) fn new(client: Redlock, lease: Lease, dispatch: Dispatch) -> Self {
         Self {
             client,
             lease,
-            handle,
-            released: false,
+            dispatch: Some(dispatch),
         }
     }
 
@@ -88,22 +87,29 @@ impl Lock {
     /// Releases the lock on every node and reports what each did. Keys under another token are
     /// never touched; releasing an expired lock is a normal report.
     pub async fn release(mut self) -> ReleaseReport {
-        self.released = true;
         let release = Release::new(Instant::now(), &self.client.inner.config, &self.lease);
-        self.client.run_release(release).await
+        let dispatch = self.take_dispatch();
+        self.client.run_release(dispatch, release).await
+    }
+
+    fn take_dispatch(&mut self) -> Dispatch {
+        match self.dispatch.take() {
+            Some(dispatch) => dispatch,
+            None => unreachable!("only release and drop take the dispatch, and each ends the lock"),
+        }
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        if self.released {
+        let Some(dispatch) = self.dispatch.take() else {
             return;
-        }
+        };
         let release = Release::new(Instant::now(), &self.client.inner.config, &self.lease);
         let client = self.client.clone();
         tracing::debug!("lock dropped unreleased: releasing in the background");
-        self.handle.spawn(async move {
-            client.run_release(release).await;
+        dispatch.handle().clone().spawn(async move {
+            client.run_release(dispatch, release).await;
         });
     }
 }
@@ -119,9 +125,10 @@ impl Lock {
         ttl: Duration,
     ) -> Result<ExtendOutcome, redlock_core::ConfigError> {
         let mut extend = Extend::new(Instant::now(), &self.client.inner.config, &self.lease, ttl)?;
-        let mut dispatch = Dispatch::new(self.client.inner.nodes.clone());
-        let outcome = drive(&mut dispatch, &mut extend).await;
-        dispatch.finish();
+        let Some(dispatch) = self.dispatch.as_mut() else {
+            unreachable!("a lock that is not released has its dispatch");
+        };
+        let outcome = drive(dispatch, &mut extend).await;
         self.lease.apply(&outcome);
         Ok(outcome)
     }

@@ -1,0 +1,93 @@
+//! What the conformance suite needs from an adapter, in blocking form so that one suite drives
+//! the async adapters (through their runtime) and the blocking one alike.
+
+use std::time::{Duration, Instant};
+
+use redlock_core::{ConfigBuilder, LockRequest, RetryPolicy};
+use redlock_redis::{Error, ReleaseReport};
+
+/// Client settings a scenario may change; everything else stays at the adapter's default.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Nodes that must grant a lock.
+    pub quorum: Option<usize>,
+    /// The retry policy of `lock`.
+    pub retry: Option<RetryPolicy>,
+    /// The engine's per-node timeout.
+    pub node_timeout: Option<Duration>,
+    /// The key prefix.
+    pub key_prefix: Option<Vec<u8>>,
+}
+
+impl Options {
+    /// Applies the settings to an engine configuration.
+    pub fn configure(&self, mut config: ConfigBuilder) -> ConfigBuilder {
+        if let Some(quorum) = self.quorum {
+            config = config.quorum(quorum);
+        }
+        if let Some(retry) = self.retry {
+            config = config.retry(retry);
+        }
+        if let Some(timeout) = self.node_timeout {
+            config = config.node_timeout(timeout);
+        }
+        if let Some(prefix) = &self.key_prefix {
+            config = config.key_prefix(prefix.clone());
+        }
+        config
+    }
+}
+
+/// What the work inside a scoped lock saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Work {
+    /// Whether the work was told that the lock was lost.
+    pub observed_loss: bool,
+    /// How long the work ran.
+    pub ran_for: Duration,
+}
+
+/// An adapter under test.
+pub trait Adapter: Sized + Send + Sync + 'static {
+    /// Its held lock.
+    type Lock: HeldLock;
+    /// Its name, for messages.
+    const NAME: &'static str;
+    /// Whether an acquisition can be abandoned half-way (async adapters: drop the future).
+    const CANCELLABLE: bool;
+
+    /// Builds a client for `urls`.
+    fn build(urls: &[String], options: &Options) -> Result<Self, Error>;
+    /// `lock(resource, ttl)`.
+    fn lock(&self, resource: &str, ttl: Duration) -> Result<Self::Lock, Error>;
+    /// `try_lock(resource, ttl)`.
+    fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Self::Lock, Error>;
+    /// The request form.
+    fn acquire(&self, request: LockRequest) -> Result<Self::Lock, Error>;
+    /// Starts `lock(resource, ttl)` and abandons it after `after` unless it finished; returns
+    /// whether it finished (a finished lock is dropped unreleased).
+    fn lock_abandoned_after(&self, resource: &str, ttl: Duration, after: Duration) -> bool;
+    /// `with_lock(resource, ttl, work)` where the work runs for `hold` unless told the lock is
+    /// lost, and runs `midway` (on a thread that may block) once `midway_at` has passed. Returns
+    /// what `with_lock` returned and what the work saw (default if it never ran).
+    fn with_lock_work(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        hold: Duration,
+        midway_at: Duration,
+        midway: Box<dyn FnOnce() + Send>,
+    ) -> (Result<(), Error>, Work);
+}
+
+/// A held lock of an adapter under test.
+pub trait HeldLock: Send + std::fmt::Debug {
+    /// The token stored under the keys.
+    fn token(&self) -> Vec<u8>;
+    /// The end of validity.
+    fn valid_until(&self) -> Instant;
+    /// `extend(ttl)`.
+    fn extend(&mut self, ttl: Duration) -> Result<(), Error>;
+    /// `release()`.
+    fn release(self) -> ReleaseReport;
+}

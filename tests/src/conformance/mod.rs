@@ -1,0 +1,10 @@
+//! The conformance suite: one set of scenarios, written once, that every adapter must pass
+//! against real `redis-server` processes. An adapter plugs in by implementing [`Adapter`] and
+//! expanding [`conformance_tests!`](crate::conformance_tests) in a test file.
+
+mod adapter;
+pub mod scenarios;
+mod tokio;
+
+pub use adapter::{Adapter, HeldLock, Options, Work};
+pub use tokio::{Tokio, TokioLock};

@@ -1,0 +1,545 @@
+//! The scenarios every adapter must pass, against real `redis-server` processes (N = 5 unless
+//! stated). Timing: no assertion bounds a latency tightly; bounds are generous multiples of what
+//! the policy allows, so that they hold on a loaded 2-core machine.
+
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redlock_core::{LockRequest, NodeErrorKind, NodeRelease, RetryPolicy, Vote};
+use redlock_redis::Error;
+
+use super::adapter::{Adapter, HeldLock, Options};
+use crate::{Cluster, FaultProxy, RedisServer, ServerOptions};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// Polls `check` every 20 ms until it holds or `limit` passes; returns whether it held.
+pub fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn client<A: Adapter>(nodes: &Cluster, options: &Options) -> A {
+    A::build(&nodes.urls(), options)
+        .unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME))
+}
+
+/// Asserts that `count` nodes come to hold `key = token`. The lock call returns once a quorum
+/// granted, so the remaining nodes' answers may still be on their way.
+fn assert_holding(nodes: &Cluster, key: &str, token: &[u8], count: usize) {
+    let held = eventually(Duration::from_secs(5), || {
+        nodes.count_holding(key, token) == count
+    });
+    assert!(
+        held,
+        "{key} is on {} nodes, expected {count}",
+        nodes.count_holding(key, token)
+    );
+}
+
+fn total_keys(nodes: &Cluster) -> i64 {
+    nodes
+        .servers()
+        .iter()
+        .filter(|s| s.is_running() && !s.is_paused())
+        .map(|s| s.dbsize())
+        .sum()
+}
+
+/// Scenario 1: lock → our token on ≥ 3 nodes with `PTTL ≤ ttl`; release → no key anywhere.
+pub fn lock_then_release<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let redlock: A = client(&nodes, &Options::default());
+    let lock = redlock.lock("res", TTL).expect("lock");
+    let token = lock.token();
+    assert!(token.len() >= 20, "token has {} bytes", token.len());
+    assert!(nodes.count_holding("res", &token) >= 3);
+    for server in nodes.servers() {
+        if server.get("res").as_deref() == Some(&token[..]) {
+            let pttl = server.pttl("res");
+            assert!(
+                pttl > 0 && i128::from(pttl) <= TTL.as_millis() as i128,
+                "PTTL {pttl}"
+            );
+        }
+    }
+    assert!(lock.valid_until() <= Instant::now() + TTL);
+    let report = lock.release();
+    assert!(report.released() >= 3, "{report:?}");
+    assert_eq!(total_keys(&nodes), 0);
+}
+
+/// Scenario 2: a second client's `try_lock` is contended; after the release it succeeds.
+pub fn contention<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let first: A = client(&nodes, &Options::default());
+    let second: A = client(&nodes, &Options::default());
+    let held = first.lock("res", TTL).expect("lock");
+    match second.try_lock("res", TTL) {
+        Err(Error::Contended(detail)) => {
+            assert_eq!(detail.attempts, 1);
+            assert!(
+                detail
+                    .nodes
+                    .iter()
+                    .filter(|n| n.result == Vote::Refused)
+                    .count()
+                    >= 3,
+                "{detail}"
+            );
+        }
+        other => panic!("expected contended, got {other:?}"),
+    }
+    held.release();
+    let taken = second.try_lock("res", TTL).expect("free after release");
+    assert_holding(&nodes, "res", &taken.token(), 5);
+    taken.release();
+}
+
+/// Scenario 3: two of five nodes down → still works; three down → unavailable, within the policy's bound;
+/// back up → works again with the same client.
+pub fn minority_and_majority_down<A: Adapter>() {
+    let mut nodes = Cluster::start(5);
+    let retry = RetryPolicy::default()
+        .attempts(3)
+        .delay(Duration::from_millis(50))
+        .jitter(Duration::from_millis(50));
+    let options = Options {
+        retry: Some(retry),
+        node_timeout: Some(Duration::from_millis(200)),
+        ..Options::default()
+    };
+    let redlock: A = client(&nodes, &options);
+    nodes.kill(0);
+    nodes.kill(1);
+    redlock
+        .lock("res", TTL)
+        .expect("a majority is up")
+        .release();
+    nodes.kill(2);
+    let start = Instant::now();
+    match redlock.lock("res", TTL) {
+        Err(Error::Unavailable(detail)) => assert_eq!(detail.attempts, 3, "{detail}"),
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    // The policy allows 3 rounds of at most 200 ms plus two pauses of at most 100 ms: 0.8 s.
+    // Ten times that is a bound no healthy run comes near; a hang would.
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        start.elapsed()
+    );
+    for i in 0..3 {
+        nodes.restart_empty(i);
+    }
+    let back = eventually(Duration::from_secs(10), || match redlock.lock("res", TTL) {
+        Ok(lock) => {
+            lock.release();
+            true
+        }
+        Err(_) => false,
+    });
+    assert!(back, "the same client works once the nodes are back");
+}
+
+/// Scenario 4: a node down when the client is built is no error; once it starts, it gets keys again.
+pub fn node_down_at_start<A: Adapter>() {
+    let mut nodes = Cluster::start(5);
+    nodes.kill(4);
+    let redlock: A = client(&nodes, &Options::default());
+    let lock = redlock.lock("res", TTL).expect("four of five are up");
+    assert_holding(&nodes, "res", &lock.token(), 4);
+    lock.release();
+    nodes.restart_empty(4);
+    let rejoined = eventually(Duration::from_secs(10), || {
+        let lock = redlock.lock("res", TTL).expect("lock");
+        let on_last = nodes[4].get("res").as_deref() == Some(&lock.token()[..]);
+        lock.release();
+        on_last
+    });
+    assert!(rejoined, "the late node gets the key");
+}
+
+/// Scenario 5: a stopped node (SIGSTOP) does not hold up a lock the others grant.
+pub fn stalled_node_does_not_delay<A: Adapter>() {
+    let mut nodes = Cluster::start(5);
+    // A long node timeout: waiting for the stopped node would take at least this long.
+    let node_timeout = Duration::from_secs(8);
+    let options = Options {
+        node_timeout: Some(node_timeout),
+        ..Options::default()
+    };
+    let redlock: A = client(&nodes, &options);
+    redlock.lock("warm-up", TTL).expect("lock").release();
+    nodes.pause(2);
+    let start = Instant::now();
+    let lock = redlock
+        .lock("res", Duration::from_secs(30))
+        .expect("four nodes answer");
+    let took = start.elapsed();
+    assert!(took < node_timeout, "waited {took:?} for the stopped node");
+    nodes.resume(2);
+    lock.release();
+}
+
+/// Scenario 6: held past its TTL → another client acquires; the first one's release reports it is not
+/// held and leaves the other's keys; its extend is `Lost`.
+pub fn expired_lock_is_not_released_or_extended<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let first: A = client(&nodes, &Options::default());
+    let second: A = client(&nodes, &Options::default());
+    let ttl = Duration::from_millis(300);
+    let mut stale = first.lock("res", ttl).expect("lock");
+    assert!(
+        eventually(Duration::from_secs(10), || total_keys(&nodes) == 0),
+        "keys expire"
+    );
+    let fresh = second.lock("res", TTL).expect("free after expiry");
+    match stale.extend(TTL) {
+        Err(Error::Lost(_)) => {}
+        other => panic!("expected lost, got {other:?}"),
+    }
+    let report = stale.release();
+    assert_eq!(report.released(), 0, "{report:?}");
+    assert_eq!(report.held_by_other(), 5, "{report:?}");
+    assert_holding(&nodes, "res", &fresh.token(), 5);
+    fresh.release();
+}
+
+/// Scenario 7: extend before expiry → `PTTL` refreshed on the nodes, validity moved forward.
+pub fn extend_refreshes<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let redlock: A = client(&nodes, &Options::default());
+    let mut lock = redlock.lock("res", Duration::from_secs(2)).expect("lock");
+    let before = lock.valid_until();
+    thread::sleep(Duration::from_millis(300));
+    lock.extend(Duration::from_secs(20)).expect("extend");
+    assert!(lock.valid_until() > before + Duration::from_secs(10));
+    for server in nodes.servers() {
+        let pttl = server.pttl("res");
+        assert!(pttl > 10_000 && pttl <= 20_000, "PTTL {pttl}");
+    }
+    lock.release();
+}
+
+/// Scenario 8: {a, b} held → {b, c} fails, leaving no partial key; after release both are free.
+pub fn multi_resource_all_or_nothing<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let redlock: A = client(&nodes, &Options::default());
+    let ab = redlock
+        .acquire(LockRequest::new("a", TTL).resource("b"))
+        .expect("lock a and b");
+    let bc = LockRequest::new("b", TTL)
+        .resource("c")
+        .retry(RetryPolicy::once());
+    match redlock.acquire(bc.clone()) {
+        Err(Error::Contended(_)) => {}
+        other => panic!("expected contended, got {other:?}"),
+    }
+    assert_eq!(nodes.count_with_key("c"), 0, "no partial key");
+    ab.release();
+    let bc = redlock.acquire(bc).expect("free after release");
+    assert_holding(&nodes, "b", &bc.token(), 5);
+    assert_holding(&nodes, "c", &bc.token(), 5);
+    bc.release();
+    assert_eq!(total_keys(&nodes), 0);
+}
+
+/// Scenario 9: bad input → typed errors, no panic, no password in any message.
+pub fn bad_input<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let redlock: A = client(&nodes, &Options::default());
+    for ttl in [Duration::ZERO, Duration::from_millis(2), Duration::MAX] {
+        match redlock.try_lock("res", ttl) {
+            Err(Error::Config(err)) => assert!(err.to_string().starts_with("ttl"), "{err}"),
+            other => panic!("ttl {ttl:?}: expected a config error, got {other:?}"),
+        }
+    }
+    assert!(matches!(redlock.try_lock("", TTL), Err(Error::Config(_))));
+    let none: [String; 0] = [];
+    assert!(matches!(
+        A::build(&none, &Options::default()),
+        Err(Error::Config(_))
+    ));
+    let minority = Options {
+        quorum: Some(2),
+        ..Options::default()
+    };
+    assert!(matches!(
+        A::build(&nodes.urls(), &minority),
+        Err(Error::Config(_))
+    ));
+
+    let secret = "s3cret-Pa55";
+    let garbage = format!("redis://user:{secret}@[not-a-host/");
+    match A::build(&[garbage], &Options::default()) {
+        Err(err @ Error::InvalidNode { index: 0, .. }) => {
+            assert!(!err.to_string().contains(secret), "{err}")
+        }
+        Err(other) => panic!("expected an invalid node, got {other}"),
+        Ok(_) => panic!("an unparseable URL was accepted"),
+    }
+    let guarded = Cluster::start_with(3, &ServerOptions::new().requirepass("right-password"));
+    let wrong: Vec<String> = guarded
+        .servers()
+        .iter()
+        .map(|s| format!("redis://:{secret}@{}/", s.addr()))
+        .collect();
+    let redlock =
+        A::build(&wrong, &Options::default()).expect("a wrong password is found out later");
+    match redlock.try_lock("res", TTL) {
+        Err(err) => {
+            let detail = err.failure().expect("per-node detail");
+            // The round is decided (lost) as soon as two nodes refuse the login.
+            let auth = detail
+                .nodes
+                .iter()
+                .filter(|n| n.result == Vote::Failed(NodeErrorKind::Auth));
+            assert!(auth.count() >= 2, "{err}");
+            assert!(
+                detail.nodes.iter().all(|n| n.result != Vote::Granted),
+                "{err}"
+            );
+            assert!(!format!("{err} {err:?}").contains(secret), "{err}");
+        }
+        Ok(_) => panic!("locked with a wrong password"),
+    }
+}
+
+/// Scenario 10: a key holding a list (WRONGTYPE) is a clean outcome; `SCRIPT FLUSH` between calls is
+/// harmless.
+pub fn wrong_type_and_script_flush<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let redlock: A = client(&nodes, &Options::default());
+    for server in nodes.servers() {
+        let _: () = server.client().rpush("listy", "x").expect("rpush");
+    }
+    assert!(matches!(
+        redlock.try_lock("listy", TTL),
+        Err(Error::Contended(_))
+    ));
+
+    let lock = redlock.lock("res", TTL).expect("lock");
+    for server in &nodes.servers()[..2] {
+        let mut conn = server.client();
+        let _: () = conn.del("res").expect("del");
+        let _: () = conn.rpush("res", "x").expect("rpush");
+    }
+    let report = lock.release();
+    let wrong = report
+        .nodes
+        .iter()
+        .filter(|n| n.result == NodeRelease::Failed(NodeErrorKind::WrongType));
+    assert_eq!(wrong.count(), 2, "{report:?}");
+    assert_eq!(report.released(), 3, "{report:?}");
+
+    let multi = LockRequest::new("x", TTL).resource("y");
+    redlock.acquire(multi.clone()).expect("lock").release();
+    for server in nodes.servers() {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut server.client())
+            .expect("flush");
+    }
+    let lock = redlock.acquire(multi).expect("lock after SCRIPT FLUSH");
+    assert_eq!(lock.release().released(), 5);
+}
+
+/// Scenario 11: 16 workers × 50 critical sections of a non-atomic GET/SET increment on a sixth server:
+/// the counter ends at exactly 800.
+pub fn mutual_exclusion_counter<A: Adapter>() {
+    const WORKERS: usize = 16;
+    const SECTIONS: usize = 50;
+    let nodes = Cluster::start(5);
+    let counter = RedisServer::start();
+    let retry = RetryPolicy::default()
+        .unlimited()
+        .delay(Duration::from_millis(1))
+        .jitter(Duration::from_millis(10))
+        .deadline(Duration::from_secs(120));
+    let options = Options {
+        retry: Some(retry),
+        ..Options::default()
+    };
+    let redlock = Arc::new(client::<A>(&nodes, &options));
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let redlock = redlock.clone();
+            let mut conn = counter.client();
+            thread::spawn(move || {
+                for _ in 0..SECTIONS {
+                    let lock = redlock
+                        .lock("counter", TTL)
+                        .expect("lock within the deadline");
+                    let value: Option<u64> = conn.get("count").expect("get");
+                    let _: () = conn.set("count", value.unwrap_or(0) + 1).expect("set");
+                    lock.release();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("worker");
+    }
+    let count: u64 = counter.client().get("count").expect("get");
+    assert_eq!(count, (WORKERS * SECTIONS) as u64);
+    assert_eq!(total_keys(&nodes), 0);
+}
+
+/// Scenario 12: a dropped, unreleased lock and an abandoned acquisition leave no key behind (long before
+/// their TTL).
+pub fn dropped_and_abandoned_locks_release<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let ttl = Duration::from_secs(60);
+    let redlock: A = client(&nodes, &Options::default());
+    let lock = redlock.lock("dropped", ttl).expect("lock");
+    assert!(eventually(Duration::from_secs(5), || nodes
+        .count_with_key("dropped")
+        == 5));
+    drop(lock);
+    assert!(
+        eventually(Duration::from_secs(5), || total_keys(&nodes) == 0),
+        "dropped lock released"
+    );
+    if !A::CANCELLABLE {
+        return;
+    }
+    // Three slow nodes: the quorum cannot be reached before the acquisition is abandoned.
+    let proxies: Vec<FaultProxy> = nodes.servers()[..3]
+        .iter()
+        .map(|s| FaultProxy::start(s.addr()))
+        .collect();
+    let mut urls = nodes.urls();
+    for (url, proxy) in urls.iter_mut().zip(&proxies) {
+        *url = proxy.url();
+    }
+    let slow = A::build(
+        &urls,
+        &Options {
+            node_timeout: Some(Duration::from_secs(5)),
+            ..Options::default()
+        },
+    )
+    .expect("build");
+    slow.lock("warm-up", ttl).expect("lock").release();
+    for proxy in &proxies {
+        proxy.set_latency(Duration::from_millis(400));
+    }
+    let finished = slow.lock_abandoned_after("abandoned", ttl, Duration::from_millis(100));
+    assert!(
+        !finished,
+        "the acquisition was still waiting for the slow nodes"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || nodes
+            .count_with_key("abandoned")
+            == 0),
+        "the abandoned acquisition's keys were released"
+    );
+}
+
+/// Scenario 13: `with_lock` running for 3× TTL keeps the lock (another client cannot take it); killing
+/// three nodes mid-run → the work is told, and `with_lock` returns `Lost`.
+pub fn scoped_lock_extends_and_reports_loss<A: Adapter>() {
+    let nodes = Arc::new(Mutex::new(Cluster::start(5)));
+    let urls = nodes.lock().expect("cluster").urls();
+    let redlock = A::build(&urls, &Options::default()).expect("build");
+    let rival = Arc::new(A::build(&urls, &Options::default()).expect("build"));
+    let ttl = Duration::from_millis(600);
+    let rival_result = Arc::new(Mutex::new(None));
+    let (probe, seen) = (rival.clone(), rival_result.clone());
+    let (result, work) = redlock.with_lock_work(
+        "scoped",
+        ttl,
+        ttl * 3,
+        ttl * 2,
+        Box::new(move || {
+            let outcome = probe.try_lock("scoped", ttl).map(|lock| lock.release());
+            *seen.lock().expect("not poisoned") = Some(outcome.is_ok());
+        }),
+    );
+    result.expect("with_lock kept the lock");
+    assert!(!work.observed_loss && work.ran_for >= ttl * 3, "{work:?}");
+    assert_eq!(
+        *rival_result.lock().expect("not poisoned"),
+        Some(false),
+        "a rival got the lock mid-run"
+    );
+
+    let killer = nodes.clone();
+    let (result, work) = redlock.with_lock_work(
+        "scoped",
+        ttl,
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        Box::new(move || {
+            let mut nodes = killer.lock().expect("cluster");
+            for i in 0..3 {
+                nodes.kill(i);
+            }
+        }),
+    );
+    assert!(work.observed_loss, "the work was told: {work:?}");
+    assert!(matches!(result, Err(Error::Lost(_))), "{result:?}");
+    assert!(work.ran_for < Duration::from_secs(30));
+}
+
+/// Scenario 14: a reply cut after the command ran: the node still gets the release.
+pub fn lost_reply_still_released<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let proxy = FaultProxy::start(nodes[0].addr());
+    let mut urls = nodes.urls();
+    urls[0] = proxy.url();
+    // All five must grant, so the cut reply fails the round and its clean-up must reach node 0.
+    let options = Options {
+        quorum: Some(5),
+        retry: Some(RetryPolicy::once()),
+        ..Options::default()
+    };
+    let redlock: A = client_for::<A>(&urls, &options);
+    redlock.lock("warm-up", TTL).expect("lock").release();
+    proxy.reset_after(0);
+    assert!(
+        redlock.try_lock("res", TTL).is_err(),
+        "node 0's reply was cut"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || nodes.count_with_key("res") == 0),
+        "node 0 ran the SET and still got the release"
+    );
+}
+
+fn client_for<A: Adapter>(urls: &[String], options: &Options) -> A {
+    A::build(urls, options).unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME))
+}
+
+/// Expands to one `#[test]` per scenario for an adapter type.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($adapter:ty) => {
+        $crate::conformance_tests!($adapter;
+            lock_then_release, contention, minority_and_majority_down, node_down_at_start,
+            stalled_node_does_not_delay, expired_lock_is_not_released_or_extended, extend_refreshes,
+            multi_resource_all_or_nothing, bad_input, wrong_type_and_script_flush,
+            mutual_exclusion_counter, dropped_and_abandoned_locks_release,
+            scoped_lock_extends_and_reports_loss, lost_reply_still_released);
+    };
+    ($adapter:ty; $($scenario:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $scenario() {
+                $crate::conformance::scenarios::$scenario::<$adapter>();
+            }
+        )+
+    };
+}
