@@ -22,6 +22,7 @@
 //! ```
 
 mod cluster;
+pub mod conformance;
 mod error;
 mod inspect;
 mod options;
