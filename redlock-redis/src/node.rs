@@ -30,16 +30,25 @@ impl NodeAddr {
         Ok(Self { client, label })
     }
 
-    /// Parses a list of URLs.
+    /// Parses a list of URLs. The same `host:port` twice is rejected: one server counted as two
+    /// nodes would let a single failure decide a quorum.
     pub fn parse_all<I, S>(urls: I) -> Result<Vec<Self>, Error>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        urls.into_iter()
-            .enumerate()
-            .map(|(i, url)| Self::parse(i, url.as_ref()))
-            .collect()
+        let mut nodes: Vec<Self> = Vec::new();
+        for (index, url) in urls.into_iter().enumerate() {
+            let node = Self::parse(index, url.as_ref())?;
+            if let Some(first) = nodes.iter().position(|n| n.label == node.label) {
+                return Err(Error::InvalidNode {
+                    index,
+                    reason: format!("{} is node #{first} already; each node must be a different server", node.label),
+                });
+            }
+            nodes.push(node);
+        }
+        Ok(nodes)
     }
 
     /// The client for this node (connections are the adapter's business).
