@@ -56,6 +56,11 @@ impl LockRequest {
     }
 
     /// Uses this token instead of a random one (1 to 512 bytes; it must be unique to the holder).
+    ///
+    /// A generated token changes with each round (`<random>.<round>`), so a late clean-up release
+    /// of one round can never delete the key a later round set. A caller's token is the same in
+    /// every round: that relies on the transport keeping each node's requests in order, as every
+    /// adapter of this project does.
     pub fn token(mut self, token: impl Into<Vec<u8>>) -> Self {
         self.token = Some(token.into());
         self
@@ -106,7 +111,8 @@ enum Phase {
     Open,
     /// A round's requests are out.
     Collecting,
-    /// A lost round's release goes out; then retry at the instant, or finish.
+    /// A lost round's release goes out; then pause until the instant and retry, or (after the
+    /// last round) wait for the release's answers and finish.
     CleaningUp(Option<Instant>),
     /// Pausing before the next round.
     Pausing(Instant),
@@ -119,7 +125,10 @@ enum Phase {
 /// drain after creation and after every input until it says `Wait`, `Done` or `Idle`.
 #[derive(Debug)]
 pub struct Acquire {
+    /// The current round's keys and token.
     spec: LockSpec,
+    /// The generated token that each round's token derives from; `None` for a caller's token.
+    base_token: Option<Token>,
     ttl: Ttl,
     quorum: usize,
     node_timeout: Duration,
@@ -152,14 +161,18 @@ impl Acquire {
             retry.deadline = Some(deadline);
         }
         retry.check()?;
-        let token = match &request.token {
-            Some(bytes) => Token::new(bytes.clone())?,
-            None => Token::generate(rng),
+        let (token, base_token) = match &request.token {
+            Some(bytes) => (Token::new(bytes.clone())?, None),
+            None => {
+                let token = Token::generate(rng);
+                (token.clone(), Some(token))
+            }
         };
         let spec = LockSpec::new(config.key_prefix(), &request.resources, token)?;
         let n = config.nodes();
         Ok(Self {
             spec,
+            base_token,
             ttl,
             quorum: config.quorum(),
             node_timeout: config.node_timeout(ttl.duration()),
@@ -189,16 +202,24 @@ impl Acquire {
     /// Hands in the reply to request `id`. Replies from an earlier round, duplicates, replies at
     /// or after their deadline and unknown ids are ignored.
     pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
-        if matches!(self.phase, Phase::Collecting) {
-            self.round.record(now, id, reply);
+        match self.phase {
+            Phase::Collecting => {
+                self.round.record(now, id, reply);
+            }
+            Phase::CleaningUp(None) => {
+                self.cleanup.record(now, id, reply);
+            }
+            _ => {}
         }
     }
 
     /// Lets deadlines pass: call when the instant of the last `Wait` has come. Harmless at any
     /// other time.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if matches!(self.phase, Phase::Collecting) {
-            self.round.expire(now);
+        match self.phase {
+            Phase::Collecting => self.round.expire(now),
+            Phase::CleaningUp(None) => self.cleanup.expire(now),
+            _ => {}
         }
     }
 
@@ -238,14 +259,26 @@ impl Acquire {
                     if let Some(transmit) = self.cleanup.next_transmit(&self.spec) {
                         return Output::Send(transmit);
                     }
-                    self.phase = match *retry_at {
-                        Some(at) => Phase::Pausing(at),
-                        None => Phase::Done(self.last_failure.take().map(AcquireOutcome::Failed)),
-                    };
+                    if let Some(at) = *retry_at {
+                        self.phase = Phase::Pausing(at);
+                        continue;
+                    }
+                    self.cleanup.expire(now);
+                    if self.cleanup.has_pending() {
+                        return Output::Wait(self.cleanup.deadline);
+                    }
+                    self.phase = Phase::Done(self.last_failure.take().map(AcquireOutcome::Failed));
                 }
                 Phase::Pausing(at) => {
                     if now < *at {
                         return Output::Wait(*at);
+                    }
+                    // The pause ended before the deadline, but a driver that wakes up late may
+                    // poll after it: no round starts past the deadline.
+                    if self.deadline.is_some_and(|deadline| now >= deadline) {
+                        self.phase =
+                            Phase::Done(self.last_failure.take().map(AcquireOutcome::Failed));
+                        continue;
                     }
                     self.phase = Phase::Open;
                 }
@@ -269,6 +302,9 @@ impl Acquire {
     fn open_round(&mut self, now: Instant) {
         self.attempts += 1;
         self.batches += 1;
+        if let (Some(base), true) = (&self.base_token, self.attempts > 1) {
+            self.spec = self.spec.with_token(base.for_round(self.attempts));
+        }
         if self.attempts == 1 {
             self.deadline = self
                 .retry
@@ -303,9 +339,16 @@ impl Acquire {
             None
         };
         self.batches += 1;
-        // Releases are fire-and-forget: their replies are never awaited, so the deadline is moot.
+        // Before a retry the release's answers are not awaited (the next round's requests follow
+        // it on each node). After the last round they are, for up to one node timeout (which may
+        // run past the overall deadline), so that a failed acquisition returns with its keys gone
+        // from every node that answers.
+        let settle_by = match retry_at {
+            Some(_) => now,
+            None => now.checked_add(self.node_timeout).unwrap_or(now),
+        };
         self.cleanup
-            .restart(self.batches, Op::DeleteIfEquals, now, now);
+            .restart(self.batches, Op::DeleteIfEquals, now, settle_by);
         self.phase = Phase::CleaningUp(retry_at);
     }
 }
@@ -409,7 +452,8 @@ mod tests {
             panic!("{outcome:?}")
         };
         assert_eq!(failure.reason, FailureReason::Unavailable);
-        assert_eq!(took, config.node_timeout(TTL));
+        // One node timeout for the round, one for the silent nodes' part of the clean-up.
+        assert_eq!(took, config.node_timeout(TTL) * 2);
         assert_eq!(
             sent.iter()
                 .filter(|(_, c)| c.op() == Op::DeleteIfEquals)
@@ -483,7 +527,10 @@ mod tests {
         let mut releases = 0;
         let outcome = loop {
             match machine.poll_output(late) {
-                Output::Send(t) if t.command.op() == Op::DeleteIfEquals => releases += 1,
+                Output::Send(t) if t.command.op() == Op::DeleteIfEquals => {
+                    releases += 1;
+                    machine.handle_reply(late, t.id, Reply::Int(1));
+                }
                 Output::Done(outcome) => break outcome,
                 other => panic!("{other:?}"),
             }
@@ -564,5 +611,37 @@ mod tests {
         };
         assert_eq!(lease.token().as_bytes(), b"mine");
         assert_eq!(nodes[0].keys[&b"r"[..]], b"mine");
+    }
+}
+
+#[cfg(test)]
+mod round_tokens {
+    use super::*;
+    use crate::testing::{FakeNode, Link, drive, rng};
+
+    #[test]
+    fn each_round_has_its_own_token_so_a_late_release_cannot_hit_a_later_round() {
+        let policy = RetryPolicy::default().attempts(3);
+        let config = Config::builder(3).retry(policy).build().expect("valid");
+        let mut nodes = vec![FakeNode::default(); 3];
+        for node in &mut nodes {
+            node.keys.insert(b"r".to_vec(), b"other".to_vec());
+        }
+        let t0 = Instant::now();
+        let request = LockRequest::new("r", Duration::from_secs(10));
+        let mut machine = Acquire::new(t0, &config, &request, &mut rng(5)).expect("valid");
+        let (_, _, sent) = drive(&mut machine, &mut nodes, &[Link::Up; 3], t0);
+        let mut tokens: Vec<Vec<u8>> = sent
+            .iter()
+            .filter(|(_, c)| c.op() == Op::SetIfAbsent)
+            .map(|(_, c)| c.spec().token().as_bytes().to_vec())
+            .collect();
+        tokens.dedup();
+        assert_eq!(tokens.len(), 3, "one token per round");
+        assert!(tokens[1].starts_with(&tokens[0]) && tokens[1].ends_with(b".2"));
+        // Each round's clean-up carries that round's token.
+        for (_, cmd) in sent.iter().filter(|(_, c)| c.op() == Op::DeleteIfEquals) {
+            assert!(tokens.contains(&cmd.spec().token().as_bytes().to_vec()));
+        }
     }
 }

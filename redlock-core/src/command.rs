@@ -38,14 +38,18 @@ if released > 0 then return 1 end
 return 0
 ";
 
-/// Resets the TTL of every key, only if every key holds the token. `KEYS` = the keys,
+/// Raises the TTL of every key to at least the given TTL, only if every key holds the token; a
+/// TTL is never shortened (an extension to a shorter TTL must not cut the validity the lease
+/// already has, which [`Lease::apply`](crate::Lease::apply) keeps). `KEYS` = the keys,
 /// `ARGV[1]` = token, `ARGV[2]` = TTL in ms. Answers 1 (extended) or 0 (not held: nothing changed).
 pub const EXTEND_SCRIPT: &str = "\
 for i = 1, #KEYS do
   if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
 end
 for i = 1, #KEYS do
-  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  end
 end
 return 1
 ";

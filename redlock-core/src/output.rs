@@ -45,8 +45,8 @@ pub struct Transmit {
 #[non_exhaustive]
 pub enum Output<T> {
     /// Send this request now (every request of a round comes out before the first `Wait`, so all
-    /// nodes are asked at once). A transmit that comes out just before `Done` is a clean-up whose
-    /// reply does not matter: send it all the same.
+    /// nodes are asked at once). Send every transmit, even when `Done` follows: a clean-up release
+    /// must reach its node although its reply may no longer be awaited.
     Send(Transmit),
     /// Nothing to do until a reply arrives or this instant passes; then call `handle_reply` or
     /// `handle_timeout` and poll again.

@@ -80,6 +80,16 @@ impl LockSpec {
         })))
     }
 
+    /// The same keys under another token.
+    pub(crate) fn with_token(&self, token: Token) -> Self {
+        Self(Arc::new(Inner {
+            token,
+            prefix_len: self.0.prefix_len,
+            keys: self.0.keys.clone(),
+            ends: self.0.ends.clone(),
+        }))
+    }
+
     /// The token written under every key.
     pub fn token(&self) -> &Token {
         &self.0.token

@@ -48,6 +48,15 @@ impl Token {
         Ok(Self(bytes.into_boxed_slice()))
     }
 
+    /// This token with the round number appended (`<token>.<round>`): distinct per round, and
+    /// as unguessable as the token itself.
+    pub(crate) fn for_round(&self, round: u32) -> Self {
+        let mut bytes = self.0.to_vec();
+        bytes.push(b'.');
+        bytes.extend_from_slice(round.to_string().as_bytes());
+        Self(bytes.into_boxed_slice())
+    }
+
     /// The bytes stored in Redis.
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
