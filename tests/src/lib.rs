@@ -30,6 +30,7 @@ mod port;
 mod proxy;
 mod pump;
 mod server;
+pub mod sim;
 
 pub use cluster::Cluster;
 pub use error::HarnessError;

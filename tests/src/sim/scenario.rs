@@ -1,0 +1,598 @@
+//! What a simulation runs: the cluster, the clients, the faults, and the ranges every seed draws
+//! its concrete schedule from.
+//!
+//! A [`Scenario`] is a family of schedules; a seed picks one. The presets come in two kinds:
+//! *inside the model* (the test expects no violation over many seeds) and *outside the model*
+//! (negative controls: the test expects the checker to find a violation). [`Scenario::assumptions`]
+//! says which model assumptions a scenario breaks, so a test can state which kind it runs.
+
+use std::time::Duration;
+
+use redlock_core::RetryPolicy;
+
+use super::clock::{Clock, Nanos, nanos};
+use super::network::{NetConfig, Partition};
+use super::node::ExtendSemantics;
+use super::rng::SimRng;
+
+/// How a client behaves while it holds a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    /// Checks its lease's validity before every use of the lock, pauses included: after a pause
+    /// it notices when the validity has passed and stops.
+    Correct,
+    /// Checks validity until it is paused; after a pause it finishes its work without checking
+    /// again (the classic "GC pause" bug). Outside the model.
+    TrustsLeaseAfterPause,
+}
+
+/// How long a client holds a lock, and whether it extends it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HoldConfig {
+    /// Share of critical sections that auto-extend (run the engine's [`Renewal`] policy);
+    /// the others hold for a fixed amount of work.
+    ///
+    /// [`Renewal`]: redlock_core::Renewal
+    pub auto_extend: f64,
+    /// Fixed holds: work as a share of the validity left at the grant. Above 1, a correct
+    /// client stops at the end of validity instead.
+    pub fixed_work: (f64, f64),
+    /// Auto-extended holds: work as a multiple of the TTL.
+    pub extended_work: (f64, f64),
+    /// Fixed holds extend once with `Lock::extend(ttl × factor)` after this share of their work,
+    /// if set: `(share, factor)`.
+    pub manual_extend: Option<(f64, f64)>,
+}
+
+/// Node crashes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CrashConfig {
+    /// Each node crashes up to this many times per run.
+    pub per_node: u32,
+    /// How long a crashed node stays down before it restarts empty. Inside the model only when
+    /// the lower bound exceeds every key's TTL on the node's clock (the Redis page's delayed
+    /// restart).
+    pub down_for: (Duration, Duration),
+}
+
+/// Client pauses (the process stops; messages and timers wait; the world goes on).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PauseConfig {
+    /// Each client pauses up to this many times per run.
+    pub per_client: u32,
+    /// How long a pause lasts.
+    pub length: (Duration, Duration),
+}
+
+/// Partitions between a client and a random set of nodes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PartitionConfig {
+    /// Each client is cut off up to this many times per run.
+    pub per_client: u32,
+    /// How long a partition lasts.
+    pub length: (Duration, Duration),
+}
+
+/// Clock offsets and rate errors.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClockConfig {
+    /// Each node's rate error is uniform in this range, in parts per million.
+    pub node_rate_ppm: (i32, i32),
+    /// Each client's rate error is uniform in this range, in parts per million.
+    pub client_rate_ppm: (i32, i32),
+    /// Each clock's offset is uniform in `[0, max_offset]` (offsets never matter to Redlock,
+    /// which only measures durations; they are here to prove it).
+    pub max_offset: Duration,
+}
+
+/// A family of simulated schedules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// Names the scenario in reports (and the test that runs it).
+    pub name: &'static str,
+    /// Redis masters.
+    pub nodes: usize,
+    /// Clients competing for the resources.
+    pub clients: usize,
+    /// Resources `r0`, `r1`, ... the clients lock.
+    pub resources: usize,
+    /// Share of locks that take two resources at once (the multi-key scripts).
+    pub multi: f64,
+    /// Each lock's TTL is uniform in this range (whole milliseconds).
+    pub ttl: (Duration, Duration),
+    /// The engine's drift factor.
+    pub drift_factor: f64,
+    /// The engine's retry policy for acquisitions.
+    pub retry: RetryPolicy,
+    /// Pause between a client's critical sections (after a release or a failed acquisition).
+    pub think: (Duration, Duration),
+    /// How clients hold locks.
+    pub hold: HoldConfig,
+    /// How clients check their leases.
+    pub client_kind: ClientKind,
+    /// How messages travel.
+    pub net: NetConfig,
+    /// Client-to-node partitions.
+    pub partitions: PartitionConfig,
+    /// Node crashes and restarts.
+    pub crashes: CrashConfig,
+    /// Client pauses.
+    pub pauses: PauseConfig,
+    /// Clock offsets and rates.
+    pub clocks: ClockConfig,
+    /// How the nodes run the extend script.
+    pub extend_semantics: ExtendSemantics,
+    /// Clients start no new acquisition after this much true time; the run ends when all are done.
+    pub run_for: Duration,
+}
+
+const NO_PARTITIONS: PartitionConfig = PartitionConfig {
+    per_client: 0,
+    length: (Duration::ZERO, Duration::ZERO),
+};
+const NO_CRASHES: CrashConfig = CrashConfig {
+    per_node: 0,
+    down_for: (Duration::ZERO, Duration::ZERO),
+};
+const NO_PAUSES: PauseConfig = PauseConfig {
+    per_client: 0,
+    length: (Duration::ZERO, Duration::ZERO),
+};
+/// Rate errors the default drift factor (0.01) covers with room to spare for short TTLs:
+/// ±0.4 % on each side makes a relative error of at most about 0.8 %.
+const WITHIN_DRIFT: ClockConfig = ClockConfig {
+    node_rate_ppm: (-4_000, 4_000),
+    client_rate_ppm: (-4_000, 4_000),
+    max_offset: Duration::from_secs(3600),
+};
+
+impl Scenario {
+    /// Five nodes, four clients on two resources, a clean network, perfect clocks, no faults.
+    pub fn baseline() -> Self {
+        Self {
+            name: "baseline",
+            nodes: 5,
+            clients: 4,
+            resources: 2,
+            multi: 0.0,
+            ttl: (Duration::from_millis(100), Duration::from_millis(400)),
+            drift_factor: 0.01,
+            retry: RetryPolicy::default()
+                .attempts(4)
+                .delay(Duration::from_millis(10))
+                .jitter(Duration::from_millis(40)),
+            think: (Duration::ZERO, Duration::from_millis(60)),
+            hold: HoldConfig {
+                auto_extend: 0.3,
+                fixed_work: (0.05, 1.2),
+                extended_work: (0.5, 3.0),
+                manual_extend: None,
+            },
+            client_kind: ClientKind::Correct,
+            net: NetConfig::clean(),
+            partitions: NO_PARTITIONS,
+            crashes: NO_CRASHES,
+            pauses: NO_PAUSES,
+            clocks: ClockConfig {
+                node_rate_ppm: (0, 0),
+                client_rate_ppm: (0, 0),
+                max_offset: Duration::ZERO,
+            },
+            extend_semantics: ExtendSemantics::of_engine(),
+            run_for: Duration::from_secs(3),
+        }
+    }
+
+    /// Inside the model: loss, duplication, reordering past deadlines, and partitions.
+    pub fn network_faults() -> Self {
+        Self {
+            name: "network_faults",
+            net: NetConfig::lossy(),
+            partitions: PartitionConfig {
+                per_client: 3,
+                length: (Duration::from_millis(20), Duration::from_millis(600)),
+            },
+            ..Self::baseline()
+        }
+    }
+
+    /// Inside the model: nodes crash, lose every key, and restart only after the longest TTL
+    /// (plus the drift) has passed, on a lossy network.
+    pub fn crash_delayed_restart() -> Self {
+        let base = Self::baseline();
+        Self {
+            name: "crash_delayed_restart",
+            net: NetConfig::lossy(),
+            crashes: CrashConfig {
+                per_node: 3,
+                down_for: (base.max_ttl().mul_f64(1.05), base.max_ttl().mul_f64(2.5)),
+            },
+            ..base
+        }
+    }
+
+    /// Inside the model: correct clients pause (up to three TTLs) while holding, acquiring,
+    /// extending and releasing, on a lossy network.
+    pub fn client_pauses() -> Self {
+        Self {
+            name: "client_pauses",
+            net: NetConfig::lossy(),
+            pauses: PauseConfig {
+                per_client: 4,
+                length: (Duration::from_millis(5), Duration::from_millis(1200)),
+            },
+            hold: HoldConfig {
+                auto_extend: 0.5,
+                ..Self::baseline().hold
+            },
+            ..Self::baseline()
+        }
+    }
+
+    /// Inside the model: every clock has its own offset and a rate error within the drift
+    /// budget, with the shortest TTLs (where the fixed 2 ms of drift matters most).
+    pub fn clock_drift() -> Self {
+        Self {
+            name: "clock_drift",
+            ttl: (Duration::from_millis(50), Duration::from_millis(300)),
+            clocks: WITHIN_DRIFT,
+            hold: HoldConfig {
+                fixed_work: (0.5, 1.5),
+                ..Self::baseline().hold
+            },
+            ..Self::baseline()
+        }
+    }
+
+    /// Inside the model, at its edge: every lock has a 400 ms TTL (validity 394 ms), node clocks
+    /// run 0.7 % fast and client clocks 0.7 % slow — a relative rate error of 1.41 % against the
+    /// 1.52 % the drift allows. Holders use their whole validity and contenders retry quickly, so
+    /// a validity even half a millisecond too generous shows up as an overlap.
+    pub fn clock_drift_edge() -> Self {
+        Self {
+            name: "clock_drift_edge",
+            ttl: (Duration::from_millis(400), Duration::from_millis(400)),
+            clocks: ClockConfig {
+                node_rate_ppm: (7_000, 7_000),
+                client_rate_ppm: (-7_000, -7_000),
+                max_offset: Duration::from_secs(3600),
+            },
+            retry: RetryPolicy::default()
+                .attempts(20)
+                .delay(Duration::from_millis(1))
+                .jitter(Duration::from_millis(4)),
+            hold: HoldConfig {
+                auto_extend: 0.0,
+                fixed_work: (1.5, 2.0),
+                ..Self::baseline().hold
+            },
+            net: NetConfig {
+                delay: (Duration::from_micros(10), Duration::from_micros(200)),
+                ..NetConfig::clean()
+            },
+            ..Self::baseline()
+        }
+    }
+
+    /// Outside the model (negative control), just: as [`Scenario::clock_drift_edge`] with rate
+    /// errors of ±1 % (relative 2.02 % against the 1.52 % allowed): keys expire up to 2 ms before
+    /// the holder's validity ends.
+    pub fn clock_drift_just_over() -> Self {
+        Self {
+            name: "clock_drift_just_over",
+            clocks: ClockConfig {
+                node_rate_ppm: (10_000, 10_000),
+                client_rate_ppm: (-10_000, -10_000),
+                max_offset: Duration::from_secs(3600),
+            },
+            ..Self::clock_drift_edge()
+        }
+    }
+
+    /// The network of [`Scenario::network_faults`] without per-link order: a lost round's
+    /// release may reach a node after the next round's `SET` (as when an adapter sends them on
+    /// different connections, e.g. after dropping one whose request timed out).
+    pub fn unordered_links() -> Self {
+        Self {
+            name: "unordered_links",
+            net: NetConfig {
+                fifo: false,
+                ..NetConfig::lossy()
+            },
+            ..Self::network_faults()
+        }
+    }
+
+    /// [`Scenario::unordered_links`] with one round per acquisition (`try_lock` in a loop): every
+    /// round has a token of its own, so a late release can only ever delete its own round's
+    /// keys.
+    pub fn unordered_links_one_round() -> Self {
+        Self {
+            name: "unordered_links_one_round",
+            retry: RetryPolicy::once(),
+            think: (Duration::from_millis(5), Duration::from_millis(40)),
+            ..Self::unordered_links()
+        }
+    }
+
+    /// Inside the model: holders call `extend(ttl × 0.3)` once, a tenth into a fixed hold and
+    /// hold on (the lease keeps the longer validity it had). Safe only if the extend script never
+    /// shortens a TTL.
+    pub fn extend_shorter() -> Self {
+        Self {
+            name: "extend_shorter",
+            hold: HoldConfig {
+                auto_extend: 0.0,
+                fixed_work: (0.8, 1.5),
+                extended_work: (0.5, 3.0),
+                manual_extend: Some((0.1, 0.3)),
+            },
+            ..Self::baseline()
+        }
+    }
+
+    /// Inside the model: locks on one or two of three resources (the multi-key scripts), with
+    /// network faults.
+    pub fn multi_resource() -> Self {
+        Self {
+            name: "multi_resource",
+            resources: 3,
+            clients: 5,
+            multi: 0.6,
+            net: NetConfig::lossy(),
+            ..Self::baseline()
+        }
+    }
+
+    /// Inside the model: every fault at once, on three nodes.
+    pub fn everything() -> Self {
+        let base = Self::baseline();
+        Self {
+            name: "everything",
+            nodes: 3,
+            multi: 0.3,
+            net: NetConfig::lossy(),
+            partitions: Self::network_faults().partitions,
+            crashes: CrashConfig {
+                per_node: 2,
+                down_for: (base.max_ttl().mul_f64(1.05), base.max_ttl().mul_f64(2.0)),
+            },
+            pauses: Self::client_pauses().pauses,
+            clocks: WITHIN_DRIFT,
+            hold: HoldConfig {
+                auto_extend: 0.5,
+                ..base.hold
+            },
+            ..base
+        }
+    }
+
+    /// Outside the model (negative control): nodes restart empty right away, inside holders'
+    /// validity — the failure the Redis page's delayed restart prevents.
+    pub fn restart_without_delay() -> Self {
+        Self {
+            name: "restart_without_delay",
+            nodes: 3,
+            net: NetConfig::lossy(),
+            crashes: CrashConfig {
+                per_node: 6,
+                down_for: (Duration::from_millis(1), Duration::from_millis(20)),
+            },
+            hold: HoldConfig {
+                auto_extend: 0.5,
+                fixed_work: (0.8, 1.2),
+                ..Self::baseline().hold
+            },
+            ..Self::baseline()
+        }
+    }
+
+    /// Outside the model (negative control): every node's clock runs 30 % fast while the drift
+    /// factor allows 1 %: keys expire long before the validity the holder was given.
+    pub fn node_clock_too_fast() -> Self {
+        Self {
+            name: "node_clock_too_fast",
+            clocks: ClockConfig {
+                node_rate_ppm: (300_000, 300_000),
+                client_rate_ppm: (0, 0),
+                max_offset: Duration::from_secs(60),
+            },
+            hold: HoldConfig {
+                auto_extend: 0.0,
+                fixed_work: (0.9, 1.2),
+                ..Self::baseline().hold
+            },
+            ..Self::baseline()
+        }
+    }
+
+    /// Outside the model (negative control): clients that, after a pause, finish their work
+    /// without checking that the lease is still valid.
+    pub fn pause_then_keep_using() -> Self {
+        Self {
+            name: "pause_then_keep_using",
+            client_kind: ClientKind::TrustsLeaseAfterPause,
+            pauses: PauseConfig {
+                per_client: 4,
+                length: (Duration::from_millis(200), Duration::from_millis(1000)),
+            },
+            hold: HoldConfig {
+                auto_extend: 0.0,
+                fixed_work: (0.3, 0.9),
+                ..Self::baseline().hold
+            },
+            ..Self::baseline()
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::extend_shorter`] on nodes whose extend
+    /// is a plain `PEXPIRE` (the engine's script before it checked `PTTL`): the keys expire long
+    /// before the validity the lease keeps.
+    pub fn extend_shortens_keys() -> Self {
+        Self {
+            name: "extend_shortens_keys",
+            extend_semantics: ExtendSemantics::Pexpire,
+            ..Self::extend_shorter()
+        }
+    }
+
+    /// The longest TTL any lock of the scenario uses.
+    pub fn max_ttl(&self) -> Duration {
+        let base = self.ttl.1;
+        match self.hold.manual_extend {
+            Some((_, factor)) if factor > 1.0 => base.mul_f64(factor),
+            _ => base,
+        }
+    }
+
+    /// The model assumptions this scenario breaks (empty: inside the model, so the checker must
+    /// never fire).
+    ///
+    /// 1. Clock rates: a lock of TTL `ttl` is trusted for `ttl − drift` on the client's clock
+    ///    (`drift = ttl × factor + 2 ms`); a key lives `ttl` on the node's clock. Safe while
+    ///    `(1 + node rate) / (1 + client rate) ≤ ttl / (ttl − drift)` for every TTL.
+    /// 2. No node restarts empty while one of its keys could still be alive: the shortest
+    ///    downtime exceeds the longest TTL as the fastest node clock measures it.
+    /// 3. Clients stop using a lock when its validity ends, pauses included.
+    /// 4. An extension never shortens a key's TTL (the lease keeps the longer validity it had).
+    pub fn assumptions(&self) -> Vec<String> {
+        let mut broken = Vec::new();
+        // `ttl / span` shrinks as the TTL grows (the 2 ms floor matters less): the longest TTL
+        // is the tightest.
+        let ttl = self.max_ttl().as_secs_f64();
+        let span = ttl - ttl * self.drift_factor - 0.002;
+        let fastest_node = 1.0 + f64::from(self.clocks.node_rate_ppm.1) / 1e6;
+        let slowest_node = 1.0 + f64::from(self.clocks.node_rate_ppm.0) / 1e6;
+        let slowest_client = 1.0 + f64::from(self.clocks.client_rate_ppm.0) / 1e6;
+        let ratio = fastest_node / slowest_client;
+        if ratio > ttl / span {
+            broken.push(format!(
+                "clock rates: node/client rate ratio up to {ratio:.4}, the drift covers {:.4}",
+                ttl / span
+            ));
+        }
+        if self.crashes.per_node > 0 {
+            let longest_key = self.max_ttl().as_secs_f64() / slowest_node;
+            let shortest_down = self.crashes.down_for.0.as_secs_f64();
+            if shortest_down <= longest_key {
+                broken.push(format!(
+                    "restart: nodes come back after {shortest_down:.3} s, keys live up to \
+                     {longest_key:.3} s"
+                ));
+            }
+        }
+        let shortens = self
+            .hold
+            .manual_extend
+            .is_some_and(|(_, factor)| factor < 1.0);
+        if shortens && self.extend_semantics == ExtendSemantics::Pexpire {
+            broken
+                .push("extend: a shorter TTL cuts keys below the validity the lease keeps".into());
+        }
+        if self.client_kind != ClientKind::Correct {
+            broken.push(format!("clients: {:?}", self.client_kind));
+        }
+        broken
+    }
+
+    /// Draws one concrete schedule of faults and clocks.
+    pub(crate) fn plan(&self, rng: &mut SimRng) -> Plan {
+        let run = nanos(self.run_for);
+        let clock = |rng: &mut SimRng, (lo, hi): (i32, i32)| {
+            let offset = rng.between(0, nanos(self.clocks.max_offset));
+            let span = u64::try_from(i64::from(hi) - i64::from(lo)).unwrap_or(0);
+            let rate = i64::from(lo) + i64::try_from(rng.between(0, span)).unwrap_or(0);
+            Clock::new(offset, i32::try_from(rate).unwrap_or(lo))
+        };
+        let node_clocks = (0..self.nodes)
+            .map(|_| clock(rng, self.clocks.node_rate_ppm))
+            .collect();
+        let client_clocks = (0..self.clients)
+            .map(|_| clock(rng, self.clocks.client_rate_ppm))
+            .collect();
+        let mut crashes = Vec::new();
+        for node in 0..self.nodes {
+            let count = rng.between(0, u64::from(self.crashes.per_node));
+            for (at, down) in spaced(rng, count, run, self.crashes.down_for) {
+                crashes.push(Crash { node, at, down });
+            }
+        }
+        let mut pauses = Vec::new();
+        for client in 0..self.clients {
+            let count = rng.between(0, u64::from(self.pauses.per_client));
+            for (at, length) in spaced(rng, count, run, self.pauses.length) {
+                pauses.push(Pause { client, at, length });
+            }
+        }
+        let mut partitions = Vec::new();
+        let all_nodes = u64::MAX >> (64 - self.nodes.clamp(1, 64));
+        for client in 0..self.clients {
+            let count = rng.between(0, u64::from(self.partitions.per_client));
+            for _ in 0..count {
+                let from = rng.between(0, run);
+                let until = from + nanos(rng.duration(self.partitions.length));
+                let nodes = rng.between(1, all_nodes);
+                partitions.push(Partition {
+                    client,
+                    nodes,
+                    from,
+                    until,
+                });
+            }
+        }
+        Plan {
+            node_clocks,
+            client_clocks,
+            crashes,
+            pauses,
+            partitions,
+        }
+    }
+}
+
+/// `count` non-overlapping intervals `(start, length)` starting inside `[0, run)`.
+fn spaced(
+    rng: &mut SimRng,
+    count: u64,
+    run: Nanos,
+    length: (Duration, Duration),
+) -> Vec<(Nanos, Nanos)> {
+    let mut starts: Vec<Nanos> = (0..count).map(|_| rng.between(0, run)).collect();
+    starts.sort_unstable();
+    let mut out: Vec<(Nanos, Nanos)> = Vec::new();
+    for start in starts {
+        let len = nanos(rng.duration(length));
+        let start = match out.last() {
+            Some(&(s, l)) => start.max(s + l + 1),
+            None => start,
+        };
+        out.push((start, len));
+    }
+    out
+}
+
+/// One node crash: down at `at` for `down`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Crash {
+    pub(crate) node: usize,
+    pub(crate) at: Nanos,
+    pub(crate) down: Nanos,
+}
+
+/// One client pause.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pause {
+    pub(crate) client: usize,
+    pub(crate) at: Nanos,
+    pub(crate) length: Nanos,
+}
+
+/// The concrete faults and clocks of one schedule.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) node_clocks: Vec<Clock>,
+    pub(crate) client_clocks: Vec<Clock>,
+    pub(crate) crashes: Vec<Crash>,
+    pub(crate) pauses: Vec<Pause>,
+    pub(crate) partitions: Vec<Partition>,
+}

@@ -1,0 +1,490 @@
+//! The world: one event queue in true time, the nodes, the clients and the network, stepped from
+//! the earliest event to the next.
+//!
+//! The queue is a `BTreeMap` keyed by `(true time, sequence number)`: the earliest event always
+//! comes first, ties go in the order events were scheduled, and nothing ever iterates a hash
+//! map, so a seed replays bit-for-bit. Time jumps straight to the next event; a simulated second
+//! costs only the events in it.
+
+use std::collections::BTreeMap;
+
+use redlock_core::{Command, Config, NodeErrorKind, Reply, RequestId};
+
+use super::checker::{Checker, Violation, ms};
+use super::client::{Client, Env, Outgoing};
+use super::clock::{Nanos, TimeBase, nanos};
+use super::network::{Link, Network, Transit};
+use super::node::Node;
+use super::rng::SimRng;
+use super::scenario::Scenario;
+use super::stats::Stats;
+use super::trace::Trace;
+
+/// Events beyond this in one run mean a livelock in the simulator or the engine.
+const MAX_EVENTS: u64 = 20_000_000;
+
+#[derive(Debug)]
+enum Event {
+    /// A request reaches a node.
+    ToNode {
+        client: usize,
+        op: u64,
+        id: RequestId,
+        command: Command,
+    },
+    /// A reply reaches a client.
+    ToClient {
+        client: usize,
+        op: u64,
+        id: RequestId,
+        reply: Reply,
+    },
+    /// A client's timer.
+    Timer { client: usize, generation: u64 },
+    /// A client process stops for `length`.
+    Pause { client: usize, length: Nanos },
+    /// It runs again.
+    Resume { client: usize },
+    /// A node crashes (losing every key) for `down`.
+    Crash { node: usize, down: Nanos },
+    /// It restarts, empty.
+    Restart { node: usize },
+}
+
+/// How one schedule ended.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The scenario's name.
+    pub scenario: &'static str,
+    /// The seed that drew the schedule.
+    pub seed: u64,
+    /// What happened.
+    pub stats: Stats,
+    /// The first overlap the checker found.
+    pub violation: Option<Violation>,
+    /// A hash of every event processed (time, order, kind, parties, replies): two runs with the
+    /// same fingerprint did the same thing.
+    pub fingerprint: u64,
+    /// For a traced run: the events that explain the violation, or the last events of the run.
+    pub trace: Option<String>,
+}
+
+/// One run of one schedule.
+pub(crate) struct World<'s> {
+    scenario: &'s Scenario,
+    base: TimeBase,
+    queue: BTreeMap<(Nanos, u64), Event>,
+    seq: u64,
+    nodes: Vec<Node>,
+    clients: Vec<Client<'s>>,
+    network: Network,
+    net_rng: SimRng,
+    checker: Checker,
+    stats: Stats,
+    trace: Option<Trace>,
+    fingerprint: u64,
+    outbox: Vec<Outgoing>,
+}
+
+impl<'s> World<'s> {
+    /// Draws the schedule of `seed` and sets up the world at true time zero.
+    pub(crate) fn new(scenario: &'s Scenario, seed: u64, traced: bool) -> Self {
+        let mut root = SimRng::new(seed);
+        let plan = scenario.plan(&mut root.fork());
+        let net_rng = root.fork();
+        let config = Config::builder(scenario.nodes)
+            .drift_factor(scenario.drift_factor)
+            .retry(scenario.retry)
+            .build()
+            .expect("the scenario's engine configuration is valid");
+        let stop_at = nanos(scenario.run_for);
+        let clients = plan
+            .client_clocks
+            .iter()
+            .enumerate()
+            .map(|(id, &clock)| {
+                Client::new(id, scenario, clock, config.clone(), root.fork(), stop_at)
+            })
+            .collect();
+        let nodes = plan
+            .node_clocks
+            .iter()
+            .map(|&clock| Node::new(clock, scenario.extend_semantics))
+            .collect();
+        let mut world = Self {
+            scenario,
+            base: TimeBase::new(),
+            queue: BTreeMap::new(),
+            seq: 0,
+            nodes,
+            clients,
+            network: Network::new(scenario.net, plan.partitions.clone()),
+            net_rng,
+            checker: Checker::default(),
+            stats: Stats {
+                schedules: 1,
+                partitions: u64::try_from(plan.partitions.len()).unwrap_or(u64::MAX),
+                ..Stats::default()
+            },
+            trace: traced.then(Trace::default),
+            fingerprint: 0xcbf2_9ce4_8422_2325 ^ seed,
+            outbox: Vec::new(),
+        };
+        if let Some(trace) = world.trace.as_mut() {
+            trace.push(0, None, None, Vec::new(), format!("{scenario:?}"));
+            for (i, node) in world.nodes.iter().enumerate() {
+                trace.push(
+                    0,
+                    None,
+                    Some(i),
+                    Vec::new(),
+                    format!("clock rate {:+} ppm", node.clock().rate_ppm()),
+                );
+            }
+            for (i, client) in world.clients.iter().enumerate() {
+                trace.push(
+                    0,
+                    Some(i),
+                    None,
+                    Vec::new(),
+                    format!("clock rate {:+} ppm", client.clock().rate_ppm()),
+                );
+            }
+            for p in world.network.partitions() {
+                trace.push(
+                    p.from,
+                    Some(p.client),
+                    None,
+                    Vec::new(),
+                    format!(
+                        "partitioned from nodes {:#b} until {}",
+                        p.nodes,
+                        ms(p.until)
+                    ),
+                );
+            }
+        }
+        for crash in &plan.crashes {
+            world.schedule(
+                crash.at,
+                Event::Crash {
+                    node: crash.node,
+                    down: crash.down,
+                },
+            );
+        }
+        for pause in &plan.pauses {
+            world.schedule(
+                pause.at,
+                Event::Pause {
+                    client: pause.client,
+                    length: pause.length,
+                },
+            );
+        }
+        for client in 0..world.clients.len() {
+            world.with_client(0, client, |c, env| c.start(env));
+        }
+        world
+    }
+
+    /// Runs until no event is left, then checks.
+    pub(crate) fn run(mut self, seed: u64) -> Report {
+        while let Some(((t, seq), event)) = self.queue.pop_first() {
+            self.stats.events += 1;
+            assert!(
+                self.stats.events <= MAX_EVENTS,
+                "{} seed {seed}: runaway run",
+                self.scenario.name
+            );
+            self.mix(t);
+            self.mix(seq);
+            self.handle(t, event);
+        }
+        assert!(
+            self.clients.iter().all(Client::is_finished),
+            "{} seed {seed}: the queue ran dry with a client still busy",
+            self.scenario.name
+        );
+        assert!(!self.checker.any_open(), "a claim was left open");
+        self.stats.critical_sections = u64::try_from(self.checker.sections()).unwrap_or(0);
+        let violation = self.checker.violation();
+        self.stats.violations = u64::from(violation.is_some());
+        let trace = self.trace.as_ref().map(|trace| match &violation {
+            Some(v) => trace.minimal(v, nanos(self.scenario.max_ttl()) * 2, trace_lines(80)),
+            None => trace.tail(trace_lines(60)),
+        });
+        Report {
+            scenario: self.scenario.name,
+            seed,
+            stats: self.stats,
+            violation,
+            fingerprint: self.fingerprint,
+            trace,
+        }
+    }
+
+    fn schedule(&mut self, t: Nanos, event: Event) {
+        self.seq += 1;
+        self.queue.insert((t, self.seq), event);
+    }
+
+    /// Folds a word into the run's fingerprint (FNV-1a over its bytes).
+    fn mix(&mut self, word: u64) {
+        for byte in word.to_le_bytes() {
+            self.fingerprint ^= u64::from(byte);
+            self.fingerprint = self.fingerprint.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn log(
+        &mut self,
+        t: Nanos,
+        client: Option<usize>,
+        node: Option<usize>,
+        keys: &Command,
+        text: impl FnOnce(&Trace) -> String,
+    ) {
+        if let Some(trace) = self.trace.as_mut() {
+            let text = text(trace);
+            let keys = keys.spec().keys().map(<[u8]>::to_vec).collect();
+            trace.push(t, client, node, keys, text);
+        }
+    }
+
+    fn handle(&mut self, t: Nanos, event: Event) {
+        match event {
+            Event::ToNode {
+                client,
+                op,
+                id,
+                command,
+            } => {
+                let node = id.node();
+                self.mix(1);
+                self.mix(u64::try_from(client * 64 + node).unwrap_or(0));
+                if self.network.cut(t, client, node) {
+                    self.stats.partitioned += 1;
+                    self.log(t, Some(client), Some(node), &command, |tr| {
+                        format!(
+                            "{} dropped by a partition on arrival",
+                            describe(tr, &command)
+                        )
+                    });
+                    return;
+                }
+                let reply = if self.nodes[node].is_up() {
+                    let reply = self.nodes[node].run(t, &command);
+                    let holder = self.nodes[node]
+                        .holder(t, command.spec().keys().next().unwrap_or_default())
+                        .map(<[u8]>::to_vec);
+                    self.log(t, Some(client), Some(node), &command, |tr| {
+                        format!(
+                            "node runs {} -> {reply:?} (first key now held by {})",
+                            describe(tr, &command),
+                            holder.as_deref().map_or("nobody", |h| tr.token(h))
+                        )
+                    });
+                    Some(reply)
+                } else {
+                    self.stats.to_down_node += 1;
+                    // Connection refused, or a host that does not answer at all.
+                    let refused = self.net_rng.chance(0.5);
+                    self.log(t, Some(client), Some(node), &command, |tr| {
+                        format!(
+                            "{} reaches a down node (refused: {refused})",
+                            describe(tr, &command)
+                        )
+                    });
+                    refused.then_some(Reply::Error(NodeErrorKind::Connection))
+                };
+                if let Some(reply) = reply {
+                    self.mix(reply_code(reply));
+                    let link = Link {
+                        client,
+                        node,
+                        to_node: false,
+                    };
+                    self.send(t, link, || Event::ToClient {
+                        client,
+                        op,
+                        id,
+                        reply,
+                    });
+                }
+            }
+            Event::ToClient {
+                client,
+                op,
+                id,
+                reply,
+            } => {
+                let node = id.node();
+                self.mix(2);
+                self.mix(u64::try_from(client * 64 + node).unwrap_or(0));
+                if self.network.cut(t, client, node) {
+                    self.stats.partitioned += 1;
+                    return;
+                }
+                if let Some(trace) = self.trace.as_mut() {
+                    trace.push(
+                        t,
+                        Some(client),
+                        Some(node),
+                        Vec::new(),
+                        format!("reply {reply:?} to op {op} batch {} arrives", id.batch()),
+                    );
+                }
+                self.with_client(t, client, |c, env| c.on_reply(env, op, id, reply));
+            }
+            Event::Timer { client, generation } => {
+                self.mix(3);
+                self.with_client(t, client, |c, env| c.on_timer(env, generation));
+            }
+            Event::Pause { client, length } => {
+                self.mix(4);
+                let mut paused = false;
+                self.with_client(t, client, |c, env| paused = c.on_pause(env, length));
+                if paused {
+                    self.stats.pauses += 1;
+                    self.schedule(t + length, Event::Resume { client });
+                }
+            }
+            Event::Resume { client } => {
+                self.mix(5);
+                self.with_client(t, client, |c, env| c.on_resume(env));
+            }
+            Event::Crash { node, down } => {
+                self.mix(6);
+                self.stats.crashes += 1;
+                self.nodes[node].crash();
+                if let Some(trace) = self.trace.as_mut() {
+                    trace.push(
+                        t,
+                        None,
+                        Some(node),
+                        Vec::new(),
+                        format!("CRASH: every key lost; restarts in {}", ms(down)),
+                    );
+                }
+                self.schedule(t + down, Event::Restart { node });
+            }
+            Event::Restart { node } => {
+                self.mix(7);
+                self.nodes[node].restart();
+                if let Some(trace) = self.trace.as_mut() {
+                    trace.push(t, None, Some(node), Vec::new(), "RESTART, empty".to_owned());
+                }
+            }
+        }
+    }
+
+    /// Runs a client handler, then sends what it queued and sets its timer.
+    fn with_client(
+        &mut self,
+        t: Nanos,
+        client: usize,
+        f: impl FnOnce(&mut Client<'s>, &mut Env<'_>),
+    ) {
+        let mut env = Env {
+            t,
+            base: self.base,
+            checker: &mut self.checker,
+            stats: &mut self.stats,
+            trace: &mut self.trace,
+            outbox: &mut self.outbox,
+        };
+        let c = &mut self.clients[client];
+        f(c, &mut env);
+        let timer = c.take_timer();
+        let mut outbox = std::mem::take(&mut self.outbox);
+        for Outgoing {
+            client,
+            op,
+            transmit,
+        } in outbox.drain(..)
+        {
+            let node = transmit.id.node();
+            if let Some(trace) = self.trace.as_mut() {
+                let text = format!(
+                    "sends {} (op {op} batch {})",
+                    describe(trace, &transmit.command),
+                    transmit.id.batch()
+                );
+                let keys = transmit.command.spec().keys().map(<[u8]>::to_vec).collect();
+                trace.push(t, Some(client), Some(node), keys, text);
+            }
+            let id = transmit.id;
+            let command = transmit.command;
+            let link = Link {
+                client,
+                node,
+                to_node: true,
+            };
+            self.send(t, link, || Event::ToNode {
+                client,
+                op,
+                id,
+                command: command.clone(),
+            });
+        }
+        self.outbox = outbox;
+        if let Some((at, generation)) = timer {
+            self.schedule(at, Event::Timer { client, generation });
+        }
+    }
+
+    /// Puts one message on `link` at `t`.
+    fn send(&mut self, t: Nanos, link: Link, make: impl Fn() -> Event) {
+        self.stats.messages += 1;
+        if self.network.cut(t, link.client, link.node) {
+            self.stats.partitioned += 1;
+            return;
+        }
+        match self.network.transit(&mut self.net_rng, t, link) {
+            Transit::Lost => self.stats.lost += 1,
+            Transit::Arrives(first, second) => {
+                self.schedule(first, make());
+                if let Some(second) = second {
+                    self.stats.duplicated += 1;
+                    self.schedule(second, make());
+                }
+            }
+        }
+    }
+}
+
+/// How many trace lines to print: `$SIM_TRACE_LINES`, or `default`.
+fn trace_lines(default: usize) -> usize {
+    std::env::var(super::runner::SIM_TRACE_LINES)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+fn reply_code(reply: Reply) -> u64 {
+    match reply {
+        Reply::Ok => 1,
+        Reply::Nil => 2,
+        Reply::Int(i) => 3 + (u64::from_ne_bytes(i.to_ne_bytes()) << 8),
+        Reply::Error(_) => 4,
+        _ => 5,
+    }
+}
+
+/// `SetIfAbsent [r0, r1] of c1#3 px 300`.
+fn describe(trace: &Trace, command: &Command) -> String {
+    let keys: Vec<String> = command
+        .spec()
+        .keys()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    let ttl = command
+        .ttl_ms()
+        .map_or(String::new(), |ms| format!(" px {ms}"));
+    format!(
+        "{:?} {keys:?} of {}{ttl}",
+        command.op(),
+        trace.token(command.spec().token().as_bytes())
+    )
+}
