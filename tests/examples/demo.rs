@@ -30,7 +30,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         workers.push(tokio::spawn(async move {
             for _ in 0..5 {
                 let lock = redlock.lock("demo:report", Duration::from_secs(5)).await?;
-                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
                 let report = lock.release().await;
@@ -42,34 +46,49 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for worker in workers {
         worker.await??;
     }
-    println!("8 workers x 5 critical sections, never two at once, in {:?}", started.elapsed());
+    println!(
+        "8 workers x 5 critical sections, never two at once, in {:?}",
+        started.elapsed()
+    );
 
     let held = redlock.lock("demo:job", Duration::from_secs(10)).await?;
-    let err = redlock.try_lock("demo:job", Duration::from_secs(10)).await.unwrap_err();
+    let err = redlock
+        .try_lock("demo:job", Duration::from_secs(10))
+        .await
+        .unwrap_err();
     println!("a second try_lock while held: {err}");
     held.release().await;
 
     nodes.kill(0);
     nodes.kill(1);
-    let lock = redlock.try_lock("demo:job", Duration::from_secs(10)).await?;
+    let lock = redlock
+        .try_lock("demo:job", Duration::from_secs(10))
+        .await?;
     println!(
         "2 of 5 nodes down: still locked, valid for {:?} more",
         lock.remaining()
     );
     lock.release().await;
     nodes.kill(2);
-    let err = redlock.try_lock("demo:job", Duration::from_secs(10)).await.unwrap_err();
+    let err = redlock
+        .try_lock("demo:job", Duration::from_secs(10))
+        .await
+        .unwrap_err();
     println!("3 of 5 nodes down: {err}");
 
     nodes.restart_empty(0);
     nodes.restart_empty(1);
     let total = redlock
-        .with_lock("demo:scoped", Duration::from_millis(500), |lease| async move {
-            // Work for three TTLs; the lock extends itself meanwhile.
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            assert!(lease.is_valid());
-            42
-        })
+        .with_lock(
+            "demo:scoped",
+            Duration::from_millis(500),
+            |lease| async move {
+                // Work for three TTLs; the lock extends itself meanwhile.
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                assert!(lease.is_valid());
+                42
+            },
+        )
         .await;
     println!("with_lock over 3x its TTL (nodes restarted): {total:?}");
     Ok(())

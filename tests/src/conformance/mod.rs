@@ -3,6 +3,7 @@
 //! expanding [`conformance_tests!`](crate::conformance_tests) in a test file.
 
 mod adapter;
+pub mod errors;
 pub mod scenarios;
 mod tokio;
 

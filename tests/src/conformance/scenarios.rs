@@ -533,6 +533,17 @@ macro_rules! conformance_tests {
             multi_resource_all_or_nothing, bad_input, wrong_type_and_script_flush,
             mutual_exclusion_counter, dropped_and_abandoned_locks_release,
             scoped_lock_extends_and_reports_loss, lost_reply_still_released);
+        $crate::conformance_tests!(@errors $adapter;
+            out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
+            keys_and_tiny_ttls, small_deployments, duplicate_nodes);
+    };
+    (@errors $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::errors::$case::<$adapter>();
+            }
+        )+
     };
     ($adapter:ty; $($scenario:ident),+ $(,)?) => {
         $(

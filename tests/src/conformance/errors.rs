@@ -1,0 +1,175 @@
+//! Server errors and edge-case input, each against real servers: a typed per-node error or a
+//! clean outcome, never a panic or a hang, nothing of another holder lost, no password printed.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlock_core::{LockRequest, MAX_KEY_LEN, NodeErrorKind, RetryPolicy, Vote};
+use redlock_redis::Error;
+
+use super::adapter::{Adapter, HeldLock, Options};
+use crate::{Cluster, RedisServer, ServerOptions};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn build<A: Adapter>(urls: &[String]) -> A {
+    A::build(urls, &Options::default())
+        .unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME))
+}
+
+/// Two plain servers plus the odd node at `odd_url`: the odd node fails, the lock is still
+/// taken on the other two, and the odd node's vote is `Failed(kind)`.
+fn odd_node_fails<A: Adapter>(odd_url: String, kind: NodeErrorKind) {
+    let nodes = Cluster::start(2);
+    let mut urls = nodes.urls();
+    urls.push(odd_url);
+    let redlock: A = build(&urls);
+    let lock = redlock.lock("res", TTL).expect("two of three grant");
+    let report = lock.release();
+    assert_eq!(report.released(), 2, "{report:?}");
+    // With quorum 3 the odd node's answer decides, so its vote is always recorded.
+    let strict = A::build(
+        &urls,
+        &Options {
+            quorum: Some(3),
+            retry: Some(RetryPolicy::once()),
+            ..Options::default()
+        },
+    )
+    .expect("build");
+    match strict.try_lock("res", TTL) {
+        Err(Error::Unavailable(detail)) => {
+            assert_eq!(detail.nodes[2].result, Vote::Failed(kind), "{detail}");
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    assert_eq!(
+        nodes.count_with_key("res"),
+        0,
+        "the failed round was cleaned up"
+    );
+}
+
+/// `OOM` from a node with `maxmemory 1`.
+pub fn out_of_memory<A: Adapter>() {
+    let odd = ServerOptions::new().maxmemory(1).start();
+    odd_node_fails::<A>(odd.url(), NodeErrorKind::OutOfMemory);
+    assert!(!odd.exists("res"), "nothing left on the failing node");
+}
+
+/// `READONLY` from a replica.
+pub fn read_only_replica<A: Adapter>() {
+    let primary = RedisServer::start();
+    let replica = ServerOptions::new().replica_of(primary.addr()).start();
+    odd_node_fails::<A>(replica.url(), NodeErrorKind::ReadOnly);
+    assert!(!replica.exists("res"), "nothing left on the replica");
+}
+
+/// `NOPERM` from an ACL user who may not touch the lock's keys.
+pub fn no_permission<A: Adapter>() {
+    let odd = ServerOptions::new()
+        .args([
+            "--user",
+            "limited",
+            "on",
+            ">limited-pw",
+            "~other:*",
+            "+@all",
+        ])
+        .start();
+    let url = format!("redis://limited:limited-pw@{}/", odd.addr());
+    odd_node_fails::<A>(url, NodeErrorKind::NoPermission);
+    assert!(!odd.exists("res"), "nothing left on the failing node");
+}
+
+/// `NOAUTH`: the node wants a password the URL does not give.
+pub fn no_auth<A: Adapter>() {
+    let odd = ServerOptions::new().requirepass("needed-pw").start();
+    let url = format!("redis://{}/", odd.addr());
+    odd_node_fails::<A>(url, NodeErrorKind::Auth);
+    assert!(!odd.exists("res"), "nothing left on the failing node");
+}
+
+/// `BUSY`: the node is running a long script.
+pub fn busy_node<A: Adapter>() {
+    let odd = ServerOptions::new()
+        .args(["--busy-reply-threshold", "50"])
+        .start();
+    let mut conn = odd.client();
+    let busy = thread::spawn(move || {
+        let script =
+            "local s = redis.call('TIME')[1] while redis.call('TIME')[1] - s < 4 do end return 1";
+        let _: redis::RedisResult<i64> = redis::cmd("EVAL").arg(script).arg(0).query(&mut conn);
+    });
+    let busy_now = super::scenarios::eventually(
+        Duration::from_secs(5),
+        || matches!(odd.try_client().map(|mut c| redis::cmd("PING").query::<String>(&mut c)), Ok(Err(e)) if e.code() == Some("BUSY")),
+    );
+    assert!(busy_now, "the node became busy");
+    odd_node_fails::<A>(odd.url(), NodeErrorKind::Busy);
+    busy.join().expect("busy script thread");
+    assert!(!odd.exists("res"), "nothing left on the busy node");
+}
+
+/// Binary and oversized keys, and every TTL from 1 to 10 ms.
+pub fn keys_and_tiny_ttls<A: Adapter>() {
+    let nodes = Cluster::start(3);
+    let redlock: A = build(&nodes.urls());
+    let binary = LockRequest::new(b"\0\xff\r\n lock".to_vec(), TTL).retry(RetryPolicy::once());
+    let lock = redlock.acquire(binary).expect("binary-safe keys");
+    let everywhere = super::scenarios::eventually(Duration::from_secs(5), || {
+        nodes.count_with_key(b"\0\xff\r\n lock".to_vec()) == 3
+    });
+    assert!(everywhere, "the binary key reached every node");
+    lock.release();
+    let oversized = LockRequest::new(vec![b'k'; MAX_KEY_LEN + 1], TTL);
+    assert!(matches!(redlock.acquire(oversized), Err(Error::Config(_))));
+    for ms in 1..=10 {
+        let start = Instant::now();
+        match redlock.try_lock("tiny", Duration::from_millis(ms)) {
+            Ok(lock) => {
+                lock.release();
+            }
+            Err(
+                Error::Config(_) | Error::TooSlow(_) | Error::Unavailable(_) | Error::Contended(_),
+            ) => {}
+            Err(other) => panic!("ttl {ms} ms: {other}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "ttl {ms} ms hung");
+    }
+    assert!(matches!(
+        redlock.try_lock("tiny", Duration::from_millis(2)),
+        Err(Error::Config(_))
+    ));
+}
+
+/// One, two and four nodes; with two, one down is already too many.
+pub fn small_deployments<A: Adapter>() {
+    for n in [1, 2, 4] {
+        let mut nodes = Cluster::start(n);
+        let redlock: A = build(&nodes.urls());
+        let lock = redlock
+            .lock("res", TTL)
+            .unwrap_or_else(|err| panic!("{n} nodes: {err}"));
+        lock.release();
+        if n == 2 {
+            nodes.kill(1);
+            assert!(matches!(
+                redlock.try_lock("res", TTL),
+                Err(Error::Unavailable(_))
+            ));
+        }
+    }
+}
+
+/// The same server twice is a configuration error, not two votes.
+pub fn duplicate_nodes<A: Adapter>() {
+    let nodes = Cluster::start(2);
+    let mut urls = nodes.urls();
+    urls.push(urls[0].clone());
+    match A::build(&urls, &Options::default()) {
+        Err(Error::InvalidNode { index: 2, .. }) => {}
+        Err(other) => panic!("expected an invalid node, got {other}"),
+        Ok(_) => panic!("the same server was accepted twice"),
+    }
+}
