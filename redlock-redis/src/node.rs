@@ -43,7 +43,10 @@ impl NodeAddr {
             if let Some(first) = nodes.iter().position(|n| n.label == node.label) {
                 return Err(Error::InvalidNode {
                     index,
-                    reason: format!("{} is node #{first} already; each node must be a different server", node.label),
+                    reason: format!(
+                        "{} is node #{first} already; each node must be a different server",
+                        node.label
+                    ),
                 });
             }
             nodes.push(node);
