@@ -236,20 +236,20 @@ impl Acquire {
                     match self.round.tally().decide(self.quorum) {
                         Decision::Open => return Output::Wait(self.round.deadline),
                         Decision::Won => {
-                            let valid_until = self.ttl.valid_until(self.round.started);
-                            let fresh = valid_until
-                                .checked_duration_since(now)
-                                .is_some_and(|left| left > self.min_validity);
-                            if fresh {
-                                self.phase = Phase::Done(Some(AcquireOutcome::Acquired(Lease {
-                                    spec: self.spec.clone(),
-                                    ttl: self.ttl.duration(),
-                                    valid_until,
-                                    votes: self.round.answers.clone(),
-                                    attempts: self.attempts,
-                                })));
-                            } else {
-                                self.lose_round(now, FailureReason::TooSlow);
+                            let granted =
+                                self.ttl.grant(self.round.started, now, self.min_validity);
+                            match granted {
+                                Some(valid_until) => {
+                                    self.phase =
+                                        Phase::Done(Some(AcquireOutcome::Acquired(Lease {
+                                            spec: self.spec.clone(),
+                                            ttl: self.ttl.duration(),
+                                            valid_until,
+                                            votes: self.round.answers.clone(),
+                                            attempts: self.attempts,
+                                        })));
+                                }
+                                None => self.lose_round(now, FailureReason::TooSlow),
                             }
                         }
                         Decision::Lost(reason) => self.lose_round(now, reason),

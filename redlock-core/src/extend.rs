@@ -119,21 +119,14 @@ impl Extend {
         self.round.expire(now);
         let outcome = match self.round.tally().decide(self.quorum) {
             Decision::Open => return Output::Wait(self.round.deadline),
-            Decision::Won => {
-                let valid_until = self.ttl.valid_until(self.round.started);
-                let fresh = valid_until
-                    .checked_duration_since(now)
-                    .is_some_and(|left| left > self.min_validity);
-                if fresh {
-                    ExtendOutcome::Extended {
-                        valid_until,
-                        ttl: self.ttl.duration(),
-                        votes: self.round.answers.clone(),
-                    }
-                } else {
-                    self.failed(ExtendFailure::TooSlow)
-                }
-            }
+            Decision::Won => match self.ttl.grant(self.round.started, now, self.min_validity) {
+                Some(valid_until) => ExtendOutcome::Extended {
+                    valid_until,
+                    ttl: self.ttl.duration(),
+                    votes: self.round.answers.clone(),
+                },
+                None => self.failed(ExtendFailure::TooSlow),
+            },
             Decision::Lost(FailureReason::Contended) => self.failed(ExtendFailure::NotHeld),
             Decision::Lost(_) => self.failed(ExtendFailure::Unavailable),
         };

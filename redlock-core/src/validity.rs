@@ -106,6 +106,19 @@ impl Ttl {
         Duration::from_millis(self.ms)
     }
 
+    /// The validity a quorum reached at `now` grants to a round that started at `t0`: its end,
+    /// if more than `min_validity` of it is left (otherwise the quorum came too late).
+    pub(crate) fn grant(
+        &self,
+        t0: Instant,
+        now: Instant,
+        min_validity: Duration,
+    ) -> Option<Instant> {
+        let valid_until = self.valid_until(t0);
+        let left = valid_until.checked_duration_since(now)?;
+        (left > min_validity).then_some(valid_until)
+    }
+
     /// The end of validity for a round that started at `t0`. Never fails for a `t0` at or after
     /// the `now` the TTL was checked with; earlier instants saturate to `t0`.
     pub(crate) fn valid_until(&self, t0: Instant) -> Instant {
