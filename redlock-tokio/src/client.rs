@@ -133,9 +133,17 @@ impl Redlock {
         mut dispatch: Dispatch,
         mut release: Release,
     ) -> redlock_redis::ReleaseReport {
-        let report = drive(&mut dispatch, &mut release).await;
+        let span = tracing::debug_span!("redlock.release");
+        let report = drive(&mut dispatch, &mut release).instrument(span).await;
         dispatch.finish();
-        redlock_redis::ReleaseReport::new(&self.inner.labels, &report)
+        let report = redlock_redis::ReleaseReport::new(&self.inner.labels, &report);
+        tracing::debug!(
+            released = report.released(),
+            held_by_other = report.held_by_other(),
+            unreachable = report.unreachable(),
+            "released"
+        );
+        report
     }
 }
 

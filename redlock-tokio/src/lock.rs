@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 use redlock_core::{Extend, ExtendOutcome, Lease, Release, Token};
 use redlock_redis::{Error, ReleaseReport};
 
+use tracing::Instrument;
+
 use crate::client::Redlock;
 use crate::driver::{Dispatch, drive};
 
@@ -128,7 +130,8 @@ impl Lock {
         let Some(dispatch) = self.dispatch.as_mut() else {
             unreachable!("a lock that is not released has its dispatch");
         };
-        let outcome = drive(dispatch, &mut extend).await;
+        let span = tracing::debug_span!("redlock.extend", ttl = ?ttl);
+        let outcome = drive(dispatch, &mut extend).instrument(span).await;
         self.lease.apply(&outcome);
         Ok(outcome)
     }
