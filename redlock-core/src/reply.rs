@@ -42,7 +42,8 @@ pub enum NodeErrorKind {
     Busy,
     /// The node is loading its dataset (`LOADING`).
     Loading,
-    /// An answer that cannot come from a Redis server running our commands.
+    /// An answer that cannot come from a Redis server running our commands, or one cut off
+    /// part-way.
     Protocol,
     /// Any other server error.
     Other,

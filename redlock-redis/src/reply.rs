@@ -17,14 +17,17 @@ pub fn map_result(result: Result<Value, RedisError>) -> Reply {
 }
 
 /// Whether a connection that produced `err` must be rebuilt rather than reused: the `redis`
-/// crate's connection manager keeps failing with a setup error (a wrong password, a bad TLS
-/// configuration) forever, since only I/O errors make it reconnect.
+/// crate's connection manager keeps failing with a setup error forever, since only I/O errors
+/// make it reconnect. That covers a wrong password, a bad TLS configuration, and a connection
+/// whose handshake reply was cut part-way (a parse error: the chaos test found clients that had
+/// lost a node for good this way).
 pub fn needs_new_connection(err: &RedisError) -> bool {
     matches!(
         err.kind(),
         ErrorKind::AuthenticationFailed
             | ErrorKind::InvalidClientConfig
             | ErrorKind::RESP3NotSupported
+            | ErrorKind::Parse
     ) || err.code() == Some("WRONGPASS")
 }
 

@@ -494,6 +494,37 @@ pub fn scoped_lock_extends_and_reports_loss<A: Adapter>() {
     assert!(work.ran_for < Duration::from_secs(30));
 }
 
+/// A connection whose handshake reply is cut part-way is replaced once the network heals: the
+/// node is not lost to the client for good (found by the chaos test).
+pub fn cut_handshake_recovers<A: Adapter>() {
+    let nodes = Cluster::start(3);
+    let proxy = FaultProxy::start(nodes[0].addr());
+    let mut urls = nodes.urls();
+    urls[0] = proxy.url();
+    let options = Options {
+        quorum: Some(3),
+        retry: Some(RetryPolicy::once()),
+        ..Options::default()
+    };
+    let redlock: A = client_for::<A>(&urls, &options);
+    proxy.reset_after(2);
+    assert!(
+        redlock.try_lock("res", TTL).is_err(),
+        "node 0's handshake was cut"
+    );
+    proxy.heal();
+    let recovered = eventually(Duration::from_secs(10), || {
+        match redlock.try_lock("res", TTL) {
+            Ok(lock) => {
+                lock.release();
+                true
+            }
+            Err(_) => false,
+        }
+    });
+    assert!(recovered, "node 0 came back to the client after the cut");
+}
+
 /// Scenario 14: a reply cut after the command ran: the node still gets the release.
 pub fn lost_reply_still_released<A: Adapter>() {
     let nodes = Cluster::start(5);
@@ -532,7 +563,7 @@ macro_rules! conformance_tests {
             stalled_node_does_not_delay, expired_lock_is_not_released_or_extended, extend_refreshes,
             multi_resource_all_or_nothing, bad_input, wrong_type_and_script_flush,
             mutual_exclusion_counter, dropped_and_abandoned_locks_release,
-            scoped_lock_extends_and_reports_loss, lost_reply_still_released);
+            scoped_lock_extends_and_reports_loss, lost_reply_still_released, cut_handshake_recovers);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);
