@@ -14,7 +14,12 @@ use redlock_tokio::Redlock;
 const ROUNDS: u32 = 2_000;
 const TTL: Duration = Duration::from_secs(10);
 
-async fn raw_round(conns: &mut [ConnectionManager; 5], release: &redis::Script, key: &str, token: &str) {
+async fn raw_round(
+    conns: &mut [ConnectionManager; 5],
+    release: &redis::Script,
+    key: &str,
+    token: &str,
+) {
     let set = |mut c: ConnectionManager| {
         let (key, token) = (key.to_owned(), token.to_owned());
         async move {
@@ -35,7 +40,10 @@ async fn raw_round(conns: &mut [ConnectionManager; 5], release: &redis::Script, 
         let mut invocation = release.prepare_invoke();
         invocation.key(key).arg(token);
         async move {
-            let _: i64 = invocation.invoke_async(&mut c).await.expect("release script");
+            let _: i64 = invocation
+                .invoke_async(&mut c)
+                .await
+                .expect("release script");
         }
     };
     let [a, b, c, d, e] = conns.clone();
@@ -61,7 +69,12 @@ async fn main() {
     // Warm up connections and script caches on both paths.
     for _ in 0..200 {
         raw_round(&mut conns, &release, "warm", "t").await;
-        redlock.lock("warm", TTL).await.expect("lock").release().await;
+        redlock
+            .lock("warm", TTL)
+            .await
+            .expect("lock")
+            .release()
+            .await;
     }
 
     let start = Instant::now();
@@ -101,7 +114,12 @@ async fn main() {
         set.spawn(async move {
             let key = format!("bench:lock:{t}");
             for _ in 0..ROUNDS / 4 {
-                redlock.lock(key.clone(), TTL).await.expect("lock").release().await;
+                redlock
+                    .lock(key.clone(), TTL)
+                    .await
+                    .expect("lock")
+                    .release()
+                    .await;
             }
         });
     }
@@ -110,14 +128,20 @@ async fn main() {
 
     println!("N = 5 local redis-servers, {ROUNDS} rounds each; lower is better");
     println!("{:<44} {:>12} {:>8}", "", "per op", "ratio");
-    println!("{:<44} {:>12.1?} {:>8}", "raw SET NX PX + release script, sequential", raw_one, "1.00");
+    println!(
+        "{:<44} {:>12.1?} {:>8}",
+        "raw SET NX PX + release script, sequential", raw_one, "1.00"
+    );
     println!(
         "{:<44} {:>12.1?} {:>8.2}",
         "redlock lock + release, sequential",
         lock_one,
         lock_one.as_secs_f64() / raw_one.as_secs_f64()
     );
-    println!("{:<44} {:>12.1?} {:>8}", "raw, 16 concurrent tasks (amortized)", raw_many, "1.00");
+    println!(
+        "{:<44} {:>12.1?} {:>8}",
+        "raw, 16 concurrent tasks (amortized)", raw_many, "1.00"
+    );
     println!(
         "{:<44} {:>12.1?} {:>8.2}",
         "redlock, 16 concurrent tasks (amortized)",

@@ -21,6 +21,7 @@
 //! assert_eq!(nodes.count_holding("k", "v"), 1);
 //! ```
 
+pub mod chaos;
 mod cluster;
 pub mod conformance;
 mod error;
