@@ -1,6 +1,6 @@
 //! The client: nodes, settings, and the acquire entry points.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redlock_core::{
@@ -30,6 +30,8 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) nodes: Arc<[Node]>,
     pub(crate) labels: Vec<Arc<str>>,
+    /// Tokens and jitter: seeded once from the OS when the client is built.
+    rng: Mutex<chacha20::ChaCha20Rng>,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -101,8 +103,10 @@ impl Redlock {
     pub async fn acquire(&self, request: LockRequest) -> Result<Lock, Error> {
         let span = tracing::debug_span!("redlock.acquire", ttl = ?request.ttl());
         async move {
-            let mut rng = seeded_rng()?;
-            let acquire = Acquire::new(Instant::now(), &self.inner.config, &request, &mut rng)?;
+            let acquire = {
+                let mut rng = self.inner.rng.lock().unwrap_or_else(PoisonError::into_inner);
+                Acquire::new(Instant::now(), &self.inner.config, &request, &mut *rng)?
+            };
             let mut pending = Pending {
                 client: self.clone(),
                 acquire,
@@ -266,6 +270,7 @@ impl RedlockBuilder {
                 config,
                 nodes,
                 labels,
+                rng: Mutex::new(seeded_rng()?),
             }),
         })
     }
