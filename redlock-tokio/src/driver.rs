@@ -2,18 +2,29 @@
 //! nothing else (every decision is the machine's).
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use redlock_core::{Machine, Output, Reply, RequestId, Transmit};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use crate::conn::Node;
 
-/// Sends one operation's requests, each on its own task, and collects the replies.
+/// A request's answer, tagged with the machine (generation) that sent it.
+type Completion = (u64, RequestId, Reply);
+type InFlight = Pin<Box<dyn Future<Output = Completion> + Send>>;
+
+/// Sends a lock's requests and collects the replies.
 ///
 /// One dispatch serves one lock from acquisition to release, running one machine at a time.
+/// While a machine runs, its requests are polled right here (no task per request); when it is
+/// done, whatever is still in flight — the stragglers of a round decided on a quorum — moves to
+/// one background task, so those requests still reach their nodes while the lock is held.
 ///
 /// # Implementation note
 /// Per node, a lock has at most one request in flight; later ones queue behind it. So a release
@@ -25,24 +36,30 @@ pub(crate) struct Dispatch {
     nodes: Arc<[Node]>,
     handle: Handle,
     generation: u64,
-    tx: mpsc::UnboundedSender<(u64, RequestId, Reply)>,
-    rx: mpsc::UnboundedReceiver<(u64, RequestId, Reply)>,
-    in_flight: Vec<Option<Instant>>,
+    /// Requests polled by the driver.
+    local: FuturesUnordered<InFlight>,
+    /// Answers of requests handed to background tasks, and how many are still out there.
+    detached_tx: mpsc::UnboundedSender<Completion>,
+    detached_rx: mpsc::UnboundedReceiver<Completion>,
+    detached: usize,
+    sent_at: Vec<Option<Instant>>,
     queued: Vec<VecDeque<Transmit>>,
 }
 
 impl Dispatch {
     /// Must be called inside a tokio runtime.
     pub(crate) fn new(nodes: Arc<[Node]>) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
         let n = nodes.len();
+        let (detached_tx, detached_rx) = mpsc::unbounded_channel();
         Self {
             nodes,
             handle: Handle::current(),
             generation: 0,
-            tx,
-            rx,
-            in_flight: vec![None; n],
+            local: FuturesUnordered::new(),
+            detached_tx,
+            detached_rx,
+            detached: 0,
+            sent_at: vec![None; n],
             queued: vec![VecDeque::new(); n],
         }
     }
@@ -53,35 +70,43 @@ impl Dispatch {
 
     fn send(&mut self, transmit: Transmit) {
         let node = transmit.id.node();
-        if self.in_flight[node].is_some() {
+        if self.sent_at[node].is_some() {
             self.queued[node].push_back(transmit);
             return;
         }
-        self.in_flight[node] = Some(Instant::now());
+        self.sent_at[node] = Some(Instant::now());
         let nodes = self.nodes.clone();
-        let tx = self.tx.clone();
         let generation = self.generation;
-        self.handle.spawn(async move {
+        self.local.push(Box::pin(async move {
             let reply = nodes[node].run(&transmit.command).await;
-            // The lock may be gone; then nobody needs the reply.
-            let _ = tx.send((generation, transmit.id, reply));
-        });
+            (generation, transmit.id, reply)
+        }));
     }
 
-    /// The next reply of any machine; marks its node free and sends what queued behind it.
-    async fn recv_any(&mut self) -> (u64, RequestId, Reply) {
-        // `self.tx` keeps the channel open, so `recv` never yields `None`.
-        let Some((generation, id, reply)) = self.rx.recv().await else {
-            return std::future::pending().await;
+    fn is_idle(&self) -> bool {
+        self.local.is_empty() && self.detached == 0
+    }
+
+    /// The next answer of any machine; frees its node and sends what queued behind it. Never
+    /// resolves while nothing is in flight.
+    async fn recv_any(&mut self) -> Completion {
+        let completion = tokio::select! {
+            Some(done) = self.local.next(), if !self.local.is_empty() => done,
+            Some(done) = self.detached_rx.recv(), if self.detached > 0 => {
+                self.detached -= 1;
+                done
+            }
+            else => return std::future::pending().await,
         };
+        let (_, id, reply) = &completion;
         let node = id.node();
-        if let Some(sent) = self.in_flight[node].take() {
+        if let Some(sent) = self.sent_at[node].take() {
             tracing::debug!(node = %self.nodes[node].label(), ?reply, latency = ?sent.elapsed(), "reply");
         }
         if let Some(next) = self.queued[node].pop_front() {
             self.send(next);
         }
-        (generation, id, reply)
+        completion
     }
 
     /// The next reply for the machine being driven.
@@ -94,15 +119,32 @@ impl Dispatch {
         }
     }
 
-    /// Lets requests still queued behind slow nodes go out in the background; call when the
-    /// operation is over (a clean-up release must reach every node).
+    /// Moves the requests still in flight to a background task (their answers come back
+    /// through the channel), so they progress while no machine runs.
+    fn detach(&mut self) {
+        if self.local.is_empty() {
+            return;
+        }
+        let mut local = std::mem::take(&mut self.local);
+        self.detached += local.len();
+        let tx = self.detached_tx.clone();
+        self.handle.spawn(async move {
+            while let Some(done) = local.next().await {
+                // The lock may be gone; then nobody needs the answer.
+                let _ = tx.send(done);
+            }
+        });
+    }
+
+    /// Lets everything still in flight or queued (a clean-up release must reach every node) run
+    /// to its end in the background; call when the lock is over.
     pub(crate) fn finish(mut self) {
-        if self.queued.iter().all(VecDeque::is_empty) {
+        if self.is_idle() {
             return;
         }
         let handle = self.handle.clone();
         handle.spawn(async move {
-            while self.queued.iter().any(|q| !q.is_empty()) {
+            while !self.is_idle() {
                 self.recv_any().await;
             }
         });
@@ -121,7 +163,10 @@ pub(crate) async fn drive<M: Machine>(dispatch: &mut Dispatch, machine: &mut M) 
                     () = tokio::time::sleep_until(until.into()) => machine.handle_timeout(Instant::now()),
                 }
             }
-            Output::Done(outcome) => return outcome,
+            Output::Done(outcome) => {
+                dispatch.detach();
+                return outcome;
+            }
             // A machine is idle only after handing out its outcome, and this loop returns then.
             _ => unreachable!("engine machine went idle before its outcome"),
         }

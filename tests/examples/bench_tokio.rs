@@ -11,7 +11,9 @@ use redlock_core::RELEASE_SCRIPT;
 use redlock_tests::Cluster;
 use redlock_tokio::Redlock;
 
-const ROUNDS: u32 = 2_000;
+const ROUNDS: u32 = 1_000;
+const TRIALS: usize = 5;
+const TASKS: u32 = 16;
 const TTL: Duration = Duration::from_secs(10);
 
 async fn raw_round(
@@ -50,10 +52,6 @@ async fn raw_round(
     tokio::join!(del(a), del(b), del(c), del(d), del(e));
 }
 
-fn per_round(elapsed: Duration, rounds: u32) -> Duration {
-    elapsed / rounds
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let nodes = Cluster::start(5);
@@ -77,56 +75,65 @@ async fn main() {
             .await;
     }
 
-    let start = Instant::now();
-    for _ in 0..ROUNDS {
-        raw_round(&mut conns, &release, "bench:raw", "token").await;
-    }
-    let raw_one = per_round(start.elapsed(), ROUNDS);
+    // Alternate the four measurements over several trials and keep each one's median, so that
+    // load drifting on a shared machine hits both sides alike.
+    let mut samples: [Vec<Duration>; 4] = Default::default();
+    for _ in 0..TRIALS {
+        let start = Instant::now();
+        for _ in 0..ROUNDS {
+            raw_round(&mut conns, &release, "bench:raw", "token").await;
+        }
+        samples[0].push(start.elapsed() / ROUNDS);
 
-    let start = Instant::now();
-    for _ in 0..ROUNDS {
-        let lock = redlock.lock("bench:lock", TTL).await.expect("lock");
-        lock.release().await;
-    }
-    let lock_one = per_round(start.elapsed(), ROUNDS);
+        let start = Instant::now();
+        for _ in 0..ROUNDS {
+            let lock = redlock.lock("bench:lock", TTL).await.expect("lock");
+            lock.release().await;
+        }
+        samples[1].push(start.elapsed() / ROUNDS);
 
-    // 16 tasks on distinct resources: throughput of concurrent lock + release.
-    let tasks = 16;
-    let start = Instant::now();
-    let mut set = tokio::task::JoinSet::new();
-    for t in 0..tasks {
-        let mut conns = conns.clone();
-        let release = release.clone();
-        set.spawn(async move {
-            let key = format!("bench:raw:{t}");
-            for _ in 0..ROUNDS / 4 {
-                raw_round(&mut conns, &release, &key, "token").await;
-            }
-        });
-    }
-    while set.join_next().await.is_some() {}
-    let raw_many = per_round(start.elapsed(), ROUNDS / 4 * tasks);
+        let start = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        for t in 0..TASKS {
+            let mut conns = conns.clone();
+            let release = release.clone();
+            set.spawn(async move {
+                let key = format!("bench:raw:{t}");
+                for _ in 0..ROUNDS / 4 {
+                    raw_round(&mut conns, &release, &key, "token").await;
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+        samples[2].push(start.elapsed() / (ROUNDS / 4 * TASKS));
 
-    let start = Instant::now();
-    let mut set = tokio::task::JoinSet::new();
-    for t in 0..tasks {
-        let redlock = redlock.clone();
-        set.spawn(async move {
-            let key = format!("bench:lock:{t}");
-            for _ in 0..ROUNDS / 4 {
-                redlock
-                    .lock(key.clone(), TTL)
-                    .await
-                    .expect("lock")
-                    .release()
-                    .await;
-            }
-        });
+        let start = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        for t in 0..TASKS {
+            let redlock = redlock.clone();
+            set.spawn(async move {
+                let key = format!("bench:lock:{t}");
+                for _ in 0..ROUNDS / 4 {
+                    redlock
+                        .lock(key.clone(), TTL)
+                        .await
+                        .expect("lock")
+                        .release()
+                        .await;
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+        samples[3].push(start.elapsed() / (ROUNDS / 4 * TASKS));
     }
-    while set.join_next().await.is_some() {}
-    let lock_many = per_round(start.elapsed(), ROUNDS / 4 * tasks);
+    let [raw_one, lock_one, raw_many, lock_many] = samples.map(|mut s| {
+        s.sort();
+        s[s.len() / 2]
+    });
 
-    println!("N = 5 local redis-servers, {ROUNDS} rounds each; lower is better");
+    println!(
+        "N = 5 local redis-servers, median of {TRIALS} alternating trials of {ROUNDS} rounds; lower is better"
+    );
     println!("{:<44} {:>12} {:>8}", "", "per op", "ratio");
     println!(
         "{:<44} {:>12.1?} {:>8}",
