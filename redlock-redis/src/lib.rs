@@ -7,12 +7,14 @@
 //! This crate never makes an algorithmic decision (no quorum, validity or retry math: that is
 //! `redlock-core`), never spawns, never sleeps and holds no connection.
 
+mod builder;
 mod entropy;
 mod error;
 mod node;
 mod reply;
 mod request;
 
+pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
 pub use entropy::seeded_rng;
 pub use error::{Error, LockFailure, NodeReport, ReleaseReport};
 pub use node::NodeAddr;

@@ -3,21 +3,14 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redlock_core::{
-    Acquire, AcquireOutcome, Config, ConfigBuilder, LockRequest, Release, RetryPolicy,
-};
-use redlock_redis::{Error, NodeAddr, seeded_rng};
+use redlock_core::{Acquire, AcquireOutcome, Config, LockRequest, Release, RetryPolicy};
+use redlock_redis::{Builder, Error, FromSettings, Settings, seeded_rng};
 use tracing::Instrument;
 
 use crate::conn::Node;
 use crate::driver::{Dispatch, drive};
 
 use crate::lock::Lock;
-
-/// The default bound on one request's I/O (connect, send, reply) to one node. The engine's own
-/// per-node deadlines are usually much shorter and decide the vote; this only bounds how long a
-/// background task may wait on a dead or stopped node.
-pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A Redlock client over N independent Redis masters. Cheap to clone and share: clones use the
 /// same connections (one multiplexed, reconnecting connection per node, made on first use).
@@ -61,12 +54,7 @@ impl Redlock {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        RedlockBuilder {
-            config: Config::builder(urls.len()),
-            urls,
-            io_timeout: DEFAULT_IO_TIMEOUT,
-        }
+        Builder::new(urls)
     }
 
     /// The checked settings.
@@ -194,80 +182,20 @@ impl Drop for Pending {
     }
 }
 
-/// Configures a [`Redlock`]. Every setting is checked by [`build`](RedlockBuilder::build).
-#[must_use]
-pub struct RedlockBuilder {
-    urls: Vec<String>,
-    config: ConfigBuilder,
-    io_timeout: Duration,
-}
+/// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
+pub type RedlockBuilder = Builder<Redlock>;
 
-impl std::fmt::Debug for RedlockBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // URLs may hold passwords: show only how many there are.
-        f.debug_struct("RedlockBuilder")
-            .field("nodes", &self.urls.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl RedlockBuilder {
-    /// Adjusts any engine setting (quorum, drift, node timeout, minimum validity, key prefix,
-    /// retry policy): see [`ConfigBuilder`].
-    pub fn config(mut self, f: impl FnOnce(ConfigBuilder) -> ConfigBuilder) -> Self {
-        self.config = f(self.config);
-        self
-    }
-
-    /// How many nodes must grant a lock (default: a majority).
-    pub fn quorum(self, quorum: usize) -> Self {
-        self.config(|c| c.quorum(quorum))
-    }
-
-    /// The retry policy of [`Redlock::lock`].
-    pub fn retry(self, retry: RetryPolicy) -> Self {
-        self.config(|c| c.retry(retry))
-    }
-
-    /// Bytes put in front of every resource name to form the key.
-    pub fn key_prefix(self, prefix: impl Into<Vec<u8>>) -> Self {
-        self.config(|c| c.key_prefix(prefix))
-    }
-
-    /// The per-node timeout of the engine (default: derived from each lock's TTL).
-    pub fn node_timeout(self, timeout: Duration) -> Self {
-        self.config(|c| c.node_timeout(timeout))
-    }
-
-    /// Bounds one request's I/O on one node (default [`DEFAULT_IO_TIMEOUT`]); 1 ms to 1 hour.
-    pub fn io_timeout(mut self, timeout: Duration) -> Self {
-        self.io_timeout = timeout;
-        self
-    }
-
-    /// Checks the settings and the URLs and makes the client; connects to nothing yet.
-    pub fn build(self) -> Result<Redlock, Error> {
-        let config = self.config.build()?;
-        let io_min = Duration::from_millis(1);
-        let io_max = Duration::from_secs(3600);
-        if !(io_min..=io_max).contains(&self.io_timeout) {
-            return Err(redlock_core::ConfigError::Duration {
-                field: "io_timeout",
-                got: self.io_timeout,
-                min: io_min,
-                max: io_max,
-            }
-            .into());
-        }
-        let addrs = NodeAddr::parse_all(&self.urls)?;
-        let labels = addrs.iter().map(|a| a.label().clone()).collect();
-        let nodes = addrs
+impl FromSettings for Redlock {
+    fn from_settings(settings: Settings) -> Result<Self, Error> {
+        let labels = settings.nodes.iter().map(|a| a.label().clone()).collect();
+        let nodes = settings
+            .nodes
             .into_iter()
-            .map(|a| Node::new(a, self.io_timeout))
+            .map(|a| Node::new(a, settings.io_timeout))
             .collect();
         Ok(Redlock {
             inner: Arc::new(Inner {
-                config,
+                config: settings.config,
                 nodes,
                 labels,
                 rng: Mutex::new(seeded_rng()?),

@@ -42,11 +42,11 @@ mod driver;
 mod lock;
 mod scoped;
 
-pub use client::{DEFAULT_IO_TIMEOUT, Redlock, RedlockBuilder};
+pub use client::{Redlock, RedlockBuilder};
 pub use lock::Lock;
 pub use redlock_core::{
     Config, ConfigBuilder, ConfigError, FailureReason, LockRequest, NodeErrorKind, NodeRelease,
     RetryPolicy, Token, Vote,
 };
-pub use redlock_redis::{Error, LockFailure, NodeReport, ReleaseReport};
+pub use redlock_redis::{DEFAULT_IO_TIMEOUT, Error, LockFailure, NodeReport, ReleaseReport};
 pub use scoped::LeaseWatch;

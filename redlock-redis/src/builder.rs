@@ -1,0 +1,122 @@
+//! The client builder every adapter shares: the same settings, checked the same way.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use redlock_core::{Config, ConfigBuilder, ConfigError, RetryPolicy};
+
+use crate::error::Error;
+use crate::node::NodeAddr;
+
+/// The default bound on one request's I/O (connect, send, reply) to one node. The engine's own
+/// per-node deadlines are usually much shorter and decide the vote; this only bounds how long a
+/// request may occupy a dead or stopped node's connection.
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Checked settings an adapter builds its client from.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Settings {
+    /// The engine's configuration.
+    pub config: Config,
+    /// The nodes, in the order given.
+    pub nodes: Vec<NodeAddr>,
+    /// The bound on one request's I/O.
+    pub io_timeout: Duration,
+}
+
+/// A client an adapter can build from [`Settings`].
+pub trait FromSettings: Sized {
+    /// Makes the client; connects to nothing yet.
+    fn from_settings(settings: Settings) -> Result<Self, Error>;
+}
+
+/// Configures a client of type `C`. Every setting is checked by [`build`](Builder::build).
+#[must_use]
+pub struct Builder<C> {
+    urls: Vec<String>,
+    config: ConfigBuilder,
+    io_timeout: Duration,
+    client: PhantomData<fn() -> C>,
+}
+
+impl<C> fmt::Debug for Builder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // URLs may hold passwords: show only how many there are.
+        f.debug_struct("Builder")
+            .field("nodes", &self.urls.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: FromSettings> Builder<C> {
+    /// Starts configuring a client for the masters at `urls`.
+    pub fn new<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        Self {
+            config: Config::builder(urls.len()),
+            urls,
+            io_timeout: DEFAULT_IO_TIMEOUT,
+            client: PhantomData,
+        }
+    }
+
+    /// Adjusts any engine setting (quorum, drift, node timeout, minimum validity, key prefix,
+    /// retry policy): see [`ConfigBuilder`].
+    pub fn config(mut self, f: impl FnOnce(ConfigBuilder) -> ConfigBuilder) -> Self {
+        self.config = f(self.config);
+        self
+    }
+
+    /// How many nodes must grant a lock (default: a majority).
+    pub fn quorum(self, quorum: usize) -> Self {
+        self.config(|c| c.quorum(quorum))
+    }
+
+    /// The retry policy of `lock`.
+    pub fn retry(self, retry: RetryPolicy) -> Self {
+        self.config(|c| c.retry(retry))
+    }
+
+    /// Bytes put in front of every resource name to form the key.
+    pub fn key_prefix(self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.config(|c| c.key_prefix(prefix))
+    }
+
+    /// The per-node timeout of the engine (default: derived from each lock's TTL).
+    pub fn node_timeout(self, timeout: Duration) -> Self {
+        self.config(|c| c.node_timeout(timeout))
+    }
+
+    /// Bounds one request's I/O on one node (default [`DEFAULT_IO_TIMEOUT`]); 1 ms to 1 hour.
+    pub fn io_timeout(mut self, timeout: Duration) -> Self {
+        self.io_timeout = timeout;
+        self
+    }
+
+    /// Checks the settings and the URLs and makes the client; connects to nothing yet.
+    pub fn build(self) -> Result<C, Error> {
+        let config = self.config.build()?;
+        let (min, max) = (Duration::from_millis(1), Duration::from_secs(3600));
+        if !(min..=max).contains(&self.io_timeout) {
+            return Err(ConfigError::Duration {
+                field: "io_timeout",
+                got: self.io_timeout,
+                min,
+                max,
+            }
+            .into());
+        }
+        let nodes = NodeAddr::parse_all(&self.urls)?;
+        C::from_settings(Settings {
+            config,
+            nodes,
+            io_timeout: self.io_timeout,
+        })
+    }
+}
