@@ -3,9 +3,11 @@
 //! expanding [`conformance_tests!`](crate::conformance_tests) in a test file.
 
 mod adapter;
+mod blocking;
 pub mod errors;
 pub mod scenarios;
 mod tokio;
 
 pub use adapter::{Adapter, HeldLock, Options, Work};
+pub use blocking::{Blocking, BlockingLock};
 pub use tokio::{Tokio, TokioLock};

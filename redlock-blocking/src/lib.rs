@@ -1,0 +1,53 @@
+//! Redlock distributed locks over Redis, for blocking code: no async runtime.
+//!
+//! A thin driver for [`redlock_core`]: this crate owns the connections (one worker thread and one
+//! connection per node), the clock and the waiting; every decision — quorum, validity, retry
+//! delay, when to extend — is the engine's. Same API and behaviour as `redlock-tokio`, blocking.
+//!
+//! ```no_run
+//! # fn demo() -> Result<(), redlock_blocking::Error> {
+//! use std::time::Duration;
+//! use redlock_blocking::Redlock;
+//!
+//! let redlock = Redlock::new([
+//!     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+//! ])?;
+//! let lock = redlock.lock("invoice:42", Duration::from_secs(10))?;
+//! // ... work that must not overlap, finished before lock.valid_until() ...
+//! lock.release();
+//!
+//! let total = redlock.with_lock("report:daily", Duration::from_secs(10), |lease| {
+//!     // check lease.is_valid() before each step that must not overlap another holder's
+//!     40 + 2
+//! })?;
+//! # Ok(()) }
+//! ```
+//!
+//! # What it never does
+//! - A slow or dead node never holds up a decision the other nodes already settled, nor delays
+//!   anything past the engine's per-node deadline: the caller waits on answers with the
+//!   machine's deadline, while the node's worker waits on the socket.
+//! - A connection whose request failed or timed out is never reused (a late reply would be read
+//!   as the answer to the next command); the worker reconnects on its next request.
+//! - `Drop` never blocks: an unreleased lock's release is handed to the node workers.
+//! - No password in an error, a log line or a `Debug` output: nodes are named by `host:port`.
+//!
+//! # Implementation note
+//! Each node's worker runs requests one at a time in submission order, for every lock of the
+//! client. A stopped node therefore delays later requests to that node (up to the I/O timeout
+//! each) — they count as timed out for their lock, which the other nodes decide without them.
+
+mod client;
+mod conn;
+mod driver;
+mod lock;
+mod scoped;
+
+pub use client::{Redlock, RedlockBuilder};
+pub use lock::Lock;
+pub use redlock_core::{
+    Config, ConfigBuilder, ConfigError, FailureReason, LockRequest, NodeErrorKind, NodeRelease,
+    RetryPolicy, Token, Vote,
+};
+pub use redlock_redis::{DEFAULT_IO_TIMEOUT, Error, LockFailure, NodeReport, ReleaseReport};
+pub use scoped::LeaseWatch;

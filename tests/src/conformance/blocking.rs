@@ -1,0 +1,114 @@
+//! The conformance suite's view of `redlock-blocking`.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlock_blocking::{Lock, Redlock};
+use redlock_core::LockRequest;
+use redlock_redis::{Error, ReleaseReport};
+
+use super::adapter::{Adapter, HeldLock, Options, Work};
+
+/// `redlock-blocking`, called straight from the test's threads.
+pub struct Blocking {
+    client: Redlock,
+}
+
+/// A `redlock-blocking` lock.
+#[derive(Debug)]
+pub struct BlockingLock {
+    lock: Lock,
+}
+
+impl Adapter for Blocking {
+    type Lock = BlockingLock;
+    const NAME: &'static str = "redlock-blocking";
+    const CANCELLABLE: bool = false;
+
+    fn build(urls: &[String], options: &Options) -> Result<Self, Error> {
+        let client = Redlock::builder(urls)
+            .config(|c| options.configure(c))
+            .build()?;
+        Ok(Self { client })
+    }
+
+    fn lock(&self, resource: &str, ttl: Duration) -> Result<BlockingLock, Error> {
+        self.client
+            .lock(resource, ttl)
+            .map(|lock| BlockingLock { lock })
+    }
+
+    fn try_lock(&self, resource: &str, ttl: Duration) -> Result<BlockingLock, Error> {
+        self.client
+            .try_lock(resource, ttl)
+            .map(|lock| BlockingLock { lock })
+    }
+
+    fn acquire(&self, request: LockRequest) -> Result<BlockingLock, Error> {
+        self.client
+            .acquire(request)
+            .map(|lock| BlockingLock { lock })
+    }
+
+    /// A blocking call cannot be abandoned half-way: it runs to its end (the lock, if any, is
+    /// dropped unreleased).
+    fn lock_abandoned_after(&self, resource: &str, ttl: Duration, _after: Duration) -> bool {
+        drop(self.client.lock(resource, ttl));
+        true
+    }
+
+    fn with_lock_work(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        hold: Duration,
+        midway_at: Duration,
+        midway: Box<dyn FnOnce() + Send>,
+    ) -> (Result<(), Error>, Work) {
+        let mut work = Work::default();
+        let result = self.client.with_lock(resource, ttl, |lease| {
+            let start = Instant::now();
+            let mut midway = Some(midway);
+            let mut helper = None;
+            let observed_loss = loop {
+                if start.elapsed() >= hold {
+                    break false;
+                }
+                if start.elapsed() >= midway_at {
+                    if let Some(midway) = midway.take() {
+                        helper = Some(thread::spawn(midway));
+                    }
+                }
+                if lease.wait_lost(Duration::from_millis(20)) {
+                    break true;
+                }
+            };
+            if let Some(helper) = helper {
+                helper.join().expect("the midway step ran");
+            }
+            work = Work {
+                observed_loss,
+                ran_for: start.elapsed(),
+            };
+        });
+        (result, work)
+    }
+}
+
+impl HeldLock for BlockingLock {
+    fn token(&self) -> Vec<u8> {
+        self.lock.token().as_bytes().to_vec()
+    }
+
+    fn valid_until(&self) -> Instant {
+        self.lock.valid_until()
+    }
+
+    fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        self.lock.extend(ttl)
+    }
+
+    fn release(self) -> ReleaseReport {
+        self.lock.release()
+    }
+}
