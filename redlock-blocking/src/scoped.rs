@@ -35,6 +35,15 @@ impl Shared {
     }
 }
 
+/// Tells the keeper thread that the work is over when dropped.
+struct StopKeeper<'a>(&'a Shared);
+
+impl Drop for StopKeeper<'_> {
+    fn drop(&mut self) {
+        self.0.update(|s| s.work_done = true);
+    }
+}
+
 /// What the work inside [`Redlock::with_lock`] can know about its lock.
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseWatch<'a> {
@@ -96,8 +105,10 @@ impl Redlock {
         };
         let (value, lost) = thread::scope(|scope| {
             let keeper = scope.spawn(|| keep_alive(&mut lock, &shared));
+            // Stops the keeper however the work ends, panics included: the scope waits for it.
+            let stop = StopKeeper(&shared);
             let value = work(LeaseWatch { shared: &shared });
-            shared.update(|s| s.work_done = true);
+            drop(stop);
             let lost = keeper
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -160,5 +171,30 @@ fn keep_alive(lock: &mut Lock, shared: &Shared) -> Option<Error> {
             }
             _ => unreachable!("RenewalStep has three variants"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_work_stops_the_keeper() {
+        // Port 1 on loopback refuses connections, so no lock can be taken: exercise the guard
+        // directly, as with_lock uses it.
+        let shared = Shared {
+            state: Mutex::new(State {
+                valid_until: Instant::now() + Duration::from_secs(60),
+                lost: false,
+                work_done: false,
+            }),
+            changed: Condvar::new(),
+        };
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _stop = StopKeeper(&shared);
+            panic!("work failed");
+        }));
+        assert!(outcome.is_err());
+        assert!(shared.state().work_done, "the keeper is told to stop");
     }
 }
