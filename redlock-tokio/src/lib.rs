@@ -36,17 +36,41 @@
 //!
 //! Everything must run inside a tokio runtime (the `time` driver enabled).
 
-mod client;
-mod conn;
-mod driver;
-mod lock;
-mod scoped;
+use std::future::Future;
+use std::time::Instant;
 
-pub use client::{Redlock, RedlockBuilder};
-pub use lock::Lock;
+/// The tokio runtime, as the shared async driver sees it.
+#[derive(Debug, Clone)]
+pub struct Tokio(tokio::runtime::Handle);
+
+impl redlock_async::Runtime for Tokio {
+    fn current() -> Self {
+        Self(tokio::runtime::Handle::current())
+    }
+
+    fn spawn<F>(&self, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        drop(self.0.spawn(future));
+    }
+
+    fn sleep_until(deadline: Instant) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep_until(deadline.into())
+    }
+}
+
+/// A Redlock client over N independent Redis masters, on tokio. Cheap to clone and share:
+/// clones use the same connections.
+pub type Redlock = redlock_async::Redlock<Tokio>;
+/// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
+pub type RedlockBuilder = redlock_async::RedlockBuilder<Tokio>;
+/// A held lock; see [`redlock_async::Lock`].
+pub type Lock = redlock_async::Lock<Tokio>;
+
+pub use redlock_async::LeaseWatch;
 pub use redlock_core::{
     Config, ConfigBuilder, ConfigError, FailureReason, LockRequest, NodeErrorKind, NodeRelease,
     RetryPolicy, Token, Vote,
 };
 pub use redlock_redis::{DEFAULT_IO_TIMEOUT, Error, LockFailure, NodeReport, ReleaseReport};
-pub use scoped::LeaseWatch;

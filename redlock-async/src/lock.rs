@@ -9,6 +9,7 @@ use tracing::Instrument;
 
 use crate::client::Redlock;
 use crate::driver::{Dispatch, drive};
+use crate::runtime::Runtime;
 
 /// A lock a quorum granted. Trust it until [`valid_until`](Lock::valid_until), not one instant
 /// longer; [`extend`](Lock::extend) to keep it, [`release`](Lock::release) when done.
@@ -18,15 +19,15 @@ use crate::driver::{Dispatch, drive};
 /// acquired on (never blocking in `drop`). If that runtime is shutting down, the keys expire by
 /// their TTL instead.
 #[must_use = "a lock that is dropped at once is released at once"]
-pub struct Lock {
-    client: Redlock,
+pub struct Lock<R: Runtime> {
+    client: Redlock<R>,
     lease: Lease,
     /// The acquisition's dispatch, so that later requests queue behind its stragglers.
     /// `None` once released.
-    dispatch: Option<Dispatch>,
+    dispatch: Option<Dispatch<R>>,
 }
 
-impl std::fmt::Debug for Lock {
+impl<R: Runtime> std::fmt::Debug for Lock<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lock")
             .field("resources", self.lease.spec())
@@ -35,8 +36,8 @@ impl std::fmt::Debug for Lock {
     }
 }
 
-impl Lock {
-    pub(crate) fn new(client: Redlock, lease: Lease, dispatch: Dispatch) -> Self {
+impl<R: Runtime> Lock<R> {
+    pub(crate) fn new(client: Redlock<R>, lease: Lease, dispatch: Dispatch<R>) -> Self {
         Self {
             client,
             lease,
@@ -94,7 +95,7 @@ impl Lock {
         self.client.run_release(dispatch, release).await
     }
 
-    fn take_dispatch(&mut self) -> Dispatch {
+    fn take_dispatch(&mut self) -> Dispatch<R> {
         match self.dispatch.take() {
             Some(dispatch) => dispatch,
             None => unreachable!("only release and drop take the dispatch, and each ends the lock"),
@@ -102,7 +103,7 @@ impl Lock {
     }
 }
 
-impl Drop for Lock {
+impl<R: Runtime> Drop for Lock<R> {
     fn drop(&mut self) {
         let Some(dispatch) = self.dispatch.take() else {
             return;
@@ -110,14 +111,14 @@ impl Drop for Lock {
         let release = Release::new(Instant::now(), &self.client.inner.config, &self.lease);
         let client = self.client.clone();
         tracing::debug!("lock dropped unreleased: releasing in the background");
-        dispatch.handle().clone().spawn(async move {
+        dispatch.runtime().clone().spawn(async move {
             client.run_release(dispatch, release).await;
         });
     }
 }
 
-impl Lock {
-    pub(crate) fn client(&self) -> &Redlock {
+impl<R: Runtime> Lock<R> {
+    pub(crate) fn client(&self) -> &Redlock<R> {
         &self.client
     }
 

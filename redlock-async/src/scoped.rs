@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use crate::client::Redlock;
 use crate::lock::Lock;
+use crate::runtime::Runtime;
 
 #[derive(Debug, Clone, Copy)]
 struct State {
@@ -48,7 +49,7 @@ impl LeaseWatch {
     }
 }
 
-impl Redlock {
+impl<R: Runtime> Redlock<R> {
     /// Locks `resource`, runs `work` while keeping the lock extended, then releases it.
     ///
     /// The lock is extended when half of its remaining validity has passed. If it cannot be kept
@@ -98,14 +99,14 @@ impl Redlock {
 }
 
 /// Extends `lock` as the engine's renewal policy says; returns only when the lock is lost.
-async fn keep_alive(lock: &mut Lock, tx: &watch::Sender<State>) -> Error {
+async fn keep_alive<R: Runtime>(lock: &mut Lock<R>, tx: &watch::Sender<State>) -> Error {
     let client = lock.client().clone();
     let node_timeout = client.inner.config.node_timeout(lock.lease().ttl());
     let mut renewal = Renewal::new(Instant::now(), lock.lease(), node_timeout);
     let mut last_votes: Vec<Vote> = Vec::new();
     loop {
         match renewal.poll(Instant::now()) {
-            RenewalStep::Wait(until) => tokio::time::sleep_until(until.into()).await,
+            RenewalStep::Wait(until) => R::sleep_until(until).await,
             RenewalStep::Extend => {
                 let ttl = lock.lease().ttl();
                 // The TTL was accepted when the lock was taken, so this cannot fail; treat a

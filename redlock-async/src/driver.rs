@@ -10,10 +10,10 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redlock_core::{Machine, Output, Reply, RequestId, Transmit};
-use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use crate::conn::Node;
+use crate::runtime::Runtime;
 
 /// A request's answer, tagged with the machine (generation) that sent it.
 type Completion = (u64, RequestId, Reply);
@@ -32,9 +32,9 @@ type InFlight = Pin<Box<dyn Future<Output = Completion> + Send>>;
 /// answering — when `lock()` returned on a quorum, say — and cannot be overtaken by it, which
 /// would leave the key for a full TTL. Replies are tagged with the machine they belong to: a
 /// straggler of the acquisition frees its node but never reaches the release machine.
-pub(crate) struct Dispatch {
+pub(crate) struct Dispatch<R: Runtime> {
     nodes: Arc<[Node]>,
-    handle: Handle,
+    runtime: R,
     generation: u64,
     /// Requests polled by the driver.
     local: FuturesUnordered<InFlight>,
@@ -46,14 +46,14 @@ pub(crate) struct Dispatch {
     queued: Vec<VecDeque<Transmit>>,
 }
 
-impl Dispatch {
-    /// Must be called inside a tokio runtime.
+impl<R: Runtime> Dispatch<R> {
+    /// Captures the runtime the calling task runs on.
     pub(crate) fn new(nodes: Arc<[Node]>) -> Self {
         let n = nodes.len();
         let (detached_tx, detached_rx) = mpsc::unbounded_channel();
         Self {
             nodes,
-            handle: Handle::current(),
+            runtime: R::current(),
             generation: 0,
             local: FuturesUnordered::new(),
             detached_tx,
@@ -64,8 +64,8 @@ impl Dispatch {
         }
     }
 
-    pub(crate) fn handle(&self) -> &Handle {
-        &self.handle
+    pub(crate) fn runtime(&self) -> &R {
+        &self.runtime
     }
 
     fn send(&mut self, transmit: Transmit) {
@@ -78,7 +78,7 @@ impl Dispatch {
         let nodes = self.nodes.clone();
         let generation = self.generation;
         self.local.push(Box::pin(async move {
-            let reply = nodes[node].run(&transmit.command).await;
+            let reply = nodes[node].run::<R>(&transmit.command).await;
             (generation, transmit.id, reply)
         }));
     }
@@ -128,7 +128,7 @@ impl Dispatch {
         let mut local = std::mem::take(&mut self.local);
         self.detached += local.len();
         let tx = self.detached_tx.clone();
-        self.handle.spawn(async move {
+        self.runtime.spawn(async move {
             while let Some(done) = local.next().await {
                 // The lock may be gone; then nobody needs the answer.
                 let _ = tx.send(done);
@@ -142,8 +142,8 @@ impl Dispatch {
         if self.is_idle() {
             return;
         }
-        let handle = self.handle.clone();
-        handle.spawn(async move {
+        let runtime = self.runtime.clone();
+        runtime.spawn(async move {
             while !self.is_idle() {
                 self.recv_any().await;
             }
@@ -152,7 +152,10 @@ impl Dispatch {
 }
 
 /// Runs `machine` to its outcome.
-pub(crate) async fn drive<M: Machine>(dispatch: &mut Dispatch, machine: &mut M) -> M::Outcome {
+pub(crate) async fn drive<R: Runtime, M: Machine>(
+    dispatch: &mut Dispatch<R>,
+    machine: &mut M,
+) -> M::Outcome {
     dispatch.generation += 1;
     loop {
         match machine.poll_output(Instant::now()) {
@@ -160,7 +163,7 @@ pub(crate) async fn drive<M: Machine>(dispatch: &mut Dispatch, machine: &mut M) 
             Output::Wait(until) => {
                 tokio::select! {
                     (id, reply) = dispatch.recv() => machine.handle_reply(Instant::now(), id, reply),
-                    () = tokio::time::sleep_until(until.into()) => machine.handle_timeout(Instant::now()),
+                    () = R::sleep_until(until) => machine.handle_timeout(Instant::now()),
                 }
             }
             Output::Done(outcome) => {

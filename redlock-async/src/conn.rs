@@ -1,11 +1,13 @@
 //! One reconnecting, multiplexed connection per node, and running a command on it.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redlock_core::{Command, NodeErrorKind, Reply};
 use redlock_redis::{NodeAddr, Request, map_error, map_result, needs_new_connection};
+
+use crate::runtime::Runtime;
 
 /// A node and its connection, made on first use (a node that is down at start is not an error:
 /// its requests fail until it comes back).
@@ -49,19 +51,23 @@ impl Node {
     }
 
     /// Runs `command`, never for longer than the I/O timeout.
-    pub(crate) async fn run(&self, command: &Command) -> Reply {
+    pub(crate) async fn run<R: Runtime>(&self, command: &Command) -> Reply {
         let request = Request::new(command);
         let mut conn = match self.connection() {
             Ok(conn) => conn,
             Err(err) => return Reply::Error(map_error(&err)),
         };
-        match tokio::time::timeout(self.io_timeout, request.run_async(&mut conn)).await {
-            Err(_elapsed) => Reply::Error(NodeErrorKind::Timeout),
-            Ok(Err(err)) if needs_new_connection(&err) => {
+        let deadline = Instant::now() + self.io_timeout;
+        let result = tokio::select! {
+            result = request.run_async(&mut conn) => result,
+            () = R::sleep_until(deadline) => return Reply::Error(NodeErrorKind::Timeout),
+        };
+        match result {
+            Err(err) if needs_new_connection(&err) => {
                 self.forget_connection();
                 Reply::Error(map_error(&err))
             }
-            Ok(result) => map_result(result),
+            result => map_result(result),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The client: nodes, settings, and the acquire entry points.
 
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -9,14 +10,15 @@ use tracing::Instrument;
 
 use crate::conn::Node;
 use crate::driver::{Dispatch, drive};
+use crate::runtime::Runtime;
 
 use crate::lock::Lock;
 
 /// A Redlock client over N independent Redis masters. Cheap to clone and share: clones use the
 /// same connections (one multiplexed, reconnecting connection per node, made on first use).
-#[derive(Clone)]
-pub struct Redlock {
+pub struct Redlock<R: Runtime> {
     pub(crate) inner: Arc<Inner>,
+    runtime: PhantomData<fn() -> R>,
 }
 
 pub(crate) struct Inner {
@@ -27,7 +29,16 @@ pub(crate) struct Inner {
     rng: Mutex<chacha20::ChaCha20Rng>,
 }
 
-impl std::fmt::Debug for Redlock {
+impl<R: Runtime> Clone for Redlock<R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            runtime: PhantomData,
+        }
+    }
+}
+
+impl<R: Runtime> std::fmt::Debug for Redlock<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Redlock")
             .field("nodes", &self.inner.labels)
@@ -36,7 +47,7 @@ impl std::fmt::Debug for Redlock {
     }
 }
 
-impl Redlock {
+impl<R: Runtime> Redlock<R> {
     /// A client with default settings for the masters at `urls`
     /// (`redis://[user:password@]host:port[/db]`; `rediss://` with the `tls` feature). Nothing
     /// connects yet, and a node that is down is not an error.
@@ -49,7 +60,7 @@ impl Redlock {
     }
 
     /// Starts configuring a client for the masters at `urls`.
-    pub fn builder<I, S>(urls: I) -> RedlockBuilder
+    pub fn builder<I, S>(urls: I) -> RedlockBuilder<R>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -68,7 +79,11 @@ impl Redlock {
     }
 
     /// Locks `resource` for `ttl`, retrying as the client's retry policy says.
-    pub async fn lock(&self, resource: impl Into<Vec<u8>>, ttl: Duration) -> Result<Lock, Error> {
+    pub async fn lock(
+        &self,
+        resource: impl Into<Vec<u8>>,
+        ttl: Duration,
+    ) -> Result<Lock<R>, Error> {
         self.acquire(LockRequest::new(resource, ttl)).await
     }
 
@@ -77,7 +92,7 @@ impl Redlock {
         &self,
         resource: impl Into<Vec<u8>>,
         ttl: Duration,
-    ) -> Result<Lock, Error> {
+    ) -> Result<Lock<R>, Error> {
         self.acquire(LockRequest::new(resource, ttl).retry(RetryPolicy::once()))
             .await
     }
@@ -88,7 +103,7 @@ impl Redlock {
     /// Dropping the returned future before it completes releases, in the background on the
     /// runtime, whatever keys its requests may have set; the release on each node runs after
     /// that node's outstanding request, so it cannot be overtaken by it.
-    pub async fn acquire(&self, request: LockRequest) -> Result<Lock, Error> {
+    pub async fn acquire(&self, request: LockRequest) -> Result<Lock<R>, Error> {
         let span = tracing::debug_span!("redlock.acquire", ttl = ?request.ttl());
         async move {
             let acquire = {
@@ -122,7 +137,7 @@ impl Redlock {
     /// Runs `release` to its report on the lock's dispatch.
     pub(crate) async fn run_release(
         &self,
-        mut dispatch: Dispatch,
+        mut dispatch: Dispatch<R>,
         mut release: Release,
     ) -> redlock_redis::ReleaseReport {
         let span = tracing::debug_span!("redlock.release");
@@ -140,13 +155,13 @@ impl Redlock {
 }
 
 /// An acquisition in progress; releases in the background if dropped before it finishes.
-struct Pending {
-    client: Redlock,
+struct Pending<R: Runtime> {
+    client: Redlock<R>,
     acquire: Acquire,
-    dispatch: Option<Dispatch>,
+    dispatch: Option<Dispatch<R>>,
 }
 
-impl Pending {
+impl<R: Runtime> Pending<R> {
     async fn run(&mut self) -> AcquireOutcome {
         match &mut self.dispatch {
             Some(dispatch) => drive(dispatch, &mut self.acquire).await,
@@ -155,7 +170,7 @@ impl Pending {
     }
 
     /// The acquisition ended: hand over the dispatch (to the lock, or to let clean-up finish).
-    fn finish(&mut self) -> Dispatch {
+    fn finish(&mut self) -> Dispatch<R> {
         match self.dispatch.take() {
             Some(dispatch) => dispatch,
             None => unreachable!("an acquisition finishes once"),
@@ -163,7 +178,7 @@ impl Pending {
     }
 }
 
-impl Drop for Pending {
+impl<R: Runtime> Drop for Pending<R> {
     fn drop(&mut self) {
         let Some(mut dispatch) = self.dispatch.take() else {
             return;
@@ -171,9 +186,9 @@ impl Drop for Pending {
         let release = self
             .acquire
             .abandon(Instant::now(), &self.client.inner.config);
-        let handle = dispatch.handle().clone();
+        let runtime = dispatch.runtime().clone();
         tracing::debug!(release = release.is_some(), "acquisition cancelled");
-        handle.spawn(async move {
+        runtime.spawn(async move {
             if let Some(mut release) = release {
                 drive(&mut dispatch, &mut release).await;
             }
@@ -183,9 +198,9 @@ impl Drop for Pending {
 }
 
 /// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
-pub type RedlockBuilder = Builder<Redlock>;
+pub type RedlockBuilder<R> = Builder<Redlock<R>>;
 
-impl FromSettings for Redlock {
+impl<R: Runtime> FromSettings for Redlock<R> {
     fn from_settings(settings: Settings) -> Result<Self, Error> {
         let labels = settings.nodes.iter().map(|a| a.label().clone()).collect();
         let nodes = settings
@@ -194,6 +209,7 @@ impl FromSettings for Redlock {
             .map(|a| Node::new(a, settings.io_timeout))
             .collect();
         Ok(Redlock {
+            runtime: PhantomData,
             inner: Arc::new(Inner {
                 config: settings.config,
                 nodes,

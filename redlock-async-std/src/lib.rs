@@ -1,0 +1,68 @@
+//! Redlock distributed locks over Redis, for async-std.
+//!
+//! A thin driver for [`redlock_core`] with the same API and behaviour as `redlock-tokio`: one
+//! multiplexed, reconnecting connection per node (the `redis` crate's `smol-comp` connections,
+//! which run on the async-io reactor that async-std uses too), requests polled by the driver,
+//! releases of dropped locks and cancelled acquisitions as background tasks. Every decision —
+//! quorum, validity, retry delay, when to extend — is the engine's.
+//!
+//! async-std is discontinued upstream; this adapter runs on smol as well (it only spawns with
+//! `async_std::task::spawn` and sleeps with `async_std::task::sleep`, both on async-io).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), redlock_async_std::Error> {
+//! use std::time::Duration;
+//! use redlock_async_std::Redlock;
+//!
+//! let redlock = Redlock::new([
+//!     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+//! ])?;
+//! let lock = redlock.lock("invoice:42", Duration::from_secs(10)).await?;
+//! // ... work that must not overlap, finished before lock.valid_until() ...
+//! lock.release().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # What it never does
+//! - It never blocks an executor thread (no `block_on`, also not in `Drop`).
+//! - It never opens a connection per command.
+//! - It never puts a password in an error, a log line or a `Debug` output.
+
+use std::future::Future;
+use std::time::Instant;
+
+/// The async-std runtime, as the shared async driver sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct AsyncStd;
+
+impl redlock_async::Runtime for AsyncStd {
+    fn current() -> Self {
+        Self
+    }
+
+    fn spawn<F>(&self, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        drop(async_std::task::spawn(future));
+    }
+
+    fn sleep_until(deadline: Instant) -> impl Future<Output = ()> + Send {
+        async_std::task::sleep(deadline.saturating_duration_since(Instant::now()))
+    }
+}
+
+/// A Redlock client over N independent Redis masters, on async-std. Cheap to clone and share:
+/// clones use the same connections.
+pub type Redlock = redlock_async::Redlock<AsyncStd>;
+/// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
+pub type RedlockBuilder = redlock_async::RedlockBuilder<AsyncStd>;
+/// A held lock; see [`redlock_async::Lock`].
+pub type Lock = redlock_async::Lock<AsyncStd>;
+
+pub use redlock_async::LeaseWatch;
+pub use redlock_core::{
+    Config, ConfigBuilder, ConfigError, FailureReason, LockRequest, NodeErrorKind, NodeRelease,
+    RetryPolicy, Token, Vote,
+};
+pub use redlock_redis::{DEFAULT_IO_TIMEOUT, Error, LockFailure, NodeReport, ReleaseReport};

@@ -1,0 +1,20 @@
+//! What the async driver needs from a runtime: spawning, and waking at an instant.
+
+use std::future::Future;
+use std::time::Instant;
+
+/// An async runtime the driver can run on. Implemented by each async adapter; the driver itself
+/// never names a runtime.
+pub trait Runtime: Clone + Send + Sync + 'static {
+    /// The runtime the calling task runs on (captured when an operation starts, so that
+    /// background releases run on the same runtime).
+    fn current() -> Self;
+
+    /// Runs `future` in the background.
+    fn spawn<F>(&self, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static;
+
+    /// Resolves at `deadline` (at once if it has passed).
+    fn sleep_until(deadline: Instant) -> impl Future<Output = ()> + Send;
+}
