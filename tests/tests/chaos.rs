@@ -1,7 +1,8 @@
 //! Real-process chaos for Redlock (issue 4, section 2): five `redis-server` processes, eight
-//! clients behind fault proxies, and a seeded schedule of kills (with delayed restarts), stops,
-//! latency, stalls, partitions and resets — mutual exclusion, call bounds and clean-up checked
-//! at the end. Plus the restart-empty scenario of the Redis page, both ways.
+//! clients mixing the three adapters (tokio, async-std, blocking) behind fault proxies, and a
+//! seeded schedule of kills (with delayed restarts), stops, latency, stalls, partitions and
+//! resets — mutual exclusion, call bounds and clean-up checked at the end, for every client.
+//! Plus the restart-empty scenario of the Redis page, both ways.
 //!
 //! `cargo test -p redlock-tests --test chaos -- --nocapture` prints the seed and the figures.
 //! `CHAOS_SECONDS=600` for a soak run; `CHAOS_SEED=<seed>` reruns a schedule (faults and client
@@ -9,9 +10,10 @@
 
 use std::time::Duration;
 
-use redlock_tests::chaos::{self, ChaosConfig, FaultKind, Restart};
+use redlock_tests::chaos::{self, AdapterKind, ChaosConfig, FaultKind, Restart};
 
-/// The main run: every invariant must hold, and the run must not be vacuous.
+/// The main run: every invariant must hold for every client of every adapter, and the run must
+/// not be vacuous — for any adapter.
 #[test]
 fn chaos_run() {
     let config = ChaosConfig::from_env();
@@ -44,6 +46,37 @@ fn chaos_run() {
         tally.cancelled > 0,
         "no acquisition was ever cancelled\n{report}"
     );
+    // Every adapter of the mix took part: it wrote sections (a few per client and 10 s at
+    // least), and an async one also cancelled acquisitions.
+    for kind in AdapterKind::ALL {
+        let clients = report
+            .client_adapters
+            .iter()
+            .filter(|k| **k == kind)
+            .count();
+        assert!(
+            clients > 0,
+            "no {} client in the run\n{report}",
+            kind.name()
+        );
+        let adapter = &report.by_adapter[&kind];
+        let few = (seconds / 10).max(1) * u64::try_from(clients).unwrap_or(u64::MAX);
+        assert!(
+            adapter.written >= few,
+            "{} clients wrote only {} sections (expected {few} at least)\n{report}",
+            kind.name(),
+            adapter.written
+        );
+        if kind.can_cancel() {
+            assert!(
+                adapter.cancelled > 0,
+                "no {} acquisition was ever cancelled\n{report}",
+                kind.name()
+            );
+        } else {
+            assert_eq!(adapter.cancelled, 0, "{} cannot cancel", kind.name());
+        }
+    }
     for kind in FaultKind::ALL {
         assert!(
             report.faults.get(kind) > 0,

@@ -146,6 +146,17 @@ impl CallTimes {
         ));
     }
 
+    /// Adds `other`'s calls to these.
+    pub fn merge(&mut self, other: &Self) {
+        for (call, theirs) in &other.stats {
+            let stat = self.stats.entry(*call).or_default();
+            stat.count += theirs.count;
+            stat.max = stat.max.max(theirs.max);
+            stat.max_ratio = stat.max_ratio.max(theirs.max_ratio);
+        }
+        self.overruns.extend(other.overruns.iter().cloned());
+    }
+
     /// The timing of `call`.
     pub fn get(&self, call: Call) -> CallStat {
         self.stats.get(&call).copied().unwrap_or_default()

@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redlock_core::RetryPolicy;
 
+use super::adapter::AdapterKind;
 use super::faults::FaultConfig;
-use super::workload::AdapterKind;
 
 /// Environment variable with the run's length in seconds (default [`DEFAULT_SECONDS`]); raise it
 /// for a soak run.
@@ -27,7 +27,8 @@ pub struct ChaosConfig {
     pub duration: Duration,
     /// Redis masters (each a `redis-server` process).
     pub nodes: usize,
-    /// One entry per client: the adapter it runs on.
+    /// One entry per client: the adapter it runs on. A run's call bounds come from the first
+    /// client's settings, which every client shares.
     pub clients: Vec<AdapterKind>,
     /// Resources the clients compete for; each has its own counter.
     pub resources: usize,
@@ -48,9 +49,9 @@ pub struct ChaosConfig {
 }
 
 impl ChaosConfig {
-    /// The CI settings: 5 nodes, 8 tokio clients, 2 resources, TTLs of 1.5–3 s, the fault mix of
-    /// [`FaultConfig::default`], a run of [`DEFAULT_SECONDS`] — with [`SECONDS_ENV`] and
-    /// [`SEED_ENV`] applied.
+    /// The CI settings: 5 nodes, 8 clients mixing the adapters ([`AdapterKind::for_client`]), 2
+    /// resources, TTLs of 1.5–3 s, the fault mix of [`FaultConfig::default`], a run of
+    /// [`DEFAULT_SECONDS`] — with [`SECONDS_ENV`] and [`SEED_ENV`] applied.
     ///
     /// # Panics
     /// If one of the variables is set but is not a whole number.
@@ -85,7 +86,7 @@ impl Default for ChaosConfig {
             seed: 0,
             duration: Duration::from_secs(DEFAULT_SECONDS),
             nodes: 5,
-            clients: vec![AdapterKind::Tokio; 8],
+            clients: (0..8).map(AdapterKind::for_client).collect(),
             resources: 2,
             ttl: (Duration::from_millis(1500), Duration::from_secs(3)),
             io_timeout: Duration::from_secs(1),

@@ -4,11 +4,13 @@
 //!
 //! # The run
 //! - 5 nodes ([`Cluster`](crate::Cluster)) and a 6th, fault-free server holding one counter per
-//!   resource; 8 clients (today all `redlock-tokio`: see [`AdapterKind`]), each reaching each
-//!   node through its own [`FaultProxy`](crate::FaultProxy) ([`Links`]).
-//! - The clients run critical sections (see the workload module): `lock`, `try_lock`, a `lock`
-//!   cancelled half-way, and `with_lock`; plain locks are sometimes extended and sometimes
-//!   dropped unreleased. Inside a section: `GET` the counter, work, and `SET` it to the value
+//!   resource; 8 clients mixing the adapters ([`AdapterKind::for_client`]: 3 `redlock-tokio`
+//!   tasks on one runtime, 3 `redlock-async-std` tasks, 2 `redlock-blocking` threads), each
+//!   reaching each node through its own [`FaultProxy`](crate::FaultProxy) ([`Links`]).
+//! - The clients run critical sections (see the workload module; the code is the same for every
+//!   adapter, see the adapter module): `lock`, `try_lock`, a `lock` cancelled half-way (async
+//!   adapters only), and `with_lock`; plain locks are sometimes extended and sometimes dropped
+//!   unreleased. Inside a section: `GET` the counter, work, and `SET` it to the value
 //!   read plus one — only if the lock is still valid with a margin to spare.
 //! - A fault thread ([`FaultKind`]) meanwhile injects `kill -9` (each followed by a delayed,
 //!   empty restart), SIGSTOP/SIGCONT, latency, stalls, partitions and reply resets.
@@ -28,12 +30,14 @@
 //! 3. Every call returns within its policy bound ([`CallBounds`]; a generous multiple).
 //! 4. Once every TTL has passed after the run, no key with the run's prefix is left on a node.
 //! 5. Once the faults are healed, every client locks on *all* nodes again within 5 s (no
-//!    connection is left broken); once the clients are dropped, each node's `connected_clients`,
-//!    the proxies' open connections and the runtime's alive tasks
-//!    (`RuntimeMetrics::num_alive_tasks`, stable in tokio) are back to their baseline.
+//!    connection is left broken); once the clients are dropped, each node's `connected_clients`
+//!    and the proxies' open connections are back to their baseline, and so are the alive tasks
+//!    of the tokio clients' runtime (`RuntimeMetrics::num_alive_tasks`, stable in tokio; async-std
+//!    has no such count, and blocking clients have no tasks).
 //!
-//! Every run also has to be busy (checked by the test): sections written, every entry used,
-//! extensions and cancellations seen, every fault kind injected.
+//! Every check covers every client, whatever its adapter; the report also gives each adapter's
+//! own [`Tally`]. Every run also has to be busy (checked by the test): sections written by every
+//! adapter, every entry used, extensions and cancellations seen, every fault kind injected.
 //!
 //! The restart-empty scenario of the Redis page is [`restart_scenario`]: with an immediate
 //! restart the recorder must catch the double holding (negative control); delayed past the TTL
@@ -46,8 +50,12 @@
 //! fault schedule and the clients' choices, not the exact interleavings, so a failure reproduces
 //! "in spirit" — the report says which invariant broke, with the windows involved.
 
+mod adapter;
+mod async_std_client;
+mod blocking_client;
 mod bounds;
 mod config;
+mod counter;
 mod faults;
 mod links;
 mod probe;
@@ -56,9 +64,11 @@ mod report;
 mod restart;
 mod rng;
 mod run;
+mod section;
 mod tokio_client;
 mod workload;
 
+pub use adapter::AdapterKind;
 pub use bounds::{Call, CallBounds, CallStat, CallTimes, SLACK, SLACK_FACTOR};
 pub use config::{ChaosConfig, DEFAULT_SECONDS, SECONDS_ENV, SEED_ENV};
 pub use faults::{FaultConfig, FaultCounts, FaultKind};
@@ -67,4 +77,4 @@ pub use recorder::{Overlap, Recorder, Window};
 pub use report::{ChaosReport, ConnectionCheck, CounterCheck};
 pub use restart::{Restart, RestartOutcome, restart_scenario};
 pub use run::run;
-pub use workload::{AdapterKind, Tally};
+pub use workload::Tally;

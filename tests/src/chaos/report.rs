@@ -1,8 +1,10 @@
 //! What a chaos run found: the figures it prints and the invariants it checks.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use super::adapter::AdapterKind;
 use super::faults::FaultCounts;
 use super::workload::Tally;
 
@@ -42,10 +44,14 @@ pub struct ChaosReport {
     pub elapsed: Duration,
     /// Clients in the run.
     pub clients: usize,
+    /// The adapter of each client.
+    pub client_adapters: Vec<AdapterKind>,
     /// Faults injected, per kind.
     pub faults: FaultCounts,
-    /// What the clients did.
+    /// What the clients did, all adapters together.
     pub tally: Tally,
+    /// What the clients of each adapter did.
+    pub by_adapter: BTreeMap<AdapterKind, Tally>,
     /// Critical sections recorded.
     pub windows: usize,
     /// Overlapping windows of one resource, described.
@@ -65,9 +71,10 @@ pub struct ChaosReport {
     pub connections: Vec<ConnectionCheck>,
     /// Connections the proxies still forwarded after the clients were dropped.
     pub proxy_connections_after: usize,
-    /// Alive tasks on the clients' runtime before the clients existed.
+    /// Alive tasks on the tokio clients' runtime before the clients existed (async-std has no
+    /// such count; blocking clients have no tasks).
     pub tasks_before: usize,
-    /// Alive tasks on the clients' runtime once the clients were dropped.
+    /// Alive tasks on the tokio clients' runtime once the clients were dropped.
     pub tasks_after: usize,
 }
 
@@ -86,11 +93,13 @@ impl ChaosReport {
                 ));
             }
         }
-        for overrun in &self.tally.calls.overruns {
-            found.push(format!("call past its bound: {overrun}"));
-        }
-        for error in self.tally.unexpected_errors() {
-            found.push(format!("unexpected error: {error}"));
+        for (adapter, tally) in &self.by_adapter {
+            for overrun in &tally.calls.overruns {
+                found.push(format!("call past its bound: {} {overrun}", adapter.name()));
+            }
+            for error in tally.unexpected_errors() {
+                found.push(format!("unexpected error: {} {error}", adapter.name()));
+            }
         }
         for failure in &self.client_failures {
             found.push(format!("client failed: {failure}"));
@@ -117,7 +126,8 @@ impl ChaosReport {
         }
         if self.tasks_after > self.tasks_before {
             found.push(format!(
-                "{} tasks alive on the runtime after the clients were dropped, {} before",
+                "{} tasks alive on the tokio clients' runtime after the clients were dropped, {} \
+                 before",
                 self.tasks_after, self.tasks_before
             ));
         }
@@ -142,6 +152,22 @@ impl fmt::Display for ChaosReport {
             self.faults.total()
         )?;
         writeln!(f, "{}", self.tally)?;
+        for (adapter, tally) in &self.by_adapter {
+            let clients: Vec<String> = self
+                .client_adapters
+                .iter()
+                .enumerate()
+                .filter(|(_, kind)| *kind == adapter)
+                .map(|(index, _)| index.to_string())
+                .collect();
+            writeln!(
+                f,
+                "  {} (clients {}): {}",
+                adapter.name(),
+                clients.join(", "),
+                tally.summary()
+            )?;
+        }
         let counters: Vec<String> = self
             .counters
             .iter()
@@ -165,7 +191,8 @@ impl fmt::Display for ChaosReport {
         writeln!(
             f,
             "keys of ours right after the run: {}, after every TTL: {}; node connections \
-             (incl. the inspecting one): {}; proxied connections after: {}; runtime tasks: {} → {}",
+             (incl. the inspecting one): {}; proxied connections after: {}; tokio runtime tasks: {} → \
+             {}",
             self.keys_at_end,
             self.keys_left.len(),
             connections.join(", "),

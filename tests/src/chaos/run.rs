@@ -1,12 +1,15 @@
 //! One chaos run, start to finish: processes, proxies, clients, faults, then the checks.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlock_tokio::Redlock;
+use redlock_core::Config;
 use tokio::runtime::Runtime;
 
+use super::adapter::{self, AdapterKind, Client, Finished, Running};
+use super::async_std_client::AsyncStdClient;
+use super::blocking_client::BlockingClient;
 use super::bounds::CallBounds;
 use super::config::ChaosConfig;
 use super::faults::Nemesis;
@@ -15,8 +18,8 @@ use super::probe;
 use super::recorder::Recorder;
 use super::report::{ChaosReport, ConnectionCheck, CounterCheck};
 use super::rng::ChaosRng;
-use super::tokio_client::{self, TokioClient};
-use super::workload::{AdapterKind, Planner, Shared, Tally};
+use super::tokio_client::TokioClient;
+use super::workload::{Planner, Shared, Tally};
 use crate::conformance::scenarios::eventually;
 use crate::{Cluster, RedisServer};
 
@@ -56,6 +59,9 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         .iter()
         .map(probe::connected_clients)
         .collect();
+    // The tokio clients' runtime. Its alive tasks are counted before and after; async-std has no
+    // such count (its executor exposes no metrics), and blocking clients have no tasks: what
+    // they leave behind shows in the connection checks.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -65,15 +71,16 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
 
     let mut rng = ChaosRng::new(config.seed);
     let nemesis_rng = rng.fork();
-    let clients = build_clients(config, &links, &mut rng);
+    let counter_client = redis::Client::open(counter_server.url()).expect("counter server URL");
+    let clients = connect_clients(config, &links, &counter_client, &runtime, &mut rng);
     let bounds = clients.first().map_or_else(
         || panic!("a chaos run needs clients"),
-        |client| CallBounds::new(client.redlock().config()),
+        |(client, _)| CallBounds::new(client.config()),
     );
     let stop_at = Instant::now() + config.duration;
     let shared = Arc::new(Shared {
         recorder: Recorder::new(),
-        tally: Mutex::new(Tally::with_resources(config.resources)),
+        tallies: Shared::tallies(config),
         bounds,
         write_guard: config.write_guard,
         stop_at,
@@ -82,7 +89,6 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
             .map(|r| format!("chaos-counter:r{r}"))
             .collect(),
     });
-    let counter_client = redis::Client::open(counter_server.url()).expect("counter server URL");
 
     let (cluster, faults, finished) = thread::scope(|scope| {
         let nemesis = Nemesis::new(
@@ -96,7 +102,7 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
             .name("chaos-nemesis".to_owned())
             .spawn_scoped(scope, move || nemesis.run(stop_at))
             .expect("spawn the nemesis thread");
-        let finished = runtime.block_on(run_clients(clients, &counter_client, &shared));
+        let finished = run_clients(clients, &runtime, &shared, config);
         let clients_done = started.elapsed();
         let (cluster, faults) = nemesis
             .join()
@@ -110,7 +116,7 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         .iter()
         .map(|server| probe::keys_with_prefix(server, &config.key_prefix).len())
         .sum();
-    let recovery_failures = check_recovery(&runtime, &cluster, &survivors, config);
+    let recovery_failures = check_recovery(&cluster, &survivors, config);
     drop(survivors);
     println!(
         "[chaos] clients done after {:.1} s, faults healed after {:.1} s, recovery checked after \
@@ -120,7 +126,11 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         started.elapsed().as_secs_f64()
     );
 
-    let tally = shared.tally().clone();
+    let by_adapter = shared.tally_by_adapter();
+    let mut tally = Tally::with_resources(config.resources);
+    for adapter_tally in by_adapter.values() {
+        tally.merge(adapter_tally);
+    }
     let counters = (0..config.resources)
         .map(|r| CounterCheck {
             resource: r,
@@ -135,8 +145,8 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         .map(|overlap| shared.recorder.describe(overlap))
         .collect();
 
-    // The clients are gone (each task owned its client); background releases finish within the
-    // I/O timeout, and with them every task and connection of the library.
+    // The clients are gone (each task or thread owned its client); background releases finish
+    // within the I/O timeout, and with them every task and connection of the library.
     let metrics = runtime.metrics();
     eventually(SETTLE_LIMIT, || metrics.num_alive_tasks() <= tasks_before);
     let tasks_after = metrics.num_alive_tasks();
@@ -188,9 +198,11 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         duration: config.duration,
         elapsed: started.elapsed(),
         clients: config.clients.len(),
+        client_adapters: config.clients.clone(),
         faults,
         windows: shared.recorder.windows().len(),
         tally,
+        by_adapter,
         overlaps,
         counters,
         client_failures,
@@ -204,84 +216,94 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
     }
 }
 
-/// A built client of some adapter, not yet running.
-enum Client {
-    Tokio(TokioClientParts),
+/// A client of some adapter, connected, not yet running.
+enum Connected {
+    Tokio(TokioClient),
+    AsyncStd(AsyncStdClient),
+    Blocking(BlockingClient),
 }
 
-struct TokioClientParts {
-    index: usize,
-    redlock: Redlock,
-    planner: Planner,
-}
-
-impl Client {
-    fn redlock(&self) -> &Redlock {
+impl Connected {
+    fn config(&self) -> &Config {
         match self {
-            Self::Tokio(parts) => &parts.redlock,
+            Self::Tokio(client) => client.config(),
+            Self::AsyncStd(client) => client.config(),
+            Self::Blocking(client) => client.config(),
+        }
+    }
+
+    /// Starts its sections. Tokio clients are spawned on the runtime whose context is entered.
+    fn start(self, index: usize, planner: Planner, shared: &Arc<Shared>) -> Box<dyn Running> {
+        match self {
+            Self::Tokio(client) => adapter::start(client, index, planner, shared),
+            Self::AsyncStd(client) => adapter::start(client, index, planner, shared),
+            Self::Blocking(client) => adapter::start(client, index, planner, shared),
         }
     }
 }
 
-fn build_clients(config: &ChaosConfig, links: &Links, rng: &mut ChaosRng) -> Vec<Client> {
+/// Connects every client (each through its own proxies) and draws its planner's stream.
+fn connect_clients(
+    config: &ChaosConfig,
+    links: &Links,
+    counter: &redis::Client,
+    runtime: &Runtime,
+    rng: &mut ChaosRng,
+) -> Vec<(Connected, Planner)> {
     config
         .clients
         .iter()
         .enumerate()
         .map(|(index, kind)| {
-            let planner = Planner::new(rng.fork(), config);
-            match kind {
+            let planner = Planner::new(rng.fork(), config, *kind);
+            let urls = links.urls(index);
+            let client = match kind {
                 AdapterKind::Tokio => {
-                    let redlock = tokio_client::build(links.urls(index), config)
-                        .unwrap_or_else(|err| panic!("client {index}: {err}"));
-                    Client::Tokio(TokioClientParts {
-                        index,
-                        redlock,
-                        planner,
-                    })
+                    TokioClient::connect(urls, counter, config, runtime.handle().clone())
+                        .map(Connected::Tokio)
                 }
-            }
+                AdapterKind::AsyncStd => {
+                    AsyncStdClient::connect(urls, counter, config).map(Connected::AsyncStd)
+                }
+                AdapterKind::Blocking => {
+                    BlockingClient::connect(urls, counter, config).map(Connected::Blocking)
+                }
+            };
+            let client = client.unwrap_or_else(|err| panic!("client {index}: {err}"));
+            (client, planner)
         })
         .collect()
 }
 
+/// The clients that came back from their run, by index.
+type Survivors = Vec<(usize, Box<dyn Finished>)>;
+
 /// Runs every client until the run's end; returns the ones that panicked or hung, and the
-/// others' clients.
-///
-/// Clients of a runtime-less or other-runtime adapter would run on threads of their own here,
-/// joined the same way.
-async fn run_clients(
-    clients: Vec<Client>,
-    counter: &redis::Client,
+/// others.
+fn run_clients(
+    clients: Vec<(Connected, Planner)>,
+    runtime: &Runtime,
     shared: &Arc<Shared>,
-) -> (Vec<String>, Vec<(usize, Redlock)>) {
-    let mut tasks = Vec::new();
-    for client in clients {
-        match client {
-            Client::Tokio(parts) => {
-                let connection = counter
-                    .get_multiplexed_async_connection()
-                    .await
-                    .expect("connect to the counter server");
-                let client =
-                    TokioClient::new(parts.index, parts.redlock, connection, parts.planner);
-                tasks.push((parts.index, tokio::spawn(client.run(Arc::clone(shared)))));
-            }
-        }
-    }
+    config: &ChaosConfig,
+) -> (Vec<String>, Survivors) {
+    let running: Vec<Box<dyn Running>> = {
+        let _tokio = runtime.enter();
+        clients
+            .into_iter()
+            .enumerate()
+            .map(|(index, (client, planner))| client.start(index, planner, shared))
+            .collect()
+    };
     let mut failures = Vec::new();
     let mut survivors = Vec::new();
     let finish_by = shared.stop_at + FINISH_MARGIN;
-    for (index, mut task) in tasks {
-        match tokio::time::timeout_at(finish_by.into(), &mut task).await {
-            Ok(Ok(redlock)) => survivors.push((index, redlock)),
-            Ok(Err(err)) => failures.push(format!("client {index}: {err}")),
-            Err(_elapsed) => {
-                task.abort();
-                failures.push(format!(
-                    "client {index} still running {FINISH_MARGIN:?} after the end"
-                ));
-            }
+    for (index, client) in running.into_iter().enumerate() {
+        match client.join(finish_by) {
+            Ok(finished) => survivors.push((index, finished)),
+            Err(why) => failures.push(format!(
+                "client {index} ({}): {why} (waited until {FINISH_MARGIN:?} after the run's end)",
+                config.clients[index].name()
+            )),
         }
     }
     (failures, survivors)
@@ -290,55 +312,39 @@ async fn run_clients(
 /// Once the faults are healed, each client must take a lock that lands on *every* node again
 /// within [`RECOVERY_LIMIT`]: a connection left broken by a kill, stop, partition or reset
 /// would show here. Returns one line per client that did not.
-fn check_recovery(
-    runtime: &Runtime,
-    cluster: &Cluster,
-    clients: &[(usize, Redlock)],
-    config: &ChaosConfig,
-) -> Vec<String> {
+fn check_recovery(cluster: &Cluster, clients: &Survivors, config: &ChaosConfig) -> Vec<String> {
     let mut failures = Vec::new();
-    for (index, redlock) in clients {
+    for (index, client) in clients {
         let resource = format!("recovery-{index}");
         let key = format!("{}{resource}", config.key_prefix);
         let deadline = Instant::now() + RECOVERY_LIMIT;
+        let mut check = |token: &[u8], votes: &str| {
+            let missing = || {
+                cluster
+                    .servers()
+                    .iter()
+                    .filter(|server| server.get(&key).as_deref() != Some(token))
+                    .map(|server| server.addr().to_string())
+                    .collect::<Vec<_>>()
+            };
+            // Healthy nodes answer within milliseconds; a node whose connection has to be made
+            // again first gets its key on the next attempt.
+            eventually(Duration::from_millis(500), || missing().is_empty());
+            let missing = missing();
+            (!missing.is_empty())
+                .then(|| format!("granted, but not on {} (votes {votes})", missing.join(", ")))
+        };
         loop {
-            let last = match runtime.block_on(redlock.lock(resource.as_str(), RECOVERY_TTL)) {
-                Ok(lock) => {
-                    let token = lock.token().as_bytes().to_vec();
-                    let missing = || {
-                        cluster
-                            .servers()
-                            .iter()
-                            .filter(|server| server.get(&key).as_deref() != Some(&token[..]))
-                            .map(|server| server.addr().to_string())
-                            .collect::<Vec<_>>()
-                    };
-                    // Healthy nodes answer within milliseconds; a node whose connection has to
-                    // be made again first gets its key on the next attempt.
-                    eventually(Duration::from_millis(500), || missing().is_empty());
-                    let missing = missing();
-                    let votes = format!("{:?}", lock.lease().votes());
-                    let report = runtime.block_on(lock.release());
-                    if missing.is_empty() {
-                        break;
-                    }
-                    let released: Vec<String> = report
-                        .nodes
-                        .iter()
-                        .map(|n| format!("{}: {:?}", n.node, n.result))
-                        .collect();
-                    format!(
-                        "granted, but not on {} (votes {votes}; release {})",
-                        missing.join(", "),
-                        released.join(", ")
-                    )
-                }
+            let last = match client.lock_and_check(&resource, RECOVERY_TTL, &mut check) {
+                Ok(None) => break,
+                Ok(Some(found)) => found,
                 Err(err) => err.to_string(),
             };
             if Instant::now() > deadline {
                 failures.push(format!(
-                    "client {index}: no lock on every node within {RECOVERY_LIMIT:?} after the \
-                     faults healed (last: {last})"
+                    "client {index} ({}): no lock on every node within {RECOVERY_LIMIT:?} after \
+                     the faults healed (last: {last})",
+                    config.clients[*index].name()
                 ));
                 break;
             }

@@ -1,13 +1,16 @@
-//! What the clients do: a plan of critical sections drawn from each client's seeded stream, the
-//! work inside a section, and the tallies every client adds to.
+//! What the clients do: a plan of critical sections drawn from each client's seeded stream, what
+//! a section is, and the tallies the clients add to.
 //!
-//! This part is the same for every adapter; an adapter only *executes* the plan (see
-//! `tokio_client.rs`). A new adapter gets an [`AdapterKind`] and an executor, and clients of
-//! every kind then run side by side against the same nodes, recorder and counters.
+//! This part is the same for every adapter, and so is the code that runs a section (the section
+//! module); an adapter only supplies the calls (see the adapter module). Clients of every
+//! [`AdapterKind`] run side by side against the same nodes, recorder and counters, and each
+//! adapter has a [`Tally`] of its own.
 //!
 //! # A critical section
 //! 1. Take the lock, one of four ways: `lock` (retries), `try_lock` (one round), `lock` cancelled
-//!    after a short while (the dropped future must clean up), or `with_lock` (auto-extension).
+//!    after a short while (the dropped future must clean up; async adapters only: a blocking
+//!    call cannot be abandoned, so a blocking client plans a plain `lock` instead), or
+//!    `with_lock` (auto-extension).
 //! 2. `GET` the resource's counter from the counter server (fault-free, not a lock node).
 //! 3. Work (sleep) — usually a few milliseconds, sometimes a good part of the TTL or longer; a
 //!    plain lock may `extend` half-way.
@@ -27,18 +30,11 @@ use std::time::{Duration, Instant};
 use redlock_core::Vote;
 use redlock_redis::{Error, ReleaseReport};
 
+use super::adapter::AdapterKind;
 use super::bounds::{CallBounds, CallTimes};
 use super::config::ChaosConfig;
 use super::recorder::Recorder;
 use super::rng::ChaosRng;
-
-/// Which adapter a client runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
-pub enum AdapterKind {
-    /// `redlock-tokio`, each client on a task of one shared multi-thread runtime.
-    Tokio,
-}
 
 /// How a section takes its lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,14 +82,17 @@ pub(crate) struct Planner {
     rng: ChaosRng,
     resources: usize,
     ttl: (Duration, Duration),
+    /// Whether the client's adapter can abandon an acquisition ([`AdapterKind::can_cancel`]).
+    can_cancel: bool,
 }
 
 impl Planner {
-    pub(crate) fn new(rng: ChaosRng, config: &ChaosConfig) -> Self {
+    pub(crate) fn new(rng: ChaosRng, config: &ChaosConfig, adapter: AdapterKind) -> Self {
         Self {
             rng,
             resources: config.resources,
             ttl: config.ttl,
+            can_cancel: adapter.can_cancel(),
         }
     }
 
@@ -106,7 +105,13 @@ impl Planner {
         } else if roll < 0.55 {
             Entry::TryLock
         } else if roll < 0.65 {
-            Entry::Cancellable(rng.duration((ms(5), ms(600))))
+            // Drawn either way, so that every adapter's stream has the same shape.
+            let after = rng.duration((ms(5), ms(600)));
+            if self.can_cancel {
+                Entry::Cancellable(after)
+            } else {
+                Entry::Lock
+            }
         } else {
             Entry::WithLock
         };
@@ -138,7 +143,8 @@ impl Planner {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) recorder: Recorder,
-    pub(crate) tally: Mutex<Tally>,
+    /// One tally per adapter in the run.
+    pub(crate) tallies: BTreeMap<AdapterKind, Mutex<Tally>>,
     pub(crate) bounds: CallBounds,
     pub(crate) write_guard: Duration,
     pub(crate) stop_at: Instant,
@@ -149,12 +155,37 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn tally(&self) -> MutexGuard<'_, Tally> {
-        self.tally.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Empty tallies for the adapters of `config`'s clients.
+    pub(crate) fn tallies(config: &ChaosConfig) -> BTreeMap<AdapterKind, Mutex<Tally>> {
+        config
+            .clients
+            .iter()
+            .map(|kind| (*kind, Mutex::new(Tally::with_resources(config.resources))))
+            .collect()
+    }
+
+    /// The tally of `adapter`'s clients.
+    ///
+    /// # Panics
+    /// If no client of the run is of that adapter.
+    pub(crate) fn tally(&self, adapter: AdapterKind) -> MutexGuard<'_, Tally> {
+        self.tallies
+            .get(&adapter)
+            .unwrap_or_else(|| panic!("no {} client in the run", adapter.name()))
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A copy of every adapter's tally.
+    pub(crate) fn tally_by_adapter(&self) -> BTreeMap<AdapterKind, Tally> {
+        self.tallies
+            .keys()
+            .map(|adapter| (*adapter, self.tally(*adapter).clone()))
+            .collect()
     }
 }
 
-/// What the clients did, summed over all of them.
+/// What clients did: those of one adapter, or (merged) all of them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tally {
     /// Locks obtained (by any entry).
@@ -237,6 +268,77 @@ impl Tally {
         for (total, count) in self.release_nodes.iter_mut().zip(counts) {
             *total += u64::try_from(count).unwrap_or(u64::MAX);
         }
+    }
+
+    /// Adds `other`'s figures to these.
+    pub fn merge(&mut self, other: &Self) {
+        self.acquired += other.acquired;
+        self.written += other.written;
+        if self.written_per_resource.len() < other.written_per_resource.len() {
+            self.written_per_resource
+                .resize(other.written_per_resource.len(), 0);
+        }
+        for (total, n) in self
+            .written_per_resource
+            .iter_mut()
+            .zip(&other.written_per_resource)
+        {
+            *total += n;
+        }
+        self.abandoned += other.abandoned;
+        self.late_writes += other.late_writes;
+        self.cancelled += other.cancelled;
+        self.dropped += other.dropped;
+        for (entry, n) in &other.entries {
+            *self.entries.entry(entry).or_default() += n;
+        }
+        for (error, n) in &other.errors {
+            *self.errors.entry(*error).or_default() += n;
+        }
+        for (vote, n) in &other.votes {
+            *self.votes.entry(vote.clone()).or_default() += n;
+        }
+        self.extended += other.extended;
+        self.lost += other.lost;
+        for (total, n) in self.release_nodes.iter_mut().zip(other.release_nodes) {
+            *total += n;
+        }
+        self.calls.merge(&other.calls);
+    }
+
+    /// Failed calls, of every kind.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    /// The figures that tell adapters apart, on one line.
+    pub fn summary(&self) -> String {
+        let entries: Vec<String> = self
+            .entries
+            .iter()
+            .map(|(entry, n)| format!("{entry} {n}"))
+            .collect();
+        let errors: Vec<String> = self
+            .errors
+            .iter()
+            .map(|((call, kind), n)| format!("{call} {kind} {n}"))
+            .collect();
+        format!(
+            "{} written of {} acquired ({} abandoned, {} late), {} cancelled, {} dropped, \
+             {} extended, {} lost; entries: {}; errors {}: {}; call times: {}",
+            self.written,
+            self.acquired,
+            self.abandoned,
+            self.late_writes,
+            self.cancelled,
+            self.dropped,
+            self.extended,
+            self.lost,
+            entries.join(", "),
+            self.error_count(),
+            errors.join(", "),
+            self.calls
+        )
     }
 
     /// Errors that must never happen in a run (bad configuration, no entropy, ...).
