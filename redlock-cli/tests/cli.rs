@@ -1,0 +1,128 @@
+//! The `redlock` command against real redis-servers.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use redlock_tests::Cluster;
+use redlock_tests::conformance::scenarios::eventually;
+
+fn redlock(nodes: &Cluster, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env("REDLOCK_NODES", nodes.urls().join(","))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run redlock")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn runs_the_command_under_the_lock_and_passes_its_exit_code() {
+    let nodes = Cluster::start(3);
+    let script = "redis-cli -p \"$PORT\" get redlock:job > /dev/null; exit 3";
+    let port = nodes[0].port().to_string();
+    let output = Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env("REDLOCK_NODES", nodes.urls().join(","))
+        .env("PORT", &port)
+        .args(["job", "--", "sh", "-c", script])
+        .output()
+        .expect("run redlock");
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert_eq!(
+        nodes.count_with_key("redlock:job"),
+        0,
+        "released after the command"
+    );
+
+    let output = redlock(&nodes, &["job", "--", "sh", "-c", "test -n \"$HOME\""]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
+#[test]
+fn a_held_lock_means_exit_75_and_the_command_never_runs() {
+    let nodes = Cluster::start(3);
+    let holder = redlock_blocking::Redlock::builder(nodes.urls())
+        .key_prefix("redlock:")
+        .build()
+        .expect("client");
+    let held = holder.lock("job", Duration::from_secs(30)).expect("lock");
+    let marker = tempfile::NamedTempFile::new().expect("temp file");
+    let path = marker.path().to_str().expect("utf-8 path").to_owned();
+    let script = format!("echo ran > {path}");
+    let output = redlock(&nodes, &["job", "--", "sh", "-c", &script]);
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("held by another"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read"),
+        "",
+        "the command did not run"
+    );
+
+    // With --wait, it runs once the holder lets go.
+    let waiter = std::thread::spawn({
+        let urls = nodes.urls().join(",");
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_redlock"))
+                .env("REDLOCK_NODES", urls)
+                .args(["--wait", "20s", "job", "--", "true"])
+                .output()
+                .expect("run redlock")
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    held.release();
+    let output = waiter.join().expect("waiter");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
+#[test]
+fn bad_arguments_are_exit_64_with_a_clear_message() {
+    let nodes = Cluster::start(3);
+    let output = redlock(&nodes, &["--ttl", "1ms", "job", "--", "true"]);
+    assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
+    assert!(stderr(&output).contains("ttl"), "{}", stderr(&output));
+
+    let secret = "Sup3r-secret";
+    let output = Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env("REDLOCK_NODES", format!("redis://:{secret}@[broken"))
+        .args(["job", "--", "true"])
+        .output()
+        .expect("run redlock");
+    assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
+    assert!(!stderr(&output).contains(secret), "{}", stderr(&output));
+}
+
+#[test]
+fn a_lost_lock_terminates_the_command_with_exit_76() {
+    let nodes = Cluster::start(3);
+    let urls = nodes.urls().join(",");
+    let start = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env("REDLOCK_NODES", urls)
+        .args(["--ttl", "1s", "job", "--", "sleep", "60"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redlock");
+    assert!(
+        eventually(Duration::from_secs(10), || nodes
+            .count_with_key("redlock:job")
+            >= 2),
+        "the lock was taken"
+    );
+    let mut nodes = nodes;
+    nodes.kill(0);
+    nodes.kill(1);
+    let output = child.wait_with_output().expect("wait");
+    assert_eq!(output.status.code(), Some(76), "{}", stderr(&output));
+    assert!(
+        start.elapsed() < Duration::from_secs(50),
+        "the command was stopped, not waited out"
+    );
+}
