@@ -37,6 +37,7 @@ struct Args {
         short,
         long = "node",
         env = "REDLOCK_NODES",
+        hide_env_values = true,
         value_delimiter = ',',
         required = true
     )]

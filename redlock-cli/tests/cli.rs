@@ -126,3 +126,15 @@ fn a_lost_lock_terminates_the_command_with_exit_76() {
         "the command was stopped, not waited out"
     );
 }
+
+#[test]
+fn help_never_shows_the_nodes_from_the_environment() {
+    let output = Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env("REDLOCK_NODES", "redis://:Sup3r-secret@127.0.0.1:1")
+        .arg("--help")
+        .output()
+        .expect("run redlock");
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(help.contains("REDLOCK_NODES"), "{help}");
+    assert!(!help.contains("Sup3r-secret"), "{help}");
+}
