@@ -364,7 +364,11 @@ mod tests {
 
     fn setup(policy: RetryPolicy) -> (Config, Vec<FakeNode>, Instant) {
         let config = Config::builder(5).retry(policy).build().expect("valid");
-        (config, vec![FakeNode::default(); 5], Instant::now())
+        (
+            config,
+            vec![FakeNode::default(); 5],
+            crate::testing::epoch(),
+        )
     }
 
     fn acquire(config: &Config, request: &LockRequest, now: Instant) -> Acquire {
@@ -508,7 +512,7 @@ mod tests {
             .retry(RetryPolicy::once())
             .build()
             .expect("valid");
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let mut machine = acquire(
             &config,
             &LockRequest::new("r", Duration::from_millis(100)),
@@ -627,7 +631,7 @@ mod round_tokens {
         for node in &mut nodes {
             node.keys.insert(b"r".to_vec(), b"other".to_vec());
         }
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let request = LockRequest::new("r", Duration::from_secs(10));
         let mut machine = Acquire::new(t0, &config, &request, &mut rng(5)).expect("valid");
         let (_, _, sent) = drive(&mut machine, &mut nodes, &[Link::Up; 3], t0);

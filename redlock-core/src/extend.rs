@@ -165,7 +165,7 @@ mod tests {
     fn extending_counts_validity_from_the_extend_round() {
         let config = Config::new(5).expect("valid");
         let mut nodes = vec![FakeNode::default(); 5];
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let mut lease = held(&config, &mut nodes, t0);
         let later = t0 + Duration::from_secs(4);
         let mut extend = Extend::new(later, &config, &lease, TTL).expect("valid");
@@ -182,7 +182,7 @@ mod tests {
     fn a_failed_extend_changes_nothing_and_deletes_nothing() {
         let config = Config::new(5).expect("valid");
         let mut nodes = vec![FakeNode::default(); 5];
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let mut lease = held(&config, &mut nodes, t0);
         let before = lease.clone();
         for node in &mut nodes[..3] {
@@ -214,7 +214,7 @@ mod tests {
     fn silent_nodes_make_it_unavailable_and_an_expired_lease_is_not_extended() {
         let config = Config::new(5).expect("valid");
         let mut nodes = vec![FakeNode::default(); 5];
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let lease = held(&config, &mut nodes, t0);
         let links = [Link::Silent, Link::Silent, Link::Silent, Link::Up, Link::Up];
         let mut extend = Extend::new(t0, &config, &lease, TTL).expect("valid");
@@ -248,7 +248,7 @@ mod tests {
             .build()
             .expect("valid");
         let mut nodes = vec![FakeNode::default(); 3];
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let lease = held(&config, &mut nodes, t0);
         let near_end = lease.valid_until() - Duration::from_millis(1);
         let mut extend = Extend::new(near_end, &config, &lease, TTL).expect("valid");

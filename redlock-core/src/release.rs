@@ -126,7 +126,7 @@ mod tests {
         nodes[1].keys.insert(b"r".to_vec(), b"theirs".to_vec());
         nodes[4].keys.insert(b"r".to_vec(), b"mine".to_vec());
         let ttl = Duration::from_secs(1);
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let mut release = Release::for_spec(t0, &config, spec, ttl);
         let links = [Link::Up, Link::Up, Link::Up, Link::Refused, Link::Silent];
         let (report, took, _) = drive(&mut release, &mut nodes, &links, t0);

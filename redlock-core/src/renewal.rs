@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn extends_halfway_and_keeps_going() {
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let timeout = Duration::from_millis(100);
         let mut renewal = Renewal::new(t0, &lease(t0, Duration::from_secs(10)), timeout);
         assert_eq!(
@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn retries_while_a_retry_can_finish_then_gives_up_before_validity_ends() {
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let timeout = Duration::from_millis(100);
         let mut renewal = Renewal::new(t0, &lease(t0, Duration::from_secs(2)), timeout);
         let mut now = t0;
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn a_lock_that_is_not_held_is_lost_at_once() {
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let mut renewal = Renewal::new(
             t0,
             &lease(t0, Duration::from_secs(10)),
@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn validity_passing_mid_extension_is_a_loss() {
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let mut renewal = Renewal::new(
             t0,
             &lease(t0, Duration::from_secs(1)),

@@ -196,7 +196,7 @@ mod tests {
 
     #[test]
     fn stale_duplicate_late_and_unknown_replies_do_not_count() {
-        let t0 = Instant::now();
+        let t0 = crate::testing::epoch();
         let deadline = t0 + Duration::from_millis(10);
         let mut round: Round<Vote> = Round::new(7, Op::SetIfAbsent, 100, 3, t0, deadline);
         let spec = spec();

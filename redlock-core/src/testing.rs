@@ -130,3 +130,9 @@ pub(crate) fn drive<M: Machine>(
         }
     }
 }
+
+/// The one real instant unit tests start their virtual time from (the engine never reads the
+/// clock; only this test helper does).
+pub(crate) fn epoch() -> Instant {
+    Instant::now()
+}

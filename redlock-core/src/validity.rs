@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn validity_is_ttl_minus_drift() {
-        let now = Instant::now();
+        let now = crate::testing::epoch();
         let ttl = Ttl::new(now, Duration::from_secs(10), drift(), Duration::ZERO).expect("valid");
         assert_eq!(ttl.ms, 10_000);
         assert_eq!(ttl.span, Duration::from_millis(10_000 - 100 - 2));
@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn sub_millisecond_ttls_round_down() {
-        let now = Instant::now();
+        let now = crate::testing::epoch();
         let ttl =
             Ttl::new(now, Duration::from_micros(10_999), drift(), Duration::ZERO).expect("valid");
         assert_eq!(ttl.ms, 10);
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn ttl_must_exceed_drift_and_min_validity() {
-        let now = Instant::now();
+        let now = crate::testing::epoch();
         assert!(matches!(
             Ttl::new(now, Duration::from_millis(2), drift(), Duration::ZERO),
             Err(ConfigError::TtlTooShort { .. })
@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn extreme_ttls_are_errors_not_overflows() {
-        let now = Instant::now();
+        let now = crate::testing::epoch();
         for ttl in [
             Duration::ZERO,
             Duration::MAX,
