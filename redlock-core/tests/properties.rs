@@ -596,6 +596,24 @@ struct Batch {
     answers: Vec<Option<(Reply, Source)>>,
 }
 
+/// Checks one request of a machine that sends a single batch: it belongs to that batch, goes out
+/// in the same drain as the batch's other requests, and asks its node once.
+fn check_single_batch_send<O>(
+    round: &mut Batch,
+    id: RequestId,
+    previous: Option<&Rec<O>>,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(id.batch(), round.batch, "one batch");
+    if round.sent.iter().any(|s| *s) {
+        prop_assert!(
+            matches!(previous, Some(Rec::Send { .. })),
+            "requests in separate drains"
+        );
+    }
+    prop_assert!(round.mark_sent(id.node()), "a node asked twice");
+    Ok(())
+}
+
 impl Batch {
     fn new(batch: u32, op: Op, t0: At, deadline: At, nodes: usize) -> Self {
         Self {
@@ -1124,17 +1142,8 @@ fn check_extend(
                 let ms = u64::try_from(x.ttl.as_millis()).expect("small");
                 prop_assert_eq!(command.ttl_ms(), Some(ms));
                 prop_assert_eq!(*at, x.start, "every request goes out at once");
-                let round = round.get_or_insert_with(|| {
-                    Batch::new(id.batch(), Op::ExpireIfEquals, x.start, deadline, x.nodes)
-                });
-                prop_assert_eq!(id.batch(), round.batch, "one batch");
-                if round.sent.iter().any(|s| *s) {
-                    prop_assert!(
-                        matches!(previous, Some(Rec::Send { .. })),
-                        "requests in separate drains"
-                    );
-                }
-                prop_assert!(round.mark_sent(id.node()), "a node asked twice");
+                let new = || Batch::new(id.batch(), Op::ExpireIfEquals, x.start, deadline, x.nodes);
+                check_single_batch_send(round.get_or_insert_with(new), *id, previous)?;
             }
             Rec::Reply {
                 at,
@@ -1257,17 +1266,8 @@ fn check_release(
                     "with the lease's keys and token"
                 );
                 prop_assert_eq!(*at, start, "every request goes out at once");
-                let round = round.get_or_insert_with(|| {
-                    Batch::new(id.batch(), Op::DeleteIfEquals, start, deadline, nodes)
-                });
-                prop_assert_eq!(id.batch(), round.batch);
-                if round.sent.iter().any(|s| *s) {
-                    prop_assert!(
-                        matches!(previous, Some(Rec::Send { .. })),
-                        "requests in separate drains"
-                    );
-                }
-                prop_assert!(round.mark_sent(id.node()), "a node asked twice");
+                let new = || Batch::new(id.batch(), Op::DeleteIfEquals, start, deadline, nodes);
+                check_single_batch_send(round.get_or_insert_with(new), *id, previous)?;
             }
             Rec::Reply {
                 at,
