@@ -1,18 +1,21 @@
-//! The client: nodes, settings, and the acquire entry points.
+//! The client: nodes, settings, and the entry points that start a lock.
 
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redlock_core::{Acquire, AcquireOutcome, Config, LockRequest, Release, RetryPolicy};
-use redlock_redis::{Builder, Error, FromSettings, Settings, seeded_rng};
+use redlock_core::{Config, Lifecycle, LockRequest, ReleaseReport, RetryPolicy};
+use redlock_redis::{Builder, ClientCore, Error, FromSettings, LockFailure, Settings, Start};
 use tracing::Instrument;
 
 use crate::conn::Node;
-use crate::driver::{Dispatch, drive};
+use crate::driver::{Dispatch, next_event};
+use crate::lock::Lock;
 use crate::runtime::Runtime;
 
-use crate::lock::Lock;
+/// How long a release by token waits for answers: the node timeout of a lock with this TTL
+/// (1 s with the default settings).
+const RELEASE_BY_TOKEN_TTL: Duration = Duration::from_secs(10);
 
 /// A Redlock client over N independent Redis masters. Cheap to clone and share: clones use the
 /// same connections (one multiplexed, reconnecting connection per node, made on first use).
@@ -22,11 +25,8 @@ pub struct Redlock<R: Runtime> {
 }
 
 pub(crate) struct Inner {
-    pub(crate) config: Config,
+    pub(crate) core: ClientCore,
     pub(crate) nodes: Arc<[Node]>,
-    pub(crate) labels: Vec<Arc<str>>,
-    /// Tokens and jitter: seeded once from the OS when the client is built.
-    rng: Mutex<chacha20::ChaCha20Rng>,
 }
 
 impl<R: Runtime> Clone for Redlock<R> {
@@ -40,10 +40,7 @@ impl<R: Runtime> Clone for Redlock<R> {
 
 impl<R: Runtime> std::fmt::Debug for Redlock<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Redlock")
-            .field("nodes", &self.inner.labels)
-            .field("quorum", &self.inner.config.quorum())
-            .finish()
+        self.inner.core.fmt(f)
     }
 }
 
@@ -70,12 +67,12 @@ impl<R: Runtime> Redlock<R> {
 
     /// The checked settings.
     pub fn config(&self) -> &Config {
-        &self.inner.config
+        self.inner.core.config()
     }
 
     /// The nodes, as `host:port` (never with credentials).
     pub fn nodes(&self) -> &[Arc<str>] {
-        &self.inner.labels
+        self.inner.core.labels()
     }
 
     /// Locks `resource` for `ttl`, retrying as the client's retry policy says.
@@ -97,7 +94,8 @@ impl<R: Runtime> Redlock<R> {
             .await
     }
 
-    /// Locks as `request` says: several resources, a retry policy, a deadline or a token of its own.
+    /// Locks as `request` says: several resources, a retry policy, a deadline, a token of its
+    /// own, auto-extension.
     ///
     /// # Cancellation
     /// Dropping the returned future before it completes releases, in the background on the
@@ -105,94 +103,115 @@ impl<R: Runtime> Redlock<R> {
     /// that node's outstanding request, so it cannot be overtaken by it.
     pub async fn acquire(&self, request: LockRequest) -> Result<Lock<R>, Error> {
         let span = tracing::debug_span!("redlock.acquire", ttl = ?request.ttl());
-        async move {
-            let acquire = {
-                let mut rng = self.inner.rng.lock().unwrap_or_else(PoisonError::into_inner);
-                Acquire::new(Instant::now(), &self.inner.config, &request, &mut *rng)?
-            };
-            let mut pending = Pending {
-                client: self.clone(),
-                acquire,
-                dispatch: Some(Dispatch::new(self.inner.nodes.clone())),
-            };
-            let outcome = pending.run().await;
-            let dispatch = pending.finish();
-            match outcome {
-                AcquireOutcome::Acquired(lease) => {
-                    tracing::debug!(attempts = lease.attempts(), "acquired");
-                    Ok(Lock::new(self.clone(), lease, dispatch))
-                }
-                AcquireOutcome::Failed(failure) => {
-                    dispatch.finish();
-                    tracing::debug!(reason = ?failure.reason, attempts = failure.attempts, "not acquired");
-                    Err(Error::acquire_failed(&self.inner.labels, &failure))
-                }
-                _ => unreachable!("AcquireOutcome has two variants"),
-            }
-        }
-        .instrument(span)
-        .await
+        self.start(Start::Acquire, &request).instrument(span).await
     }
 
-    /// Runs `release` to its report on the lock's dispatch.
+    /// Resumes a lock that another client (or an earlier process) acquired, from its resource
+    /// and token: one compare-and-extend round to `ttl` proves the token holds it on a quorum,
+    /// and the returned lock is valid from that round's start. A wrong or stale token is
+    /// [`Error::NotHeld`], and no key is changed. Cancelling it changes nothing either.
+    pub async fn resume(
+        &self,
+        resource: impl Into<Vec<u8>>,
+        token: impl Into<Vec<u8>>,
+        ttl: Duration,
+    ) -> Result<Lock<R>, Error> {
+        let request = LockRequest::new(resource, ttl).token(token);
+        let span = tracing::debug_span!("redlock.resume", ttl = ?ttl);
+        self.start(Start::Resume, &request).instrument(span).await
+    }
+
+    /// Releases a lock by its resource and token, without holding it here (a lock another
+    /// process acquired): compare-and-delete on every node. Keys under another token are never
+    /// touched, so a wrong or stale token releases nothing: the report says so per node.
+    pub async fn release_by_token(
+        &self,
+        resource: impl Into<Vec<u8>>,
+        token: impl Into<Vec<u8>>,
+    ) -> Result<ReleaseReport, Error> {
+        let request = LockRequest::new(resource, RELEASE_BY_TOKEN_TTL).token(token);
+        let lifecycle = self.inner.core.start(Start::ReleaseByToken, &request)?;
+        let dispatch = Dispatch::new(self.inner.nodes.clone());
+        Ok(self.run_release(dispatch, lifecycle).await)
+    }
+
+    async fn start(&self, start: Start, request: &LockRequest) -> Result<Lock<R>, Error> {
+        let mut pending = Pending {
+            client: self.clone(),
+            run: Some((
+                self.inner.core.start(start, request)?,
+                Dispatch::new(self.inner.nodes.clone()),
+            )),
+        };
+        let settled = pending.settle().await;
+        match (settled, pending.run.take()) {
+            (Ok(lease), Some((lifecycle, dispatch))) => {
+                Ok(Lock::new(self.clone(), lease, lifecycle, dispatch))
+            }
+            (Err(err), run) => {
+                if let Some((_, dispatch)) = run {
+                    dispatch.finish();
+                }
+                Err(err)
+            }
+            // `settle` only borrows the run, so it is still there.
+            (Ok(_), None) => Err(Error::Unavailable(LockFailure::default())),
+        }
+    }
+
+    /// Releases through `lifecycle` (already told to release, or started as a release) and
+    /// returns the report.
     pub(crate) async fn run_release(
         &self,
         mut dispatch: Dispatch<R>,
-        mut release: Release,
-    ) -> redlock_redis::ReleaseReport {
+        mut lifecycle: Lifecycle,
+    ) -> ReleaseReport {
         let span = tracing::debug_span!("redlock.release");
-        let report = drive(&mut dispatch, &mut release).instrument(span).await;
+        let report = async {
+            loop {
+                let event = next_event(&mut dispatch, &mut lifecycle).await;
+                if let Some(report) = self.inner.core.released(event) {
+                    return report;
+                }
+            }
+        }
+        .instrument(span)
+        .await;
         dispatch.finish();
-        let report = redlock_redis::ReleaseReport::new(&self.inner.labels, &report);
-        tracing::debug!(
-            released = report.released(),
-            held_by_other = report.held_by_other(),
-            unreachable = report.unreachable(),
-            "released"
-        );
         report
     }
 }
 
-/// An acquisition in progress; releases in the background if dropped before it finishes.
+/// A lock being acquired (or resumed); releases in the background if dropped before it settles.
 struct Pending<R: Runtime> {
     client: Redlock<R>,
-    acquire: Acquire,
-    dispatch: Option<Dispatch<R>>,
+    run: Option<(Lifecycle, Dispatch<R>)>,
 }
 
 impl<R: Runtime> Pending<R> {
-    async fn run(&mut self) -> AcquireOutcome {
-        match &mut self.dispatch {
-            Some(dispatch) => drive(dispatch, &mut self.acquire).await,
-            None => unreachable!("the dispatch is taken only when the acquisition finishes"),
-        }
-    }
-
-    /// The acquisition ended: hand over the dispatch (to the lock, or to let clean-up finish).
-    fn finish(&mut self) -> Dispatch<R> {
-        match self.dispatch.take() {
-            Some(dispatch) => dispatch,
-            None => unreachable!("an acquisition finishes once"),
+    async fn settle(&mut self) -> Result<redlock_core::Lease, Error> {
+        let Some((lifecycle, dispatch)) = &mut self.run else {
+            return Err(Error::Unavailable(LockFailure::default()));
+        };
+        loop {
+            let event = next_event(dispatch, lifecycle).await;
+            if let Some(settled) = self.client.inner.core.acquired(event) {
+                return settled;
+            }
         }
     }
 }
 
 impl<R: Runtime> Drop for Pending<R> {
     fn drop(&mut self) {
-        let Some(mut dispatch) = self.dispatch.take() else {
+        let Some((mut lifecycle, dispatch)) = self.run.take() else {
             return;
         };
-        let release = self
-            .acquire
-            .abandon(Instant::now(), &self.client.inner.config);
-        let runtime = dispatch.runtime().clone();
-        tracing::debug!(release = release.is_some(), "acquisition cancelled");
-        runtime.spawn(async move {
-            if let Some(mut release) = release {
-                drive(&mut dispatch, &mut release).await;
-            }
-            dispatch.finish();
+        lifecycle.release(Instant::now());
+        tracing::debug!("acquisition cancelled: releasing in the background");
+        let client = self.client.clone();
+        dispatch.runtime().clone().spawn(async move {
+            client.run_release(dispatch, lifecycle).await;
         });
     }
 }
@@ -211,10 +230,8 @@ impl<R: Runtime> FromSettings for Redlock<R> {
         Ok(Redlock {
             runtime: PhantomData,
             inner: Arc::new(Inner {
-                config: settings.config,
+                core: ClientCore::new(settings.config, labels)?,
                 nodes,
-                labels,
-                rng: Mutex::new(seeded_rng()?),
             }),
         })
     }

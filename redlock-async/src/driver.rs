@@ -1,5 +1,5 @@
-//! The loop that runs an engine machine over the nodes: it executes the machine's outputs and
-//! nothing else (every decision is the machine's).
+//! The loop that runs a lock's lifecycle over the nodes: it executes the lifecycle's outputs and
+//! nothing else (every decision, stale replies included, is the engine's).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -9,33 +9,33 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use redlock_core::{Machine, Output, Reply, RequestId, Transmit};
+use redlock_core::{Lifecycle, LockEvent, LockOutput, Reply, RequestId, Transmit};
 use tokio::sync::mpsc;
 
 use crate::conn::Node;
 use crate::runtime::Runtime;
 
-/// A request's answer, tagged with the machine (generation) that sent it.
-type Completion = (u64, RequestId, Reply);
+/// A request's answer.
+type Completion = (RequestId, Reply);
 type InFlight = Pin<Box<dyn Future<Output = Completion> + Send>>;
 
 /// Sends a lock's requests and collects the replies.
 ///
-/// One dispatch serves one lock from acquisition to release, running one machine at a time.
-/// While a machine runs, its requests are polled right here (no task per request); when it is
-/// done, whatever is still in flight — the stragglers of a round decided on a quorum — moves to
-/// one background task, so those requests still reach their nodes while the lock is held.
+/// One dispatch serves one lock from acquisition to release. While the lifecycle is being
+/// driven, its requests are polled right here (no task per request); when the driver returns
+/// to its caller, whatever is still in flight — the stragglers of a round decided on a quorum —
+/// moves to one background task, so those requests still reach their nodes while the lock is
+/// held.
 ///
 /// # Implementation note
 /// Per node, a lock has at most one request in flight; later ones queue behind it. So a release
 /// (or a failed round's clean-up) runs on each node *after* the `SET` that node may still be
 /// answering — when `lock()` returned on a quorum, say — and cannot be overtaken by it, which
-/// would leave the key for a full TTL. Replies are tagged with the machine they belong to: a
-/// straggler of the acquisition frees its node but never reaches the release machine.
+/// would leave the key for a full TTL. A straggler's reply frees its node and is handed to the
+/// lifecycle like any other, which ignores it (its id names an earlier operation).
 pub(crate) struct Dispatch<R: Runtime> {
     nodes: Arc<[Node]>,
     runtime: R,
-    generation: u64,
     /// Requests polled by the driver.
     local: FuturesUnordered<InFlight>,
     /// Answers of requests handed to background tasks, and how many are still out there.
@@ -54,7 +54,6 @@ impl<R: Runtime> Dispatch<R> {
         Self {
             nodes,
             runtime: R::current(),
-            generation: 0,
             local: FuturesUnordered::new(),
             detached_tx,
             detached_rx,
@@ -76,10 +75,9 @@ impl<R: Runtime> Dispatch<R> {
         }
         self.sent_at[node] = Some(Instant::now());
         let nodes = self.nodes.clone();
-        let generation = self.generation;
         self.local.push(Box::pin(async move {
             let reply = nodes[node].run::<R>(&transmit.command).await;
-            (generation, transmit.id, reply)
+            (transmit.id, reply)
         }));
     }
 
@@ -87,9 +85,9 @@ impl<R: Runtime> Dispatch<R> {
         self.local.is_empty() && self.detached == 0
     }
 
-    /// The next answer of any machine; frees its node and sends what queued behind it. Never
-    /// resolves while nothing is in flight.
-    async fn recv_any(&mut self) -> Completion {
+    /// The next answer; frees its node and sends what queued behind it. Never resolves while
+    /// nothing is in flight.
+    async fn recv(&mut self) -> Completion {
         let completion = tokio::select! {
             Some(done) = self.local.next(), if !self.local.is_empty() => done,
             Some(done) = self.detached_rx.recv(), if self.detached > 0 => {
@@ -98,7 +96,7 @@ impl<R: Runtime> Dispatch<R> {
             }
             else => return std::future::pending().await,
         };
-        let (_, id, reply) = &completion;
+        let (id, reply) = &completion;
         let node = id.node();
         if let Some(sent) = self.sent_at[node].take() {
             tracing::debug!(node = %self.nodes[node].label(), ?reply, latency = ?sent.elapsed(), "reply");
@@ -107,16 +105,6 @@ impl<R: Runtime> Dispatch<R> {
             self.send(next);
         }
         completion
-    }
-
-    /// The next reply for the machine being driven.
-    async fn recv(&mut self) -> (RequestId, Reply) {
-        loop {
-            let (generation, id, reply) = self.recv_any().await;
-            if generation == self.generation {
-                return (id, reply);
-            }
-        }
     }
 
     /// Moves the requests still in flight to a background task (their answers come back
@@ -145,33 +133,34 @@ impl<R: Runtime> Dispatch<R> {
         let runtime = self.runtime.clone();
         runtime.spawn(async move {
             while !self.is_idle() {
-                self.recv_any().await;
+                self.recv().await;
             }
         });
     }
 }
 
-/// Runs `machine` to its outcome.
-pub(crate) async fn drive<R: Runtime, M: Machine>(
+/// Runs `lifecycle` until its next event; `None` once it is idle (held without auto-extension,
+/// or ended). Whatever is still in flight then keeps going in the background.
+pub(crate) async fn next_event<R: Runtime>(
     dispatch: &mut Dispatch<R>,
-    machine: &mut M,
-) -> M::Outcome {
-    dispatch.generation += 1;
-    loop {
-        match machine.poll_output(Instant::now()) {
-            Output::Send(transmit) => dispatch.send(transmit),
-            Output::Wait(until) => {
+    lifecycle: &mut Lifecycle,
+) -> Option<LockEvent> {
+    let event = loop {
+        match lifecycle.poll_output(Instant::now()) {
+            LockOutput::Send(transmit) => dispatch.send(transmit),
+            LockOutput::Wait { at, reason } => {
                 tokio::select! {
-                    (id, reply) = dispatch.recv() => machine.handle_reply(Instant::now(), id, reply),
-                    () = R::sleep_until(until) => machine.handle_timeout(Instant::now()),
+                    (id, reply) = dispatch.recv() => lifecycle.handle_reply(Instant::now(), id, reply),
+                    () = R::sleep_until(at) => {
+                        tracing::trace!(?reason, "wake-up");
+                        lifecycle.handle_timeout(Instant::now());
+                    }
                 }
             }
-            Output::Done(outcome) => {
-                dispatch.detach();
-                return outcome;
-            }
-            // A machine is idle only after handing out its outcome, and this loop returns then.
-            _ => unreachable!("engine machine went idle before its outcome"),
+            LockOutput::Event(event) => break Some(event),
+            LockOutput::Idle => break None,
         }
-    }
+    };
+    dispatch.detach();
+    event
 }

@@ -3,9 +3,10 @@
 //!
 //! It owns what every async adapter does the same way: one lazy, reconnecting multiplexed
 //! connection per node, the loop that runs an engine machine (and nothing else: every decision
-//! is `redlock-core`'s), background releases of dropped locks and cancelled acquisitions, and
-//! `with_lock`'s auto-extension. An adapter supplies a [`Runtime`] (spawn, sleep) and names the
-//! types. Use an adapter crate, not this one.
+//! is `redlock-core`'s: this crate runs a lock's `Lifecycle`), background releases of dropped
+//! locks and cancelled acquisitions, and `with_lock`. An adapter supplies a [`Runtime`] (spawn,
+//! sleep) and names the types; the adapter crates re-export everything a user needs, so use one
+//! of them rather than this crate.
 
 #[cfg(not(any(feature = "tokio", feature = "smol")))]
 compile_error!("redlock-async needs a runtime feature: `tokio` or `smol` (use an adapter crate)");
@@ -15,9 +16,8 @@ mod conn;
 mod driver;
 mod lock;
 mod runtime;
-mod scoped;
+mod with_lock;
 
 pub use client::{Redlock, RedlockBuilder};
 pub use lock::Lock;
 pub use runtime::Runtime;
-pub use scoped::LeaseWatch;

@@ -2,13 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use redlock_core::{Extend, ExtendOutcome, Lease, Release, Token};
-use redlock_redis::{Error, ReleaseReport};
-
+use redlock_core::{Lease, Lifecycle, ReleaseReport};
+use redlock_redis::{Error, LeaseKeeper, LockFailure};
 use tracing::Instrument;
 
 use crate::client::Redlock;
-use crate::driver::{Dispatch, drive};
+use crate::driver::{Dispatch, next_event};
 use crate::runtime::Runtime;
 
 /// A lock a quorum granted. Trust it until [`valid_until`](Lock::valid_until), not one instant
@@ -21,10 +20,11 @@ use crate::runtime::Runtime;
 #[must_use = "a lock that is dropped at once is released at once"]
 pub struct Lock<R: Runtime> {
     client: Redlock<R>,
+    /// The lease as the lifecycle last granted it.
     lease: Lease,
-    /// The acquisition's dispatch, so that later requests queue behind its stragglers.
-    /// `None` once released.
-    dispatch: Option<Dispatch<R>>,
+    /// The lifecycle and the dispatch of its requests (so that later requests queue behind the
+    /// acquisition's stragglers). `None` once released.
+    run: Option<(Lifecycle, Dispatch<R>)>,
 }
 
 impl<R: Runtime> std::fmt::Debug for Lock<R> {
@@ -37,103 +37,87 @@ impl<R: Runtime> std::fmt::Debug for Lock<R> {
 }
 
 impl<R: Runtime> Lock<R> {
-    pub(crate) fn new(client: Redlock<R>, lease: Lease, dispatch: Dispatch<R>) -> Self {
+    pub(crate) fn new(
+        client: Redlock<R>,
+        lease: Lease,
+        lifecycle: Lifecycle,
+        dispatch: Dispatch<R>,
+    ) -> Self {
         Self {
             client,
             lease,
-            dispatch: Some(dispatch),
+            run: Some((lifecycle, dispatch)),
         }
     }
 
-    /// The token stored under the keys.
-    pub fn token(&self) -> &Token {
-        self.lease.token()
-    }
-
-    /// The locked resources, without the key prefix.
-    pub fn resources(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
-        self.lease.spec().resources()
-    }
-
-    /// The end of validity (monotonic clock).
-    pub fn valid_until(&self) -> Instant {
-        self.lease.valid_until()
-    }
-
-    /// Validity left now (zero once it has passed).
-    pub fn remaining(&self) -> Duration {
-        self.lease.remaining(Instant::now())
-    }
-
-    /// The engine's view of the lock (votes, attempts, TTL).
-    pub fn lease(&self) -> &Lease {
-        &self.lease
-    }
+    redlock_redis::lock_accessors!();
 
     /// Extends the lock to `ttl` from now. On success the validity moves forward; on failure it
     /// is unchanged and nothing is deleted. An expired lock, or one that too few nodes still hold,
     /// fails with [`Error::Lost`].
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        match self.run_extend(ttl).await? {
-            ExtendOutcome::NotExtended { reason, votes } => {
-                tracing::debug!(?reason, "not extended");
-                Err(Error::extend_failed(
-                    &self.client.inner.labels,
-                    reason,
-                    &votes,
-                ))
+        let Some((lifecycle, dispatch)) = &mut self.run else {
+            return Err(Error::Lost(LockFailure::default()));
+        };
+        lifecycle.extend(Instant::now(), ttl)?;
+        let labels = self.client.nodes();
+        let lease = &mut self.lease;
+        let span = tracing::debug_span!("redlock.extend", ttl = ?ttl);
+        async {
+            loop {
+                let event = next_event(dispatch, lifecycle).await;
+                if let Some(result) = redlock_redis::extended(lease, labels, event) {
+                    return result;
+                }
             }
-            _ => Ok(()),
         }
+        .instrument(span)
+        .await
     }
 
     /// Releases the lock on every node and reports what each did. Keys under another token are
     /// never touched; releasing an expired lock is a normal report.
     pub async fn release(mut self) -> ReleaseReport {
-        let release = Release::new(Instant::now(), &self.client.inner.config, &self.lease);
-        let dispatch = self.take_dispatch();
-        self.client.run_release(dispatch, release).await
+        let Some((mut lifecycle, dispatch)) = self.run.take() else {
+            return ReleaseReport { nodes: Vec::new() };
+        };
+        lifecycle.release(Instant::now());
+        self.client.run_release(dispatch, lifecycle).await
     }
 
-    fn take_dispatch(&mut self) -> Dispatch<R> {
-        match self.dispatch.take() {
-            Some(dispatch) => dispatch,
-            None => unreachable!("only release and drop take the dispatch, and each ends the lock"),
+    /// Runs the lock's auto-extension, telling the work through `keeper`; returns only when the
+    /// lock is lost.
+    pub(crate) async fn keep(&mut self, keeper: &LeaseKeeper) -> Error {
+        let labels = self.client.nodes();
+        let Some((lifecycle, dispatch)) = &mut self.run else {
+            keeper.lost();
+            return Error::Lost(LockFailure::default());
+        };
+        loop {
+            match next_event(dispatch, lifecycle).await {
+                Some(event) => {
+                    if let Some(lost) = redlock_redis::kept(&mut self.lease, labels, keeper, event)
+                    {
+                        return lost;
+                    }
+                }
+                // An auto-extended lock always has a renewal to wait for until it is lost.
+                None => std::future::pending::<()>().await,
+            }
         }
     }
 }
 
 impl<R: Runtime> Drop for Lock<R> {
     fn drop(&mut self) {
-        let Some(dispatch) = self.dispatch.take() else {
+        let Some((mut lifecycle, dispatch)) = self.run.take() else {
             return;
         };
-        let release = Release::new(Instant::now(), &self.client.inner.config, &self.lease);
+        lifecycle.release(Instant::now());
         let client = self.client.clone();
         tracing::debug!("lock dropped unreleased: releasing in the background");
         dispatch.runtime().clone().spawn(async move {
-            client.run_release(dispatch, release).await;
+            client.run_release(dispatch, lifecycle).await;
         });
-    }
-}
-
-impl<R: Runtime> Lock<R> {
-    pub(crate) fn client(&self) -> &Redlock<R> {
-        &self.client
-    }
-
-    /// Runs one extension and applies its outcome to the lease.
-    pub(crate) async fn run_extend(
-        &mut self,
-        ttl: Duration,
-    ) -> Result<ExtendOutcome, redlock_core::ConfigError> {
-        let mut extend = Extend::new(Instant::now(), &self.client.inner.config, &self.lease, ttl)?;
-        let Some(dispatch) = self.dispatch.as_mut() else {
-            unreachable!("a lock that is not released has its dispatch");
-        };
-        let span = tracing::debug_span!("redlock.extend", ttl = ?ttl);
-        let outcome = drive(dispatch, &mut extend).instrument(span).await;
-        self.lease.apply(&outcome);
-        Ok(outcome)
     }
 }

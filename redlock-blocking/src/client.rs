@@ -1,37 +1,35 @@
-//! The client: node workers, settings, and the acquire entry points.
+//! The client: node workers, settings, and the entry points that start a lock.
 
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use redlock_core::{Acquire, AcquireOutcome, Config, LockRequest, Release, RetryPolicy};
-use redlock_redis::{Builder, Error, FromSettings, ReleaseReport, Settings, seeded_rng};
+use redlock_core::{Config, Lifecycle, LockRequest, ReleaseReport, RetryPolicy};
+use redlock_redis::{Builder, ClientCore, Error, FromSettings, Settings, Start};
 
 use crate::conn::Node;
-use crate::driver::{Dispatch, drive};
+use crate::driver::{Dispatch, next_event};
 use crate::lock::Lock;
+
+/// How long a release by token waits for answers: the node timeout of a lock with this TTL
+/// (1 s with the default settings).
+const RELEASE_BY_TOKEN_TTL: Duration = Duration::from_secs(10);
 
 /// A Redlock client over N independent Redis masters, for blocking code. Cheap to clone and
 /// share between threads: clones use the same node workers (one thread and one connection per
 /// node, made on first use; a node that is down at start is not an error).
 #[derive(Clone)]
 pub struct Redlock {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) config: Config,
-    pub(crate) nodes: Arc<[Node]>,
-    pub(crate) labels: Vec<Arc<str>>,
-    /// Tokens and jitter: seeded once from the OS when the client is built.
-    rng: Mutex<chacha20::ChaCha20Rng>,
+struct Inner {
+    core: ClientCore,
+    nodes: Arc<[Node]>,
 }
 
 impl std::fmt::Debug for Redlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Redlock")
-            .field("nodes", &self.inner.labels)
-            .field("quorum", &self.inner.config.quorum())
-            .finish()
+        self.inner.core.fmt(f)
     }
 }
 
@@ -48,10 +46,8 @@ impl FromSettings for Redlock {
             .collect();
         Ok(Redlock {
             inner: Arc::new(Inner {
-                config: settings.config,
+                core: ClientCore::new(settings.config, labels)?,
                 nodes,
-                labels,
-                rng: Mutex::new(seeded_rng()?),
             }),
         })
     }
@@ -78,12 +74,12 @@ impl Redlock {
 
     /// The checked settings.
     pub fn config(&self) -> &Config {
-        &self.inner.config
+        self.inner.core.config()
     }
 
     /// The nodes, as `host:port` (never with credentials).
     pub fn nodes(&self) -> &[Arc<str>] {
-        &self.inner.labels
+        self.inner.core.labels()
     }
 
     /// Locks `resource` for `ttl`, retrying as the client's retry policy says.
@@ -96,40 +92,65 @@ impl Redlock {
         self.acquire(LockRequest::new(resource, ttl).retry(RetryPolicy::once()))
     }
 
-    /// Locks as `request` says: several resources, a retry policy, a deadline or a token of its
-    /// own. Blocks the calling thread until the outcome (at most the policy's bound).
+    /// Locks as `request` says: several resources, a retry policy, a deadline, a token of its
+    /// own, auto-extension. Blocks the calling thread until the outcome (at most the policy's
+    /// bound).
     pub fn acquire(&self, request: LockRequest) -> Result<Lock, Error> {
         let _span = tracing::debug_span!("redlock.acquire", ttl = ?request.ttl()).entered();
-        let mut acquire = {
-            let mut rng = self
-                .inner
-                .rng
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            Acquire::new(Instant::now(), &self.inner.config, &request, &mut *rng)?
-        };
-        let mut dispatch = Dispatch::new(self.inner.nodes.clone());
-        match drive(&mut dispatch, &mut acquire) {
-            AcquireOutcome::Acquired(lease) => {
-                tracing::debug!(attempts = lease.attempts(), "acquired");
-                Ok(Lock::new(self.clone(), lease, dispatch))
+        self.start(Start::Acquire, &request)
+    }
+
+    /// Resumes a lock that another client (or an earlier process) acquired, from its resource
+    /// and token: one compare-and-extend round to `ttl` proves the token holds it on a quorum,
+    /// and the returned lock is valid from that round's start. A wrong or stale token is
+    /// [`Error::NotHeld`], and no key is changed.
+    pub fn resume(
+        &self,
+        resource: impl Into<Vec<u8>>,
+        token: impl Into<Vec<u8>>,
+        ttl: Duration,
+    ) -> Result<Lock, Error> {
+        let _span = tracing::debug_span!("redlock.resume", ttl = ?ttl).entered();
+        self.start(Start::Resume, &LockRequest::new(resource, ttl).token(token))
+    }
+
+    /// Releases a lock by its resource and token, without holding it here (a lock another
+    /// process acquired): compare-and-delete on every node. Keys under another token are never
+    /// touched, so a wrong or stale token releases nothing: the report says so per node.
+    pub fn release_by_token(
+        &self,
+        resource: impl Into<Vec<u8>>,
+        token: impl Into<Vec<u8>>,
+    ) -> Result<ReleaseReport, Error> {
+        let request = LockRequest::new(resource, RELEASE_BY_TOKEN_TTL).token(token);
+        let mut lifecycle = self.inner.core.start(Start::ReleaseByToken, &request)?;
+        let dispatch = Dispatch::new(self.inner.nodes.clone());
+        Ok(self.run_release(&dispatch, &mut lifecycle))
+    }
+
+    fn start(&self, start: Start, request: &LockRequest) -> Result<Lock, Error> {
+        let mut lifecycle = self.inner.core.start(start, request)?;
+        let dispatch = Dispatch::new(self.inner.nodes.clone());
+        loop {
+            let event = next_event(&dispatch, &mut lifecycle, None);
+            if let Some(settled) = self.inner.core.acquired(event) {
+                return Ok(Lock::new(self.clone(), settled?, lifecycle, dispatch));
             }
-            AcquireOutcome::Failed(failure) => {
-                tracing::debug!(reason = ?failure.reason, attempts = failure.attempts, "not acquired");
-                Err(Error::acquire_failed(&self.inner.labels, &failure))
-            }
-            _ => unreachable!("AcquireOutcome has two variants"),
         }
     }
 
-    /// Runs `release` to its report on the lock's dispatch.
+    /// Runs `lifecycle` (told to release, or started as a release) to its report.
     pub(crate) fn run_release(
         &self,
-        dispatch: &mut Dispatch,
-        mut release: Release,
+        dispatch: &Dispatch,
+        lifecycle: &mut Lifecycle,
     ) -> ReleaseReport {
         let _span = tracing::debug_span!("redlock.release").entered();
-        let report = drive(dispatch, &mut release);
-        ReleaseReport::new(&self.inner.labels, &report)
+        loop {
+            let event = next_event(dispatch, lifecycle, None);
+            if let Some(report) = self.inner.core.released(event) {
+                return report;
+            }
+        }
     }
 }

@@ -7,12 +7,11 @@ use std::time::{Duration, Instant};
 use redlock_core::{Command, NodeErrorKind, Reply, RequestId};
 use redlock_redis::{NodeAddr, Request, map_error, map_result, needs_new_connection};
 
-/// A request's answer, tagged with the machine (generation) that sent it.
-pub(crate) type Completion = (u64, RequestId, Reply);
+/// A request's answer.
+pub(crate) type Completion = (RequestId, Reply);
 
 /// One request for a node: the answer goes to `reply_to` (if anyone still listens).
 pub(crate) struct Job {
-    pub(crate) generation: u64,
     pub(crate) id: RequestId,
     pub(crate) command: Command,
     pub(crate) reply_to: Sender<Completion>,
@@ -42,11 +41,9 @@ impl Node {
     /// Queues `job`; if the worker is gone, answers it with a connection error at once.
     pub(crate) fn submit(&self, job: Job) {
         if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
-            let _ = job.reply_to.send((
-                job.generation,
-                job.id,
-                Reply::Error(NodeErrorKind::Connection),
-            ));
+            let _ = job
+                .reply_to
+                .send((job.id, Reply::Error(NodeErrorKind::Connection)));
         }
     }
 }
@@ -71,7 +68,7 @@ impl Worker {
             let started = Instant::now();
             let reply = self.execute(&job.command);
             tracing::debug!(node = %self.addr.label(), ?reply, latency = ?started.elapsed(), "reply");
-            let _ = job.reply_to.send((job.generation, job.id, reply));
+            let _ = job.reply_to.send((job.id, reply));
         }
     }
 

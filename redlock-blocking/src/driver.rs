@@ -1,20 +1,20 @@
-//! The loop that runs an engine machine over the node workers: it executes the machine's
-//! outputs and nothing else (every decision is the machine's).
+//! The loop that runs a lock's lifecycle over the node workers: it executes the lifecycle's
+//! outputs and nothing else (every decision, stale replies included, is the engine's).
 
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Instant;
 
-use redlock_core::{Machine, Output, Reply, RequestId};
+use redlock_core::{Lifecycle, LockEvent, LockOutput, Reply, RequestId, Transmit, WakeReason};
+use redlock_redis::LeaseKeeper;
 
 use crate::conn::{Completion, Job, Node};
 
 /// A lock's channel for answers. Each node's worker runs requests in submission order, so a
-/// lock's release reaches a node after that node's earlier request of the same lock; answers are
-/// tagged with their machine so a straggler never reaches a later machine.
+/// lock's release reaches a node after that node's earlier request of the same lock. A late
+/// answer of an earlier operation is handed to the lifecycle like any other, which ignores it.
 pub(crate) struct Dispatch {
     nodes: Arc<[Node]>,
-    generation: u64,
     tx: Sender<Completion>,
     rx: Receiver<Completion>,
 }
@@ -22,62 +22,60 @@ pub(crate) struct Dispatch {
 impl Dispatch {
     pub(crate) fn new(nodes: Arc<[Node]>) -> Self {
         let (tx, rx) = mpsc::channel();
-        Self {
-            nodes,
-            generation: 0,
-            tx,
-            rx,
-        }
+        Self { nodes, tx, rx }
     }
 
-    fn submit(&self, id: RequestId, command: redlock_core::Command) {
-        self.nodes[id.node()].submit(Job {
-            generation: self.generation,
-            id,
-            command,
+    fn submit(&self, transmit: Transmit) {
+        self.nodes[transmit.id.node()].submit(Job {
+            id: transmit.id,
+            command: transmit.command,
             reply_to: self.tx.clone(),
         });
     }
 
-    /// Waits for the next answer for the running machine until `until`; `None` on timeout.
+    /// Waits for the next answer until `until`; `None` on timeout.
     fn recv_until(&self, until: Instant) -> Option<(RequestId, Reply)> {
-        loop {
-            let wait = until.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(wait) {
-                Ok((generation, id, reply)) if generation == self.generation => {
-                    return Some((id, reply));
-                }
-                Ok(_) => {}
-                // `self.tx` keeps the channel open, so only a timeout ends the wait.
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
-            }
-        }
+        let wait = until.saturating_duration_since(Instant::now());
+        // `self.tx` keeps the channel open, so only a timeout ends the wait.
+        self.rx.recv_timeout(wait).ok()
     }
 }
 
-/// Runs `machine` to its outcome, blocking the calling thread. A slow or dead node holds
-/// nothing up beyond the machine's own deadlines.
-pub(crate) fn drive<M: Machine>(dispatch: &mut Dispatch, machine: &mut M) -> M::Outcome {
-    dispatch.generation += 1;
+/// Runs `lifecycle` until its next event, blocking the calling thread; `None` once it is idle.
+/// A slow or dead node holds nothing up beyond the lifecycle's own deadlines. With a `keeper`
+/// (`with_lock`), a wait for the next auto-extension also ends — with `None` — when the work is
+/// done.
+pub(crate) fn next_event(
+    dispatch: &Dispatch,
+    lifecycle: &mut Lifecycle,
+    keeper: Option<&LeaseKeeper>,
+) -> Option<LockEvent> {
     loop {
-        match machine.poll_output(Instant::now()) {
-            Output::Send(transmit) => dispatch.submit(transmit.id, transmit.command),
-            Output::Wait(until) => match dispatch.recv_until(until) {
-                Some((id, reply)) => machine.handle_reply(Instant::now(), id, reply),
-                None => machine.handle_timeout(Instant::now()),
+        match lifecycle.poll_output(Instant::now()) {
+            LockOutput::Send(transmit) => dispatch.submit(transmit),
+            LockOutput::Wait {
+                at,
+                reason: WakeReason::Renewal,
+            } if keeper.is_some() => {
+                if keeper.is_some_and(|keeper| keeper.wait_work_done(at)) {
+                    return None;
+                }
+                lifecycle.handle_timeout(Instant::now());
+            }
+            LockOutput::Wait { at, .. } => match dispatch.recv_until(at) {
+                Some((id, reply)) => lifecycle.handle_reply(Instant::now(), id, reply),
+                None => lifecycle.handle_timeout(Instant::now()),
             },
-            Output::Done(outcome) => return outcome,
-            // A machine is idle only after handing out its outcome, and this loop returns then.
-            _ => unreachable!("engine machine went idle before its outcome"),
+            LockOutput::Event(event) => return Some(event),
+            LockOutput::Idle => return None,
         }
     }
 }
 
-/// Submits every request `machine` wants sent before its first wait, without waiting for any
+/// Submits every request `lifecycle` wants sent before its first wait, without waiting for any
 /// answer (a release from `Drop`). The node workers still run them, in order.
-pub(crate) fn fire_and_forget<M: Machine>(dispatch: &mut Dispatch, machine: &mut M) {
-    dispatch.generation += 1;
-    while let Output::Send(transmit) = machine.poll_output(Instant::now()) {
-        dispatch.submit(transmit.id, transmit.command);
+pub(crate) fn fire_and_forget(dispatch: &Dispatch, lifecycle: &mut Lifecycle) {
+    while let LockOutput::Send(transmit) = lifecycle.poll_output(Instant::now()) {
+        dispatch.submit(transmit);
     }
 }

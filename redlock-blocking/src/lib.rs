@@ -2,7 +2,7 @@
 //!
 //! A thin driver for [`redlock_core`]: this crate owns the connections (one worker thread and one
 //! connection per node), the clock and the waiting; every decision — quorum, validity, retry
-//! delay, when to extend — is the engine's. Same API and behaviour as `redlock-tokio`, blocking.
+//! delay, when to extend, which replies count — is the engine's (`redlock_core::Lifecycle`). Same API and behaviour as `redlock-tokio`, blocking.
 //!
 //! ```no_run
 //! # fn demo() -> Result<(), redlock_blocking::Error> {
@@ -41,13 +41,8 @@ mod client;
 mod conn;
 mod driver;
 mod lock;
-mod scoped;
+mod with_lock;
 
 pub use client::{Redlock, RedlockBuilder};
 pub use lock::Lock;
-pub use redlock_core::{
-    Config, ConfigBuilder, ConfigError, FailureReason, LockRequest, NodeErrorKind, NodeRelease,
-    RetryPolicy, Token, Vote,
-};
-pub use redlock_redis::{DEFAULT_IO_TIMEOUT, Error, LockFailure, NodeReport, ReleaseReport};
-pub use scoped::LeaseWatch;
+pub use redlock_redis::api::*;

@@ -2,11 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use redlock_core::{ConfigError, Extend, ExtendOutcome, Lease, Release, Token};
-use redlock_redis::{Error, ReleaseReport};
+use redlock_core::{Lease, Lifecycle, ReleaseReport};
+use redlock_redis::{Error, LeaseKeeper};
 
 use crate::client::Redlock;
-use crate::driver::{Dispatch, drive, fire_and_forget};
+use crate::driver::{Dispatch, fire_and_forget, next_event};
 
 /// A lock a quorum granted. Trust it until [`valid_until`](Lock::valid_until), not one instant
 /// longer; [`extend`](Lock::extend) to keep it, [`release`](Lock::release) when done.
@@ -18,7 +18,9 @@ use crate::driver::{Dispatch, drive, fire_and_forget};
 #[must_use = "a lock that is dropped at once is released at once"]
 pub struct Lock {
     client: Redlock,
+    /// The lease as the lifecycle last granted it.
     lease: Lease,
+    lifecycle: Lifecycle,
     dispatch: Dispatch,
     released: bool,
 }
@@ -33,54 +35,36 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(client: Redlock, lease: Lease, dispatch: Dispatch) -> Self {
+    pub(crate) fn new(
+        client: Redlock,
+        lease: Lease,
+        lifecycle: Lifecycle,
+        dispatch: Dispatch,
+    ) -> Self {
         Self {
             client,
             lease,
+            lifecycle,
             dispatch,
             released: false,
         }
     }
 
-    /// The token stored under the keys.
-    pub fn token(&self) -> &Token {
-        self.lease.token()
-    }
-
-    /// The locked resources, without the key prefix.
-    pub fn resources(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
-        self.lease.spec().resources()
-    }
-
-    /// The end of validity (monotonic clock).
-    pub fn valid_until(&self) -> Instant {
-        self.lease.valid_until()
-    }
-
-    /// Validity left now (zero once it has passed).
-    pub fn remaining(&self) -> Duration {
-        self.lease.remaining(Instant::now())
-    }
-
-    /// The engine's view of the lock (votes, attempts, TTL).
-    pub fn lease(&self) -> &Lease {
-        &self.lease
-    }
+    redlock_redis::lock_accessors!();
 
     /// Extends the lock to `ttl` from now. On success the validity moves forward; on failure it
     /// is unchanged and nothing is deleted. An expired lock, or one that too few nodes still hold,
     /// fails with [`Error::Lost`].
     pub fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        match self.run_extend(ttl)? {
-            ExtendOutcome::NotExtended { reason, votes } => {
-                tracing::debug!(?reason, "not extended");
-                Err(Error::extend_failed(
-                    &self.client.inner.labels,
-                    reason,
-                    &votes,
-                ))
+        let _span = tracing::debug_span!("redlock.extend", ttl = ?ttl).entered();
+        self.lifecycle.extend(Instant::now(), ttl)?;
+        loop {
+            let event = next_event(&self.dispatch, &mut self.lifecycle, None);
+            if let Some(result) =
+                redlock_redis::extended(&mut self.lease, self.client.nodes(), event)
+            {
+                return result;
             }
-            _ => Ok(()),
         }
     }
 
@@ -88,22 +72,21 @@ impl Lock {
     /// never touched; releasing an expired lock is a normal report.
     pub fn release(mut self) -> ReleaseReport {
         self.released = true;
-        let release = Release::new(Instant::now(), &self.client.inner.config, &self.lease);
-        let client = self.client.clone();
-        client.run_release(&mut self.dispatch, release)
+        self.lifecycle.release(Instant::now());
+        self.client.run_release(&self.dispatch, &mut self.lifecycle)
     }
 
-    /// Runs one extension and applies its outcome to the lease.
-    pub(crate) fn run_extend(&mut self, ttl: Duration) -> Result<ExtendOutcome, ConfigError> {
-        let _span = tracing::debug_span!("redlock.extend", ttl = ?ttl).entered();
-        let mut extend = Extend::new(Instant::now(), &self.client.inner.config, &self.lease, ttl)?;
-        let outcome = drive(&mut self.dispatch, &mut extend);
-        self.lease.apply(&outcome);
-        Ok(outcome)
-    }
-
-    pub(crate) fn client(&self) -> &Redlock {
-        &self.client
+    /// Runs the lock's auto-extension, telling the work through `keeper`, until the work is done
+    /// (`None`) or the lock is lost (`Some`).
+    pub(crate) fn keep(&mut self, keeper: &LeaseKeeper) -> Option<Error> {
+        loop {
+            let event = next_event(&self.dispatch, &mut self.lifecycle, Some(keeper))?;
+            if let Some(lost) =
+                redlock_redis::kept(&mut self.lease, self.client.nodes(), keeper, event)
+            {
+                return Some(lost);
+            }
+        }
     }
 }
 
@@ -113,7 +96,7 @@ impl Drop for Lock {
             return;
         }
         tracing::debug!("lock dropped unreleased: releasing in the background");
-        let mut release = Release::new(Instant::now(), &self.client.inner.config, &self.lease);
-        fire_and_forget(&mut self.dispatch, &mut release);
+        self.lifecycle.release(Instant::now());
+        fire_and_forget(&self.dispatch, &mut self.lifecycle);
     }
 }

@@ -7,9 +7,9 @@
 //!
 //! Node addresses come from the command line (default `127.0.0.1:6379`). A node that refuses
 //! the connection answers every request with `Error(Connection)`; a node that does not answer
-//! holds nothing up: each machine decides as soon as the other nodes settle it, or at its
-//! deadline. One reader thread per connection turns bytes into replies; the main thread only
-//! ever blocks in `recv_timeout` until the instant the machine is waiting for.
+//! holds nothing up: the lock's lifecycle decides as soon as the other nodes settle a round, or
+//! at its deadline. One reader thread per connection turns bytes into replies; the main thread
+//! only ever blocks in `recv_timeout` until the instant the lifecycle is waiting for.
 // A driver, not the engine: it reads the clock, draws OS entropy and uses sockets. The bans in
 // clippy.toml are for the engine's code.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use chacha20::ChaCha8Rng;
 use rand_core::SeedableRng;
 use redlock_core::{
-    Acquire, AcquireOutcome, Config, Extend, ExtendOutcome, LockRequest, Machine, NodeErrorKind,
-    Output, Release, Reply, RequestId, Transmit, resp,
+    Config, ExtendOutcome, Lifecycle, LockEvent, LockOutput, LockRequest, NodeErrorKind, Reply,
+    RequestId, Transmit, resp,
 };
 
 /// A reply read from node `.0`, or `None` when its connection is gone.
@@ -65,7 +65,7 @@ impl Nodes {
     }
 
     /// Writes the request to its node; a node without a connection answers at once.
-    fn send<M: Machine>(&mut self, machine: &mut M, transmit: Transmit) {
+    fn send(&mut self, lock: &mut Lifecycle, transmit: Transmit) {
         let node = transmit.id.node();
         let mut bytes = Vec::new();
         resp::encode(&transmit.command, &mut bytes);
@@ -76,22 +76,23 @@ impl Nodes {
             self.in_flight[node].push_back(transmit.id);
         } else {
             self.streams[node] = None;
-            machine.handle_reply(Instant::now(), transmit.id, UNREACHABLE);
+            lock.handle_reply(Instant::now(), transmit.id, UNREACHABLE);
         }
     }
 
-    /// Hands a reply to the machine under the id of the oldest request of its node. A late
-    /// reply to an earlier machine's request finds that machine's id, which this one ignores.
-    fn deliver<M: Machine>(&mut self, machine: &mut M, (node, reply): Incoming) {
+    /// Hands a reply to the lifecycle under the id of the oldest request of its node. A late
+    /// reply to an earlier operation's request carries that operation's id, which the
+    /// lifecycle ignores.
+    fn deliver(&mut self, lock: &mut Lifecycle, (node, reply): Incoming) {
         let Some(reply) = reply else {
             self.streams[node] = None;
             for id in self.in_flight[node].drain(..) {
-                machine.handle_reply(Instant::now(), id, UNREACHABLE);
+                lock.handle_reply(Instant::now(), id, UNREACHABLE);
             }
             return;
         };
         if let Some(id) = self.in_flight[node].pop_front() {
-            machine.handle_reply(Instant::now(), id, reply);
+            lock.handle_reply(Instant::now(), id, reply);
         }
     }
 }
@@ -131,20 +132,23 @@ fn read_replies(node: usize, mut stream: TcpStream, tx: Sender<Incoming>) {
 }
 
 /// The driver loop: drain outputs; on `Wait`, block until a reply comes or the instant passes.
-fn drive<M: Machine>(machine: &mut M, nodes: &mut Nodes) -> M::Outcome {
+/// Returns the next event, or `None` once the lifecycle is idle.
+fn next_event(lock: &mut Lifecycle, nodes: &mut Nodes) -> Option<LockEvent> {
     loop {
         let now = Instant::now();
-        match machine.poll_output(now) {
-            Output::Send(transmit) => nodes.send(machine, transmit),
-            Output::Wait(until) => match nodes
-                .replies
-                .recv_timeout(until.saturating_duration_since(now))
-            {
-                Ok(incoming) => nodes.deliver(machine, incoming),
-                Err(_) => machine.handle_timeout(Instant::now()),
-            },
-            Output::Done(outcome) => return outcome,
-            _ => unreachable!("Idle only comes after Done"),
+        match lock.poll_output(now) {
+            LockOutput::Send(transmit) => nodes.send(lock, transmit),
+            LockOutput::Wait { at, .. } => {
+                match nodes
+                    .replies
+                    .recv_timeout(at.saturating_duration_since(now))
+                {
+                    Ok(incoming) => nodes.deliver(lock, incoming),
+                    Err(_) => lock.handle_timeout(Instant::now()),
+                }
+            }
+            LockOutput::Event(event) => return Some(event),
+            LockOutput::Idle => return None,
         }
     }
 }
@@ -164,10 +168,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ttl = Duration::from_secs(10);
     let request = LockRequest::new("redlock-example", ttl);
     let start = Instant::now();
-    let mut acquire = Acquire::new(start, &config, &request, &mut rng)?;
-    let mut lease = match drive(&mut acquire, &mut nodes) {
-        AcquireOutcome::Acquired(lease) => lease,
-        AcquireOutcome::Failed(failure) => {
+    let mut lock = Lifecycle::acquire(start, &config, &request, &mut rng)?;
+    let lease = match next_event(&mut lock, &mut nodes) {
+        Some(LockEvent::Acquired(lease)) => lease,
+        Some(LockEvent::NotAcquired(failure)) => {
             println!(
                 "not acquired after {} round(s): {:?}",
                 failure.attempts, failure.reason
@@ -175,7 +179,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("  votes: {:?}", failure.votes);
             return Ok(());
         }
-        other => return Err(format!("unexpected outcome: {other:?}").into()),
+        other => return Err(format!("unexpected: {other:?}").into()),
     };
     println!(
         "acquired in {:?} after {} round(s); valid for {:?}",
@@ -185,28 +189,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("  votes: {:?}", lease.votes());
 
-    // ... the protected work runs here, and must end before `lease.valid_until()` ...
+    // ... the protected work runs here, and must end before the lease's `valid_until()` ...
 
-    let mut extend = Extend::new(Instant::now(), &config, &lease, ttl)?;
-    let outcome = drive(&mut extend, &mut nodes);
-    match &outcome {
-        ExtendOutcome::Extended { votes, .. } => println!("extended; votes: {votes:?}"),
-        ExtendOutcome::NotExtended { reason, votes } => {
-            println!("not extended ({reason:?}); votes: {votes:?}")
-        }
-        other => println!("{other:?}"),
+    lock.extend(Instant::now(), ttl)?;
+    match next_event(&mut lock, &mut nodes) {
+        Some(LockEvent::Extended {
+            outcome: ExtendOutcome::Extended { votes, .. },
+            ..
+        }) => println!("extended; votes: {votes:?}"),
+        Some(LockEvent::Extended {
+            outcome: ExtendOutcome::NotExtended { reason, votes },
+            ..
+        }) => println!("not extended ({reason:?}); votes: {votes:?}"),
+        other => return Err(format!("unexpected: {other:?}").into()),
     }
     // A failed extension leaves the lease as it was; a successful one never shortens it.
-    lease.apply(&outcome);
-    println!("  valid for {:?}", lease.remaining(Instant::now()));
+    if let Some(lease) = lock.lease() {
+        println!("  valid for {:?}", lease.remaining(Instant::now()));
+    }
 
-    let mut release = Release::new(Instant::now(), &config, &lease);
-    let report = drive(&mut release, &mut nodes);
-    println!(
-        "released on {} of {} node(s): {:?}",
-        report.released(),
-        addrs.len(),
-        report.nodes
-    );
+    lock.release(Instant::now());
+    match next_event(&mut lock, &mut nodes) {
+        Some(LockEvent::Released(report)) => println!(
+            "released on {} of {} node(s): {:?}",
+            report.released(),
+            addrs.len(),
+            report.nodes
+        ),
+        other => return Err(format!("unexpected: {other:?}").into()),
+    }
     Ok(())
 }

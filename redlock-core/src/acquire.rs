@@ -11,78 +11,22 @@ use std::time::{Duration, Instant};
 
 use rand_core::CryptoRng;
 
-use crate::backoff::Jitter;
 use crate::command::Op;
 use crate::config::Config;
 use crate::error::ConfigError;
+use crate::id::{Origin, RequestId};
+use crate::jitter::Jitter;
 use crate::lease::Lease;
-use crate::output::{Output, RequestId};
+use crate::output::Output;
 use crate::quorum::{Decision, FailureReason};
 use crate::release::Release;
 use crate::reply::Reply;
+use crate::request::LockRequest;
 use crate::retry::RetryPolicy;
 use crate::round::{NodeRelease, Round, Vote};
 use crate::spec::LockSpec;
 use crate::token::Token;
 use crate::validity::Ttl;
-
-/// What to lock: resources, TTL, and optionally a token, retry policy or deadline of its own.
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct LockRequest {
-    resources: Vec<Vec<u8>>,
-    ttl: Duration,
-    token: Option<Vec<u8>>,
-    retry: Option<RetryPolicy>,
-    deadline: Option<Duration>,
-}
-
-impl LockRequest {
-    /// A lock on one resource for `ttl`.
-    pub fn new(resource: impl Into<Vec<u8>>, ttl: Duration) -> Self {
-        Self {
-            resources: vec![resource.into()],
-            ttl,
-            token: None,
-            retry: None,
-            deadline: None,
-        }
-    }
-
-    /// Adds a resource: the lock is taken on all of them at once on each node, or on none.
-    pub fn resource(mut self, resource: impl Into<Vec<u8>>) -> Self {
-        self.resources.push(resource.into());
-        self
-    }
-
-    /// Uses this token instead of a random one (1 to 512 bytes; it must be unique to the holder).
-    ///
-    /// A generated token changes with each round (`<random>.<round>`), so a late clean-up release
-    /// of one round can never delete the key a later round set. A caller's token is the same in
-    /// every round: that relies on the transport keeping each node's requests in order, as every
-    /// adapter of this project does.
-    pub fn token(mut self, token: impl Into<Vec<u8>>) -> Self {
-        self.token = Some(token.into());
-        self
-    }
-
-    /// Retries with this policy instead of the client's.
-    pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = Some(retry);
-        self
-    }
-
-    /// Gives up once `deadline` has passed since the first round (overrides the policy's).
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = Some(deadline);
-        self
-    }
-
-    /// The TTL asked for.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-}
 
 /// Why an acquisition ended without the lock, with the last round's per-node detail.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,7 +41,6 @@ pub struct AcquireFailure {
 
 /// How an acquisition ended.
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub enum AcquireOutcome {
     /// A quorum granted the lock in time.
     Acquired(Lease),
@@ -197,6 +140,27 @@ impl Acquire {
     /// Rounds started so far.
     pub fn attempts(&self) -> u32 {
         self.attempts
+    }
+
+    /// Names the lock and operation its requests belong to (set by the lifecycle before the
+    /// first poll).
+    pub(crate) fn set_origin(&mut self, origin: Origin) {
+        self.round.set_origin(origin);
+        self.cleanup.set_origin(origin);
+    }
+
+    /// Whether the machine's current wait is the pause between rounds (rather than replies).
+    pub(crate) fn is_pausing(&self) -> bool {
+        matches!(self.phase, Phase::Pausing(_) | Phase::CleaningUp(Some(_)))
+    }
+
+    /// Ends the pause before the next round now (a push notification said the lock may be
+    /// free). Harmless in any other phase; the deadline and the attempt limit still hold.
+    pub fn handle_wake(&mut self, now: Instant) {
+        match &mut self.phase {
+            Phase::Pausing(at) | Phase::CleaningUp(Some(at)) => *at = (*at).min(now),
+            _ => {}
+        }
     }
 
     /// Hands in the reply to request `id`. Replies from an earlier round, duplicates, replies at
@@ -353,7 +317,7 @@ impl Acquire {
     }
 }
 
-crate::output::impl_machine!(Acquire, AcquireOutcome);
+crate::machine::impl_machine!(Acquire, AcquireOutcome);
 
 #[cfg(test)]
 mod tests {

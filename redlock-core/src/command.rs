@@ -54,6 +54,11 @@ end
 return 1
 ";
 
+/// Whether [`EXTEND_SCRIPT`] only ever lengthens a key's TTL (its `PEXPIRE` is guarded by a
+/// `PTTL` comparison). Models of the script (simulators, fake nodes) follow this flag rather than
+/// reading the script's text; a unit test holds the flag and the script together.
+pub const EXTEND_NEVER_SHORTENS: bool = true;
+
 /// What a command does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -75,6 +80,29 @@ pub struct Command {
     ttl_ms: u64,
 }
 
+/// Which of the algorithm's Lua scripts a command runs. Say which by this enum; the source is
+/// [`Script::source`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Script {
+    /// [`ACQUIRE_SCRIPT`]: set every key or none.
+    Acquire,
+    /// [`RELEASE_SCRIPT`]: compare-and-delete.
+    Release,
+    /// [`EXTEND_SCRIPT`]: compare-and-pexpire.
+    Extend,
+}
+
+impl Script {
+    /// The Lua source.
+    pub fn source(self) -> &'static str {
+        match self {
+            Script::Acquire => ACQUIRE_SCRIPT,
+            Script::Release => RELEASE_SCRIPT,
+            Script::Extend => EXTEND_SCRIPT,
+        }
+    }
+}
+
 /// A command as Redis runs it.
 #[derive(Debug, Clone, Copy)]
 pub enum RedisForm<'a> {
@@ -89,8 +117,8 @@ pub enum RedisForm<'a> {
     },
     /// `EVAL script numkeys keys… args…` (or `EVALSHA` of the same script).
     Script {
-        /// The Lua source, one of the `*_SCRIPT` constants.
-        script: &'static str,
+        /// Which script (its Lua source is [`Script::source`]).
+        script: Script,
         /// The command's lock: iterate [`LockSpec::keys`] for `KEYS`.
         spec: &'a LockSpec,
         /// `ARGV[1]`: the token.
@@ -134,14 +162,32 @@ impl Command {
             },
             op => RedisForm::Script {
                 script: match op {
-                    Op::SetIfAbsent => ACQUIRE_SCRIPT,
-                    Op::DeleteIfEquals => RELEASE_SCRIPT,
-                    Op::ExpireIfEquals => EXTEND_SCRIPT,
+                    Op::SetIfAbsent => Script::Acquire,
+                    Op::DeleteIfEquals => Script::Release,
+                    Op::ExpireIfEquals => Script::Extend,
                 },
                 spec: &self.spec,
                 token,
                 ttl_ms: self.ttl_ms(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_extend_flag_matches_the_script() {
+        let guarded = EXTEND_SCRIPT.contains("redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2])");
+        assert_eq!(EXTEND_NEVER_SHORTENS, guarded);
+    }
+
+    #[test]
+    fn each_script_names_its_source() {
+        assert_eq!(Script::Acquire.source(), ACQUIRE_SCRIPT);
+        assert_eq!(Script::Release.source(), RELEASE_SCRIPT);
+        assert_eq!(Script::Extend.source(), EXTEND_SCRIPT);
     }
 }

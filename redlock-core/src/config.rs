@@ -1,5 +1,6 @@
 //! Settings shared by every lock a client takes, checked once into a [`Config`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ConfigError;
@@ -34,7 +35,8 @@ pub struct Config {
     drift: Drift,
     node_timeout: Option<Duration>,
     min_validity: Duration,
-    key_prefix: Vec<u8>,
+    /// Shared, so that a clone (one per lock lifecycle) allocates nothing.
+    key_prefix: Arc<[u8]>,
     retry: RetryPolicy,
 }
 
@@ -162,7 +164,7 @@ impl ConfigBuilder {
                 max: MAX_NODES,
             });
         }
-        let majority = self.nodes / 2 + 1;
+        let majority = crate::quorum::majority(self.nodes);
         let quorum = self.quorum.unwrap_or(majority);
         if quorum < majority || quorum > self.nodes {
             return Err(ConfigError::Quorum {
@@ -206,7 +208,7 @@ impl ConfigBuilder {
             drift,
             node_timeout: self.node_timeout,
             min_validity: self.min_validity,
-            key_prefix: self.key_prefix,
+            key_prefix: self.key_prefix.into(),
             retry: self.retry,
         })
     }

@@ -121,4 +121,10 @@ pub enum ConfigError {
         /// The longest token allowed.
         max: usize,
     },
+    /// A lock can only be resumed (or released from another client) by the token it was taken
+    /// with.
+    #[error(
+        "token: resuming or releasing a lock by token needs the token it was acquired with; none was given"
+    )]
+    ResumeWithoutToken,
 }

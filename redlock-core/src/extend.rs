@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use crate::command::Op;
 use crate::config::Config;
 use crate::error::ConfigError;
+use crate::id::{Origin, RequestId};
 use crate::lease::Lease;
-use crate::output::{Output, RequestId};
+use crate::output::Output;
 use crate::quorum::{Decision, FailureReason};
 use crate::reply::Reply;
 use crate::round::{Round, Vote};
@@ -21,7 +22,6 @@ use crate::validity::Ttl;
 
 /// Why an extension did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum ExtendFailure {
     /// The lease's validity had passed before the extension started: nothing was sent.
     Expired,
@@ -35,7 +35,6 @@ pub enum ExtendFailure {
 
 /// How an extension ended.
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub enum ExtendOutcome {
     /// A quorum extended in time; apply with [`Lease::apply`].
     Extended {
@@ -96,6 +95,40 @@ impl Extend {
         })
     }
 
+    /// Proves that `spec`'s token holds the lock on a quorum by extending it to `ttl` from now,
+    /// without a lease of our own (a lock resumed by another client than the one that took it).
+    /// The validity is counted from this round's start, as for any extension.
+    pub(crate) fn resume(
+        now: Instant,
+        config: &Config,
+        spec: LockSpec,
+        ttl: Duration,
+    ) -> Result<Self, ConfigError> {
+        let ttl = Ttl::new(now, ttl, config.drift(), config.min_validity())?;
+        let mut reply_by = ttl.valid_until(now);
+        if let Some(by) = now.checked_add(config.node_timeout(ttl.duration())) {
+            reply_by = reply_by.min(by);
+        }
+        Ok(Self {
+            spec,
+            ttl,
+            quorum: config.quorum(),
+            min_validity: config.min_validity(),
+            round: Round::new(1, Op::ExpireIfEquals, ttl.ms, config.nodes(), now, reply_by),
+            outcome: None,
+        })
+    }
+
+    /// Names the lock and operation its requests belong to.
+    pub(crate) fn set_origin(&mut self, origin: Origin) {
+        self.round.set_origin(origin);
+    }
+
+    /// The keys and token being extended.
+    pub(crate) fn spec(&self) -> &LockSpec {
+        &self.spec
+    }
+
     /// Hands in the reply to request `id` (stale, duplicate, late and unknown ones are ignored).
     pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
         if self.outcome.is_none() {
@@ -142,12 +175,13 @@ impl Extend {
     }
 }
 
-crate::output::impl_machine!(Extend, ExtendOutcome);
+crate::machine::impl_machine!(Extend, ExtendOutcome);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::acquire::{Acquire, AcquireOutcome, LockRequest};
+    use crate::acquire::{Acquire, AcquireOutcome};
+    use crate::request::LockRequest;
     use crate::testing::{FakeNode, Link, drive, rng};
 
     const TTL: Duration = Duration::from_secs(10);

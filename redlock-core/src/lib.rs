@@ -16,53 +16,76 @@
 //!
 //! These are enforced by the build (`clippy.toml` bans the clock, sleeping and I/O types).
 //!
-//! # Driving a machine
-//! There is one machine per operation: [`Acquire`], [`Extend`], [`Release`]. Each takes two
-//! inputs, `handle_reply(now, id, reply)` and `handle_timeout(now)`, and one output,
-//! `poll_output(now)`. After creating a machine, and after every input, drain `poll_output` until
-//! it returns [`Output::Wait`] (sleep until that instant or the next reply), [`Output::Done`]
-//! (the outcome) or [`Output::Idle`]. Every [`Output::Send`] of a round comes out before the
-//! round's first `Wait`, so all nodes are asked at once.
+//! # Driving a lock
+//! A [`Lifecycle`] owns one lock from its first round to its last release: acquisition rounds
+//! and retries, auto-extension when asked for, extensions on demand, the release. Its inputs
+//! are `handle_reply(now, id, reply)`, `handle_timeout(now)` and `handle_wake(now)` (plus the
+//! caller's `extend` and `release`); its one output is `poll_output(now)`. After creating it and
+//! after every input, drain `poll_output` until it says [`LockOutput::Wait`] (sleep until that
+//! instant or the next reply) or [`LockOutput::Idle`]; send every [`LockOutput::Send`] at once
+//! and pass every [`LockOutput::Event`] on. That loop is all a driver is:
 //!
 //! ```
 //! use std::collections::HashMap;
 //! use std::time::{Duration, Instant};
 //! use rand_core::SeedableRng;
-//! use redlock_core::{Acquire, AcquireOutcome, Config, LockRequest, Op, Output, Reply};
+//! use redlock_core::{Config, Lifecycle, LockEvent, LockOutput, LockRequest, Op, Reply};
 //!
-//! // Five in-memory "nodes": key -> token (TTL expiry left out for brevity).
+//! // Five in-memory "nodes" (key -> token); node 4 never answers.
 //! let mut nodes: Vec<HashMap<Vec<u8>, Vec<u8>>> = vec![HashMap::new(); 5];
-//! let config = Config::new(5)?;
-//! let mut rng = chacha20::ChaCha8Rng::seed_from_u64(7);
-//! let now = Instant::now();
-//! let request = LockRequest::new("invoices", Duration::from_secs(10));
-//! let mut acquire = Acquire::new(now, &config, &request, &mut rng)?;
-//!
-//! let lease = loop {
-//!     match acquire.poll_output(now) {
-//!         Output::Send(transmit) => {
-//!             let node = &mut nodes[transmit.id.node()];
-//!             let cmd = &transmit.command;
-//!             let key = cmd.spec().keys().next().unwrap().to_vec();
-//!             let token = cmd.spec().token().as_bytes().to_vec();
-//!             let reply = match cmd.op() {
-//!                 Op::SetIfAbsent if node.contains_key(&key) => Reply::Nil,
-//!                 Op::SetIfAbsent => { node.insert(key, token); Reply::Ok }
-//!                 _ => Reply::Int(0),
-//!             };
-//!             acquire.handle_reply(now, transmit.id, reply);
-//!         }
-//!         Output::Done(AcquireOutcome::Acquired(lease)) => break lease,
-//!         other => panic!("unexpected: {other:?}"),
+//! let run = |node: &mut HashMap<Vec<u8>, Vec<u8>>, cmd: &redlock_core::Command| {
+//!     let key = cmd.spec().keys().next().unwrap().to_vec();
+//!     let token = cmd.spec().token().as_bytes().to_vec();
+//!     match cmd.op() {
+//!         Op::SetIfAbsent if node.contains_key(&key) => Reply::Nil,
+//!         Op::SetIfAbsent => { node.insert(key, token); Reply::Ok }
+//!         Op::DeleteIfEquals if node.get(&key) == Some(&token) => { node.remove(&key); Reply::Int(1) }
+//!         _ => Reply::Int(0),
 //!     }
 //! };
-//! assert!(lease.valid_until() <= now + Duration::from_millis(10_000 - 100 - 2));
-//! assert_eq!(nodes.iter().filter(|n| n.contains_key(&b"invoices"[..])).count(), 5);
+//! let config = Config::new(5)?;
+//! let mut rng = chacha20::ChaCha8Rng::seed_from_u64(7);
+//! let mut now = Instant::now(); // the driver's clock; the engine never reads one
+//! let request = LockRequest::new("invoices", Duration::from_secs(10));
+//! let mut lock = Lifecycle::acquire(now, &config, &request, &mut rng)?;
+//! let mut inbox = Vec::new(); // replies "on the wire"
+//! let mut released = None;
+//! while released.is_none() {
+//!     match lock.poll_output(now) {
+//!         LockOutput::Send(transmit) if transmit.id.node() == 4 => {} // lost in the network
+//!         LockOutput::Send(transmit) => {
+//!             let reply = run(&mut nodes[transmit.id.node()], &transmit.command);
+//!             inbox.push((transmit.id, reply));
+//!         }
+//!         LockOutput::Wait { at, reason } => match inbox.pop() {
+//!             Some((id, reply)) => lock.handle_reply(now, id, reply),
+//!             None => {
+//!                 println!("sleeping until {at:?} for {reason:?}");
+//!                 now = at;
+//!                 lock.handle_timeout(now);
+//!             }
+//!         },
+//!         LockOutput::Event(LockEvent::Acquired(lease)) => {
+//!             assert!(lease.valid_until() <= now + Duration::from_millis(10_000 - 100 - 2));
+//!             // ... the protected work, finished before lease.valid_until() ...
+//!             lock.release(now);
+//!         }
+//!         LockOutput::Event(LockEvent::Released(report)) => released = Some(report),
+//!         LockOutput::Event(other) => panic!("unexpected: {other:?}"),
+//!         LockOutput::Idle => unreachable!("a lock being acquired or released is never idle"),
+//!     }
+//! }
+//! let report = released.unwrap();
+//! assert_eq!((report.released(), report.unreachable()), (4, 1)); // node 4 timed out
+//! assert!(nodes.iter().all(|n| n.is_empty()));
 //! # Ok::<(), redlock_core::ConfigError>(())
 //! ```
 //!
+//! The operation machines it runs — [`Acquire`], [`Extend`], [`Release`] — are public building
+//! blocks with the same contract ([`Machine`]), for tests and special cases.
+//!
 //! Auto-extension is a policy too: [`Renewal`] says when to start an [`Extend`] and when the
-//! lock must be given up as lost. For a network stack of your own, [`resp`] encodes commands and
+//! lock must be given up as lost; the lifecycle follows it. For a network stack of your own, [`resp`] encodes commands and
 //! parses replies; the `tcp_lock` example drives a lock over `std::net::TcpStream`.
 //!
 //! # Safety model
@@ -79,16 +102,21 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 mod acquire;
-mod backoff;
 mod command;
 mod config;
 mod error;
+mod event;
 mod extend;
+mod id;
+mod jitter;
 mod lease;
+mod lifecycle;
+mod machine;
 mod output;
 mod quorum;
 mod release;
 mod renewal;
+mod request;
 pub mod resp;
 mod retry;
 mod round;
@@ -98,19 +126,27 @@ pub mod strategies;
 mod token;
 mod validity;
 
-pub use acquire::{Acquire, AcquireFailure, AcquireOutcome, LockRequest};
-pub use command::{ACQUIRE_SCRIPT, Command, EXTEND_SCRIPT, Op, RELEASE_SCRIPT, RedisForm};
+pub use acquire::{Acquire, AcquireFailure, AcquireOutcome};
+pub use command::{
+    ACQUIRE_SCRIPT, Command, EXTEND_NEVER_SHORTENS, EXTEND_SCRIPT, Op, RELEASE_SCRIPT, RedisForm,
+    Script,
+};
 pub use config::{
     Config, ConfigBuilder, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX, MAX_NODE_TIMEOUT, MAX_NODES,
 };
 pub use error::ConfigError;
+pub use event::{LockEvent, LockOutput, Operation, Trigger, WakeReason};
 pub use extend::{Extend, ExtendFailure, ExtendOutcome};
+pub use id::{Origin, RequestId};
 pub use lease::Lease;
-pub use output::{Machine, Output, RequestId, Transmit};
+pub use lifecycle::Lifecycle;
+pub use machine::Machine;
+pub use output::{Output, Transmit};
 pub use quorum::{FailureReason, majority};
 pub use release::{Release, ReleaseReport};
-pub use renewal::{Renewal, RenewalStep};
+pub use renewal::{LossCause, Renewal, RenewalStep};
 pub use reply::{NodeErrorKind, Reply};
+pub use request::LockRequest;
 pub use retry::{Attempts, MAX_DEADLINE, MAX_RETRY_DELAY, RetryPolicy};
 pub use round::{NodeRelease, Vote};
 pub use spec::{LockSpec, MAX_KEY_LEN, MAX_RESOURCES};

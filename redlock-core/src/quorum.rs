@@ -16,7 +16,6 @@ pub(crate) struct Tally {
 
 /// Why a round was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum FailureReason {
     /// Enough nodes answered to form a quorum, but some are held by another token.
     Contended,
@@ -24,6 +23,9 @@ pub enum FailureReason {
     Unavailable,
     /// A quorum agreed, but too late: less validity was left than the configured minimum.
     TooSlow,
+    /// Resuming a lock by its token: too few nodes hold the lock under that token (a wrong
+    /// token, or a lock that expired or was released). Nothing was changed on any node.
+    NotHeld,
 }
 
 /// Where a round stands.

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use crate::command::Op;
 use crate::config::Config;
+use crate::id::{Origin, RequestId};
 use crate::lease::Lease;
-use crate::output::{Output, RequestId};
+use crate::output::Output;
 use crate::reply::Reply;
 use crate::round::{NodeRelease, Round};
 use crate::spec::LockSpec;
@@ -26,6 +27,11 @@ impl ReleaseReport {
     /// How many nodes deleted our keys.
     pub fn released(&self) -> usize {
         self.count(|n| n == NodeRelease::Released)
+    }
+
+    /// How many nodes had none of our keys (expired, or never set).
+    pub fn absent(&self) -> usize {
+        self.count(|n| n == NodeRelease::Absent)
     }
 
     /// How many nodes hold a key under another token.
@@ -79,6 +85,16 @@ impl Release {
         }
     }
 
+    /// The keys and token being released.
+    pub fn spec(&self) -> &LockSpec {
+        &self.spec
+    }
+
+    /// Names the lock and operation its requests belong to.
+    pub(crate) fn set_origin(&mut self, origin: Origin) {
+        self.round.set_origin(origin);
+    }
+
     /// Hands in the reply to request `id` (stale, duplicate, late and unknown ones are ignored).
     pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
         self.round.record(now, id, reply);
@@ -108,7 +124,7 @@ impl Release {
     }
 }
 
-crate::output::impl_machine!(Release, ReleaseReport);
+crate::machine::impl_machine!(Release, ReleaseReport);
 
 #[cfg(test)]
 mod tests {

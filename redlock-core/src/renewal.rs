@@ -11,16 +11,28 @@ use std::time::{Duration, Instant};
 use crate::extend::{ExtendFailure, ExtendOutcome};
 use crate::lease::Lease;
 
+/// Why a held lock was given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LossCause {
+    /// An extension found too few nodes still holding our token (it expired there, or was
+    /// deleted, or the node lost its memory).
+    NotHeld,
+    /// The validity ran out before an extension succeeded.
+    Expired,
+    /// Too little validity is left for one more extension to finish in time (nodes kept failing
+    /// or timing out): given up before the validity ends, not after.
+    NoTimeLeft,
+}
+
 /// What the holder of an auto-extended lock must do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum RenewalStep {
     /// Start an extension now (with the lease's TTL), and report how it ended.
     Extend,
     /// Nothing until this instant (or until an extension in flight ends).
     Wait(Instant),
     /// The lock is lost: stop the work it protects now.
-    Lost,
+    Lost(LossCause),
 }
 
 /// Tracks one auto-extended lease.
@@ -30,7 +42,7 @@ pub struct Renewal {
     node_timeout: Duration,
     next: Instant,
     in_flight: bool,
-    lost: bool,
+    lost: Option<LossCause>,
 }
 
 impl Renewal {
@@ -42,7 +54,7 @@ impl Renewal {
             node_timeout,
             next: now,
             in_flight: false,
-            lost: false,
+            lost: None,
         };
         renewal.schedule(now);
         renewal
@@ -55,9 +67,11 @@ impl Renewal {
 
     /// What to do at `now`.
     pub fn poll(&mut self, now: Instant) -> RenewalStep {
-        if self.lost || now >= self.valid_until {
-            self.lost = true;
-            return RenewalStep::Lost;
+        if now >= self.valid_until {
+            self.lost.get_or_insert(LossCause::Expired);
+        }
+        if let Some(cause) = self.lost {
+            return RenewalStep::Lost(cause);
         }
         if self.in_flight {
             return RenewalStep::Wait(self.valid_until);
@@ -78,10 +92,16 @@ impl Renewal {
                 self.schedule(now);
             }
             ExtendOutcome::NotExtended {
-                reason: ExtendFailure::NotHeld | ExtendFailure::Expired,
+                reason: ExtendFailure::NotHeld,
                 ..
             } => {
-                self.lost = true;
+                self.lost = Some(LossCause::NotHeld);
+            }
+            ExtendOutcome::NotExtended {
+                reason: ExtendFailure::Expired,
+                ..
+            } => {
+                self.lost = Some(LossCause::Expired);
             }
             ExtendOutcome::NotExtended { .. } => self.schedule(now),
         }
@@ -92,7 +112,7 @@ impl Renewal {
     fn schedule(&mut self, now: Instant) {
         let left = self.valid_until.saturating_duration_since(now);
         if left <= self.node_timeout.saturating_mul(2) {
-            self.lost = true;
+            self.lost = Some(LossCause::NoTimeLeft);
             return;
         }
         let before_deadline = left - self.node_timeout.saturating_mul(2);
@@ -173,7 +193,10 @@ mod tests {
                     attempts += 1;
                     renewal.handle_extended(now, &failed(ExtendFailure::Unavailable));
                 }
-                RenewalStep::Lost => break,
+                RenewalStep::Lost(cause) => {
+                    assert_eq!(cause, LossCause::NoTimeLeft);
+                    break;
+                }
             }
         }
         assert!(attempts >= 3, "{attempts}");
@@ -194,7 +217,7 @@ mod tests {
         let t1 = t0 + Duration::from_secs(5);
         assert_eq!(renewal.poll(t1), RenewalStep::Extend);
         renewal.handle_extended(t1, &failed(ExtendFailure::NotHeld));
-        assert_eq!(renewal.poll(t1), RenewalStep::Lost);
+        assert_eq!(renewal.poll(t1), RenewalStep::Lost(LossCause::NotHeld));
     }
 
     #[test]
@@ -207,6 +230,9 @@ mod tests {
         );
         let due = t0 + Duration::from_millis(500);
         assert_eq!(renewal.poll(due), RenewalStep::Extend);
-        assert_eq!(renewal.poll(t0 + Duration::from_secs(1)), RenewalStep::Lost);
+        assert_eq!(
+            renewal.poll(t0 + Duration::from_secs(1)),
+            RenewalStep::Lost(LossCause::Expired)
+        );
     }
 }

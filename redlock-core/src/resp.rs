@@ -55,7 +55,7 @@ pub fn encode(command: &Command, out: &mut Vec<u8>) {
             let parts = 3 + spec.len() + 1 + usize::from(ttl_ms.is_some());
             array_header(out, parts);
             bulk(out, b"EVAL");
-            bulk(out, script.as_bytes());
+            bulk(out, script.source().as_bytes());
             bulk(out, itoa(spec.len() as u64, &mut [0; 20]));
             for key in spec.keys() {
                 bulk(out, key);

@@ -6,14 +6,14 @@
 use std::time::Instant;
 
 use crate::command::{Command, Op};
-use crate::output::{RequestId, Transmit};
+use crate::id::{Origin, RequestId};
+use crate::output::Transmit;
 use crate::quorum::Tally;
 use crate::reply::{NodeErrorKind, Reply};
 use crate::spec::LockSpec;
 
 /// One node's answer in an acquire or extend round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Vote {
     /// No answer yet (the round was decided without it).
     Pending,
@@ -29,7 +29,6 @@ pub enum Vote {
 
 /// One node's answer to a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum NodeRelease {
     /// No answer yet.
     Pending,
@@ -85,6 +84,7 @@ impl NodeAnswer for NodeRelease {
 /// A batch of one command per node.
 #[derive(Debug, Clone)]
 pub(crate) struct Round<A> {
+    origin: Origin,
     batch: u32,
     op: Op,
     ttl_ms: u64,
@@ -105,6 +105,7 @@ impl<A: NodeAnswer> Round<A> {
         deadline: Instant,
     ) -> Self {
         Self {
+            origin: Origin::default(),
             batch,
             op,
             ttl_ms,
@@ -113,6 +114,11 @@ impl<A: NodeAnswer> Round<A> {
             answers: vec![A::PENDING; nodes],
             sent: 0,
         }
+    }
+
+    /// Names the lock and operation this round's requests belong to.
+    pub(crate) fn set_origin(&mut self, origin: Origin) {
+        self.origin = origin;
     }
 
     /// Reuses the round's storage for a new batch.
@@ -133,15 +139,20 @@ impl<A: NodeAnswer> Round<A> {
         let node = self.sent;
         self.sent += 1;
         Some(Transmit {
-            id: RequestId::new(self.batch, node),
+            id: RequestId::new(self.origin, self.batch, node),
             command: Command::new(self.op, spec.clone(), self.ttl_ms),
         })
     }
 
-    /// Records a reply if it belongs here: this batch, a known node, sent, first answer, in time.
+    /// Records a reply if it belongs here: this lock and operation, this batch, a known node,
+    /// sent, first answer, in time.
     /// Returns whether it was recorded.
     pub(crate) fn record(&mut self, now: Instant, id: RequestId, reply: Reply) -> bool {
-        if id.batch() != self.batch || id.node() >= self.sent || now >= self.deadline {
+        if id.origin() != self.origin
+            || id.batch() != self.batch
+            || id.node() >= self.sent
+            || now >= self.deadline
+        {
             return false;
         }
         let slot = &mut self.answers[id.node()];
@@ -207,12 +218,22 @@ mod tests {
         assert!(round.record(t0, ids[0], Reply::Ok));
         assert!(!round.record(t0, ids[0], Reply::Nil), "duplicate");
         assert!(
-            !round.record(t0, RequestId::new(6, 1), Reply::Ok),
+            !round.record(t0, ids[1].with_batch(6), Reply::Ok),
             "old batch"
         );
         assert!(
-            !round.record(t0, RequestId::new(7, 9), Reply::Ok),
+            !round.record(t0, ids[1].with_node(9), Reply::Ok),
             "unknown node"
+        );
+        let other_operation = RequestId::new(Origin::new(0, 1), 7, 1);
+        assert!(
+            !round.record(t0, other_operation, Reply::Ok),
+            "another operation's batch 7"
+        );
+        let other_lock = RequestId::new(Origin::new(9, 0), 7, 1);
+        assert!(
+            !round.record(t0, other_lock, Reply::Ok),
+            "another lock's batch 7"
         );
         assert!(!round.record(deadline, ids[1], Reply::Ok), "late");
         round.expire(deadline);

@@ -330,15 +330,13 @@ impl Stray {
     /// The id this stray reply carries, given the latest request sent and the number of nodes.
     pub fn id(&self, latest: RequestId, nodes: usize) -> RequestId {
         match *self {
-            Stray::Earlier { back, node } => {
-                RequestId::new(latest.batch().saturating_sub(back.max(1)), node)
-            }
-            Stray::Later { ahead, node } => {
-                RequestId::new(latest.batch().saturating_add(ahead.max(1)), node)
-            }
-            Stray::UnknownNode { beyond } => {
-                RequestId::new(latest.batch(), nodes.saturating_add(beyond))
-            }
+            Stray::Earlier { back, node } => latest
+                .with_batch(latest.batch().saturating_sub(back.max(1)))
+                .with_node(node),
+            Stray::Later { ahead, node } => latest
+                .with_batch(latest.batch().saturating_add(ahead.max(1)))
+                .with_node(node),
+            Stray::UnknownNode { beyond } => latest.with_node(nodes.saturating_add(beyond)),
         }
     }
 }

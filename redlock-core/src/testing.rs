@@ -72,7 +72,9 @@ impl FakeNode {
 
 use std::time::{Duration, Instant};
 
-use crate::output::{Machine, Output, RequestId};
+use crate::id::RequestId;
+use crate::machine::Machine;
+use crate::output::Output;
 
 /// How the test network treats each node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,4 +137,75 @@ pub(crate) fn drive<M: Machine>(
 /// clock; only this test helper does).
 pub(crate) fn epoch() -> Instant {
     Instant::now()
+}
+
+/// A virtual network and clock for a [`Lifecycle`](crate::Lifecycle): sends reach `nodes` over
+/// `links`, replies wait in an inbox, and time jumps to each `Wait` instant once the inbox is
+/// empty.
+pub(crate) struct Net<'a> {
+    pub(crate) nodes: &'a mut [FakeNode],
+    pub(crate) links: Vec<Link>,
+    pub(crate) now: Instant,
+    pub(crate) sent: Vec<(RequestId, Command)>,
+    pub(crate) waits: Vec<crate::WakeReason>,
+    inbox: Vec<(RequestId, Reply)>,
+}
+
+impl<'a> Net<'a> {
+    pub(crate) fn new(nodes: &'a mut [FakeNode], now: Instant) -> Self {
+        let links = vec![Link::Up; nodes.len()];
+        Self {
+            nodes,
+            links,
+            now,
+            sent: Vec::new(),
+            waits: Vec::new(),
+            inbox: Vec::new(),
+        }
+    }
+
+    /// Runs `lock` until its next event (`None` when it goes idle first, or when time would pass
+    /// `until`).
+    pub(crate) fn next_event(
+        &mut self,
+        lock: &mut crate::Lifecycle,
+        until: Option<Instant>,
+    ) -> Option<crate::LockEvent> {
+        use crate::LockOutput;
+        loop {
+            match lock.poll_output(self.now) {
+                LockOutput::Send(t) => {
+                    let node = t.id.node();
+                    match self.links[node] {
+                        Link::Up => self.inbox.push((t.id, self.nodes[node].run(&t.command))),
+                        Link::Refused => self
+                            .inbox
+                            .push((t.id, Reply::Error(crate::NodeErrorKind::Connection))),
+                        Link::LostReply => {
+                            self.nodes[node].run(&t.command);
+                        }
+                        Link::Silent => {}
+                    }
+                    self.sent.push((t.id, t.command));
+                }
+                LockOutput::Wait { at, reason } => {
+                    self.waits.push(reason);
+                    if self.inbox.is_empty() {
+                        assert!(at >= self.now, "a wait never goes back in time");
+                        if until.is_some_and(|until| at > until) {
+                            return None;
+                        }
+                        self.now = at;
+                        lock.handle_timeout(self.now);
+                    } else {
+                        for (id, reply) in std::mem::take(&mut self.inbox) {
+                            lock.handle_reply(self.now, id, reply);
+                        }
+                    }
+                }
+                LockOutput::Event(event) => return Some(event),
+                LockOutput::Idle => return None,
+            }
+        }
+    }
 }

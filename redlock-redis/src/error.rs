@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use redlock_core::{AcquireFailure, ConfigError, ExtendFailure, FailureReason, NodeRelease, Vote};
+use redlock_core::{AcquireFailure, ConfigError, ExtendFailure, FailureReason, LossCause, Vote};
 
 /// One node's part in an outcome, the node named by `host:port` (never with credentials).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,12 +15,14 @@ pub struct NodeReport<T> {
 }
 
 /// Per-node detail of a lock operation that did not succeed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LockFailure {
     /// How many rounds ran (1 for an extension).
     pub attempts: u32,
     /// Each node's answer in the last round (empty when nothing was sent).
     pub nodes: Vec<NodeReport<Vote>>,
+    /// Why an auto-extended lock was given up, for [`Error::Lost`] from `with_lock`.
+    pub cause: Option<LossCause>,
 }
 
 impl LockFailure {
@@ -34,12 +36,24 @@ impl LockFailure {
                 result: *vote,
             })
             .collect();
-        Self { attempts, nodes }
+        Self {
+            attempts,
+            nodes,
+            cause: None,
+        }
     }
 }
 
 impl fmt::Display for LockFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.cause {
+            Some(LossCause::NotHeld) => f.write_str("too few nodes still hold it; ")?,
+            Some(LossCause::Expired) => f.write_str("its validity ran out; ")?,
+            Some(LossCause::NoTimeLeft) => {
+                f.write_str("no extension could finish before its validity ends; ")?
+            }
+            None => {}
+        }
         write!(
             f,
             "{} round{}",
@@ -55,7 +69,6 @@ impl fmt::Display for LockFailure {
                 Vote::Refused => f.write_str("held by another"),
                 Vote::TimedOut => f.write_str("timed out"),
                 Vote::Failed(kind) => write!(f, "failed ({kind})"),
-                _ => f.write_str("?"),
             }?;
         }
         Ok(())
@@ -78,6 +91,10 @@ pub enum Error {
     /// The lock is no longer held (it expired, or too few nodes still hold its token).
     #[error("the lock was lost: {0}")]
     Lost(LockFailure),
+    /// A lock to resume by its token is not held under that token on a quorum (a wrong token,
+    /// or a lock that expired or was released). No key was changed.
+    #[error("that token does not hold the lock: {0}")]
+    NotHeld(LockFailure),
     /// An argument or setting is out of range.
     #[error("invalid input: {0}")]
     Config(#[from] ConfigError),
@@ -101,7 +118,8 @@ impl Error {
         match failure.reason {
             FailureReason::Contended => Self::Contended(detail),
             FailureReason::TooSlow => Self::TooSlow(detail),
-            _ => Self::Unavailable(detail),
+            FailureReason::Unavailable => Self::Unavailable(detail),
+            FailureReason::NotHeld => Self::NotHeld(detail),
         }
     }
 
@@ -111,68 +129,28 @@ impl Error {
         match reason {
             ExtendFailure::Unavailable => Self::Unavailable(detail),
             ExtendFailure::TooSlow => Self::TooSlow(detail),
-            _ => Self::Lost(detail),
+            ExtendFailure::NotHeld | ExtendFailure::Expired => Self::Lost(detail),
         }
+    }
+
+    /// The error for an auto-extended lock that could not be kept (whatever the cause: too few
+    /// nodes still held it, its validity ran out, or no extension could finish in time).
+    pub fn lost(labels: &[Arc<str>], cause: LossCause, votes: &[Vote]) -> Self {
+        let mut detail = LockFailure::new(labels, votes, 1);
+        detail.cause = Some(cause);
+        Self::Lost(detail)
     }
 
     /// The per-node detail, for the lock-outcome variants.
     pub fn failure(&self) -> Option<&LockFailure> {
         match self {
-            Self::Contended(f) | Self::Unavailable(f) | Self::TooSlow(f) | Self::Lost(f) => Some(f),
+            Self::Contended(f)
+            | Self::Unavailable(f)
+            | Self::TooSlow(f)
+            | Self::Lost(f)
+            | Self::NotHeld(f) => Some(f),
             _ => None,
         }
-    }
-}
-
-/// What each node did with a release. Releasing a lock that expired is a normal report
-/// (`Absent` or `HeldByOther`), not an error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReleaseReport {
-    /// One entry per node, in the order the nodes were given.
-    pub nodes: Vec<NodeReport<NodeRelease>>,
-}
-
-impl ReleaseReport {
-    /// Pairs the engine's per-node results with node labels.
-    pub fn new(labels: &[Arc<str>], report: &redlock_core::ReleaseReport) -> Self {
-        let nodes = labels
-            .iter()
-            .zip(&report.nodes)
-            .map(|(node, result)| NodeReport {
-                node: node.clone(),
-                result: *result,
-            })
-            .collect();
-        Self { nodes }
-    }
-
-    /// How many nodes deleted our keys.
-    pub fn released(&self) -> usize {
-        self.count(|r| r == NodeRelease::Released)
-    }
-
-    /// How many nodes hold a key under another token (left alone).
-    pub fn held_by_other(&self) -> usize {
-        self.count(|r| r == NodeRelease::HeldByOther)
-    }
-
-    /// How many nodes had none of our keys.
-    pub fn absent(&self) -> usize {
-        self.count(|r| r == NodeRelease::Absent)
-    }
-
-    /// How many nodes failed or did not answer in time (their keys, if any, expire by TTL).
-    pub fn unreachable(&self) -> usize {
-        self.count(|r| {
-            matches!(
-                r,
-                NodeRelease::Failed(_) | NodeRelease::TimedOut | NodeRelease::Pending
-            )
-        })
-    }
-
-    fn count(&self, f: impl Fn(NodeRelease) -> bool) -> usize {
-        self.nodes.iter().filter(|n| f(n.result)).count()
     }
 }
 

@@ -4,19 +4,41 @@
 //! request, mapping `redis::Value` / `RedisError` into engine [`Reply`](redlock_core::Reply)s,
 //! the error type, and seeding the engine's RNG from the OS.
 //!
+//! It also holds what every adapter does with a lock the same way, whatever its transport: the
+//! client's settings and RNG, reading a lock lifecycle's events into results and errors, the
+//! held lock's accessors ([`lock_accessors!`]) and [`LeaseWatch`].
+//!
 //! This crate never makes an algorithmic decision (no quorum, validity or retry math: that is
 //! `redlock-core`), never spawns, never sleeps and holds no connection.
 
 mod builder;
 mod entropy;
 mod error;
+mod lease_watch;
+mod lock_state;
 mod node;
 mod reply;
 mod request;
 
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
 pub use entropy::seeded_rng;
-pub use error::{Error, LockFailure, NodeReport, ReleaseReport};
+pub use error::{Error, LockFailure, NodeReport};
+pub use lease_watch::{LeaseKeeper, LeaseWatch, lease_watch};
+pub use lock_state::{ClientCore, Start, extended, kept};
 pub use node::NodeAddr;
 pub use reply::{map_error, map_result, needs_new_connection};
 pub use request::Request;
+
+/// Every type the adapters' public signatures use, re-exported by each adapter with
+/// `pub use redlock_redis::api::*`, so that the three adapters export the same names from one
+/// list and users never need to name `redlock-core` or this crate.
+pub mod api {
+    pub use crate::builder::DEFAULT_IO_TIMEOUT;
+    pub use crate::error::{Error, LockFailure, NodeReport};
+    pub use crate::lease_watch::LeaseWatch;
+    pub use redlock_core::{
+        Attempts, Config, ConfigBuilder, ConfigError, Drift, ExtendFailure, ExtendOutcome,
+        FailureReason, Lease, LockRequest, LockSpec, LossCause, NodeErrorKind, NodeRelease,
+        ReleaseReport, RetryPolicy, Token, Vote,
+    };
+}

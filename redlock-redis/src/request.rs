@@ -2,11 +2,14 @@
 
 use std::sync::LazyLock;
 
-use redlock_core::{ACQUIRE_SCRIPT, Command, EXTEND_SCRIPT, RELEASE_SCRIPT, RedisForm};
+use redlock_core::{Command, RedisForm, Script};
 
-static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ACQUIRE_SCRIPT));
-static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_SCRIPT));
-static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(EXTEND_SCRIPT));
+static ACQUIRE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(Script::Acquire.source()));
+static RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(Script::Release.source()));
+static EXTEND: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(Script::Extend.source()));
 
 /// A command ready to run: `SET … NX PX …`, or the script by `EVALSHA`, loading it on `NOSCRIPT`
 /// (after a `SCRIPT FLUSH` or on a fresh node).
@@ -33,9 +36,9 @@ impl Request {
                 ttl_ms,
             } => {
                 let script: &'static redis::Script = match script {
-                    ACQUIRE_SCRIPT => &ACQUIRE,
-                    EXTEND_SCRIPT => &EXTEND,
-                    _ => &RELEASE,
+                    Script::Acquire => &ACQUIRE,
+                    Script::Release => &RELEASE,
+                    Script::Extend => &EXTEND,
                 };
                 let mut invocation = script.prepare_invoke();
                 for key in spec.keys() {

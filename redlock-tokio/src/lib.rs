@@ -65,12 +65,8 @@ impl redlock_async::Runtime for Tokio {
 pub type Redlock = redlock_async::Redlock<Tokio>;
 /// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
 pub type RedlockBuilder = redlock_async::RedlockBuilder<Tokio>;
-/// A held lock; see [`redlock_async::Lock`].
+/// A lock a quorum granted: trust it until `valid_until()`, `extend` it to keep it, `release`
+/// it when done (a dropped lock is released in the background).
 pub type Lock = redlock_async::Lock<Tokio>;
 
-pub use redlock_async::LeaseWatch;
-pub use redlock_core::{
-    Config, ConfigBuilder, ConfigError, FailureReason, LockRequest, NodeErrorKind, NodeRelease,
-    RetryPolicy, Token, Vote,
-};
-pub use redlock_redis::{DEFAULT_IO_TIMEOUT, Error, LockFailure, NodeReport, ReleaseReport};
+pub use redlock_redis::api::*;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redlock_core::Config;
-use redlock_redis::{Error, ReleaseReport};
+use redlock_core::ReleaseReport;
+use redlock_redis::Error;
 
 use super::counter::Counter;
 use super::section::{ScopedEnd, ScopedWork};
@@ -180,7 +181,8 @@ impl<C: Client> Finished for C {
             let released: Vec<String> = report
                 .nodes
                 .iter()
-                .map(|n| format!("{}: {:?}", n.node, n.result))
+                .enumerate()
+                .map(|(node, result)| format!("node {node}: {result:?}"))
                 .collect();
             format!("{found}; release {}", released.join(", "))
         }))

@@ -14,7 +14,8 @@ use async_std::task::JoinHandle;
 use redis::aio::MultiplexedConnection;
 use redlock_async_std::{LeaseWatch, Lock, Redlock};
 use redlock_core::Config;
-use redlock_redis::{Error, ReleaseReport};
+use redlock_core::ReleaseReport;
+use redlock_redis::Error;
 
 use super::adapter::{AdapterKind, Client, Finished, HeldLock, Lease, Running};
 use super::config::ChaosConfig;

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use redlock_blocking::{LeaseWatch, Lock, Redlock};
 use redlock_core::Config;
-use redlock_redis::{Error, ReleaseReport};
+use redlock_core::ReleaseReport;
+use redlock_redis::Error;
 
 use super::adapter::{AdapterKind, Client, Finished, HeldLock, Lease, Running};
 use super::config::ChaosConfig;
@@ -137,9 +138,9 @@ impl HeldLock for Lock {
 }
 
 /// `with_lock`'s lease, waited on by blocking this thread.
-struct BlockingLease<'a>(LeaseWatch<'a>);
+struct BlockingLease(LeaseWatch);
 
-impl Lease for BlockingLease<'_> {
+impl Lease for BlockingLease {
     fn valid_until(&self) -> Instant {
         self.0.valid_until()
     }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redlock_core::Config;
-use redlock_redis::{Error, ReleaseReport};
+use redlock_core::ReleaseReport;
+use redlock_redis::Error;
 use redlock_tokio::{LeaseWatch, Lock, Redlock};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;

@@ -27,8 +27,9 @@ use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use redlock_core::ReleaseReport;
 use redlock_core::Vote;
-use redlock_redis::{Error, ReleaseReport};
+use redlock_redis::Error;
 
 use super::adapter::AdapterKind;
 use super::bounds::{CallBounds, CallTimes};
@@ -239,7 +240,6 @@ impl Tally {
                 Vote::TimedOut => "timed out".to_owned(),
                 Vote::Pending => "pending".to_owned(),
                 Vote::Failed(kind) => format!("failed ({kind})"),
-                _ => "other".to_owned(),
             };
             *self.votes.entry(vote).or_default() += 1;
         }

@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use redlock_core::ReleaseReport;
 use redlock_core::{ConfigBuilder, LockRequest, RetryPolicy};
-use redlock_redis::{Error, ReleaseReport};
+use redlock_redis::Error;
 
 /// Client settings a scenario may change; everything else stays at the adapter's default.
 #[derive(Debug, Clone, Default)]

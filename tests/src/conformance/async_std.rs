@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use redlock_async_std::{Lock, Redlock};
 use redlock_core::LockRequest;
-use redlock_redis::{Error, ReleaseReport};
+use redlock_core::ReleaseReport;
+use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options, Work};
 

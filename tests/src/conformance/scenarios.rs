@@ -350,7 +350,7 @@ pub fn wrong_type_and_script_flush<A: Adapter>() {
     let wrong = report
         .nodes
         .iter()
-        .filter(|n| n.result == NodeRelease::Failed(NodeErrorKind::WrongType));
+        .filter(|n| **n == NodeRelease::Failed(NodeErrorKind::WrongType));
     assert_eq!(wrong.count(), 2, "{report:?}");
     assert_eq!(report.released(), 3, "{report:?}");
 

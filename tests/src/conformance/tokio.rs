@@ -4,7 +4,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redlock_core::LockRequest;
-use redlock_redis::{Error, ReleaseReport};
+use redlock_core::ReleaseReport;
+use redlock_redis::Error;
 use redlock_tokio::{Lock, Redlock};
 use tokio::runtime::Runtime;
 

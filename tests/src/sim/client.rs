@@ -1,12 +1,15 @@
 //! A simulated client process: acquire → hold (auto-extended, or a fixed amount of work) →
-//! release → think → again, driving the real `redlock-core` machines the way an adapter does.
+//! release → think → again, driving the real `redlock-core` lock lifecycle the way an adapter
+//! does.
 //!
 //! # Driving the engine
-//! After every input (`handle_reply`, `handle_timeout`) and after creating a machine, the client
-//! drains `poll_output` until `Wait` or `Done`: every `Send` goes to the network at once, and the
-//! `Wait` instant becomes a timer on the client's own clock. Replies are matched to the machine
-//! that sent the request by an operation number (as a connection matches a reply to its
-//! request); replies for a machine that has finished are dropped.
+//! After every input (`handle_reply`, `handle_timeout`) and after creating a lifecycle, the
+//! client drains `poll_output` until `Wait` or `Idle`: every `Send` goes to the network at once,
+//! every event is acted on, and the `Wait` instant becomes a timer on the client's own clock.
+//! Every reply goes to the current lock's lifecycle, which alone decides whether it counts (a
+//! reply of an earlier operation or an earlier lock does not): the client keeps no operation
+//! numbers, no renewal schedule and no validity rule of its own beyond checking the lease
+//! before each use.
 //!
 //! # Pauses
 //! A paused client processes nothing: replies wait in its socket buffer (handed in, in arrival
@@ -17,8 +20,8 @@
 use std::time::{Duration, Instant};
 
 use redlock_core::{
-    Acquire, AcquireOutcome, Config, Extend, ExtendOutcome, Lease, LockRequest, Machine, Output,
-    Release, Renewal, RenewalStep, Reply, RequestId, Transmit,
+    Config, ExtendOutcome, Lease, Lifecycle, LockEvent, LockOutput, LockRequest, Reply, RequestId,
+    Transmit,
 };
 
 use super::checker::{Checker, ClaimId};
@@ -32,8 +35,6 @@ use super::trace::Trace;
 #[derive(Debug)]
 pub(crate) struct Outgoing {
     pub(crate) client: usize,
-    /// The operation (machine) that sent it, to match its reply.
-    pub(crate) op: u64,
     pub(crate) transmit: Transmit,
 }
 
@@ -57,33 +58,32 @@ impl Env<'_> {
     }
 }
 
-enum Drained<T> {
+enum Drained {
     Wait(Instant),
-    Done(T),
+    Event(LockEvent),
+    Idle,
 }
 
-/// Drains `machine` until it waits or is done, queueing every send (the adapter's loop).
-fn drain<M: Machine>(
-    machine: &mut M,
+/// Drains `lifecycle` until it waits, has an event or is idle, queueing every send (the
+/// adapter's loop).
+fn drain(
+    lifecycle: &mut Lifecycle,
     now: Instant,
     client: usize,
-    op: u64,
     outbox: &mut Vec<Outgoing>,
-) -> Drained<M::Outcome> {
+) -> Drained {
     loop {
-        match machine.poll_output(now) {
-            Output::Send(transmit) => outbox.push(Outgoing {
-                client,
-                op,
-                transmit,
-            }),
-            Output::Wait(at) => {
-                assert!(at > now, "a machine asked to wait until {at:?} at {now:?}");
+        match lifecycle.poll_output(now) {
+            LockOutput::Send(transmit) => outbox.push(Outgoing { client, transmit }),
+            LockOutput::Wait { at, reason } => {
+                assert!(
+                    at > now,
+                    "the lifecycle asked to wait until {at:?} at {now:?} ({reason:?})"
+                );
                 return Drained::Wait(at);
             }
-            Output::Done(outcome) => return Drained::Done(outcome),
-            Output::Idle => panic!("a machine went idle without handing out its outcome"),
-            _ => panic!("an output this simulator does not know"),
+            LockOutput::Event(event) => return Drained::Event(event),
+            LockOutput::Idle => return Drained::Idle,
         }
     }
 }
@@ -102,15 +102,15 @@ enum StopReason {
 /// A lock being held.
 #[derive(Debug)]
 struct Hold {
+    lifecycle: Lifecycle,
+    /// The lease as the lifecycle last granted it (kept current from its events).
     lease: Lease,
     label: String,
     claim: ClaimId,
     /// When the work will be done (moves later by each pause).
     work_until: Instant,
-    renewal: Option<Renewal>,
     /// A one-off `extend(ttl)` to start at this instant.
     manual_extend: Option<(Instant, Duration)>,
-    extend: Option<(u64, Extend)>,
     /// Set on a [`ClientKind::TrustsLeaseAfterPause`] client after a pause: it no longer checks.
     trusting: bool,
 }
@@ -121,15 +121,11 @@ enum Phase {
         until: Instant,
     },
     Acquiring {
-        op: u64,
         label: String,
-        machine: Box<Acquire>,
+        lifecycle: Box<Lifecycle>,
     },
     Holding(Box<Hold>),
-    Releasing {
-        op: u64,
-        machine: Release,
-    },
+    Releasing(Box<Lifecycle>),
     Finished,
 }
 
@@ -149,15 +145,15 @@ pub(crate) struct Client<'s> {
     config: Config,
     rng: SimRng,
     phase: Phase,
-    ops: u64,
     locks: u32,
     paused: Option<Paused>,
-    deferred: Vec<(u64, RequestId, Reply)>,
+    deferred: Vec<(RequestId, Reply)>,
     /// No new acquisition starts at or after this true time.
     stop_at: Nanos,
     /// The true time of the timer in the queue, if any.
     timer: Option<Nanos>,
-    timer_gen: u64,
+    /// Numbers the timers put in the queue; only the latest one fires.
+    timer_seq: u64,
     new_timer: Option<(Nanos, u64)>,
 }
 
@@ -177,13 +173,12 @@ impl<'s> Client<'s> {
             config,
             rng,
             phase: Phase::Finished,
-            ops: 0,
             locks: 0,
             paused: None,
             deferred: Vec::new(),
             stop_at,
             timer: None,
-            timer_gen: 0,
+            timer_seq: 0,
             new_timer: None,
         }
     }
@@ -200,7 +195,7 @@ impl<'s> Client<'s> {
         self.advance(env);
     }
 
-    /// The timer to put in the queue after a handler, if it changed: `(true time, generation)`.
+    /// The timer to put in the queue after a handler, if it changed: `(true time, seq)`.
     pub(crate) fn take_timer(&mut self) -> Option<(Nanos, u64)> {
         self.new_timer.take()
     }
@@ -210,20 +205,20 @@ impl<'s> Client<'s> {
         matches!(self.phase, Phase::Finished)
     }
 
-    /// A reply arrives for operation `op`.
-    pub(crate) fn on_reply(&mut self, env: &mut Env<'_>, op: u64, id: RequestId, reply: Reply) {
+    /// A reply arrives.
+    pub(crate) fn on_reply(&mut self, env: &mut Env<'_>, id: RequestId, reply: Reply) {
         if self.paused.is_some() {
-            self.deferred.push((op, id, reply));
+            self.deferred.push((id, reply));
             return;
         }
         let now = self.now(env);
-        self.deliver(now, op, id, reply);
+        self.deliver(now, id, reply);
         self.advance(env);
     }
 
     /// A timer fires.
-    pub(crate) fn on_timer(&mut self, env: &mut Env<'_>, generation: u64) {
-        if generation != self.timer_gen {
+    pub(crate) fn on_timer(&mut self, env: &mut Env<'_>, seq: u64) {
+        if seq != self.timer_seq {
             return;
         }
         self.timer = None;
@@ -267,8 +262,8 @@ impl<'s> Client<'s> {
         }
         env.log(self.id, Vec::new(), |_| "resumed".to_owned());
         // As an adapter reading its socket buffers: each reply is an input, drained after.
-        for (op, id, reply) in std::mem::take(&mut self.deferred) {
-            self.deliver(now, op, id, reply);
+        for (id, reply) in std::mem::take(&mut self.deferred) {
+            self.deliver(now, id, reply);
             self.advance(env);
         }
         self.timeout(now);
@@ -279,45 +274,26 @@ impl<'s> Client<'s> {
         env.base.instant(self.clock.local(env.t))
     }
 
-    fn next_op(&mut self) -> u64 {
-        self.ops += 1;
-        self.ops
-    }
-
-    /// Hands a reply to the machine that sent the request, if it is still running.
-    fn deliver(&mut self, now: Instant, op: u64, id: RequestId, reply: Reply) {
+    /// The current lock's lifecycle, if any.
+    fn lifecycle(&mut self) -> Option<&mut Lifecycle> {
         match &mut self.phase {
-            Phase::Acquiring {
-                op: current,
-                machine,
-                ..
-            } if *current == op => machine.handle_reply(now, id, reply),
-            Phase::Releasing {
-                op: current,
-                machine,
-            } if *current == op => machine.handle_reply(now, id, reply),
-            Phase::Holding(hold) => {
-                if let Some((current, machine)) = &mut hold.extend {
-                    if *current == op {
-                        machine.handle_reply(now, id, reply);
-                    }
-                }
-            }
-            _ => {}
+            Phase::Acquiring { lifecycle, .. } | Phase::Releasing(lifecycle) => Some(lifecycle),
+            Phase::Holding(hold) => Some(&mut hold.lifecycle),
+            Phase::Thinking { .. } | Phase::Finished => None,
         }
     }
 
-    /// Lets the running machine's deadlines pass.
+    /// Hands a reply to the current lock's lifecycle (which ignores it unless it counts).
+    fn deliver(&mut self, now: Instant, id: RequestId, reply: Reply) {
+        if let Some(lifecycle) = self.lifecycle() {
+            lifecycle.handle_reply(now, id, reply);
+        }
+    }
+
+    /// Lets the lifecycle's deadlines pass.
     fn timeout(&mut self, now: Instant) {
-        match &mut self.phase {
-            Phase::Acquiring { machine, .. } => machine.handle_timeout(now),
-            Phase::Releasing { machine, .. } => machine.handle_timeout(now),
-            Phase::Holding(hold) => {
-                if let Some((_, machine)) = &mut hold.extend {
-                    machine.handle_timeout(now);
-                }
-            }
-            Phase::Thinking { .. } | Phase::Finished => {}
+        if let Some(lifecycle) = self.lifecycle() {
+            lifecycle.handle_timeout(now);
         }
     }
 
@@ -330,8 +306,8 @@ impl<'s> Client<'s> {
         if wake != self.timer {
             self.timer = wake;
             if let Some(at) = wake {
-                self.timer_gen += 1;
-                self.new_timer = Some((at, self.timer_gen));
+                self.timer_seq += 1;
+                self.new_timer = Some((at, self.timer_seq));
             }
         }
     }
@@ -353,35 +329,34 @@ impl<'s> Client<'s> {
                     }
                     self.begin_acquire(env, now);
                 }
-                Phase::Acquiring { op, machine, .. } => {
-                    match drain(&mut **machine, now, self.id, *op, env.outbox) {
+                Phase::Acquiring { lifecycle, .. } => {
+                    match drain(lifecycle, now, self.id, env.outbox) {
                         Drained::Wait(at) => return Some(at),
-                        Drained::Done(outcome) => self.acquired(env, now, outcome),
+                        Drained::Event(event) => self.acquired(env, now, event),
+                        Drained::Idle => panic!("a lifecycle went idle while acquiring"),
                     }
                 }
-                Phase::Holding(hold) => {
-                    match hold_step(hold, &self.config, self.id, &mut self.ops, now, env) {
-                        Ok(wake) => return Some(wake),
-                        Err(reason) => self.end_hold(env, now, reason),
+                Phase::Holding(hold) => match hold_step(hold, self.id, now, env) {
+                    Ok(wake) => return Some(wake),
+                    Err(reason) => self.end_hold(env, now, reason),
+                },
+                Phase::Releasing(lifecycle) => match drain(lifecycle, now, self.id, env.outbox) {
+                    Drained::Wait(at) => return Some(at),
+                    Drained::Idle => panic!("a lifecycle went idle while releasing"),
+                    Drained::Event(LockEvent::Released(report)) => {
+                        env.stats.releases += 1;
+                        env.log(self.id, Vec::new(), |_| {
+                            format!(
+                                "release done: {} released, {} held by others, {} unreachable",
+                                report.released(),
+                                report.held_by_other(),
+                                report.unreachable()
+                            )
+                        });
+                        self.think(now);
                     }
-                }
-                Phase::Releasing { op, machine } => {
-                    match drain(machine, now, self.id, *op, env.outbox) {
-                        Drained::Wait(at) => return Some(at),
-                        Drained::Done(report) => {
-                            env.stats.releases += 1;
-                            env.log(self.id, Vec::new(), |_| {
-                                format!(
-                                    "release done: {} released, {} held by others, {} unreachable",
-                                    report.released(),
-                                    report.held_by_other(),
-                                    report.unreachable()
-                                )
-                            });
-                            self.think(now);
-                        }
-                    }
-                }
+                    Drained::Event(other) => panic!("unexpected event {other:?}"),
+                },
             }
         }
     }
@@ -405,35 +380,39 @@ impl<'s> Client<'s> {
             let second = (first + 1 + self.rng.below(resources - 1)) % resources;
             request = request.resource(format!("r{second}"));
         }
-        let machine = Acquire::new(now, &self.config, &request, self.rng.core())
+        let s = self.scenario;
+        let auto = s.client_kind == ClientKind::Correct && self.rng.chance(s.hold.auto_extend);
+        if auto {
+            request = request.auto_extend();
+        }
+        let lifecycle = Lifecycle::acquire(now, &self.config, &request, self.rng.core())
             .expect("the scenario makes valid lock requests");
-        let keys: Vec<Vec<u8>> = machine.spec().keys().map(<[u8]>::to_vec).collect();
+        let spec = lifecycle.spec().expect("a new lifecycle has its keys");
+        let keys: Vec<Vec<u8>> = spec.keys().map(<[u8]>::to_vec).collect();
         if let Some(trace) = env.trace.as_mut() {
-            trace.name_token(machine.spec().token().as_bytes(), &label);
+            trace.name_token(spec.token().as_bytes(), &label);
         }
         env.log(self.id, keys, |_| {
             format!("acquire {label} with ttl {ttl_ms} ms starts")
         });
-        let op = self.next_op();
         self.phase = Phase::Acquiring {
-            op,
             label,
-            machine: Box::new(machine),
+            lifecycle: Box::new(lifecycle),
         };
     }
 
-    fn acquired(&mut self, env: &mut Env<'_>, now: Instant, outcome: AcquireOutcome) {
-        let Phase::Acquiring { label, machine, .. } =
+    fn acquired(&mut self, env: &mut Env<'_>, now: Instant, event: LockEvent) {
+        let Phase::Acquiring { label, lifecycle } =
             std::mem::replace(&mut self.phase, Phase::Finished)
         else {
             unreachable!("only called while acquiring");
         };
-        let keys: Vec<Vec<u8>> = machine.spec().keys().map(<[u8]>::to_vec).collect();
-        env.stats.rounds += u64::from(machine.attempts());
-        let lease = match outcome {
-            AcquireOutcome::Acquired(lease) => lease,
-            AcquireOutcome::Failed(failure) => {
+        let lease = match event {
+            LockEvent::Acquired(lease) => lease,
+            LockEvent::NotAcquired(failure) => {
+                env.stats.rounds += u64::from(failure.attempts);
                 env.stats.acquire_failures += 1;
+                let keys = Vec::new();
                 env.log(self.id, keys, |_| {
                     format!(
                         "acquire {label} failed: {:?} after {} rounds, votes {:?}",
@@ -443,15 +422,18 @@ impl<'s> Client<'s> {
                 self.think(now);
                 return;
             }
-            other => panic!("unexpected outcome {other:?}"),
+            other => panic!("unexpected event while acquiring: {other:?}"),
         };
-        self.begin_hold(env, now, lease, label, keys);
+        env.stats.rounds += u64::from(lease.attempts());
+        let keys: Vec<Vec<u8>> = lease.spec().keys().map(<[u8]>::to_vec).collect();
+        self.begin_hold(env, now, *lifecycle, lease, label, keys);
     }
 
     fn begin_hold(
         &mut self,
         env: &mut Env<'_>,
         now: Instant,
+        lifecycle: Lifecycle,
         lease: Lease,
         label: String,
         keys: Vec<Vec<u8>>,
@@ -460,7 +442,8 @@ impl<'s> Client<'s> {
         let claim = env.checker.open(self.id, label.clone(), resources, env.t);
         let hold = self.scenario.hold;
         let correct = self.scenario.client_kind == ClientKind::Correct;
-        let auto = correct && self.rng.chance(hold.auto_extend);
+        // Auto-extension was asked for (or not) with the lock request.
+        let auto = lifecycle.is_auto_extended();
         let work = if auto {
             lease
                 .ttl()
@@ -473,8 +456,6 @@ impl<'s> Client<'s> {
             }
             lease.remaining(now).mul_f64(share)
         };
-        let renewal =
-            auto.then(|| Renewal::new(now, &lease, self.config.node_timeout(lease.ttl())));
         let manual_extend = match hold.manual_extend {
             Some((share, factor)) if !auto => {
                 Some((now + work.mul_f64(share), lease.ttl().mul_f64(factor)))
@@ -492,19 +473,18 @@ impl<'s> Client<'s> {
             )
         });
         self.phase = Phase::Holding(Box::new(Hold {
+            lifecycle,
             lease,
             label,
             claim,
             work_until: now + work,
-            renewal,
             manual_extend,
-            extend: None,
             trusting: false,
         }));
     }
 
     fn end_hold(&mut self, env: &mut Env<'_>, now: Instant, reason: StopReason) {
-        let Phase::Holding(hold) = std::mem::replace(&mut self.phase, Phase::Finished) else {
+        let Phase::Holding(mut hold) = std::mem::replace(&mut self.phase, Phase::Finished) else {
             unreachable!("only called while holding");
         };
         let valid_end = self.true_of(env, hold.lease.valid_until());
@@ -531,9 +511,8 @@ impl<'s> Client<'s> {
                 }
             )
         });
-        let op = self.next_op();
-        let machine = Release::new(now, &self.config, &hold.lease);
-        self.phase = Phase::Releasing { op, machine };
+        hold.lifecycle.release(now);
+        self.phase = Phase::Releasing(Box::new(hold.lifecycle));
     }
 
     /// The first true instant at which this client's clock reads `instant`.
@@ -542,17 +521,15 @@ impl<'s> Client<'s> {
     }
 }
 
-/// Drives a hold: checks validity (a correct client checks before every use), runs the renewal
-/// policy and its extensions. `Ok(wake)`: wait until then; `Err(reason)`: stop using the lock.
+/// Drives a hold: checks validity (a correct client checks before every use), starts a manual
+/// extension when due, and runs the lifecycle (which extends an auto-extended lock and says when
+/// it is lost). `Ok(wake)`: wait until then; `Err(reason)`: stop using the lock.
 fn hold_step(
     hold: &mut Hold,
-    config: &Config,
     client: usize,
-    ops: &mut u64,
     now: Instant,
     env: &mut Env<'_>,
 ) -> Result<Instant, StopReason> {
-    let keys = || Vec::new();
     loop {
         if !hold.trusting && !hold.lease.is_valid(now) {
             return Err(StopReason::ValidityOver);
@@ -564,75 +541,41 @@ fn hold_step(
         if !hold.trusting {
             wake = wake.min(hold.lease.valid_until());
         }
-        if let Some((op, machine)) = &mut hold.extend {
-            match drain(machine, now, client, *op, env.outbox) {
-                Drained::Wait(at) => return Ok(wake.min(at)),
-                Drained::Done(outcome) => {
-                    let before = hold.lease.valid_until();
-                    hold.lease.apply(&outcome);
-                    if let Some(renewal) = &mut hold.renewal {
-                        renewal.handle_extended(now, &outcome);
-                    }
-                    hold.extend = None;
-                    let extended = matches!(outcome, ExtendOutcome::Extended { .. });
-                    if extended {
-                        env.stats.extensions += 1;
-                    } else {
-                        env.stats.extend_failures += 1;
-                    }
-                    let label = &hold.label;
-                    let after = hold.lease.valid_until();
-                    env.log(client, keys(), |_| {
-                        format!(
-                            "extend of {label} done: {outcome:?}; validity moved by {:?}",
-                            after.saturating_duration_since(before)
-                        )
-                    });
-                    continue;
-                }
-            }
-        }
-        if let Some(renewal) = &mut hold.renewal {
-            match renewal.poll(now) {
-                RenewalStep::Extend => {
-                    let ttl = hold.lease.ttl();
-                    start_extend(hold, config, client, ops, now, ttl, env);
-                    continue;
-                }
-                RenewalStep::Wait(at) => return Ok(wake.min(at)),
-                RenewalStep::Lost => return Err(StopReason::Lost),
-                other => panic!("unexpected renewal step {other:?}"),
-            }
-        }
         if let Some((at, ttl)) = hold.manual_extend {
             if now >= at {
                 hold.manual_extend = None;
-                start_extend(hold, config, client, ops, now, ttl, env);
+                let label = &hold.label;
+                env.log(client, Vec::new(), |_| {
+                    format!("extend of {label} to {ttl:?} starts")
+                });
+                // A TTL the engine refuses: nothing to run.
+                let _ = hold.lifecycle.extend(now, ttl);
                 continue;
             }
             wake = wake.min(at);
         }
-        return Ok(wake);
+        match drain(&mut hold.lifecycle, now, client, env.outbox) {
+            Drained::Wait(at) => return Ok(wake.min(at)),
+            Drained::Idle => return Ok(wake),
+            Drained::Event(LockEvent::Extended { outcome, trigger }) => {
+                let before = hold.lease.valid_until();
+                hold.lease.apply(&outcome);
+                if matches!(outcome, ExtendOutcome::Extended { .. }) {
+                    env.stats.extensions += 1;
+                } else {
+                    env.stats.extend_failures += 1;
+                }
+                let label = &hold.label;
+                let after = hold.lease.valid_until();
+                env.log(client, Vec::new(), |_| {
+                    format!(
+                        "extend of {label} ({trigger:?}) done: {outcome:?}; validity moved by {:?}",
+                        after.saturating_duration_since(before)
+                    )
+                });
+            }
+            Drained::Event(LockEvent::Lost { .. }) => return Err(StopReason::Lost),
+            Drained::Event(other) => panic!("unexpected event while holding: {other:?}"),
+        }
     }
-}
-
-fn start_extend(
-    hold: &mut Hold,
-    config: &Config,
-    client: usize,
-    ops: &mut u64,
-    now: Instant,
-    ttl: Duration,
-    env: &mut Env<'_>,
-) {
-    let Ok(machine) = Extend::new(now, config, &hold.lease, ttl) else {
-        return; // a TTL the engine refuses: nothing to run
-    };
-    *ops += 1;
-    let op = *ops;
-    let label = &hold.label;
-    env.log(client, Vec::new(), |_| {
-        format!("extend of {label} to {ttl:?} starts")
-    });
-    hold.extend = Some((op, machine));
 }

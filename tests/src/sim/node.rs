@@ -9,13 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use redlock_core::{
-    ACQUIRE_SCRIPT, Command, EXTEND_SCRIPT, NodeErrorKind, RELEASE_SCRIPT, RedisForm, Reply,
-};
+use redlock_core::{Command, EXTEND_NEVER_SHORTENS, NodeErrorKind, RedisForm, Reply, Script};
 
 use super::clock::{Clock, Nanos};
 
-/// How the node runs [`EXTEND_SCRIPT`]'s `PEXPIRE`.
+/// How the node runs the extend script's `PEXPIRE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtendSemantics {
     /// A plain `PEXPIRE key ttl`: sets the TTL, shorter or longer.
@@ -25,10 +23,10 @@ pub enum ExtendSemantics {
 }
 
 impl ExtendSemantics {
-    /// What the engine's [`EXTEND_SCRIPT`] does: it never shortens a TTL when it guards its
-    /// `PEXPIRE` with a `PTTL` comparison, and sets the TTL outright otherwise.
+    /// What the engine's extend script does, as the engine declares it
+    /// ([`EXTEND_NEVER_SHORTENS`]).
     pub fn of_engine() -> Self {
-        if EXTEND_SCRIPT.contains("PTTL") {
+        if EXTEND_NEVER_SHORTENS {
             Self::NeverShorten
         } else {
             Self::Pexpire
@@ -125,58 +123,60 @@ impl Node {
                 ttl_ms,
             } => {
                 let keys: Vec<&[u8]> = spec.keys().collect();
-                if script == ACQUIRE_SCRIPT {
-                    let Some(ttl_ms) = ttl_ms else {
-                        return Reply::Error(NodeErrorKind::Other);
-                    };
-                    if keys.iter().any(|k| self.alive(k, now).is_some()) {
-                        return Reply::Int(0);
+                match script {
+                    Script::Acquire => {
+                        let Some(ttl_ms) = ttl_ms else {
+                            return Reply::Error(NodeErrorKind::Other);
+                        };
+                        if keys.iter().any(|k| self.alive(k, now).is_some()) {
+                            return Reply::Int(0);
+                        }
+                        for key in keys {
+                            self.set(key, token, now, ttl_ms);
+                        }
+                        Reply::Int(1)
                     }
-                    for key in keys {
-                        self.set(key, token, now, ttl_ms);
-                    }
-                    Reply::Int(1)
-                } else if script == RELEASE_SCRIPT {
-                    let (mut released, mut foreign) = (0, 0);
-                    for key in keys {
-                        match self.alive(key, now) {
-                            Some(e) if e.token == token => {
-                                self.keys.remove(key);
-                                released += 1;
+                    Script::Release => {
+                        let (mut released, mut foreign) = (0, 0);
+                        for key in keys {
+                            match self.alive(key, now) {
+                                Some(e) if e.token == token => {
+                                    self.keys.remove(key);
+                                    released += 1;
+                                }
+                                Some(_) => foreign += 1,
+                                None => {}
                             }
-                            Some(_) => foreign += 1,
-                            None => {}
                         }
+                        Reply::Int(if foreign > 0 {
+                            -1
+                        } else if released > 0 {
+                            1
+                        } else {
+                            0
+                        })
                     }
-                    Reply::Int(if foreign > 0 {
-                        -1
-                    } else if released > 0 {
-                        1
-                    } else {
-                        0
-                    })
-                } else if script == EXTEND_SCRIPT {
-                    let Some(ttl_ms) = ttl_ms else {
-                        return Reply::Error(NodeErrorKind::Other);
-                    };
-                    let all_ours = keys
-                        .iter()
-                        .all(|k| self.alive(k, now).is_some_and(|e| e.token == token));
-                    if !all_ours {
-                        return Reply::Int(0);
-                    }
-                    let expires = now.saturating_add(ttl_ms.saturating_mul(1_000_000));
-                    for key in keys {
-                        if let Some(entry) = self.keys.get_mut(key) {
-                            entry.expires = match self.extend {
-                                ExtendSemantics::Pexpire => expires,
-                                ExtendSemantics::NeverShorten => entry.expires.max(expires),
-                            };
+                    Script::Extend => {
+                        let Some(ttl_ms) = ttl_ms else {
+                            return Reply::Error(NodeErrorKind::Other);
+                        };
+                        let all_ours = keys
+                            .iter()
+                            .all(|k| self.alive(k, now).is_some_and(|e| e.token == token));
+                        if !all_ours {
+                            return Reply::Int(0);
                         }
+                        let expires = now.saturating_add(ttl_ms.saturating_mul(1_000_000));
+                        for key in keys {
+                            if let Some(entry) = self.keys.get_mut(key) {
+                                entry.expires = match self.extend {
+                                    ExtendSemantics::Pexpire => expires,
+                                    ExtendSemantics::NeverShorten => entry.expires.max(expires),
+                                };
+                            }
+                        }
+                        Reply::Int(1)
                     }
-                    Reply::Int(1)
-                } else {
-                    Reply::Error(NodeErrorKind::NoScript)
                 }
             }
         }

@@ -28,19 +28,17 @@ enum Event {
     /// A request reaches a node.
     ToNode {
         client: usize,
-        op: u64,
         id: RequestId,
         command: Command,
     },
     /// A reply reaches a client.
     ToClient {
         client: usize,
-        op: u64,
         id: RequestId,
         reply: Reply,
     },
     /// A client's timer.
-    Timer { client: usize, generation: u64 },
+    Timer { client: usize, seq: u64 },
     /// A client process stops for `length`.
     Pause { client: usize, length: Nanos },
     /// It runs again.
@@ -256,7 +254,6 @@ impl<'s> World<'s> {
         match event {
             Event::ToNode {
                 client,
-                op,
                 id,
                 command,
             } => {
@@ -305,20 +302,10 @@ impl<'s> World<'s> {
                         node,
                         to_node: false,
                     };
-                    self.send(t, link, || Event::ToClient {
-                        client,
-                        op,
-                        id,
-                        reply,
-                    });
+                    self.send(t, link, || Event::ToClient { client, id, reply });
                 }
             }
-            Event::ToClient {
-                client,
-                op,
-                id,
-                reply,
-            } => {
+            Event::ToClient { client, id, reply } => {
                 let node = id.node();
                 self.mix(2);
                 self.mix(u64::try_from(client * 64 + node).unwrap_or(0));
@@ -332,14 +319,18 @@ impl<'s> World<'s> {
                         Some(client),
                         Some(node),
                         Vec::new(),
-                        format!("reply {reply:?} to op {op} batch {} arrives", id.batch()),
+                        format!(
+                            "reply {reply:?} to op {} batch {} arrives",
+                            id.origin().operation(),
+                            id.batch()
+                        ),
                     );
                 }
-                self.with_client(t, client, |c, env| c.on_reply(env, op, id, reply));
+                self.with_client(t, client, |c, env| c.on_reply(env, id, reply));
             }
-            Event::Timer { client, generation } => {
+            Event::Timer { client, seq } => {
                 self.mix(3);
-                self.with_client(t, client, |c, env| c.on_timer(env, generation));
+                self.with_client(t, client, |c, env| c.on_timer(env, seq));
             }
             Event::Pause { client, length } => {
                 self.mix(4);
@@ -398,17 +389,13 @@ impl<'s> World<'s> {
         f(c, &mut env);
         let timer = c.take_timer();
         let mut outbox = std::mem::take(&mut self.outbox);
-        for Outgoing {
-            client,
-            op,
-            transmit,
-        } in outbox.drain(..)
-        {
+        for Outgoing { client, transmit } in outbox.drain(..) {
             let node = transmit.id.node();
             if let Some(trace) = self.trace.as_mut() {
                 let text = format!(
-                    "sends {} (op {op} batch {})",
+                    "sends {} (op {} batch {})",
                     describe(trace, &transmit.command),
+                    transmit.id.origin().operation(),
                     transmit.id.batch()
                 );
                 let keys = transmit.command.spec().keys().map(<[u8]>::to_vec).collect();
@@ -423,14 +410,13 @@ impl<'s> World<'s> {
             };
             self.send(t, link, || Event::ToNode {
                 client,
-                op,
                 id,
                 command: command.clone(),
             });
         }
         self.outbox = outbox;
-        if let Some((at, generation)) = timer {
-            self.schedule(at, Event::Timer { client, generation });
+        if let Some((at, seq)) = timer {
+            self.schedule(at, Event::Timer { client, seq });
         }
     }
 

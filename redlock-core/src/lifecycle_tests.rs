@@ -1,0 +1,461 @@
+//! Unit tests of the lifecycle, stepping virtual time over in-memory nodes.
+
+use super::*;
+use crate::command::Op;
+use crate::event::WakeReason;
+use crate::retry::RetryPolicy;
+use crate::round::NodeRelease;
+use crate::testing::{FakeNode, Link, Net, epoch, rng};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn config(policy: RetryPolicy) -> Config {
+    Config::builder(5).retry(policy).build().expect("valid")
+}
+
+fn acquired(event: Option<LockEvent>) -> Lease {
+    match event {
+        Some(LockEvent::Acquired(lease)) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+#[test]
+fn acquire_extend_release_in_order_with_ids_naming_lock_and_operation() {
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    let request = LockRequest::new("r", TTL);
+    let mut lock = Lifecycle::acquire(net.now, &config, &request, &mut rng(1)).expect("valid");
+    let lease = acquired(net.next_event(&mut lock, None));
+    assert!(lock.is_held());
+    assert_eq!(lock.lease(), Some(&lease));
+    assert_eq!(
+        net.next_event(&mut lock, None),
+        None,
+        "held, no auto-extension: idle"
+    );
+
+    net.now += Duration::from_secs(1);
+    lock.extend(net.now, TTL).expect("valid TTL");
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::Extended {
+            outcome: ExtendOutcome::Extended { valid_until, .. },
+            trigger: Trigger::Caller,
+        }) => assert!(valid_until > lease.valid_until()),
+        other => panic!("{other:?}"),
+    }
+    assert!(lock.lease().expect("held").valid_until() > lease.valid_until());
+
+    lock.release(net.now);
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::Released(report)) => assert_eq!(report.released(), 5),
+        other => panic!("{other:?}"),
+    }
+    assert!(lock.has_ended());
+    assert!(net.nodes.iter().all(|n| n.keys.is_empty()));
+    // One lock id; operations 1 (acquire), 2 (extend), 3 (release), in that order.
+    let lock_id = net.sent[0].0.origin().lock();
+    let operations: Vec<(u32, Op)> = net
+        .sent
+        .iter()
+        .map(|(id, cmd)| {
+            assert_eq!(id.origin().lock(), lock_id);
+            (id.origin().operation(), cmd.op())
+        })
+        .collect();
+    let mut expected = vec![(1, Op::SetIfAbsent); 5];
+    expected.extend([(2, Op::ExpireIfEquals); 5]);
+    expected.extend([(3, Op::DeleteIfEquals); 5]);
+    assert_eq!(operations, expected);
+}
+
+#[test]
+fn a_late_reply_of_the_acquisition_never_counts_in_the_extension() {
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    let mut lock =
+        Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(2)).expect("ok");
+    acquired(net.next_event(&mut lock, None));
+    let acquire_ids: Vec<RequestId> = net.sent.iter().map(|(id, _)| id.to_owned()).collect();
+    lock.extend(net.now, TTL).expect("valid");
+    // The extension's requests go out; before their replies, stragglers of the acquisition
+    // (same lock, same nodes, batch numbers that an operation-blind filter would confuse)
+    // answer "refused". They must not decide the extension.
+    let mut extend_ids = Vec::new();
+    while let LockOutput::Send(t) = lock.poll_output(net.now) {
+        extend_ids.push(t.id);
+    }
+    assert_eq!(extend_ids.len(), 5);
+    for id in &acquire_ids {
+        lock.handle_reply(net.now, *id, Reply::Int(0));
+    }
+    for id in &extend_ids {
+        lock.handle_reply(net.now, *id, Reply::Int(1));
+    }
+    match lock.poll_output(net.now) {
+        LockOutput::Event(LockEvent::Extended {
+            outcome: ExtendOutcome::Extended { votes, .. },
+            ..
+        }) => assert_eq!(votes, [Vote::Granted; 5]),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_reply_for_another_lock_never_counts() {
+    let config = config(RetryPolicy::once());
+    let t0 = epoch();
+    let request = LockRequest::new("r", TTL);
+    let mut a = Lifecycle::acquire(t0, &config, &request, &mut rng(3)).expect("ok");
+    let mut b = Lifecycle::acquire(t0, &config, &request, &mut rng(4)).expect("ok");
+    let sends = |lock: &mut Lifecycle| {
+        std::iter::from_fn(|| match lock.poll_output(t0) {
+            LockOutput::Send(t) => Some(t.id),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+    };
+    let (a_ids, b_ids) = (sends(&mut a), sends(&mut b));
+    assert_ne!(a_ids[0].origin(), b_ids[0].origin());
+    // b's grants handed to a (a driver mixing up locks) change nothing for a.
+    for id in &b_ids {
+        a.handle_reply(t0, *id, Reply::Ok);
+    }
+    assert!(matches!(a.poll_output(t0), LockOutput::Wait { .. }));
+    assert!(!a.is_held());
+}
+
+#[test]
+fn auto_extension_keeps_the_lock_then_reports_it_lost_before_validity_ends() {
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    let request = LockRequest::new("r", TTL).auto_extend();
+    let mut lock = Lifecycle::acquire(net.now, &config, &request, &mut rng(5)).expect("ok");
+    let lease = acquired(net.next_event(&mut lock, None));
+    for _ in 0..3 {
+        match net.next_event(&mut lock, None) {
+            Some(LockEvent::Extended {
+                outcome: ExtendOutcome::Extended { .. },
+                trigger: Trigger::Renewal,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(net.waits.contains(&WakeReason::Renewal));
+    let valid_until = lock.lease().expect("held").valid_until();
+    assert!(valid_until > lease.valid_until());
+    // Three nodes lose the key (another client could now take them): the next extension is
+    // refused by a quorum, and the lock is reported lost at once, inside its validity.
+    for node in net.nodes.iter_mut().take(3) {
+        node.keys.clear();
+    }
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::Extended {
+            outcome:
+                ExtendOutcome::NotExtended {
+                    reason: ExtendFailure::NotHeld,
+                    ..
+                },
+            trigger: Trigger::Renewal,
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::Lost {
+            cause: LossCause::NotHeld,
+            votes,
+        }) => assert_eq!(votes.iter().filter(|v| **v == Vote::Refused).count(), 3),
+        other => panic!("{other:?}"),
+    }
+    assert!(net.now < valid_until);
+    assert!(!lock.is_held());
+    assert_eq!(
+        net.next_event(&mut lock, None),
+        None,
+        "lost is reported once"
+    );
+}
+
+#[test]
+fn unreachable_nodes_make_the_lock_lost_before_its_validity_ends() {
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    let request = LockRequest::new("r", Duration::from_secs(2)).auto_extend();
+    let mut lock = Lifecycle::acquire(net.now, &config, &request, &mut rng(6)).expect("ok");
+    let lease = acquired(net.next_event(&mut lock, None));
+    net.links = vec![Link::Silent; 5];
+    let mut failures = 0;
+    let cause = loop {
+        match net.next_event(&mut lock, None) {
+            Some(LockEvent::Extended {
+                outcome: ExtendOutcome::NotExtended { reason, .. },
+                ..
+            }) => {
+                assert_eq!(reason, ExtendFailure::Unavailable);
+                failures += 1;
+            }
+            Some(LockEvent::Lost { cause, .. }) => break cause,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(cause, LossCause::NoTimeLeft);
+    assert!(
+        failures >= 2,
+        "retried while a retry could finish: {failures}"
+    );
+    assert!(
+        net.now < lease.valid_until(),
+        "lost is declared before validity ends"
+    );
+}
+
+#[test]
+fn a_wake_ends_the_retry_pause_early() {
+    let config = config(RetryPolicy::default().delay(Duration::from_secs(5)));
+    let mut nodes = vec![FakeNode::default(); 5];
+    for node in nodes.iter_mut() {
+        node.keys.insert(b"r".to_vec(), b"other".to_vec());
+    }
+    let t0 = epoch();
+    let mut lock =
+        Lifecycle::acquire(t0, &config, &LockRequest::new("r", TTL), &mut rng(7)).expect("ok");
+    let mut net = Net::new(&mut nodes, t0);
+    // Round 1 is refused; the lifecycle pauses before round 2.
+    let pause_until = t0 + Duration::from_secs(5);
+    assert_eq!(
+        net.next_event(&mut lock, Some(t0 + Duration::from_secs(1))),
+        None
+    );
+    assert_eq!(net.waits.last(), Some(&WakeReason::RetryPause));
+    // The holder releases; a notification wakes the waiter at once.
+    for node in net.nodes.iter_mut() {
+        node.keys.clear();
+    }
+    lock.handle_wake(net.now);
+    let lease = acquired(net.next_event(&mut lock, None));
+    assert!(
+        net.now < pause_until,
+        "round 2 ran before the jittered pause ended"
+    );
+    assert_eq!(lease.attempts(), 2);
+}
+
+#[test]
+fn a_wake_outside_a_pause_changes_nothing() {
+    let config = config(RetryPolicy::once());
+    let mut nodes = vec![FakeNode::default(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    let mut lock =
+        Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(8)).expect("ok");
+    lock.handle_wake(net.now);
+    acquired(net.next_event(&mut lock, None));
+    lock.handle_wake(net.now);
+    assert_eq!(net.next_event(&mut lock, None), None);
+    assert_eq!(net.sent.len(), 5);
+}
+
+#[test]
+fn a_lock_resumed_by_its_token_is_held_with_a_fresh_validity_and_can_be_released() {
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    let mut first =
+        Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(9)).expect("ok");
+    let lease = acquired(net.next_event(&mut first, None));
+    let token = lease.token().as_bytes().to_vec();
+    drop(first); // the process that took it is gone; its keys stay
+
+    net.now += Duration::from_secs(3);
+    let request = LockRequest::new("r", TTL).token(token.clone());
+    let mut second = Lifecycle::resume(net.now, &config, &request, &mut rng(10)).expect("ok");
+    let resumed = acquired(net.next_event(&mut second, None));
+    assert_eq!(resumed.token().as_bytes(), &token[..]);
+    assert_eq!(
+        resumed.valid_until(),
+        net.now + TTL - Duration::from_millis(102),
+        "validity counts from the resume round"
+    );
+    second.release(net.now);
+    match net.next_event(&mut second, None) {
+        Some(LockEvent::Released(report)) => assert_eq!(report.released(), 5),
+        other => panic!("{other:?}"),
+    }
+    assert!(net.nodes.iter().all(|n| n.keys.is_empty()));
+}
+
+#[test]
+fn a_wrong_token_resumes_nothing_and_touches_nothing() {
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default(); 5];
+    for node in nodes.iter_mut() {
+        node.keys.insert(b"r".to_vec(), b"holder".to_vec());
+    }
+    let before = nodes.clone();
+    let mut net = Net::new(&mut nodes, epoch());
+    let request = LockRequest::new("r", TTL).token("not-the-holder");
+    let mut lock = Lifecycle::resume(net.now, &config, &request, &mut rng(11)).expect("ok");
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::NotAcquired(failure)) => {
+            assert_eq!(failure.reason, FailureReason::NotHeld);
+            assert_eq!(failure.votes, [Vote::Refused; 5]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(lock.has_ended());
+    assert!(
+        net.sent.iter().all(|(_, c)| c.op() == Op::ExpireIfEquals),
+        "only the compare-and-extend went out"
+    );
+    for (node, was) in net.nodes.iter().zip(&before) {
+        assert_eq!(node.keys, was.keys);
+    }
+}
+
+#[test]
+fn resume_needs_a_token() {
+    let config = config(RetryPolicy::default());
+    let result = Lifecycle::resume(epoch(), &config, &LockRequest::new("r", TTL), &mut rng(0));
+    assert_eq!(result.err(), Some(ConfigError::ResumeWithoutToken));
+}
+
+#[test]
+fn releasing_during_acquisition_cleans_up_what_was_sent() {
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default(); 5];
+    let t0 = epoch();
+    let mut lock =
+        Lifecycle::acquire(t0, &config, &LockRequest::new("r", TTL), &mut rng(12)).expect("ok");
+    // Nothing sent yet: releasing just ends it.
+    let mut untouched =
+        Lifecycle::acquire(t0, &config, &LockRequest::new("r", TTL), &mut rng(13)).expect("ok");
+    untouched.release(t0);
+    assert!(untouched.has_ended());
+    assert_eq!(untouched.poll_output(t0), LockOutput::Idle);
+    // Requests out, SETs landed, answers not in yet: the caller gives up.
+    let mut ids = Vec::new();
+    while let LockOutput::Send(t) = lock.poll_output(t0) {
+        nodes[t.id.node()].run(&t.command);
+        ids.push(t.id);
+    }
+    lock.release(t0);
+    let mut net = Net::new(&mut nodes, t0);
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::Released(report)) => {
+            assert_eq!(report.nodes, [NodeRelease::Released; 5]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(net.nodes.iter().all(|n| n.keys.is_empty()));
+}
+
+#[test]
+fn extending_a_lock_that_is_not_held_sends_nothing() {
+    let config = config(RetryPolicy::once());
+    let mut nodes = vec![FakeNode::default(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    let mut lock = Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(14))
+        .expect("ok");
+    acquired(net.next_event(&mut lock, None));
+    lock.release(net.now);
+    assert!(matches!(
+        net.next_event(&mut lock, None),
+        Some(LockEvent::Released(_))
+    ));
+    let sent = net.sent.len();
+    assert!(
+        lock.extend(net.now, Duration::ZERO).is_err(),
+        "a bad TTL is an error"
+    );
+    lock.extend(net.now, TTL).expect("valid TTL");
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::Extended {
+            outcome:
+                ExtendOutcome::NotExtended {
+                    reason: ExtendFailure::Expired,
+                    votes,
+                },
+            trigger: Trigger::Caller,
+        }) => assert!(votes.is_empty()),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(net.sent.len(), sent);
+}
+
+#[test]
+fn a_caller_extension_asked_during_a_renewal_runs_after_it() {
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    let request = LockRequest::new("r", TTL).auto_extend();
+    let mut lock = Lifecycle::acquire(net.now, &config, &request, &mut rng(15)).expect("ok");
+    acquired(net.next_event(&mut lock, None));
+    // Run to the renewal's first request, then ask for an extension of our own.
+    loop {
+        match lock.poll_output(net.now) {
+            LockOutput::Wait { at, .. } => {
+                net.now = at;
+                lock.handle_timeout(at);
+            }
+            LockOutput::Send(t) => {
+                let node = t.id.node();
+                let reply = net.nodes[node].run(&t.command);
+                lock.extend(net.now, Duration::from_secs(20))
+                    .expect("valid");
+                lock.handle_reply(net.now, t.id, reply);
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // The renewal's other four requests, then its outcome, then ours.
+    let mut triggers = Vec::new();
+    while triggers.len() < 2 {
+        match net.next_event(&mut lock, None) {
+            Some(LockEvent::Extended { trigger, outcome }) => {
+                assert!(
+                    matches!(outcome, ExtendOutcome::Extended { .. }),
+                    "{outcome:?}"
+                );
+                triggers.push(trigger);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(triggers, [Trigger::Renewal, Trigger::Caller]);
+    assert_eq!(lock.lease().expect("held").ttl(), Duration::from_secs(20));
+}
+
+#[test]
+fn release_by_token_deletes_only_keys_under_that_token() {
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default(); 5];
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let token: &[u8] = if i < 3 { b"mine" } else { b"theirs" };
+        node.keys.insert(b"r".to_vec(), token.to_vec());
+    }
+    let mut net = Net::new(&mut nodes, epoch());
+    let request = LockRequest::new("r", TTL).token("mine");
+    let mut lock =
+        Lifecycle::release_by_token(net.now, &config, &request, &mut rng(16)).expect("ok");
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::Released(report)) => {
+            assert_eq!((report.released(), report.held_by_other()), (3, 2));
+        }
+        other => panic!("{other:?}"),
+    }
+    let left: Vec<&[u8]> = net
+        .nodes
+        .iter()
+        .filter_map(|n| n.keys.get(&b"r"[..]))
+        .map(|v| &v[..])
+        .collect();
+    assert_eq!(left, [&b"theirs"[..], &b"theirs"[..]]);
+    assert!(
+        Lifecycle::release_by_token(net.now, &config, &LockRequest::new("r", TTL), &mut rng(0))
+            .is_err()
+    );
+}

@@ -1,0 +1,198 @@
+//! What every adapter does with a lock the same way, whatever its transport: the client's
+//! settings and RNG, starting a lifecycle, reading its events into results and errors, and the
+//! held lock's accessors. An adapter adds only how requests reach the nodes and how it waits.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use redlock_core::{
+    Config, ExtendOutcome, Lease, Lifecycle, LockEvent, LockRequest, ReleaseReport, Trigger,
+};
+
+use crate::entropy::seeded_rng;
+use crate::error::{Error, LockFailure};
+use crate::lease_watch::LeaseKeeper;
+
+/// A client's settings, node labels and RNG (tokens, lock ids and jitter; seeded once from the
+/// OS when the client is built).
+pub struct ClientCore {
+    config: Config,
+    labels: Arc<[Arc<str>]>,
+    rng: Mutex<chacha20::ChaCha20Rng>,
+}
+
+impl std::fmt::Debug for ClientCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.labels)
+            .field("quorum", &self.config.quorum())
+            .finish()
+    }
+}
+
+/// Which way a lifecycle starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Acquire the lock.
+    Acquire,
+    /// Resume a lock by its token.
+    Resume,
+    /// Release a lock by its token.
+    ReleaseByToken,
+}
+
+impl ClientCore {
+    /// Settings for nodes named `labels` (`host:port`, never with credentials).
+    pub fn new(config: Config, labels: Vec<Arc<str>>) -> Result<Self, Error> {
+        Ok(Self {
+            config,
+            labels: labels.into(),
+            rng: Mutex::new(seeded_rng()?),
+        })
+    }
+
+    /// The checked settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The nodes, as `host:port`.
+    pub fn labels(&self) -> &[Arc<str>] {
+        &self.labels
+    }
+
+    /// A lifecycle for `request`, started as `start` says.
+    pub fn start(&self, start: Start, request: &LockRequest) -> Result<Lifecycle, Error> {
+        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        let lifecycle = match start {
+            Start::Acquire => Lifecycle::acquire(now, &self.config, request, &mut *rng),
+            Start::Resume => Lifecycle::resume(now, &self.config, request, &mut *rng),
+            Start::ReleaseByToken => {
+                Lifecycle::release_by_token(now, &self.config, request, &mut *rng)
+            }
+        }?;
+        Ok(lifecycle)
+    }
+
+    /// Reads an event of an acquisition (or resumption); `None` from the driver means the
+    /// lifecycle went idle. `Some` once it is settled: the lease, or why not.
+    pub fn acquired(&self, event: Option<LockEvent>) -> Option<Result<Lease, Error>> {
+        match event {
+            Some(LockEvent::Acquired(lease)) => {
+                tracing::debug!(attempts = lease.attempts(), "acquired");
+                Some(Ok(lease))
+            }
+            Some(LockEvent::NotAcquired(failure)) => {
+                tracing::debug!(reason = ?failure.reason, attempts = failure.attempts, "not acquired");
+                Some(Err(Error::acquire_failed(&self.labels, &failure)))
+            }
+            Some(_) => None,
+            // An acquisition is never idle before its outcome; say so rather than hang.
+            None => Some(Err(Error::Unavailable(LockFailure::default()))),
+        }
+    }
+
+    /// Reads an event of a release; `Some` with the report once it is done.
+    pub fn released(&self, event: Option<LockEvent>) -> Option<ReleaseReport> {
+        match event {
+            Some(LockEvent::Released(report)) => {
+                tracing::debug!(
+                    released = report.released(),
+                    held_by_other = report.held_by_other(),
+                    unreachable = report.unreachable(),
+                    "released"
+                );
+                Some(report)
+            }
+            Some(_) => None,
+            // Nothing was sent (an acquisition cancelled before its first request).
+            None => Some(ReleaseReport { nodes: Vec::new() }),
+        }
+    }
+}
+
+/// Reads an event while the caller's extension of `lease` runs: keeps `lease` current, and
+/// returns `Some` once the extension ended (`None` from the driver means it went idle).
+pub fn extended(
+    lease: &mut Lease,
+    labels: &[Arc<str>],
+    event: Option<LockEvent>,
+) -> Option<Result<(), Error>> {
+    match event {
+        Some(LockEvent::Extended { outcome, trigger }) => {
+            lease.apply(&outcome);
+            if trigger != Trigger::Caller {
+                return None;
+            }
+            match outcome {
+                ExtendOutcome::Extended { .. } => Some(Ok(())),
+                ExtendOutcome::NotExtended { reason, votes } => {
+                    tracing::debug!(?reason, "not extended");
+                    Some(Err(Error::extend_failed(labels, reason, &votes)))
+                }
+            }
+        }
+        Some(_) => None,
+        None => Some(Err(Error::Lost(LockFailure::default()))),
+    }
+}
+
+/// Reads an event of an auto-extended `lease`: keeps it current, tells the work through
+/// `keeper`, and returns the error once the lock is lost.
+pub fn kept(
+    lease: &mut Lease,
+    labels: &[Arc<str>],
+    keeper: &LeaseKeeper,
+    event: LockEvent,
+) -> Option<Error> {
+    match event {
+        LockEvent::Extended { outcome, .. } => {
+            if let ExtendOutcome::NotExtended { reason, .. } = &outcome {
+                tracing::debug!(?reason, "auto-extension failed");
+            }
+            lease.apply(&outcome);
+            keeper.extended(lease.valid_until());
+            None
+        }
+        LockEvent::Lost { cause, votes } => {
+            keeper.lost();
+            tracing::warn!(?cause, "lock lost while work was running");
+            Some(Error::lost(labels, cause, &votes))
+        }
+        LockEvent::Acquired(_) | LockEvent::NotAcquired(_) | LockEvent::Released(_) => None,
+    }
+}
+
+/// The accessors of a held lock, the same in every adapter: expands inside `impl Lock` of a type
+/// with a `lease: Lease` field kept current.
+#[macro_export]
+macro_rules! lock_accessors {
+    () => {
+        /// The token stored under the keys: with the resources, all another client needs to
+        /// `resume` the lock or `release_by_token` it.
+        pub fn token(&self) -> &$crate::api::Token {
+            self.lease.token()
+        }
+
+        /// The locked resources, without the key prefix.
+        pub fn resources(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+            self.lease.spec().resources()
+        }
+
+        /// The end of validity (monotonic clock). Never moves backwards.
+        pub fn valid_until(&self) -> std::time::Instant {
+            self.lease.valid_until()
+        }
+
+        /// Validity left now (zero once it has passed).
+        pub fn remaining(&self) -> std::time::Duration {
+            self.lease.remaining(std::time::Instant::now())
+        }
+
+        /// The engine's view of the lock (votes, attempts, TTL).
+        pub fn lease(&self) -> &$crate::api::Lease {
+            &self.lease
+        }
+    };
+}
