@@ -65,6 +65,10 @@ pub trait Adapter: Sized + Send + Sync + 'static {
     fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Self::Lock, Error>;
     /// The request form.
     fn acquire(&self, request: LockRequest) -> Result<Self::Lock, Error>;
+    /// `resume(resource, token, ttl)`: take over a lock another client acquired.
+    fn resume(&self, resource: &str, token: &[u8], ttl: Duration) -> Result<Self::Lock, Error>;
+    /// `release_by_token(resource, token)`: release a lock another client acquired.
+    fn release_by_token(&self, resource: &str, token: &[u8]) -> Result<ReleaseReport, Error>;
     /// Starts `lock(resource, ttl)` and abandons it after `after` unless it finished; returns
     /// whether it finished (a finished lock is dropped unreleased).
     fn lock_abandoned_after(&self, resource: &str, ttl: Duration, after: Duration) -> bool;

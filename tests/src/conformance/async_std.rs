@@ -48,6 +48,15 @@ impl Adapter for AsyncStd {
         Ok(AsyncStdLock { lock })
     }
 
+    fn resume(&self, resource: &str, token: &[u8], ttl: Duration) -> Result<AsyncStdLock, Error> {
+        let lock = async_std::task::block_on(self.client.resume(resource, token, ttl))?;
+        Ok(AsyncStdLock { lock })
+    }
+
+    fn release_by_token(&self, resource: &str, token: &[u8]) -> Result<ReleaseReport, Error> {
+        async_std::task::block_on(self.client.release_by_token(resource, token))
+    }
+
     fn lock_abandoned_after(&self, resource: &str, ttl: Duration, after: Duration) -> bool {
         let attempt = async_std::future::timeout(after, self.client.lock(resource, ttl));
         match async_std::task::block_on(attempt) {

@@ -53,6 +53,16 @@ impl Adapter for Blocking {
 
     /// A blocking call cannot be abandoned half-way: it runs to its end (the lock, if any, is
     /// dropped unreleased).
+    fn resume(&self, resource: &str, token: &[u8], ttl: Duration) -> Result<BlockingLock, Error> {
+        self.client
+            .resume(resource, token, ttl)
+            .map(|lock| BlockingLock { lock })
+    }
+
+    fn release_by_token(&self, resource: &str, token: &[u8]) -> Result<ReleaseReport, Error> {
+        self.client.release_by_token(resource, token)
+    }
+
     fn lock_abandoned_after(&self, resource: &str, ttl: Duration, _after: Duration) -> bool {
         drop(self.client.lock(resource, ttl));
         true

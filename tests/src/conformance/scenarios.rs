@@ -561,6 +561,106 @@ pub fn lost_reply_still_released<A: Adapter>() {
     );
 }
 
+/// Hand-over: a lock taken by one client (a process that then exits without releasing) is
+/// resumed by another from its token, with a fresh validity and refreshed TTLs, and released
+/// there; a lock taken by one client is released by another from its token.
+pub fn handover_by_token<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let first: A = client(&nodes, &Options::default());
+    let second: A = client(&nodes, &Options::default());
+    let short = Duration::from_secs(3);
+    let taken = first.lock("res", short).expect("lock");
+    let token = taken.token();
+    let first_validity = taken.valid_until();
+    assert_holding(&nodes, "res", &token, 5);
+    // The first process exits without releasing: its lock stays on the nodes.
+    std::mem::forget(taken);
+
+    let resumed = second.resume("res", &token, TTL).expect("resume by token");
+    assert_eq!(resumed.token(), token);
+    assert!(resumed.valid_until() > first_validity, "a fresh validity");
+    assert!(resumed.valid_until() <= Instant::now() + TTL);
+    let refreshed = nodes
+        .servers()
+        .iter()
+        .filter(|s| s.pttl("res") > i64::try_from(short.as_millis()).unwrap_or(i64::MAX))
+        .count();
+    assert!(
+        refreshed >= 3,
+        "the resume round extended the keys on {refreshed} nodes"
+    );
+    let report = resumed.release();
+    assert!(report.released() >= 3, "{report:?}");
+    assert!(eventually(Duration::from_secs(5), || total_keys(&nodes) == 0));
+
+    // Take in one client, release from another by token alone.
+    let taken = first.lock("job", TTL).expect("lock");
+    let token = taken.token();
+    assert_holding(&nodes, "job", &token, 5);
+    std::mem::forget(taken);
+    let report = second.release_by_token("job", &token).expect("valid input");
+    assert_eq!(report.released(), 5, "{report:?}");
+    assert_eq!(total_keys(&nodes), 0);
+}
+
+/// A wrong or stale token resumes nothing and releases nothing: a typed error, someone else's
+/// lock untouched.
+pub fn wrong_or_stale_token_is_refused<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let holder: A = client(&nodes, &Options::default());
+    let other: A = client(&nodes, &Options::default());
+    let held = holder.lock("res", TTL).expect("lock");
+    let token = held.token();
+    assert_holding(&nodes, "res", &token, 5);
+    let pttl_before: Vec<i64> = nodes.servers().iter().map(|s| s.pttl("res")).collect();
+
+    match other.resume("res", b"not-the-holders-token", Duration::from_secs(60)) {
+        Err(Error::NotHeld(detail)) => {
+            // Decided as soon as a quorum refused: at least 3 of 5.
+            let refused = detail.nodes.iter().filter(|n| n.result == Vote::Refused);
+            assert!(refused.count() >= 3, "{detail}");
+        }
+        other => panic!("{}: resume with a wrong token gave {other:?}", A::NAME),
+    }
+    let report = other
+        .release_by_token("res", b"not-the-holders-token")
+        .expect("valid input");
+    assert_eq!(
+        (report.released(), report.held_by_other()),
+        (0, 5),
+        "{report:?}"
+    );
+    assert_eq!(
+        nodes.count_holding("res", &token),
+        5,
+        "the holder's keys are untouched"
+    );
+    for (server, before) in nodes.servers().iter().zip(pttl_before) {
+        // A wrong-token resume to 60 s must not have lengthened the holder's 10 s TTL.
+        assert!(
+            server.pttl("res") <= before,
+            "PTTL grew on {}",
+            server.addr()
+        );
+    }
+
+    // A stale token: the lock it named was released.
+    let report = held.release();
+    assert_eq!(report.released(), 5, "{report:?}");
+    assert!(matches!(
+        other.resume("res", &token, TTL),
+        Err(Error::NotHeld(_))
+    ));
+    let report = other.release_by_token("res", &token).expect("valid input");
+    assert_eq!(report.absent(), 5, "{report:?}");
+    assert_eq!(total_keys(&nodes), 0);
+    // No token is bad input, not a network round.
+    assert!(matches!(
+        other.resume("res", b"", TTL),
+        Err(Error::Config(_))
+    ));
+}
+
 fn client_for<A: Adapter>(urls: &[String], options: &Options) -> A {
     A::build(urls, options).unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME))
 }
@@ -574,7 +674,8 @@ macro_rules! conformance_tests {
             stalled_node_does_not_delay, expired_lock_is_not_released_or_extended, extend_refreshes,
             multi_resource_all_or_nothing, bad_input, wrong_type_and_script_flush,
             mutual_exclusion_counter, dropped_and_abandoned_locks_release,
-            scoped_lock_extends_and_reports_loss, lost_reply_still_released, cut_handshake_recovers);
+            scoped_lock_extends_and_reports_loss, lost_reply_still_released, cut_handshake_recovers,
+            handover_by_token, wrong_or_stale_token_is_refused);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);

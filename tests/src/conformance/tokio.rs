@@ -60,6 +60,18 @@ impl Adapter for Tokio {
         Ok(self.wrap(lock))
     }
 
+    fn resume(&self, resource: &str, token: &[u8], ttl: Duration) -> Result<TokioLock, Error> {
+        let lock = self
+            .runtime
+            .block_on(self.client.resume(resource, token, ttl))?;
+        Ok(self.wrap(lock))
+    }
+
+    fn release_by_token(&self, resource: &str, token: &[u8]) -> Result<ReleaseReport, Error> {
+        self.runtime
+            .block_on(self.client.release_by_token(resource, token))
+    }
+
     fn lock_abandoned_after(&self, resource: &str, ttl: Duration, after: Duration) -> bool {
         let attempt = async { tokio::time::timeout(after, self.client.lock(resource, ttl)).await };
         match self.runtime.block_on(attempt) {
