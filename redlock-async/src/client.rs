@@ -4,7 +4,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redlock_core::{Config, Lifecycle, LockRequest, ReleaseReport, RetryPolicy};
+use redlock_core::{Lifecycle, LockRequest, ReleaseReport, RetryPolicy};
 use redlock_redis::{Builder, ClientCore, Error, FromSettings, LockFailure, Settings, Start};
 use tracing::Instrument;
 
@@ -45,35 +45,7 @@ impl<R: Runtime> std::fmt::Debug for Redlock<R> {
 }
 
 impl<R: Runtime> Redlock<R> {
-    /// A client with default settings for the masters at `urls`
-    /// (`redis://[user:password@]host:port[/db]`; `rediss://` with the `tls` feature). Nothing
-    /// connects yet, and a node that is down is not an error.
-    pub fn new<I, S>(urls: I) -> Result<Self, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::builder(urls).build()
-    }
-
-    /// Starts configuring a client for the masters at `urls`.
-    pub fn builder<I, S>(urls: I) -> RedlockBuilder<R>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Builder::new(urls)
-    }
-
-    /// The checked settings.
-    pub fn config(&self) -> &Config {
-        self.inner.core.config()
-    }
-
-    /// The nodes, as `host:port` (never with credentials).
-    pub fn nodes(&self) -> &[Arc<str>] {
-        self.inner.core.labels()
-    }
+    redlock_redis::client_constructors!();
 
     /// Locks `resource` for `ttl`, retrying as the client's retry policy says.
     pub async fn lock(
@@ -221,18 +193,10 @@ pub type RedlockBuilder<R> = Builder<Redlock<R>>;
 
 impl<R: Runtime> FromSettings for Redlock<R> {
     fn from_settings(settings: Settings) -> Result<Self, Error> {
-        let labels = settings.nodes.iter().map(|a| a.label().clone()).collect();
-        let nodes = settings
-            .nodes
-            .into_iter()
-            .map(|a| Node::new(a, settings.io_timeout))
-            .collect();
+        let (core, nodes) = ClientCore::from_settings(settings, Node::new)?;
         Ok(Redlock {
             runtime: PhantomData,
-            inner: Arc::new(Inner {
-                core: ClientCore::new(settings.config, labels)?,
-                nodes,
-            }),
+            inner: Arc::new(Inner { core, nodes }),
         })
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_core::{Config, Lifecycle, LockRequest, ReleaseReport, RetryPolicy};
+use redlock_core::{Lifecycle, LockRequest, ReleaseReport, RetryPolicy};
 use redlock_redis::{Builder, ClientCore, Error, FromSettings, Settings, Start};
 
 use crate::conn::Node;
@@ -38,49 +38,15 @@ pub type RedlockBuilder = Builder<Redlock>;
 
 impl FromSettings for Redlock {
     fn from_settings(settings: Settings) -> Result<Self, Error> {
-        let labels = settings.nodes.iter().map(|a| a.label().clone()).collect();
-        let nodes = settings
-            .nodes
-            .into_iter()
-            .map(|a| Node::spawn(a, settings.io_timeout))
-            .collect();
+        let (core, nodes) = ClientCore::from_settings(settings, Node::spawn)?;
         Ok(Redlock {
-            inner: Arc::new(Inner {
-                core: ClientCore::new(settings.config, labels)?,
-                nodes,
-            }),
+            inner: Arc::new(Inner { core, nodes }),
         })
     }
 }
 
 impl Redlock {
-    /// A client with default settings for the masters at `urls`.
-    pub fn new<I, S>(urls: I) -> Result<Self, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::builder(urls).build()
-    }
-
-    /// Starts configuring a client for the masters at `urls`.
-    pub fn builder<I, S>(urls: I) -> RedlockBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Builder::new(urls)
-    }
-
-    /// The checked settings.
-    pub fn config(&self) -> &Config {
-        self.inner.core.config()
-    }
-
-    /// The nodes, as `host:port` (never with credentials).
-    pub fn nodes(&self) -> &[Arc<str>] {
-        self.inner.core.labels()
-    }
+    redlock_redis::client_constructors!();
 
     /// Locks `resource` for `ttl`, retrying as the client's retry policy says.
     pub fn lock(&self, resource: impl Into<Vec<u8>>, ttl: Duration) -> Result<Lock, Error> {

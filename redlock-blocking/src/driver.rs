@@ -55,7 +55,7 @@ pub(crate) fn next_event(
             LockOutput::Send(transmit) => dispatch.submit(transmit),
             LockOutput::Wait {
                 at,
-                reason: WakeReason::Renewal,
+                reason: WakeReason::AutoExtend,
             } if keeper.is_some() => {
                 if keeper.is_some_and(|keeper| keeper.wait_work_done(at)) {
                     return None;

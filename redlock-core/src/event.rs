@@ -33,7 +33,7 @@ pub enum WakeReason {
     /// The pause between two acquisition rounds ends (a `handle_wake` ends it earlier).
     RetryPause,
     /// The next auto-extension is due.
-    Renewal,
+    AutoExtend,
 }
 
 /// Who started an extension.

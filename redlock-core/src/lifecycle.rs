@@ -148,11 +148,7 @@ impl Lifecycle {
         request: &LockRequest,
         rng: &mut R,
     ) -> Result<Self, ConfigError> {
-        let token = request
-            .token
-            .clone()
-            .ok_or(ConfigError::ResumeWithoutToken)?;
-        let spec = LockSpec::new(config.key_prefix(), &request.resources, Token::new(token)?)?;
+        let spec = spec_with_token(config, request)?;
         let origin = Origin::new(rng.next_u64(), 1);
         let mut machine = Extend::resume(now, config, spec, request.ttl)?;
         machine.set_origin(origin);
@@ -178,11 +174,7 @@ impl Lifecycle {
         request: &LockRequest,
         rng: &mut R,
     ) -> Result<Self, ConfigError> {
-        let token = request
-            .token
-            .clone()
-            .ok_or(ConfigError::ResumeWithoutToken)?;
-        let spec = LockSpec::new(config.key_prefix(), &request.resources, Token::new(token)?)?;
+        let spec = spec_with_token(config, request)?;
         let ttl = Ttl::new(now, request.ttl, config.drift(), config.min_validity())?;
         let origin = Origin::new(rng.next_u64(), 1);
         let mut release = Release::for_spec(now, config, spec, ttl.duration());
@@ -470,7 +462,7 @@ impl Lifecycle {
             RenewalStep::Extend => None,
             RenewalStep::Wait(at) => Some(LockOutput::Wait {
                 at,
-                reason: WakeReason::Renewal,
+                reason: WakeReason::AutoExtend,
             }),
             RenewalStep::Lost(cause) => {
                 held.lost = true;
@@ -519,6 +511,15 @@ impl Lifecycle {
             }
         }
     }
+}
+
+/// The keys and the caller's token of `request`, for a lock this client did not acquire.
+fn spec_with_token(config: &Config, request: &LockRequest) -> Result<LockSpec, ConfigError> {
+    let token = request
+        .token
+        .clone()
+        .ok_or(ConfigError::ResumeWithoutToken)?;
+    LockSpec::new(config.key_prefix(), &request.resources, Token::new(token)?)
 }
 
 #[cfg(test)]

@@ -144,7 +144,7 @@ fn auto_extension_keeps_the_lock_then_reports_it_lost_before_validity_ends() {
             other => panic!("{other:?}"),
         }
     }
-    assert!(net.waits.contains(&WakeReason::Renewal));
+    assert!(net.waits.contains(&WakeReason::AutoExtend));
     let valid_until = lock.lease().expect("held").valid_until();
     assert!(valid_until > lease.valid_until());
     // Three nodes lose the key (another client could now take them): the next extension is

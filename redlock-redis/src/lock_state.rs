@@ -51,6 +51,22 @@ impl ClientCore {
         })
     }
 
+    /// The client's core and its nodes from `settings`, each node made by `node` from its
+    /// address and the I/O timeout (the adapter's transport).
+    pub fn from_settings<N>(
+        settings: crate::Settings,
+        node: impl Fn(crate::NodeAddr, std::time::Duration) -> N,
+    ) -> Result<(Self, Arc<[N]>), Error> {
+        let labels = settings.nodes.iter().map(|a| a.label().clone()).collect();
+        let io_timeout = settings.io_timeout;
+        let nodes = settings
+            .nodes
+            .into_iter()
+            .map(|addr| node(addr, io_timeout))
+            .collect();
+        Ok((Self::new(settings.config, labels)?, nodes))
+    }
+
     /// The checked settings.
     pub fn config(&self) -> &Config {
         &self.config
@@ -193,6 +209,45 @@ macro_rules! lock_accessors {
         /// The engine's view of the lock (votes, attempts, TTL).
         pub fn lease(&self) -> &$crate::api::Lease {
             &self.lease
+        }
+    };
+}
+
+/// The constructors and getters of a client, the same in every adapter: expands inside
+/// `impl Redlock` of a type with an `inner.core: ClientCore` field that implements
+/// `FromSettings`.
+#[macro_export]
+macro_rules! client_constructors {
+    () => {
+        /// A client with default settings for the masters at `urls`
+        /// (`redis://[user:password@]host:port[/db]`; `rediss://` with the `tls` feature).
+        /// Nothing connects yet, and a node that is down is not an error.
+        pub fn new<I, S>(urls: I) -> Result<Self, $crate::api::Error>
+        where
+            I: IntoIterator<Item = S>,
+            S: AsRef<str>,
+        {
+            Self::builder(urls).build()
+        }
+
+        /// Starts configuring a client for the masters at `urls`:
+        /// `Redlock::builder(urls).quorum(3).retry(policy).build()`.
+        pub fn builder<I, S>(urls: I) -> $crate::Builder<Self>
+        where
+            I: IntoIterator<Item = S>,
+            S: AsRef<str>,
+        {
+            $crate::Builder::new(urls)
+        }
+
+        /// The checked settings.
+        pub fn config(&self) -> &$crate::api::Config {
+            self.inner.core.config()
+        }
+
+        /// The nodes, as `host:port` (never with credentials).
+        pub fn nodes(&self) -> &[std::sync::Arc<str>] {
+            self.inner.core.labels()
         }
     };
 }
