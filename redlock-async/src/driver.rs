@@ -7,8 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use redlock_core::{Lifecycle, LockEvent, LockOutput, Reply, RequestId, Transmit};
 use tokio::sync::mpsc;
 
@@ -96,7 +96,12 @@ impl<R: Runtime> Dispatch<R> {
             }
             else => return std::future::pending().await,
         };
-        let (id, reply) = &completion;
+        self.complete(&completion);
+        completion
+    }
+
+    /// A request finished: its node is free, and the next request queued for it goes out.
+    fn complete(&mut self, (id, reply): &Completion) {
         let node = id.node();
         if let Some(sent) = self.sent_at[node].take() {
             tracing::debug!(node = %self.nodes[node].label(), ?reply, latency = ?sent.elapsed(), "reply");
@@ -104,12 +109,30 @@ impl<R: Runtime> Dispatch<R> {
         if let Some(next) = self.queued[node].pop_front() {
             self.send(next);
         }
-        completion
+    }
+
+    /// Takes in every answer that is already there, without waiting, so that a request queued
+    /// behind a finished one goes out now. Called before the driver returns to its caller: a
+    /// request left queued behind an answer nobody reads would not go out until the lock's next
+    /// operation (an extension that reached only a quorum's nodes, say).
+    fn settle_ready(&mut self) {
+        loop {
+            if let (true, Ok(done)) = (self.detached > 0, self.detached_rx.try_recv()) {
+                self.detached -= 1;
+                self.complete(&done);
+                continue;
+            }
+            match self.local.next().now_or_never() {
+                Some(Some(done)) => self.complete(&done),
+                _ => return,
+            }
+        }
     }
 
     /// Moves the requests still in flight to a background task (their answers come back
     /// through the channel), so they progress while no machine runs.
     fn detach(&mut self) {
+        self.settle_ready();
         if self.local.is_empty() {
             return;
         }
