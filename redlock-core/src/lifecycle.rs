@@ -124,15 +124,15 @@ impl Lifecycle {
         let origin = Origin::new(rng.next_u64(), 1);
         let mut machine = Acquire::new(now, config, request, rng)?;
         machine.set_origin(origin);
-        Ok(Self {
-            config: config.clone(),
+        let auto_extend = request.auto_extend;
+        Ok(Self::start(
+            config,
             origin,
-            stage: Stage::Acquiring {
+            Stage::Acquiring {
                 machine: Box::new(machine),
-                auto_extend: request.auto_extend,
+                auto_extend,
             },
-            ready: None,
-        })
+        ))
     }
 
     /// Resumes a lock another client (or an earlier process) acquired, from its resources and
@@ -152,15 +152,15 @@ impl Lifecycle {
         let origin = Origin::new(rng.next_u64(), 1);
         let mut machine = Extend::resume(now, config, spec, request.ttl)?;
         machine.set_origin(origin);
-        Ok(Self {
-            config: config.clone(),
+        let auto_extend = request.auto_extend;
+        Ok(Self::start(
+            config,
             origin,
-            stage: Stage::Resuming {
+            Stage::Resuming {
                 machine,
-                auto_extend: request.auto_extend,
+                auto_extend,
             },
-            ready: None,
-        })
+        ))
     }
 
     /// Releases a lock by its resources and token, without holding it here (`request` must carry
@@ -179,12 +179,17 @@ impl Lifecycle {
         let origin = Origin::new(rng.next_u64(), 1);
         let mut release = Release::for_spec(now, config, spec, ttl.duration());
         release.set_origin(origin);
-        Ok(Self {
+        Ok(Self::start(config, origin, Stage::Releasing(release)))
+    }
+
+    /// A lifecycle at its first operation (`origin`, already given to the stage's machine).
+    fn start(config: &Config, origin: Origin, stage: Stage) -> Self {
+        Self {
             config: config.clone(),
             origin,
-            stage: Stage::Releasing(release),
+            stage,
             ready: None,
-        })
+        }
     }
 
     /// The lease while the lock is held (also after [`LockEvent::Lost`], until the release).

@@ -25,6 +25,19 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Blocks while `waiting` holds, at most `timeout`; returns the state then.
+    fn wait_while(
+        &self,
+        timeout: Duration,
+        waiting: impl FnMut(&mut State) -> bool,
+    ) -> MutexGuard<'_, State> {
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(self.state(), timeout, waiting)
+            .unwrap_or_else(PoisonError::into_inner);
+        state
+    }
+
     fn update(&self, f: impl FnOnce(&mut State)) {
         let wakers = {
             let mut state = self.state();
@@ -91,13 +104,7 @@ impl LeaseWatch {
     /// Blocks the calling thread until the lock is lost or `timeout` passes; returns whether it
     /// was lost. For blocking code; async code awaits [`lost`](LeaseWatch::lost) instead.
     pub fn wait_lost(&self, timeout: Duration) -> bool {
-        let state = self.shared.state();
-        let (state, _) = self
-            .shared
-            .changed
-            .wait_timeout_while(state, timeout, |s| !s.lost)
-            .unwrap_or_else(PoisonError::into_inner);
-        state.lost
+        self.shared.wait_while(timeout, |s| !s.lost).lost
     }
 
     /// Resolves once the lock is lost (never, if it is kept until the work ends).
@@ -146,14 +153,8 @@ impl LeaseKeeper {
 
     /// Blocks until the work is over or `until` passes; returns whether it is over.
     pub fn wait_work_done(&self, until: Instant) -> bool {
-        let state = self.shared.state();
         let wait = until.saturating_duration_since(Instant::now());
-        let (state, _) = self
-            .shared
-            .changed
-            .wait_timeout_while(state, wait, |s| !s.work_done)
-            .unwrap_or_else(PoisonError::into_inner);
-        state.work_done
+        self.shared.wait_while(wait, |s| !s.work_done).work_done
     }
 }
 
