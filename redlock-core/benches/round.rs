@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use chacha20::ChaCha8Rng;
 use rand_core::SeedableRng;
 use redlock_core::{
-    Acquire, AcquireOutcome, Command, Config, Lease, LockRequest, Output, Release, Reply,
-    RequestId, resp,
+    Acquire, AcquireOutcome, Command, Config, Lease, Lifecycle, LockEvent, LockOutput, LockRequest,
+    Output, Release, Reply, RequestId, resp,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -129,6 +129,45 @@ fn release_round(f: &mut Fixture) -> usize {
     answer_all(&mut machine, f.now, &ids, Reply::Int(1))
 }
 
+/// Drains `lock` until it waits, counting the sends and passing the event on, if any.
+fn drain_lock(lock: &mut Lifecycle, now: Instant, ids: &mut Vec<RequestId>) -> Option<LockEvent> {
+    loop {
+        match lock.poll_output(now) {
+            LockOutput::Send(transmit) => {
+                ids.push(transmit.id);
+                black_box(transmit.command);
+            }
+            LockOutput::Event(event) => return Some(event),
+            LockOutput::Wait { .. } | LockOutput::Idle => return None,
+        }
+    }
+}
+
+/// What an adapter drives: a lock's whole life in its `Lifecycle` — acquire (5 SETs, 5 OKs),
+/// the `Acquired` event, release (5 DELs, 5 replies), the `Released` event.
+fn lifecycle_round(f: &mut Fixture) -> usize {
+    let mut lock = Lifecycle::acquire(f.now, &f.config, &f.request, &mut f.rng).expect("valid");
+    let mut ids = Vec::with_capacity(NODES);
+    let mut events = 0;
+    for reply in [Reply::Ok, Reply::Int(1)] {
+        ids.clear();
+        if let Some(event) = drain_lock(&mut lock, f.now, &mut ids) {
+            black_box(event);
+        }
+        for id in &ids {
+            lock.handle_reply(f.now, *id, reply);
+            if let Some(event) = drain_lock(&mut lock, f.now, &mut Vec::new()) {
+                events += 1;
+                black_box(event);
+            }
+        }
+        if events == 1 {
+            lock.release(f.now);
+        }
+    }
+    usize::from(events == 2)
+}
+
 fn reference_round(f: &mut Fixture) -> usize {
     for command in &f.sets {
         let mut buf = Vec::new();
@@ -197,6 +236,7 @@ fn main() {
 
     let acquire = measure(&mut fixture, acquire_round, iters, batches);
     let release = measure(&mut fixture, release_round, iters, batches);
+    let lifecycle = measure(&mut fixture, lifecycle_round, iters, batches);
     let reference = measure(&mut fixture, reference_round, iters, batches);
     let reused = measure(&mut fixture, reused_buffer_round, iters, batches);
 
@@ -211,6 +251,10 @@ fn main() {
     println!("redlock-core, N = {NODES}, {batches} batches of {iters} rounds (median)");
     line("acquire: new + 5 SET sends + 5 OK replies + Done", &acquire);
     line("release: new + 5 DEL sends + 5 replies + Done", &release);
+    line(
+        "lifecycle: acquire + Acquired + release + Released",
+        &lifecycle,
+    );
     line(
         "reference: resp::encode of the 5 SETs into fresh Vecs",
         &reference,
