@@ -25,6 +25,7 @@ pub mod chaos;
 mod cluster;
 pub mod conformance;
 mod error;
+pub mod executor;
 mod inspect;
 mod options;
 mod port;

@@ -1,8 +1,8 @@
 //! What the workload needs from an adapter, and which adapter each client runs on.
 //!
 //! The critical sections are written once (see the section module), as async code generic over
-//! [`Client`]. Each adapter supplies the calls: `tokio_client.rs` and `async_std_client.rs`
-//! await their library's futures on their own runtime; `blocking_client.rs` makes blocking
+//! [`Client`]. Each adapter supplies the calls: `async_client.rs` (tokio and async-std, generic
+//! over the executor) awaits the library's futures on its runtime; `blocking_client.rs` makes blocking
 //! calls inside futures that are ready on their first poll, and runs the same code on a thread
 //! of its own (nothing in it ever waits on a future there).
 
@@ -67,7 +67,7 @@ pub(crate) trait Client: Sized + Send + Sync + 'static {
     /// The adapter.
     const KIND: AdapterKind;
     /// Its held lock.
-    type Lock: HeldLock;
+    type Lock: ClientLock;
     /// Its connection to the counter server.
     type Counter: Counter;
 
@@ -122,7 +122,7 @@ pub(crate) trait Client: Sized + Send + Sync + 'static {
 }
 
 /// A lock held by a [`Client`].
-pub(crate) trait HeldLock: Send {
+pub(crate) trait ClientLock: Send {
     /// The token stored under the keys.
     fn token(&self) -> Vec<u8>;
     /// The end of validity the library reports.

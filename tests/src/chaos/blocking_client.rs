@@ -21,7 +21,7 @@ use redlock_core::Config;
 use redlock_core::ReleaseReport;
 use redlock_redis::Error;
 
-use super::adapter::{AdapterKind, Client, Finished, HeldLock, Lease, Running};
+use super::adapter::{AdapterKind, Client, ClientLock, Finished, Lease, Running};
 use super::config::ChaosConfig;
 use super::section::{ScopedEnd, ScopedWork};
 
@@ -111,7 +111,7 @@ impl Client for BlockingClient {
     }
 }
 
-impl HeldLock for Lock {
+impl ClientLock for Lock {
     fn token(&self) -> Vec<u8> {
         Lock::token(self).as_bytes().to_vec()
     }

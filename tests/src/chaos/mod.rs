@@ -51,7 +51,7 @@
 //! "in spirit" — the report says which invariant broke, with the windows involved.
 
 mod adapter;
-mod async_std_client;
+mod async_client;
 mod blocking_client;
 mod bounds;
 mod config;
@@ -65,7 +65,6 @@ mod restart;
 mod rng;
 mod run;
 mod section;
-mod tokio_client;
 mod workload;
 
 pub use adapter::AdapterKind;

@@ -8,7 +8,7 @@ use redlock_core::Config;
 use tokio::runtime::Runtime;
 
 use super::adapter::{self, AdapterKind, Client, Finished, Running};
-use super::async_std_client::AsyncStdClient;
+use super::async_client::AsyncClient;
 use super::blocking_client::BlockingClient;
 use super::bounds::CallBounds;
 use super::config::ChaosConfig;
@@ -18,9 +18,9 @@ use super::probe;
 use super::recorder::Recorder;
 use super::report::{ChaosReport, ConnectionCheck, CounterCheck};
 use super::rng::ChaosRng;
-use super::tokio_client::TokioClient;
 use super::workload::{Planner, Shared, Tally};
 use crate::conformance::scenarios::eventually;
+use crate::executor::{AsyncStdExecutor, TokioExecutor};
 use crate::{Cluster, RedisServer};
 
 /// How long, after the run's end, a client may take to finish its last section before it
@@ -218,8 +218,8 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
 
 /// A client of some adapter, connected, not yet running.
 enum Connected {
-    Tokio(TokioClient),
-    AsyncStd(AsyncStdClient),
+    Tokio(AsyncClient<TokioExecutor>),
+    AsyncStd(AsyncClient<AsyncStdExecutor>),
     Blocking(BlockingClient),
 }
 
@@ -259,11 +259,17 @@ fn connect_clients(
             let urls = links.urls(index);
             let client = match kind {
                 AdapterKind::Tokio => {
-                    TokioClient::connect(urls, counter, config, runtime.handle().clone())
-                        .map(Connected::Tokio)
+                    let executor = TokioExecutor::on(runtime.handle().clone());
+                    AsyncClient::connect(urls, counter, config, executor).map(Connected::Tokio)
                 }
                 AdapterKind::AsyncStd => {
-                    AsyncStdClient::connect(urls, counter, config).map(Connected::AsyncStd)
+                    // Made outside tokio's context, so the counter connection is smol's.
+                    assert!(
+                        tokio::runtime::Handle::try_current().is_err(),
+                        "async-std clients are made outside tokio's context"
+                    );
+                    AsyncClient::connect(urls, counter, config, AsyncStdExecutor)
+                        .map(Connected::AsyncStd)
                 }
                 AdapterKind::Blocking => {
                     BlockingClient::connect(urls, counter, config).map(Connected::Blocking)

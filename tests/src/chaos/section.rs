@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redlock_redis::Error;
 
-use super::adapter::{Client, HeldLock, Lease};
+use super::adapter::{Client, ClientLock, Lease};
 use super::bounds::{Call, SLACK};
 use super::counter::Counter;
 use super::recorder::Window;

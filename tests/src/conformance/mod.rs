@@ -3,13 +3,13 @@
 //! expanding [`conformance_tests!`](crate::conformance_tests) in a test file.
 
 mod adapter;
-mod async_std;
+mod async_adapter;
 mod blocking;
 pub mod errors;
 pub mod scenarios;
-mod tokio;
 
 pub use adapter::{Adapter, HeldLock, Options, Work};
-pub use async_std::{AsyncStd, AsyncStdLock};
+pub use async_adapter::{
+    AsyncAdapter, AsyncLock, AsyncStd, AsyncStdLock, TestExecutor, Tokio, TokioLock,
+};
 pub use blocking::{Blocking, BlockingLock};
-pub use tokio::{Tokio, TokioLock};
