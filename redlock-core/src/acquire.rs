@@ -372,7 +372,7 @@ mod tests {
         let policy = RetryPolicy::default().attempts(3);
         let (config, mut nodes, t0) = setup(policy);
         for node in &mut nodes[..3] {
-            node.keys.insert(b"r".to_vec(), b"someone-else".to_vec());
+            node.put(b"r".to_vec(), b"someone-else".to_vec());
         }
         let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
         let (outcome, took, sent) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
@@ -399,7 +399,7 @@ mod tests {
         assert!(
             nodes[..3]
                 .iter()
-                .all(|n| n.keys[&b"r"[..]] == b"someone-else")
+                .all(|n| n.token(b"r") == Some(&b"someone-else"[..]))
         );
         assert!(nodes[3..].iter().all(|n| n.keys.is_empty()));
     }
@@ -457,7 +457,7 @@ mod tests {
             .deadline(Duration::from_secs(2));
         let (config, mut nodes, t0) = setup(policy);
         for node in &mut nodes {
-            node.keys.insert(b"r".to_vec(), b"other".to_vec());
+            node.put(b"r".to_vec(), b"other".to_vec());
         }
         let mut machine = acquire(&config, &LockRequest::new("r", TTL), t0);
         let (outcome, took, _) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
@@ -513,7 +513,7 @@ mod tests {
     fn multi_resource_locks_are_all_or_nothing() {
         let (config, mut nodes, t0) = setup(RetryPolicy::once());
         for node in &mut nodes {
-            node.keys.insert(b"b".to_vec(), b"other".to_vec());
+            node.put(b"b".to_vec(), b"other".to_vec());
         }
         let request = LockRequest::new("a", TTL).resource("b");
         let mut machine = acquire(&config, &request, t0);
@@ -578,7 +578,7 @@ mod tests {
             panic!("{outcome:?}")
         };
         assert_eq!(lease.token().as_bytes(), b"mine");
-        assert_eq!(nodes[0].keys[&b"r"[..]], b"mine");
+        assert_eq!(nodes[0].token(b"r"), Some(&b"mine"[..]));
     }
 }
 
@@ -593,7 +593,7 @@ mod round_tokens {
         let config = Config::builder(3).retry(policy).build().expect("valid");
         let mut nodes = vec![FakeNode::default(); 3];
         for node in &mut nodes {
-            node.keys.insert(b"r".to_vec(), b"other".to_vec());
+            node.put(b"r".to_vec(), b"other".to_vec());
         }
         let t0 = crate::testing::epoch();
         let request = LockRequest::new("r", Duration::from_secs(10));

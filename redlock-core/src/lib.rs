@@ -107,6 +107,8 @@ mod config;
 mod error;
 mod event;
 mod extend;
+#[cfg(any(test, feature = "testing"))]
+pub mod fake;
 mod id;
 mod jitter;
 mod lease;

@@ -218,7 +218,7 @@ fn a_wake_ends_the_retry_pause_early() {
     let config = config(RetryPolicy::default().delay(Duration::from_secs(5)));
     let mut nodes = vec![FakeNode::default(); 5];
     for node in nodes.iter_mut() {
-        node.keys.insert(b"r".to_vec(), b"other".to_vec());
+        node.put(b"r".to_vec(), b"other".to_vec());
     }
     let t0 = epoch();
     let mut lock =
@@ -292,7 +292,7 @@ fn a_wrong_token_resumes_nothing_and_touches_nothing() {
     let config = config(RetryPolicy::default());
     let mut nodes = vec![FakeNode::default(); 5];
     for node in nodes.iter_mut() {
-        node.keys.insert(b"r".to_vec(), b"holder".to_vec());
+        node.put(b"r".to_vec(), b"holder".to_vec());
     }
     let before = nodes.clone();
     let mut net = Net::new(&mut nodes, epoch());
@@ -338,7 +338,7 @@ fn releasing_during_acquisition_cleans_up_what_was_sent() {
     // Requests out, SETs landed, answers not in yet: the caller gives up.
     let mut ids = Vec::new();
     while let LockOutput::Send(t) = lock.poll_output(t0) {
-        nodes[t.id.node()].run(&t.command);
+        nodes[t.id.node()].run(Duration::ZERO, &t.command);
         ids.push(t.id);
     }
     lock.release(t0);
@@ -402,7 +402,7 @@ fn a_caller_extension_asked_during_a_renewal_runs_after_it() {
             }
             LockOutput::Send(t) => {
                 let node = t.id.node();
-                let reply = net.nodes[node].run(&t.command);
+                let reply = net.nodes[node].run(Duration::ZERO, &t.command);
                 lock.extend(net.now, Duration::from_secs(20))
                     .expect("valid");
                 lock.handle_reply(net.now, t.id, reply);
@@ -435,7 +435,7 @@ fn release_by_token_deletes_only_keys_under_that_token() {
     let mut nodes = vec![FakeNode::default(); 5];
     for (i, node) in nodes.iter_mut().enumerate() {
         let token: &[u8] = if i < 3 { b"mine" } else { b"theirs" };
-        node.keys.insert(b"r".to_vec(), token.to_vec());
+        node.put(b"r".to_vec(), token.to_vec());
     }
     let mut net = Net::new(&mut nodes, epoch());
     let request = LockRequest::new("r", TTL).token("mine");
@@ -447,12 +447,7 @@ fn release_by_token_deletes_only_keys_under_that_token() {
         }
         other => panic!("{other:?}"),
     }
-    let left: Vec<&[u8]> = net
-        .nodes
-        .iter()
-        .filter_map(|n| n.keys.get(&b"r"[..]))
-        .map(|v| &v[..])
-        .collect();
+    let left: Vec<&[u8]> = net.nodes.iter().filter_map(|n| n.token(b"r")).collect();
     assert_eq!(left, [&b"theirs"[..], &b"theirs"[..]]);
     assert!(
         Lifecycle::release_by_token(net.now, &config, &LockRequest::new("r", TTL), &mut rng(0))

@@ -138,9 +138,9 @@ mod tests {
         let spec = LockSpec::new(b"", [b"r"], Token::new(b"mine".to_vec()).expect("valid"))
             .expect("valid");
         let mut nodes = vec![FakeNode::default(); 5];
-        nodes[0].keys.insert(b"r".to_vec(), b"mine".to_vec());
-        nodes[1].keys.insert(b"r".to_vec(), b"theirs".to_vec());
-        nodes[4].keys.insert(b"r".to_vec(), b"mine".to_vec());
+        nodes[0].put(b"r".to_vec(), b"mine".to_vec());
+        nodes[1].put(b"r".to_vec(), b"theirs".to_vec());
+        nodes[4].put(b"r".to_vec(), b"mine".to_vec());
         let ttl = Duration::from_secs(1);
         let t0 = crate::testing::epoch();
         let mut release = Release::for_spec(t0, &config, spec, ttl);
@@ -167,8 +167,8 @@ mod tests {
         assert!(!report.is_clean());
         assert_eq!(took, config.node_timeout(ttl));
         assert_eq!(
-            nodes[1].keys[&b"r"[..]],
-            b"theirs",
+            nodes[1].token(b"r"),
+            Some(&b"theirs"[..]),
             "another holder's key is never touched"
         );
         assert!(nodes[0].keys.is_empty());

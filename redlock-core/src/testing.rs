@@ -1,74 +1,16 @@
 //! Unit-test helpers: a seeded RNG and in-memory nodes that answer the engine's commands.
 
-use std::collections::BTreeMap;
-
 use rand_core::SeedableRng;
 
-use crate::command::{Command, Op};
+use crate::command::Command;
 use crate::reply::Reply;
 
 pub(crate) fn rng(seed: u64) -> chacha20::ChaCha8Rng {
     chacha20::ChaCha8Rng::seed_from_u64(seed)
 }
 
-/// One in-memory node: key -> token, no expiry (tests that need expiry step it themselves).
-#[derive(Debug, Default, Clone)]
-pub(crate) struct FakeNode {
-    pub(crate) keys: BTreeMap<Vec<u8>, Vec<u8>>,
-}
-
-impl FakeNode {
-    /// Runs `command` with the semantics of the scripts and `SET NX`.
-    pub(crate) fn run(&mut self, command: &Command) -> Reply {
-        let token = command.spec().token().as_bytes();
-        let keys: Vec<Vec<u8>> = command.spec().keys().map(<[u8]>::to_vec).collect();
-        match command.op() {
-            Op::SetIfAbsent => {
-                if keys.iter().any(|k| self.keys.contains_key(k)) {
-                    return if keys.len() == 1 {
-                        Reply::Nil
-                    } else {
-                        Reply::Int(0)
-                    };
-                }
-                for key in keys.iter() {
-                    self.keys.insert(key.clone(), token.to_vec());
-                }
-                if keys.len() == 1 {
-                    Reply::Ok
-                } else {
-                    Reply::Int(1)
-                }
-            }
-            Op::DeleteIfEquals => {
-                let (mut released, mut foreign) = (0, 0);
-                for key in &keys {
-                    match self.keys.get(key) {
-                        Some(v) if v == token => {
-                            self.keys.remove(key);
-                            released += 1;
-                        }
-                        Some(_) => foreign += 1,
-                        None => {}
-                    }
-                }
-                Reply::Int(if foreign > 0 {
-                    -1
-                } else if released > 0 {
-                    1
-                } else {
-                    0
-                })
-            }
-            Op::ExpireIfEquals => {
-                let all = keys
-                    .iter()
-                    .all(|k| self.keys.get(k).is_some_and(|v| v == token));
-                Reply::Int(i64::from(all))
-            }
-        }
-    }
-}
+/// The project's one fake Redis node; unit tests keep its clock at zero (no key expires).
+pub(crate) use crate::fake::FakeNode;
 
 use std::time::{Duration, Instant};
 
@@ -105,12 +47,12 @@ pub(crate) fn drive<M: Machine>(
             Output::Send(t) => {
                 let node = t.id.node();
                 match links[node] {
-                    Link::Up => inbox.push((t.id, nodes[node].run(&t.command))),
+                    Link::Up => inbox.push((t.id, nodes[node].run(Duration::ZERO, &t.command))),
                     Link::Refused => {
                         inbox.push((t.id, Reply::Error(crate::NodeErrorKind::Connection)))
                     }
                     Link::LostReply => {
-                        nodes[node].run(&t.command);
+                        nodes[node].run(Duration::ZERO, &t.command);
                     }
                     Link::Silent => {}
                 }
@@ -177,12 +119,14 @@ impl<'a> Net<'a> {
                 LockOutput::Send(t) => {
                     let node = t.id.node();
                     match self.links[node] {
-                        Link::Up => self.inbox.push((t.id, self.nodes[node].run(&t.command))),
+                        Link::Up => self
+                            .inbox
+                            .push((t.id, self.nodes[node].run(Duration::ZERO, &t.command))),
                         Link::Refused => self
                             .inbox
                             .push((t.id, Reply::Error(crate::NodeErrorKind::Connection))),
                         Link::LostReply => {
-                            self.nodes[node].run(&t.command);
+                            self.nodes[node].run(Duration::ZERO, &t.command);
                         }
                         Link::Silent => {}
                     }

@@ -31,6 +31,7 @@ mod options;
 mod port;
 mod proxy;
 mod pump;
+mod rng;
 mod server;
 pub mod sim;
 

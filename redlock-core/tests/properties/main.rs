@@ -10,8 +10,8 @@
 //! deadline computed here from the configuration), what the quorum decision had to be at every
 //! output, and what the outcome must say.
 //!
-//! The crate is split by concept: `node` is an in-memory Redis node, `world` the simulated
-//! network and the driver that runs machines over it, `reference` the reading shared by every
+//! The nodes are the project's one fake Redis node (`redlock_core::fake`). The crate is split
+//! by concept: `world` is the simulated network and the driver that runs machines over it, `reference` the reading shared by every
 //! check, `acquire`, `extend` and `release` the checks of each machine's trace, and
 //! `setup` the strategies and set-ups the properties below start from.
 // `Instant::now()` is read once per case, as the base of virtual time. The clock ban in
@@ -20,7 +20,6 @@
 
 mod acquire;
 mod extend;
-mod node;
 mod reference;
 mod release;
 mod setup;
@@ -35,7 +34,7 @@ use redlock_core::{Acquire, AcquireOutcome, Config, Extend, ExtendOutcome, Relea
 
 use acquire::{AcquireSpec, Acquired, check_acquire};
 use extend::{ExtendSpec, check_extend};
-use node::Keys;
+use redlock_core::fake::Keys;
 use reference::span;
 use release::check_release;
 use setup::{

@@ -11,9 +11,9 @@ use redlock_core::strategies::{self, Schedule};
 use redlock_core::{Acquire, AcquireOutcome, Config, Lease, LockRequest, LockSpec};
 
 use crate::acquire::{AcquireSpec, Acquired, check_acquire};
-use crate::node::Node;
 use crate::world::{Client, Rec, World};
 use crate::{At, MAX_TIME, Outcome};
+use redlock_core::fake::FakeNode as Node;
 
 /// The token another holder's keys carry.
 pub(crate) const FOREIGN_TOKEN: &[u8] = b"someone-else";

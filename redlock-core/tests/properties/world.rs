@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use redlock_core::strategies::{Fate, Schedule};
 use redlock_core::{Command, Machine, Output, Reply, RequestId};
 
-use crate::node::Node;
 use crate::{At, MAX_TIME, Outcome};
+use redlock_core::fake::FakeNode as Node;
 
 /// More polls than any run needs (the longest runs have a few hundred rounds of 18 requests).
 const MAX_POLLS: usize = 500_000;
@@ -339,7 +339,7 @@ impl World {
                 replies,
             } => {
                 let node = &mut self.nodes[id.node()];
-                let foreign = node.foreign(now, &command);
+                let foreign = node.holds_foreign(now, &command);
                 let reply = node.run(now, &command);
                 for delay in replies {
                     let source = Source::Node { foreign };

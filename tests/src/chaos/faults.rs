@@ -14,8 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::links::Links;
-use super::rng::ChaosRng;
 use crate::Cluster;
+use crate::rng::TestRng;
 
 /// One kind of injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -175,7 +175,7 @@ struct LinkState {
 pub(crate) struct Nemesis<'a> {
     cluster: Cluster,
     links: &'a Links,
-    rng: ChaosRng,
+    rng: TestRng,
     config: FaultConfig,
     max_ttl: Duration,
     nodes: Vec<NodeState>,
@@ -188,7 +188,7 @@ impl<'a> Nemesis<'a> {
     pub(crate) fn new(
         cluster: Cluster,
         links: &'a Links,
-        rng: ChaosRng,
+        rng: TestRng,
         config: &FaultConfig,
         max_ttl: Duration,
     ) -> Self {
@@ -216,7 +216,7 @@ impl<'a> Nemesis<'a> {
             }
             self.handle_due(now);
             self.inject(now);
-            let pause = self.rng.duration(self.config.interval);
+            let pause = self.rng.duration_micros(self.config.interval);
             thread::sleep(pause.min(until.saturating_duration_since(Instant::now())));
         }
         self.settle();
@@ -301,7 +301,7 @@ impl<'a> Nemesis<'a> {
         };
         self.cluster.kill(node);
         // The delayed restart: down for longer than any key it held could have lived.
-        let restart_at = now + self.max_ttl + self.rng.duration(self.config.restart_margin);
+        let restart_at = now + self.max_ttl + self.rng.duration_micros(self.config.restart_margin);
         self.nodes[node] = NodeState::Down { restart_at };
         self.counts.add(FaultKind::Kill);
     }
@@ -316,7 +316,7 @@ impl<'a> Nemesis<'a> {
             return;
         };
         self.cluster.pause(node);
-        let resume_at = now + self.rng.duration(self.config.pause);
+        let resume_at = now + self.rng.duration_micros(self.config.pause);
         self.nodes[node] = NodeState::Paused { resume_at };
         self.counts.add(FaultKind::Pause);
     }
@@ -328,10 +328,10 @@ impl<'a> Nemesis<'a> {
         let Some(link) = self.rng.pick(&free) else {
             return;
         };
-        let latency = self.rng.duration(self.config.latency);
+        let latency = self.rng.duration_micros(self.config.latency);
         self.proxy(link).set_latency(latency);
         self.link_states[link].latency_until =
-            Some(now + self.rng.duration(self.config.latency_for));
+            Some(now + self.rng.duration_micros(self.config.latency_for));
         self.counts.add(FaultKind::Latency);
     }
 
@@ -377,7 +377,7 @@ impl<'a> Nemesis<'a> {
                     proxy.reset_after(bytes);
                 }
             }
-            self.link_states[link].heal_at = Some(now + self.rng.duration(range));
+            self.link_states[link].heal_at = Some(now + self.rng.duration_micros(range));
             self.counts.add(kind);
         }
     }

@@ -62,7 +62,6 @@ mod probe;
 mod recorder;
 mod report;
 mod restart;
-mod rng;
 mod run;
 mod section;
 mod workload;

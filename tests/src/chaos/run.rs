@@ -17,10 +17,10 @@ use super::links::Links;
 use super::probe;
 use super::recorder::Recorder;
 use super::report::{ChaosReport, ConnectionCheck, CounterCheck};
-use super::rng::ChaosRng;
 use super::workload::{Planner, Shared, Tally};
 use crate::conformance::scenarios::eventually;
 use crate::executor::{AsyncStdExecutor, TokioExecutor};
+use crate::rng::TestRng;
 use crate::{Cluster, RedisServer};
 
 /// How long, after the run's end, a client may take to finish its last section before it
@@ -69,7 +69,7 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         .expect("a tokio runtime");
     let tasks_before = runtime.metrics().num_alive_tasks();
 
-    let mut rng = ChaosRng::new(config.seed);
+    let mut rng = TestRng::new(config.seed);
     let nemesis_rng = rng.fork();
     let counter_client = redis::Client::open(counter_server.url()).expect("counter server URL");
     let clients = connect_clients(config, &links, &counter_client, &runtime, &mut rng);
@@ -248,7 +248,7 @@ fn connect_clients(
     links: &Links,
     counter: &redis::Client,
     runtime: &Runtime,
-    rng: &mut ChaosRng,
+    rng: &mut TestRng,
 ) -> Vec<(Connected, Planner)> {
     config
         .clients

@@ -35,7 +35,7 @@ use super::adapter::AdapterKind;
 use super::bounds::{CallBounds, CallTimes};
 use super::config::ChaosConfig;
 use super::recorder::Recorder;
-use super::rng::ChaosRng;
+use crate::rng::TestRng;
 
 /// How a section takes its lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +80,7 @@ pub(crate) struct Step {
 /// Draws one client's plan.
 #[derive(Debug)]
 pub(crate) struct Planner {
-    rng: ChaosRng,
+    rng: TestRng,
     resources: usize,
     ttl: (Duration, Duration),
     /// Whether the client's adapter can abandon an acquisition ([`AdapterKind::can_cancel`]).
@@ -88,7 +88,7 @@ pub(crate) struct Planner {
 }
 
 impl Planner {
-    pub(crate) fn new(rng: ChaosRng, config: &ChaosConfig, adapter: AdapterKind) -> Self {
+    pub(crate) fn new(rng: TestRng, config: &ChaosConfig, adapter: AdapterKind) -> Self {
         Self {
             rng,
             resources: config.resources,
@@ -107,7 +107,7 @@ impl Planner {
             Entry::TryLock
         } else if roll < 0.65 {
             // Drawn either way, so that every adapter's stream has the same shape.
-            let after = rng.duration((ms(5), ms(600)));
+            let after = rng.duration_micros((ms(5), ms(600)));
             if self.can_cancel {
                 Entry::Cancellable(after)
             } else {
@@ -117,15 +117,15 @@ impl Planner {
             Entry::WithLock
         };
         let resource = rng.index(self.resources);
-        let ttl = rng.duration(self.ttl);
+        let ttl = rng.duration_micros(self.ttl);
         let plain = entry != Entry::WithLock;
-        let extend = (plain && rng.chance(0.35)).then(|| rng.duration(self.ttl));
+        let extend = (plain && rng.chance(0.35)).then(|| rng.duration_micros(self.ttl));
         // Mostly short work; sometimes long enough for the validity to run out (plain locks) or
         // for auto-extension to kick in (with_lock).
         let total = if rng.chance(0.08) {
             ttl.mul_f64(0.3 + 1.1 * rng.unit())
         } else {
-            rng.duration((ms(2), ms(60)))
+            rng.duration_micros((ms(2), ms(60)))
         };
         let first = total.mul_f64(rng.unit());
         Step {
@@ -135,7 +135,7 @@ impl Planner {
             extend,
             work: (first, total - first),
             drop_unreleased: plain && rng.chance(0.05),
-            think: rng.duration((ms(0), ms(40))),
+            think: rng.duration_micros((ms(0), ms(40))),
         }
     }
 }

@@ -26,10 +26,10 @@ use redlock_core::{
 
 use super::checker::{Checker, ClaimId};
 use super::clock::{Clock, Nanos, TimeBase, nanos};
-use super::rng::SimRng;
 use super::scenario::{ClientKind, Scenario};
 use super::stats::Stats;
 use super::trace::Trace;
+use crate::rng::TestRng;
 
 /// A request a client hands to the network.
 #[derive(Debug)]
@@ -143,7 +143,7 @@ pub(crate) struct Client<'s> {
     scenario: &'s Scenario,
     clock: Clock,
     config: Config,
-    rng: SimRng,
+    rng: TestRng,
     phase: Phase,
     locks: u32,
     paused: Option<Paused>,
@@ -163,7 +163,7 @@ impl<'s> Client<'s> {
         scenario: &'s Scenario,
         clock: Clock,
         config: Config,
-        rng: SimRng,
+        rng: TestRng,
         stop_at: Nanos,
     ) -> Self {
         Self {

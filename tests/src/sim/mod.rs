@@ -63,7 +63,6 @@ mod client;
 mod clock;
 mod network;
 mod node;
-mod rng;
 mod runner;
 mod scenario;
 mod stats;

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::clock::{Nanos, nanos};
-use super::rng::SimRng;
+use crate::rng::TestRng;
 
 /// How messages travel.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,7 +120,7 @@ impl Network {
     }
 
     /// Draws the fate of a message sent at `t` on `link`.
-    pub(crate) fn transit(&mut self, rng: &mut SimRng, t: Nanos, link: Link) -> Transit {
+    pub(crate) fn transit(&mut self, rng: &mut TestRng, t: Nanos, link: Link) -> Transit {
         if rng.chance(self.config.loss) {
             return Transit::Lost;
         }
@@ -140,7 +140,7 @@ impl Network {
         Transit::Arrives(first, second)
     }
 
-    fn delay(&self, rng: &mut SimRng) -> Nanos {
+    fn delay(&self, rng: &mut TestRng) -> Nanos {
         let mut delay = nanos(rng.duration(self.config.delay));
         if rng.chance(self.config.reorder) {
             delay += nanos(rng.duration((Duration::ZERO, self.config.reorder_delay)));

@@ -1,53 +1,24 @@
-//! A simulated Redis master: keys with a TTL measured on the node's own clock, `SET NX PX`, and
-//! the engine's three Lua scripts, run atomically as Redis runs them.
+//! A simulated Redis master: the project's one fake node (`redlock_core::fake::FakeNode`, which
+//! runs `SET NX PX` and the engine's three Lua scripts as Redis does) on the node's own clock,
+//! plus crashes.
 //!
-//! The node reads each command the way the server would receive it — through
-//! [`Command::redis_form`] — so the simulator checks the adapters' view of a command, not the
-//! engine's intent. A key is alive while the node's clock reads less than its expiry (real Redis
-//! keeps it up to a millisecond longer, which can only help safety). A crash loses every key (no
-//! persistence: the worst case the Redis page describes); a down node runs nothing.
+//! Keys expire by the node's own clock. A crash loses every key (no persistence: the worst case
+//! the Redis page describes); a down node runs nothing.
 
-use std::collections::BTreeMap;
+use std::time::Duration;
 
-use redlock_core::{Command, EXTEND_NEVER_SHORTENS, NodeErrorKind, RedisForm, Reply, Script};
+pub use redlock_core::fake::ExtendSemantics;
+use redlock_core::fake::FakeNode;
+use redlock_core::{Command, Reply};
 
 use super::clock::{Clock, Nanos};
-
-/// How the node runs the extend script's `PEXPIRE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExtendSemantics {
-    /// A plain `PEXPIRE key ttl`: sets the TTL, shorter or longer.
-    Pexpire,
-    /// `PEXPIRE` only where `PTTL` is below the new TTL: a TTL is only ever lengthened.
-    NeverShorten,
-}
-
-impl ExtendSemantics {
-    /// What the engine's extend script does, as the engine declares it
-    /// ([`EXTEND_NEVER_SHORTENS`]).
-    pub fn of_engine() -> Self {
-        if EXTEND_NEVER_SHORTENS {
-            Self::NeverShorten
-        } else {
-            Self::Pexpire
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Entry {
-    token: Vec<u8>,
-    /// Node-local time at which the key is gone.
-    expires: Nanos,
-}
 
 /// One simulated Redis master.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     clock: Clock,
-    keys: BTreeMap<Vec<u8>, Entry>,
+    store: FakeNode,
     up: bool,
-    extend: ExtendSemantics,
 }
 
 impl Node {
@@ -55,9 +26,8 @@ impl Node {
     pub(crate) fn new(clock: Clock, extend: ExtendSemantics) -> Self {
         Self {
             clock,
-            keys: BTreeMap::new(),
+            store: FakeNode::with_extend(extend),
             up: true,
-            extend,
         }
     }
 
@@ -74,7 +44,7 @@ impl Node {
     /// Stops the node; every key is lost.
     pub(crate) fn crash(&mut self) {
         self.up = false;
-        self.keys.clear();
+        self.store.forget_all();
     }
 
     /// Starts the node again, empty.
@@ -82,104 +52,21 @@ impl Node {
         self.up = true;
     }
 
+    /// The node's clock at true time `t`.
+    fn local(&self, t: Nanos) -> Duration {
+        Duration::from_nanos(self.clock.local(t))
+    }
+
     /// The token under `key` at true time `t`, if the key is alive.
     pub(crate) fn holder(&self, t: Nanos, key: &[u8]) -> Option<&[u8]> {
-        self.alive(key, self.clock.local(t)).map(|e| &e.token[..])
-    }
-
-    fn alive(&self, key: &[u8], now: Nanos) -> Option<&Entry> {
-        self.keys.get(key).filter(|e| now < e.expires)
-    }
-
-    fn set(&mut self, key: &[u8], token: &[u8], now: Nanos, ttl_ms: u64) {
-        let expires = now.saturating_add(ttl_ms.saturating_mul(1_000_000));
-        self.keys.insert(
-            key.to_vec(),
-            Entry {
-                token: token.to_vec(),
-                expires,
-            },
-        );
+        self.store.holder(self.local(t), key)
     }
 
     /// Runs `command` at true time `t` (the node must be up) and returns Redis's answer.
     pub(crate) fn run(&mut self, t: Nanos, command: &Command) -> Reply {
         debug_assert!(self.up);
-        let now = self.clock.local(t);
-        match command.redis_form() {
-            // SET key token NX PX ttl: OK, or nil when the key exists.
-            RedisForm::Set { key, token, ttl_ms } => {
-                if self.alive(key, now).is_some() {
-                    Reply::Nil
-                } else {
-                    self.set(key, token, now, ttl_ms);
-                    Reply::Ok
-                }
-            }
-            RedisForm::Script {
-                script,
-                spec,
-                token,
-                ttl_ms,
-            } => {
-                let keys: Vec<&[u8]> = spec.keys().collect();
-                match script {
-                    Script::Acquire => {
-                        let Some(ttl_ms) = ttl_ms else {
-                            return Reply::Error(NodeErrorKind::Other);
-                        };
-                        if keys.iter().any(|k| self.alive(k, now).is_some()) {
-                            return Reply::Int(0);
-                        }
-                        for key in keys {
-                            self.set(key, token, now, ttl_ms);
-                        }
-                        Reply::Int(1)
-                    }
-                    Script::Release => {
-                        let (mut released, mut foreign) = (0, 0);
-                        for key in keys {
-                            match self.alive(key, now) {
-                                Some(e) if e.token == token => {
-                                    self.keys.remove(key);
-                                    released += 1;
-                                }
-                                Some(_) => foreign += 1,
-                                None => {}
-                            }
-                        }
-                        Reply::Int(if foreign > 0 {
-                            -1
-                        } else if released > 0 {
-                            1
-                        } else {
-                            0
-                        })
-                    }
-                    Script::Extend => {
-                        let Some(ttl_ms) = ttl_ms else {
-                            return Reply::Error(NodeErrorKind::Other);
-                        };
-                        let all_ours = keys
-                            .iter()
-                            .all(|k| self.alive(k, now).is_some_and(|e| e.token == token));
-                        if !all_ours {
-                            return Reply::Int(0);
-                        }
-                        let expires = now.saturating_add(ttl_ms.saturating_mul(1_000_000));
-                        for key in keys {
-                            if let Some(entry) = self.keys.get_mut(key) {
-                                entry.expires = match self.extend {
-                                    ExtendSemantics::Pexpire => expires,
-                                    ExtendSemantics::NeverShorten => entry.expires.max(expires),
-                                };
-                            }
-                        }
-                        Reply::Int(1)
-                    }
-                }
-            }
-        }
+        let now = self.local(t);
+        self.store.run(now, command)
     }
 }
 
@@ -214,7 +101,7 @@ mod tests {
         for r in &resources[1..] {
             request = request.resource(*r);
         }
-        let mut rng = super::super::rng::SimRng::new(1);
+        let mut rng = crate::rng::TestRng::new(1);
         let mut acquire = Acquire::new(now, &config, &request, rng.core()).expect("valid");
         let Output::Send(transmit) = acquire.poll_output(now) else {
             panic!("no send")

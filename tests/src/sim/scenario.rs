@@ -13,7 +13,7 @@ use redlock_core::RetryPolicy;
 use super::clock::{Clock, Nanos, nanos};
 use super::network::{NetConfig, Partition};
 use super::node::ExtendSemantics;
-use super::rng::SimRng;
+use crate::rng::TestRng;
 
 /// How a client behaves while it holds a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -496,9 +496,9 @@ impl Scenario {
     }
 
     /// Draws one concrete schedule of faults and clocks.
-    pub(crate) fn plan(&self, rng: &mut SimRng) -> Plan {
+    pub(crate) fn plan(&self, rng: &mut TestRng) -> Plan {
         let run = nanos(self.run_for);
-        let clock = |rng: &mut SimRng, (lo, hi): (i32, i32)| {
+        let clock = |rng: &mut TestRng, (lo, hi): (i32, i32)| {
             let offset = rng.between(0, nanos(self.clocks.max_offset));
             let span = u64::try_from(i64::from(hi) - i64::from(lo)).unwrap_or(0);
             let rate = i64::from(lo) + i64::try_from(rng.between(0, span)).unwrap_or(0);
@@ -552,7 +552,7 @@ impl Scenario {
 
 /// `count` non-overlapping intervals `(start, length)` starting inside `[0, run)`.
 fn spaced(
-    rng: &mut SimRng,
+    rng: &mut TestRng,
     count: u64,
     run: Nanos,
     length: (Duration, Duration),

@@ -15,10 +15,10 @@ use super::client::{Client, Env, Outgoing};
 use super::clock::{Nanos, TimeBase, nanos};
 use super::network::{Link, Network, Transit};
 use super::node::Node;
-use super::rng::SimRng;
 use super::scenario::Scenario;
 use super::stats::Stats;
 use super::trace::Trace;
+use crate::rng::TestRng;
 
 /// Events beyond this in one run mean a livelock in the simulator or the engine.
 const MAX_EVENTS: u64 = 20_000_000;
@@ -76,7 +76,7 @@ pub(crate) struct World<'s> {
     nodes: Vec<Node>,
     clients: Vec<Client<'s>>,
     network: Network,
-    net_rng: SimRng,
+    net_rng: TestRng,
     checker: Checker,
     stats: Stats,
     trace: Option<Trace>,
@@ -87,7 +87,7 @@ pub(crate) struct World<'s> {
 impl<'s> World<'s> {
     /// Draws the schedule of `seed` and sets up the world at true time zero.
     pub(crate) fn new(scenario: &'s Scenario, seed: u64, traced: bool) -> Self {
-        let mut root = SimRng::new(seed);
+        let mut root = TestRng::new(seed);
         let plan = scenario.plan(&mut root.fork());
         let net_rng = root.fork();
         let config = Config::builder(scenario.nodes)

@@ -1,0 +1,187 @@
+//! An in-memory Redis master that answers the engine's commands exactly as Redis runs them, for
+//! tests and simulators — the one fake node of the project (the core's unit tests, its property
+//! tests and the `redlock-tests` simulator all use it).
+//!
+//! It reads each command the way a server receives it, through [`Command::redis_form`]: plain
+//! `SET key token NX PX ttl`, or one of the three scripts named by [`Script`]. Time is whatever
+//! the caller says it is on this node's own clock (`now`, a `Duration` since any epoch the
+//! caller picks); a key is alive while `now` is before its expiry (real Redis keeps it up to a
+//! millisecond longer, which can only help safety). It never reads a clock, never does I/O, and
+//! never panics on any command.
+//!
+//! Enabled by the `testing` feature (and in the crate's own tests).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::command::{Command, EXTEND_NEVER_SHORTENS, RedisForm, Script};
+use crate::reply::{NodeErrorKind, Reply};
+
+/// key → (token, expiry on the node's clock). A key planted with [`FakeNode::put`] never expires
+/// (expiry `Duration::MAX`).
+pub type Keys = BTreeMap<Vec<u8>, (Vec<u8>, Duration)>;
+
+/// How the node runs the extend script's `PEXPIRE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExtendSemantics {
+    /// A plain `PEXPIRE key ttl`: sets the TTL, shorter or longer (for negative controls).
+    Pexpire,
+    /// `PEXPIRE` only where `PTTL` is below the new TTL: a TTL is only ever lengthened.
+    NeverShorten,
+}
+
+impl ExtendSemantics {
+    /// What the engine's extend script does, as the engine declares it
+    /// ([`EXTEND_NEVER_SHORTENS`]).
+    pub fn of_engine() -> Self {
+        if EXTEND_NEVER_SHORTENS {
+            Self::NeverShorten
+        } else {
+            Self::Pexpire
+        }
+    }
+}
+
+impl Default for ExtendSemantics {
+    fn default() -> Self {
+        Self::of_engine()
+    }
+}
+
+/// One in-memory Redis master. See the [module docs](self).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FakeNode {
+    /// Every key, live or expired (expired ones are dropped by the next [`run`](Self::run)).
+    pub keys: Keys,
+    extend: ExtendSemantics,
+}
+
+impl FakeNode {
+    /// An empty node whose extend script behaves as the engine's.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty node whose extend script behaves as `extend` says.
+    pub fn with_extend(extend: ExtendSemantics) -> Self {
+        Self {
+            keys: Keys::new(),
+            extend,
+        }
+    }
+
+    /// Plants `key = token` with no expiry (another holder, in a test).
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, token: impl Into<Vec<u8>>) {
+        self.keys.insert(key.into(), (token.into(), Duration::MAX));
+    }
+
+    /// The token under `key`, whatever its expiry (for tests that keep time still).
+    pub fn token(&self, key: &[u8]) -> Option<&[u8]> {
+        self.keys.get(key).map(|(token, _)| &token[..])
+    }
+
+    /// The token under `key` at `now`, if the key is alive then.
+    pub fn holder(&self, now: Duration, key: &[u8]) -> Option<&[u8]> {
+        self.alive(key, now).map(|(token, _)| &token[..])
+    }
+
+    /// Loses every key (a restart without persistence, `FLUSHALL`).
+    pub fn forget_all(&mut self) {
+        self.keys.clear();
+    }
+
+    /// Whether any of `command`'s keys is alive at `now` under another token than its own.
+    pub fn holds_foreign(&self, now: Duration, command: &Command) -> bool {
+        let token = command.spec().token().as_bytes();
+        command
+            .spec()
+            .keys()
+            .any(|key| self.holder(now, key).is_some_and(|held| held != token))
+    }
+
+    fn alive(&self, key: &[u8], now: Duration) -> Option<&(Vec<u8>, Duration)> {
+        self.keys.get(key).filter(|(_, expires)| now < *expires)
+    }
+
+    fn set(&mut self, key: &[u8], token: &[u8], now: Duration, ttl_ms: u64) {
+        let expires = now.saturating_add(Duration::from_millis(ttl_ms));
+        self.keys.insert(key.to_vec(), (token.to_vec(), expires));
+    }
+
+    /// Runs `command` at `now` on the node's clock and returns Redis's answer.
+    pub fn run(&mut self, now: Duration, command: &Command) -> Reply {
+        self.keys.retain(|_, (_, expires)| now < *expires);
+        match command.redis_form() {
+            // SET key token NX PX ttl: OK, or nil when the key exists.
+            RedisForm::Set { key, token, ttl_ms } => {
+                if self.alive(key, now).is_some() {
+                    Reply::Nil
+                } else {
+                    self.set(key, token, now, ttl_ms);
+                    Reply::Ok
+                }
+            }
+            RedisForm::Script {
+                script,
+                spec,
+                token,
+                ttl_ms,
+            } => {
+                let keys: Vec<&[u8]> = spec.keys().collect();
+                match script {
+                    Script::Acquire => {
+                        let Some(ttl_ms) = ttl_ms else {
+                            return Reply::Error(NodeErrorKind::Other);
+                        };
+                        if keys.iter().any(|k| self.alive(k, now).is_some()) {
+                            return Reply::Int(0);
+                        }
+                        for key in keys {
+                            self.set(key, token, now, ttl_ms);
+                        }
+                        Reply::Int(1)
+                    }
+                    Script::Release => {
+                        let (mut released, mut foreign) = (0, 0);
+                        for key in keys {
+                            match self.alive(key, now) {
+                                Some((held, _)) if held == token => {
+                                    self.keys.remove(key);
+                                    released += 1;
+                                }
+                                Some(_) => foreign += 1,
+                                None => {}
+                            }
+                        }
+                        Reply::Int(if foreign > 0 {
+                            -1
+                        } else {
+                            i64::from(released > 0)
+                        })
+                    }
+                    Script::Extend => {
+                        let Some(ttl_ms) = ttl_ms else {
+                            return Reply::Error(NodeErrorKind::Other);
+                        };
+                        let all_ours = keys
+                            .iter()
+                            .all(|k| self.alive(k, now).is_some_and(|(held, _)| held == token));
+                        if !all_ours {
+                            return Reply::Int(0);
+                        }
+                        let expires = now.saturating_add(Duration::from_millis(ttl_ms));
+                        for key in keys {
+                            if let Some((_, at)) = self.keys.get_mut(key) {
+                                *at = match self.extend {
+                                    ExtendSemantics::Pexpire => expires,
+                                    ExtendSemantics::NeverShorten => (*at).max(expires),
+                                };
+                            }
+                        }
+                        Reply::Int(1)
+                    }
+                }
+            }
+        }
+    }
+}
