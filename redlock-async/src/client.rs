@@ -4,8 +4,10 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redlock_core::{Lifecycle, LockRequest, ReleaseReport, RetryPolicy};
-use redlock_redis::{Builder, ClientCore, Error, FromSettings, LockFailure, Settings, Start};
+use redlock_core::{Lifecycle, LockRequest, ReleaseReport, RetryPolicy, Vote};
+use redlock_redis::{
+    Builder, ClientCore, Error, FromSettings, LockFailure, NodeReport, Settings, Start,
+};
 use tracing::Instrument;
 
 use crate::conn::Node;
@@ -105,6 +107,25 @@ impl<R: Runtime> Redlock<R> {
         let lifecycle = self.inner.core.start(Start::ReleaseByToken, &request)?;
         let dispatch = Dispatch::new(self.inner.nodes.clone());
         Ok(self.run_release(dispatch, lifecycle).await)
+    }
+
+    /// Marks every node trusted for restart-aware voting: a node with no epoch (a fresh
+    /// deployment, or one that lost its memory) then votes at once instead of refusing for the
+    /// longest TTL in use. **Only for an operator who knows that no lock is live on these
+    /// nodes** (nothing was ever locked, or every holder is stopped and its TTL has passed):
+    /// trusting a node that restarted inside a holder's validity lets a second client take the
+    /// lock. Returns each node's answer (`Granted` = trusted).
+    pub async fn trust_nodes(&self) -> Vec<NodeReport<Vote>> {
+        let mut lifecycle = self.inner.core.trust();
+        let mut dispatch = Dispatch::<R>::new(self.inner.nodes.clone());
+        let report = loop {
+            let event = next_event(&mut dispatch, &mut lifecycle).await;
+            if let Some(report) = self.inner.core.trusted(event) {
+                break report;
+            }
+        };
+        dispatch.finish();
+        report
     }
 
     async fn start(&self, start: Start, request: &LockRequest) -> Result<Lock<R>, Error> {

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_core::{Lifecycle, LockRequest, ReleaseReport, RetryPolicy};
-use redlock_redis::{Builder, ClientCore, Error, FromSettings, Settings, Start};
+use redlock_core::{Lifecycle, LockRequest, ReleaseReport, RetryPolicy, Vote};
+use redlock_redis::{Builder, ClientCore, Error, FromSettings, NodeReport, Settings, Start};
 
 use crate::conn::Node;
 use crate::driver::{Dispatch, next_event};
@@ -92,6 +92,23 @@ impl Redlock {
         let mut lifecycle = self.inner.core.start(Start::ReleaseByToken, &request)?;
         let dispatch = Dispatch::new(self.inner.nodes.clone());
         Ok(self.run_release(&dispatch, &mut lifecycle))
+    }
+
+    /// Marks every node trusted for restart-aware voting: a node with no epoch (a fresh
+    /// deployment, or one that lost its memory) then votes at once instead of refusing for the
+    /// longest TTL in use. **Only for an operator who knows that no lock is live on these
+    /// nodes** (nothing was ever locked, or every holder is stopped and its TTL has passed):
+    /// trusting a node that restarted inside a holder's validity lets a second client take the
+    /// lock. Returns each node's answer (`Granted` = trusted).
+    pub fn trust_nodes(&self) -> Vec<NodeReport<Vote>> {
+        let mut lifecycle = self.inner.core.trust();
+        let dispatch = Dispatch::new(self.inner.nodes.clone());
+        loop {
+            let event = next_event(&dispatch, &mut lifecycle, None);
+            if let Some(report) = self.inner.core.trusted(event) {
+                return report;
+            }
+        }
     }
 
     fn start(&self, start: Start, request: &LockRequest) -> Result<Lock, Error> {

@@ -98,7 +98,7 @@ impl Acquire {
         request: &LockRequest,
         rng: &mut R,
     ) -> Result<Self, ConfigError> {
-        let ttl = Ttl::new(now, request.ttl, config.drift(), config.min_validity())?;
+        let ttl = Ttl::for_config(now, config, request.ttl)?;
         let mut retry = request.retry.unwrap_or(*config.retry());
         if let Some(deadline) = request.deadline {
             retry.deadline = Some(deadline);
@@ -113,6 +113,8 @@ impl Acquire {
         };
         let spec = LockSpec::new(config.key_prefix(), &request.resources, token)?;
         let n = config.nodes();
+        let mut round = Round::new(0, Op::SetIfAbsent, ttl.ms, n, now, now);
+        round.set_max_ttl(config.max_ttl_ms());
         Ok(Self {
             spec,
             base_token,
@@ -125,7 +127,7 @@ impl Acquire {
             deadline: None,
             attempts: 0,
             batches: 0,
-            round: Round::new(0, Op::SetIfAbsent, ttl.ms, n, now, now),
+            round,
             cleanup: Round::new(0, Op::DeleteIfEquals, ttl.ms, n, now, now),
             last_failure: None,
             phase: Phase::Open,

@@ -54,6 +54,47 @@ end
 return 1
 ";
 
+/// The node's epoch key for restart-aware voting: the node's own time (ms, by `TIME`) when its
+/// acquire script first found the key missing, i.e. when the node's memory began; `0` once an
+/// operator trusted the node ([`TRUST_SCRIPT`]). One per node (per database), whatever the key
+/// prefix: with Redis ACLs, allow it besides the lock keys. No lock may use this key.
+pub const EPOCH_KEY: &[u8] = b"redlock:epoch";
+
+/// [`ACQUIRE_SCRIPT`] with restart-aware voting: before anything else, reads the node's epoch
+/// ([`EPOCH_KEY`], created with the node's `TIME` when missing) and refuses to vote while the
+/// node's memory is younger than the longest TTL in use. `KEYS` = the lock keys, then the epoch
+/// key; `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = the longest TTL in use, in ms.
+/// Answers 1 (set), 0 (taken), or −m: not eligible for `m` ms more (nothing set). An epoch of 0
+/// means trusted.
+pub const ACQUIRE_CHECKED_SCRIPT: &str = "\
+local n = #KEYS - 1
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local epoch = tonumber(redis.call('GET', KEYS[#KEYS]))
+if not epoch then
+  redis.call('SET', KEYS[#KEYS], now)
+  epoch = now
+end
+if epoch ~= 0 then
+  local young = tonumber(ARGV[3]) - (now - epoch)
+  if young > 0 then return -young end
+end
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
+end
+for i = 1, n do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+end
+return 1
+";
+
+/// Marks the node trusted: its memory is old enough for any TTL (an operator who knows that no
+/// lock is live says so, for a fresh deployment). `KEYS[1]` = [`EPOCH_KEY`]. Answers 1.
+pub const TRUST_SCRIPT: &str = "\
+redis.call('SET', KEYS[1], 0)
+return 1
+";
+
 /// Whether [`EXTEND_SCRIPT`] only ever lengthens a key's TTL (its `PEXPIRE` is guarded by a
 /// `PTTL` comparison). Models of the script (simulators, fake nodes) follow this flag rather than
 /// reading the script's text; a unit test holds the flag and the script together.
@@ -69,6 +110,8 @@ pub enum Op {
     DeleteIfEquals,
     /// Reset the TTL of every key, only if all hold the token (extend).
     ExpireIfEquals,
+    /// Mark the node trusted for restart-aware voting ([`TRUST_SCRIPT`]).
+    Trust,
 }
 
 /// One command for one node: an operation on a lock's keys. Cheap to clone (the keys and token
@@ -78,6 +121,8 @@ pub struct Command {
     op: Op,
     spec: LockSpec,
     ttl_ms: u64,
+    /// The longest TTL in use, for a restart-aware acquire.
+    max_ttl_ms: Option<u64>,
 }
 
 /// Which of the algorithm's Lua scripts a command runs. Say which by this enum; the source is
@@ -90,6 +135,10 @@ pub enum Script {
     Release,
     /// [`EXTEND_SCRIPT`]: compare-and-pexpire.
     Extend,
+    /// [`ACQUIRE_CHECKED_SCRIPT`]: set every key or none, if the node may vote.
+    AcquireChecked,
+    /// [`TRUST_SCRIPT`]: mark the node trusted.
+    Trust,
 }
 
 impl Script {
@@ -99,6 +148,8 @@ impl Script {
             Script::Acquire => ACQUIRE_SCRIPT,
             Script::Release => RELEASE_SCRIPT,
             Script::Extend => EXTEND_SCRIPT,
+            Script::AcquireChecked => ACQUIRE_CHECKED_SCRIPT,
+            Script::Trust => TRUST_SCRIPT,
         }
     }
 }
@@ -121,16 +172,25 @@ pub enum RedisForm<'a> {
         script: Script,
         /// The command's lock: iterate [`LockSpec::keys`] for `KEYS`.
         spec: &'a LockSpec,
+        /// One more key after the lock's, when the script takes it ([`EPOCH_KEY`]).
+        epoch_key: Option<&'static [u8]>,
         /// `ARGV[1]`: the token.
         token: &'a [u8],
         /// `ARGV[2]`, when the script takes a TTL.
         ttl_ms: Option<u64>,
+        /// `ARGV[3]`, when the script takes the longest TTL in use.
+        max_ttl_ms: Option<u64>,
     },
 }
 
 impl Command {
-    pub(crate) fn new(op: Op, spec: LockSpec, ttl_ms: u64) -> Self {
-        Self { op, spec, ttl_ms }
+    pub(crate) fn new(op: Op, spec: LockSpec, ttl_ms: u64, max_ttl_ms: Option<u64>) -> Self {
+        Self {
+            op,
+            spec,
+            ttl_ms,
+            max_ttl_ms,
+        }
     }
 
     /// What the command does.
@@ -147,28 +207,34 @@ impl Command {
     pub fn ttl_ms(&self) -> Option<u64> {
         match self.op {
             Op::SetIfAbsent | Op::ExpireIfEquals => Some(self.ttl_ms),
-            Op::DeleteIfEquals => None,
+            Op::DeleteIfEquals | Op::Trust => None,
         }
     }
 
-    /// How Redis runs it: plain `SET NX PX` for a one-key acquire, a script otherwise.
+    /// How Redis runs it: plain `SET NX PX` for a one-key acquire without restart-aware voting,
+    /// a script otherwise.
     pub fn redis_form(&self) -> RedisForm<'_> {
         let token = self.spec.token().as_bytes();
+        let checked = self.op == Op::SetIfAbsent && self.max_ttl_ms.is_some();
         match self.op {
-            Op::SetIfAbsent if self.spec.len() == 1 => RedisForm::Set {
+            Op::SetIfAbsent if self.spec.len() == 1 && !checked => RedisForm::Set {
                 key: self.spec.keys().next().unwrap_or_default(),
                 token,
                 ttl_ms: self.ttl_ms,
             },
             op => RedisForm::Script {
                 script: match op {
+                    Op::SetIfAbsent if checked => Script::AcquireChecked,
                     Op::SetIfAbsent => Script::Acquire,
                     Op::DeleteIfEquals => Script::Release,
                     Op::ExpireIfEquals => Script::Extend,
+                    Op::Trust => Script::Trust,
                 },
                 spec: &self.spec,
+                epoch_key: checked.then_some(EPOCH_KEY),
                 token,
                 ttl_ms: self.ttl_ms(),
+                max_ttl_ms: if checked { self.max_ttl_ms } else { None },
             },
         }
     }
@@ -189,5 +255,7 @@ mod tests {
         assert_eq!(Script::Acquire.source(), ACQUIRE_SCRIPT);
         assert_eq!(Script::Release.source(), RELEASE_SCRIPT);
         assert_eq!(Script::Extend.source(), EXTEND_SCRIPT);
+        assert_eq!(Script::AcquireChecked.source(), ACQUIRE_CHECKED_SCRIPT);
+        assert_eq!(Script::Trust.source(), TRUST_SCRIPT);
     }
 }

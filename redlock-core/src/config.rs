@@ -16,6 +16,9 @@ pub const MAX_KEY_PREFIX: usize = 1024;
 pub const MAX_DRIFT_FLOOR: Duration = Duration::from_secs(3600);
 /// The longest per-node timeout.
 pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The default longest TTL ([`ConfigBuilder::max_ttl`]): a node that lost its memory waits this
+/// long before it votes again. A minute covers the usual lock TTLs (seconds to tens of seconds).
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(60);
 
 /// Checked client settings. Build one with [`Config::builder`]; a `Config` that exists is valid.
 ///
@@ -28,6 +31,8 @@ pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// | minimum validity | 0 (any validity left counts) | — |
 /// | key prefix | none | — |
 /// | retry | see [`RetryPolicy`] | node-redlock |
+/// | restart-aware voting | on | the Redis page's "delayed restart", enforced by the client |
+/// | max TTL | [`DEFAULT_MAX_TTL`] (60 s) | — |
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     nodes: usize,
@@ -38,6 +43,8 @@ pub struct Config {
     /// Shared, so that a clone (one per lock lifecycle) allocates nothing.
     key_prefix: Arc<[u8]>,
     retry: RetryPolicy,
+    restart_aware: bool,
+    max_ttl: Duration,
 }
 
 impl Config {
@@ -52,6 +59,8 @@ impl Config {
             min_validity: Duration::ZERO,
             key_prefix: Vec::new(),
             retry: RetryPolicy::default(),
+            restart_aware: true,
+            max_ttl: DEFAULT_MAX_TTL,
         }
     }
 
@@ -96,6 +105,35 @@ impl Config {
     pub fn retry(&self) -> &RetryPolicy {
         &self.retry
     }
+
+    /// Whether nodes that lost their memory are refused a vote (restart-aware voting).
+    pub fn restart_aware(&self) -> bool {
+        self.restart_aware
+    }
+
+    /// The longest TTL any lock may use: with restart-aware voting, how long a node that lost
+    /// its memory waits before it votes again.
+    pub fn max_ttl(&self) -> Duration {
+        self.max_ttl
+    }
+
+    /// The longest TTL in use, in ms, sent with every restart-aware acquire.
+    pub(crate) fn max_ttl_ms(&self) -> Option<u64> {
+        self.restart_aware
+            .then(|| u64::try_from(self.max_ttl.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Checks a lock TTL against the longest TTL in use (only with restart-aware voting: without
+    /// it, only the engine's own range applies).
+    pub(crate) fn check_max_ttl(&self, ttl: Duration) -> Result<(), ConfigError> {
+        if self.restart_aware && ttl > self.max_ttl {
+            return Err(ConfigError::TtlAboveMax {
+                got: ttl,
+                max_ttl: self.max_ttl,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Builds a [`Config`]; nothing is checked until [`build`](ConfigBuilder::build).
@@ -110,6 +148,8 @@ pub struct ConfigBuilder {
     min_validity: Duration,
     key_prefix: Vec<u8>,
     retry: RetryPolicy,
+    restart_aware: bool,
+    max_ttl: Duration,
 }
 
 impl ConfigBuilder {
@@ -147,6 +187,26 @@ impl ConfigBuilder {
     /// Bytes put in front of every resource name (for example `b"lock:"`).
     pub fn key_prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
         self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The longest TTL any lock may use (default [`DEFAULT_MAX_TTL`]; 1 ms ..= [`MAX_TTL`](crate::MAX_TTL)). With
+    /// restart-aware voting, a node that lost its memory refuses to vote for this long by its
+    /// own clock, so keep it as short as your longest lock allows; a request above it is an
+    /// error.
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = max_ttl;
+        self
+    }
+
+    /// Turns restart-aware voting on (the default) or off.
+    ///
+    /// **Off is unsafe** unless every node keeps its keys across restarts (AOF with
+    /// `appendfsync always`) or an operator delays every restart by the longest TTL: a node that
+    /// restarted empty (or was flushed, or failed over to an empty replica) inside a holder's
+    /// validity then votes for a second holder.
+    pub fn restart_aware(mut self, on: bool) -> Self {
+        self.restart_aware = on;
         self
     }
 
@@ -202,6 +262,12 @@ impl ConfigBuilder {
             });
         }
         self.retry.check()?;
+        check_duration(
+            "max_ttl",
+            self.max_ttl,
+            Duration::from_millis(1),
+            crate::MAX_TTL,
+        )?;
         Ok(Config {
             nodes: self.nodes,
             quorum,
@@ -210,6 +276,8 @@ impl ConfigBuilder {
             min_validity: self.min_validity,
             key_prefix: self.key_prefix.into(),
             retry: self.retry,
+            restart_aware: self.restart_aware,
+            max_ttl: self.max_ttl,
         })
     }
 }

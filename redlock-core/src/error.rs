@@ -127,4 +127,20 @@ pub enum ConfigError {
         "token: resuming or releasing a lock by token needs the token it was acquired with; none was given"
     )]
     ResumeWithoutToken,
+    /// A lock TTL above the configured longest TTL (restart-aware voting bounds every TTL).
+    #[error(
+        "ttl: {got:?} is above max_ttl ({max_ttl:?}), the longest TTL a node that lost its memory waits out; shorten the ttl or raise max_ttl"
+    )]
+    TtlAboveMax {
+        /// What was given.
+        got: Duration,
+        /// The configured longest TTL.
+        max_ttl: Duration,
+    },
+    /// A resource whose key is reserved by the engine ([`EPOCH_KEY`](crate::EPOCH_KEY)).
+    #[error("resource #{index}: its key is reserved for restart-aware voting; use another name")]
+    ReservedKey {
+        /// Position of the resource in the request (0-based).
+        index: usize,
+    },
 }

@@ -22,6 +22,8 @@ pub enum Operation {
     Extend,
     /// The release.
     Release,
+    /// Marking the nodes trusted (restart-aware voting).
+    Trust,
 }
 
 /// Why the lifecycle wants to be woken: for traces and logs (firezone's labelled timers). The
@@ -72,6 +74,8 @@ pub enum LockEvent {
     },
     /// The release ended; the lifecycle has ended.
     Released(ReleaseReport),
+    /// The nodes were asked to trust their memory (`Granted` = trusted); the lifecycle has ended.
+    Trusted(Vec<Vote>),
 }
 
 /// The next thing a [`Lifecycle`](crate::Lifecycle) needs. Not `#[non_exhaustive]`: a driver

@@ -73,7 +73,7 @@ impl Extend {
         lease: &Lease,
         ttl: Duration,
     ) -> Result<Self, ConfigError> {
-        let ttl = Ttl::new(now, ttl, config.drift(), config.min_validity())?;
+        let ttl = Ttl::for_config(now, config, ttl)?;
         let outcome = (!lease.is_valid(now)).then(|| {
             Some(ExtendOutcome::NotExtended {
                 reason: ExtendFailure::Expired,
@@ -104,7 +104,7 @@ impl Extend {
         spec: LockSpec,
         ttl: Duration,
     ) -> Result<Self, ConfigError> {
-        let ttl = Ttl::new(now, ttl, config.drift(), config.min_validity())?;
+        let ttl = Ttl::for_config(now, config, ttl)?;
         let mut reply_by = ttl.valid_until(now);
         if let Some(by) = now.checked_add(config.node_timeout(ttl.duration())) {
             reply_by = reply_by.min(by);

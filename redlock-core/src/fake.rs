@@ -9,6 +9,14 @@
 //! millisecond longer, which can only help safety). It never reads a clock, never does I/O, and
 //! never panics on any command.
 //!
+//! With restart-aware voting the node keeps its epoch key like any other key: [`forget_all`]
+//! (a restart without persistence, `FLUSHALL`) loses it too, and the next acquire starts a new
+//! epoch at `now`. A new node has no epoch either; [`trust`] marks it trusted, as an operator
+//! (or a harness that just started it) would.
+//!
+//! [`forget_all`]: FakeNode::forget_all
+//! [`trust`]: FakeNode::trust
+//!
 //! Enabled by the `testing` feature (and in the crate's own tests).
 
 use std::collections::BTreeMap;
@@ -48,25 +56,54 @@ impl Default for ExtendSemantics {
     }
 }
 
+/// What a node's epoch key says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Epoch {
+    /// An operator trusted the node (the key holds `0`).
+    Trusted,
+    /// The node's memory began at this time (ms, by its clock).
+    Began(u64),
+}
+
 /// One in-memory Redis master. See the [module docs](self).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FakeNode {
-    /// Every key, live or expired (expired ones are dropped by the next [`run`](Self::run)).
+    /// Every lock key, live or expired (expired ones are dropped by the next
+    /// [`run`](Self::run)). The epoch key is kept apart.
     pub keys: Keys,
+    /// The node's [`EPOCH_KEY`](crate::EPOCH_KEY), if it has one.
+    epoch: Option<Epoch>,
     extend: ExtendSemantics,
 }
 
+impl Default for FakeNode {
+    /// A trusted, empty node (as a harness that just started it would leave it).
+    fn default() -> Self {
+        Self::with_extend(ExtendSemantics::default())
+    }
+}
+
 impl FakeNode {
-    /// An empty node whose extend script behaves as the engine's.
+    /// A trusted, empty node whose extend script behaves as the engine's.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// An empty node whose extend script behaves as `extend` says.
+    /// A trusted, empty node whose extend script behaves as `extend` says.
     pub fn with_extend(extend: ExtendSemantics) -> Self {
         Self {
             keys: Keys::new(),
+            epoch: Some(Epoch::Trusted),
             extend,
+        }
+    }
+
+    /// A node that was never trusted: it has no epoch, so its first restart-aware acquire starts
+    /// one and it refuses to vote for the longest TTL in use.
+    pub fn fresh() -> Self {
+        Self {
+            epoch: None,
+            ..Self::default()
         }
     }
 
@@ -85,9 +122,10 @@ impl FakeNode {
         self.alive(key, now).map(|(token, _)| &token[..])
     }
 
-    /// Loses every key (a restart without persistence, `FLUSHALL`).
+    /// Loses every key, the epoch included (a restart without persistence, `FLUSHALL`).
     pub fn forget_all(&mut self) {
         self.keys.clear();
+        self.epoch = None;
     }
 
     /// Whether any of `command`'s keys is alive at `now` under another token than its own.
@@ -101,6 +139,30 @@ impl FakeNode {
 
     fn alive(&self, key: &[u8], now: Duration) -> Option<&(Vec<u8>, Duration)> {
         self.keys.get(key).filter(|(_, expires)| now < *expires)
+    }
+
+    /// The acquire script's eligibility check: reads the epoch (the node's time in ms when its
+    /// memory began; created now when missing) and answers `-m` while the node is `m` ms short
+    /// of `max_ttl_ms`, as the script does.
+    fn young(&mut self, now: Duration, max_ttl_ms: u64) -> Option<i64> {
+        let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+        let epoch = match *self.epoch.get_or_insert(Epoch::Began(now_ms)) {
+            Epoch::Trusted => return None,
+            Epoch::Began(ms) => ms,
+        };
+        let age = i128::from(now_ms) - i128::from(epoch);
+        let young = i128::from(max_ttl_ms) - age;
+        (young > 0).then(|| -i64::try_from(young).unwrap_or(i64::MAX))
+    }
+
+    /// Marks the node trusted, as [`TRUST_SCRIPT`](crate::TRUST_SCRIPT) does.
+    pub fn trust(&mut self) {
+        self.epoch = Some(Epoch::Trusted);
+    }
+
+    /// The node's epoch (`None` when it has none yet).
+    pub fn epoch(&self) -> Option<Epoch> {
+        self.epoch
     }
 
     fn set(&mut self, key: &[u8], token: &[u8], now: Duration, ttl_ms: u64) {
@@ -124,11 +186,34 @@ impl FakeNode {
             RedisForm::Script {
                 script,
                 spec,
+                epoch_key,
                 token,
                 ttl_ms,
+                max_ttl_ms,
             } => {
                 let keys: Vec<&[u8]> = spec.keys().collect();
                 match script {
+                    Script::AcquireChecked => {
+                        let (Some(ttl_ms), Some(_), Some(max_ttl_ms)) =
+                            (ttl_ms, epoch_key, max_ttl_ms)
+                        else {
+                            return Reply::Error(NodeErrorKind::Other);
+                        };
+                        if let Some(young) = self.young(now, max_ttl_ms) {
+                            return Reply::Int(young);
+                        }
+                        if keys.iter().any(|k| self.alive(k, now).is_some()) {
+                            return Reply::Int(0);
+                        }
+                        for key in keys {
+                            self.set(key, token, now, ttl_ms);
+                        }
+                        Reply::Int(1)
+                    }
+                    Script::Trust => {
+                        self.trust();
+                        Reply::Int(1)
+                    }
                     Script::Acquire => {
                         let Some(ttl_ms) = ttl_ms else {
                             return Reply::Error(NodeErrorKind::Other);

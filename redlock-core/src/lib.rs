@@ -91,9 +91,35 @@
 //! # Safety model
 //! A lease is valid until `t0 + ttl − drift` where `t0` is when its winning round started, by the
 //! holder's monotonic clock. That bound holds while the nodes' clocks run within the drift factor
-//! of the holder's, no node loses a key before its TTL (no restart without persistence inside
-//! the longest TTL), and the holder stops using the lock when validity ends (process pauses
-//! included). Where the protected resource can check it, prefer a fencing token.
+//! of the holder's, no node votes with keys it lost, and the holder stops using the lock when
+//! validity ends (process pauses included). Where the protected resource can check it, prefer a
+//! fencing token.
+//!
+//! # Restart-aware voting (on by default)
+//! A node that lost its memory (restart without persistence, `FLUSHALL`/`FLUSHDB`, failover to an
+//! empty replica) lost the keys of locks that may still be valid; if it voted again at once, a
+//! second client could win a quorum with it. So every acquire ([`ACQUIRE_CHECKED_SCRIPT`]) first
+//! reads the node's epoch ([`EPOCH_KEY`]), the node's own `TIME` when its memory began: missing,
+//! it is created now; younger than the longest TTL in use ([`Config::max_ttl`]), the node refuses
+//! ([`Vote::Ineligible`], counted like an error).
+//!
+//! *Why it is safe.* Let a lock be granted in a round started at `t0` with TTL `ttl ≤ max_ttl`,
+//! valid until `V = t0 + ttl − drift` on the holder's clock, and let a node that granted it lose
+//! its memory at `L > t0`. The epoch key lives in the same keyspace, so it is lost too; the node's
+//! first acquire after `L` sets the epoch `E ≥ L` on the node's clock, and the node grants nothing
+//! until its clock reads `E + max_ttl`. Measured on the holder's clock that is at least
+//! `max_ttl − drift` after `L > t0` — the same bound that makes a key's `ttl` on the node outlast
+//! the holder's `ttl − drift` in plain Redlock (clock rates within the drift factor). So the node
+//! votes again only after `V`. Replicas and eviction are the caveats: a `volatile-*` eviction
+//! policy may drop lock keys while the epoch stays, and a promoted replica that replicated the
+//! epoch but not the newest lock keys is not detected; both are outside the model. `TIME` is the
+//! node's wall clock: a forward jump shortens the wait as it shortens key TTLs in Redis itself
+//! (outside the model either way), a backward jump lengthens it.
+//!
+//! A new node has no epoch either and waits the same once, unless an operator who knows no lock
+//! is live says so ([`Lifecycle::trust`], [`TRUST_SCRIPT`]: epoch `0` = trusted). The feature can
+//! be turned off ([`ConfigBuilder::restart_aware`]) — unsafe unless nodes persist every write or
+//! restarts are delayed by the longest TTL.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -126,15 +152,17 @@ mod spec;
 #[cfg(feature = "proptest")]
 pub mod strategies;
 mod token;
+mod trust;
 mod validity;
 
 pub use acquire::{Acquire, AcquireFailure, AcquireOutcome};
 pub use command::{
-    ACQUIRE_SCRIPT, Command, EXTEND_NEVER_SHORTENS, EXTEND_SCRIPT, Op, RELEASE_SCRIPT, RedisForm,
-    Script,
+    ACQUIRE_CHECKED_SCRIPT, ACQUIRE_SCRIPT, Command, EPOCH_KEY, EXTEND_NEVER_SHORTENS,
+    EXTEND_SCRIPT, Op, RELEASE_SCRIPT, RedisForm, Script, TRUST_SCRIPT,
 };
 pub use config::{
-    Config, ConfigBuilder, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX, MAX_NODE_TIMEOUT, MAX_NODES,
+    Config, ConfigBuilder, DEFAULT_MAX_TTL, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX, MAX_NODE_TIMEOUT,
+    MAX_NODES,
 };
 pub use error::ConfigError;
 pub use event::{LockEvent, LockOutput, Operation, Trigger, WakeReason};
@@ -153,9 +181,12 @@ pub use retry::{Attempts, MAX_DEADLINE, MAX_RETRY_DELAY, RetryPolicy};
 pub use round::{NodeRelease, Vote};
 pub use spec::{LockSpec, MAX_KEY_LEN, MAX_RESOURCES};
 pub use token::{MAX_TOKEN_LEN, TOKEN_ENTROPY_BYTES, Token};
+pub use trust::Trust;
 pub use validity::{Drift, MAX_TTL};
 
 mod reply;
 
+#[cfg(test)]
+mod restart_tests;
 #[cfg(test)]
 mod testing;

@@ -42,6 +42,7 @@ use crate::request::LockRequest;
 use crate::round::Vote;
 use crate::spec::LockSpec;
 use crate::token::Token;
+use crate::trust::Trust;
 use crate::validity::Ttl;
 
 /// A held lock's state.
@@ -70,6 +71,7 @@ enum Stage {
     },
     Held(Box<Held>),
     Releasing(Release),
+    Trusting(Trust),
     Ended,
 }
 
@@ -182,6 +184,16 @@ impl Lifecycle {
         Ok(Self::start(config, origin, Stage::Releasing(release)))
     }
 
+    /// Marks every node trusted for restart-aware voting (see [`Trust`]): for an operator who
+    /// knows that no lock is live on the nodes. Each node's answer comes out as
+    /// [`LockEvent::Trusted`]. Never part of acquiring a lock.
+    pub fn trust<R: CryptoRng + ?Sized>(now: Instant, config: &Config, rng: &mut R) -> Self {
+        let origin = Origin::new(rng.next_u64(), 1);
+        let mut trust = Trust::new(now, config);
+        trust.set_origin(origin);
+        Self::start(config, origin, Stage::Trusting(trust))
+    }
+
     /// A lifecycle at its first operation (`origin`, already given to the stage's machine).
     fn start(config: &Config, origin: Origin, stage: Stage) -> Self {
         Self {
@@ -213,7 +225,7 @@ impl Lifecycle {
                 *auto_extend
             }
             Stage::Held(held) => held.renewal.is_some(),
-            Stage::Releasing(_) | Stage::Ended => false,
+            Stage::Releasing(_) | Stage::Trusting(_) | Stage::Ended => false,
         }
     }
 
@@ -229,7 +241,7 @@ impl Lifecycle {
             Stage::Resuming { machine, .. } => Some(machine.spec()),
             Stage::Held(held) => Some(held.lease.spec()),
             Stage::Releasing(release) => Some(release.spec()),
-            Stage::Ended => None,
+            Stage::Trusting(_) | Stage::Ended => None,
         }
     }
 
@@ -245,6 +257,7 @@ impl Lifecycle {
                 }
             }
             Stage::Releasing(machine) => machine.handle_reply(now, id, reply),
+            Stage::Trusting(machine) => machine.handle_reply(now, id, reply),
             Stage::Ended => {}
         }
     }
@@ -261,6 +274,7 @@ impl Lifecycle {
                 }
             }
             Stage::Releasing(machine) => machine.handle_timeout(now),
+            Stage::Trusting(machine) => machine.handle_timeout(now),
             Stage::Ended => {}
         }
     }
@@ -280,7 +294,7 @@ impl Lifecycle {
     /// released) is not extended: the event says [`ExtendFailure::Expired`] and nothing is sent.
     /// A TTL the engine does not accept is an error, and nothing changes.
     pub fn extend(&mut self, now: Instant, ttl: Duration) -> Result<(), ConfigError> {
-        Ttl::new(now, ttl, self.config.drift(), self.config.min_validity())?;
+        Ttl::for_config(now, &self.config, ttl)?;
         match &mut self.stage {
             Stage::Held(held) if held.extending.is_some() => held.queued = Some(ttl),
             Stage::Held(_) => self.start_extend(now, ttl, Trigger::Caller),
@@ -309,7 +323,7 @@ impl Lifecycle {
             Stage::Acquiring { machine, .. } => machine.abandon(now, &self.config),
             Stage::Held(held) => Some(Release::new(now, &self.config, &held.lease)),
             Stage::Resuming { .. } => None,
-            Stage::Releasing(_) | Stage::Ended => return,
+            Stage::Releasing(_) | Stage::Trusting(_) | Stage::Ended => return,
         };
         self.stage = match release {
             Some(mut release) => {
@@ -419,6 +433,20 @@ impl Lifecycle {
                     Output::Done(report) => {
                         self.stage = Stage::Ended;
                         return LockOutput::Event(LockEvent::Released(report));
+                    }
+                    Output::Idle => self.stage = Stage::Ended,
+                },
+                Stage::Trusting(machine) => match machine.poll_output(now) {
+                    Output::Send(transmit) => return LockOutput::Send(transmit),
+                    Output::Wait(at) => {
+                        return LockOutput::Wait {
+                            at,
+                            reason: WakeReason::Replies(Operation::Trust),
+                        };
+                    }
+                    Output::Done(votes) => {
+                        self.stage = Stage::Ended;
+                        return LockOutput::Event(LockEvent::Trusted(votes));
                     }
                     Output::Idle => self.stage = Stage::Ended,
                 },

@@ -49,20 +49,23 @@ pub fn encode(command: &Command, out: &mut Vec<u8>) {
         RedisForm::Script {
             script,
             spec,
+            epoch_key,
             token,
             ttl_ms,
+            max_ttl_ms,
         } => {
-            let parts = 3 + spec.len() + 1 + usize::from(ttl_ms.is_some());
-            array_header(out, parts);
+            let keys = spec.len() + usize::from(epoch_key.is_some());
+            let args = 1 + usize::from(ttl_ms.is_some()) + usize::from(max_ttl_ms.is_some());
+            array_header(out, 3 + keys + args);
             bulk(out, b"EVAL");
             bulk(out, script.source().as_bytes());
-            bulk(out, itoa(spec.len() as u64, &mut [0; 20]));
-            for key in spec.keys() {
+            bulk(out, itoa(keys as u64, &mut [0; 20]));
+            for key in spec.keys().chain(epoch_key) {
                 bulk(out, key);
             }
             bulk(out, token);
-            if let Some(ttl) = ttl_ms {
-                bulk(out, itoa(ttl, &mut [0; 20]));
+            for number in [ttl_ms, max_ttl_ms].into_iter().flatten() {
+                bulk(out, itoa(number, &mut [0; 20]));
             }
         }
     }
@@ -202,7 +205,7 @@ mod tests {
     fn encodes_a_single_key_acquire_as_set_nx_px() {
         let mut out = Vec::new();
         encode(
-            &Command::new(Op::SetIfAbsent, spec(&[b"r"]), 1500),
+            &Command::new(Op::SetIfAbsent, spec(&[b"r"]), 1500, None),
             &mut out,
         );
         assert_eq!(
@@ -215,7 +218,7 @@ mod tests {
     fn encodes_scripts_as_eval_with_keys_and_args() {
         let mut out = Vec::new();
         encode(
-            &Command::new(Op::DeleteIfEquals, spec(&[b"a", b"b"]), 0),
+            &Command::new(Op::DeleteIfEquals, spec(&[b"a", b"b"]), 0, None),
             &mut out,
         );
         let text = String::from_utf8(out).expect("ascii");

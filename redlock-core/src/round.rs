@@ -25,6 +25,12 @@ pub enum Vote {
     Failed(NodeErrorKind),
     /// No answer before the deadline.
     TimedOut,
+    /// The node lost its memory too recently to vote (restart-aware voting): it refuses for
+    /// this many more milliseconds by its own clock. Counts against the quorum like a failure.
+    Ineligible {
+        /// How much longer the node refuses, in ms.
+        for_ms: u64,
+    },
 }
 
 /// One node's answer to a release.
@@ -59,6 +65,9 @@ impl NodeAnswer for Vote {
     fn from_reply(op: Op, reply: Reply) -> Self {
         match (op, reply) {
             (Op::SetIfAbsent, Reply::Ok) | (_, Reply::Int(1)) => Vote::Granted,
+            (Op::SetIfAbsent, Reply::Int(n)) if n < 0 => Vote::Ineligible {
+                for_ms: n.unsigned_abs(),
+            },
             (Op::SetIfAbsent, Reply::Nil) | (_, Reply::Int(0)) => Vote::Refused,
             (_, Reply::Error(kind)) => Vote::Failed(kind),
             _ => Vote::Failed(NodeErrorKind::Protocol),
@@ -88,6 +97,8 @@ pub(crate) struct Round<A> {
     batch: u32,
     op: Op,
     ttl_ms: u64,
+    /// The longest TTL in use, sent with a restart-aware acquire.
+    max_ttl_ms: Option<u64>,
     pub(crate) started: Instant,
     pub(crate) deadline: Instant,
     pub(crate) answers: Vec<A>,
@@ -109,6 +120,7 @@ impl<A: NodeAnswer> Round<A> {
             batch,
             op,
             ttl_ms,
+            max_ttl_ms: None,
             started: now,
             deadline,
             answers: vec![A::PENDING; nodes],
@@ -119,6 +131,11 @@ impl<A: NodeAnswer> Round<A> {
     /// Names the lock and operation this round's requests belong to.
     pub(crate) fn set_origin(&mut self, origin: Origin) {
         self.origin = origin;
+    }
+
+    /// Sends the longest TTL in use with every acquire (restart-aware voting).
+    pub(crate) fn set_max_ttl(&mut self, max_ttl_ms: Option<u64>) {
+        self.max_ttl_ms = max_ttl_ms;
     }
 
     /// Reuses the round's storage for a new batch.
@@ -140,7 +157,7 @@ impl<A: NodeAnswer> Round<A> {
         self.sent += 1;
         Some(Transmit {
             id: RequestId::new(self.origin, self.batch, node),
-            command: Command::new(self.op, spec.clone(), self.ttl_ms),
+            command: Command::new(self.op, spec.clone(), self.ttl_ms, self.max_ttl_ms),
         })
     }
 
@@ -187,7 +204,7 @@ impl Round<Vote> {
             match vote {
                 Vote::Granted => tally.granted += 1,
                 Vote::Refused => tally.refused += 1,
-                Vote::Failed(_) | Vote::TimedOut => tally.failed += 1,
+                Vote::Failed(_) | Vote::TimedOut | Vote::Ineligible { .. } => tally.failed += 1,
                 Vote::Pending => tally.pending += 1,
             }
         }
@@ -247,6 +264,15 @@ mod tests {
     fn replies_read_per_operation() {
         assert_eq!(Vote::from_reply(Op::SetIfAbsent, Reply::Ok), Vote::Granted);
         assert_eq!(Vote::from_reply(Op::SetIfAbsent, Reply::Nil), Vote::Refused);
+        assert_eq!(
+            Vote::from_reply(Op::SetIfAbsent, Reply::Int(-26_000)),
+            Vote::Ineligible { for_ms: 26_000 }
+        );
+        assert_eq!(
+            Vote::from_reply(Op::ExpireIfEquals, Reply::Int(-5)),
+            Vote::Failed(NodeErrorKind::Protocol),
+            "only an acquire can be refused for eligibility"
+        );
         assert_eq!(
             Vote::from_reply(Op::ExpireIfEquals, Reply::Ok),
             Vote::Failed(NodeErrorKind::Protocol)

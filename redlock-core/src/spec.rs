@@ -48,6 +48,13 @@ impl LockSpec {
                 return Err(ConfigError::EmptyResource { index });
             }
             let len = key_prefix.len() + resource.len();
+            let reserved = crate::command::EPOCH_KEY;
+            if len == reserved.len()
+                && reserved.starts_with(key_prefix)
+                && reserved.ends_with(resource)
+            {
+                return Err(ConfigError::ReservedKey { index });
+            }
             if len > MAX_KEY_LEN {
                 return Err(ConfigError::ResourceTooLong {
                     index,
@@ -78,6 +85,18 @@ impl LockSpec {
             keys,
             ends,
         })))
+    }
+
+    /// The node's epoch key alone (for the trust command), under a placeholder token.
+    pub(crate) fn epoch() -> Self {
+        let keys = crate::command::EPOCH_KEY.to_vec();
+        let ends = vec![keys.len()];
+        Self(Arc::new(Inner {
+            token: Token::trust(),
+            prefix_len: 0,
+            keys,
+            ends,
+        }))
     }
 
     /// The same keys under another token.

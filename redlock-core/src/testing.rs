@@ -90,6 +90,10 @@ pub(crate) struct Net<'a> {
     pub(crate) now: Instant,
     pub(crate) sent: Vec<(RequestId, Command)>,
     pub(crate) waits: Vec<crate::WakeReason>,
+    /// When set, nodes see time pass from `start` (keys expire, epochs age); otherwise their
+    /// clock stays at zero.
+    pub(crate) node_clock: bool,
+    start: Instant,
     inbox: Vec<(RequestId, Reply)>,
 }
 
@@ -102,7 +106,18 @@ impl<'a> Net<'a> {
             now,
             sent: Vec::new(),
             waits: Vec::new(),
+            node_clock: false,
+            start: now,
             inbox: Vec::new(),
+        }
+    }
+
+    /// The nodes' clock now.
+    pub(crate) fn node_time(&self) -> Duration {
+        if self.node_clock {
+            self.now - self.start
+        } else {
+            Duration::ZERO
         }
     }
 
@@ -118,15 +133,16 @@ impl<'a> Net<'a> {
             match lock.poll_output(self.now) {
                 LockOutput::Send(t) => {
                     let node = t.id.node();
+                    let at = self.node_time();
                     match self.links[node] {
                         Link::Up => self
                             .inbox
-                            .push((t.id, self.nodes[node].run(Duration::ZERO, &t.command))),
+                            .push((t.id, self.nodes[node].run(at, &t.command))),
                         Link::Refused => self
                             .inbox
                             .push((t.id, Reply::Error(crate::NodeErrorKind::Connection))),
                         Link::LostReply => {
-                            self.nodes[node].run(Duration::ZERO, &t.command);
+                            self.nodes[node].run(at, &t.command);
                         }
                         Link::Silent => {}
                     }

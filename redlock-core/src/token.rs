@@ -50,6 +50,11 @@ impl Token {
 
     /// This token with the round number appended (`<token>.<round>`): distinct per round, and
     /// as unguessable as the token itself.
+    /// The placeholder token of commands that claim nothing (the trust command).
+    pub(crate) fn trust() -> Self {
+        Self(b"trust".to_vec().into())
+    }
+
     pub(crate) fn for_round(&self, round: u32) -> Self {
         let mut bytes = self.0.to_vec();
         bytes.push(b'.');

@@ -101,6 +101,18 @@ impl Ttl {
         Ok(Self { ms, span })
     }
 
+    /// Checks `ttl` as [`Ttl::new`] does with `config`'s drift and minimum validity, and against
+    /// its longest TTL in use.
+    pub(crate) fn for_config(
+        now: Instant,
+        config: &crate::Config,
+        ttl: Duration,
+    ) -> Result<Self, ConfigError> {
+        let checked = Self::new(now, ttl, config.drift(), config.min_validity())?;
+        config.check_max_ttl(ttl)?;
+        Ok(checked)
+    }
+
     /// The TTL that Redis applies.
     pub(crate) fn duration(&self) -> Duration {
         Duration::from_millis(self.ms)

@@ -69,9 +69,31 @@ impl fmt::Display for LockFailure {
                 Vote::Refused => f.write_str("held by another"),
                 Vote::TimedOut => f.write_str("timed out"),
                 Vote::Failed(kind) => write!(f, "failed ({kind})"),
+                Vote::Ineligible { for_ms } => write!(
+                    f,
+                    "lost its memory recently (restart, flush or failover), not voting for {} more",
+                    HumanMs(for_ms)
+                ),
             }?;
         }
         Ok(())
+    }
+}
+
+/// Milliseconds for people: `850 ms`, `26 s`, `2 min 5 s`.
+struct HumanMs(u64);
+
+impl fmt::Display for HumanMs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0;
+        match ms {
+            0..1_000 => write!(f, "{ms} ms"),
+            1_000..60_000 => write!(f, "{} s", ms.div_ceil(1_000)),
+            _ => {
+                let s = ms.div_ceil(1_000);
+                write!(f, "{} min {} s", s / 60, s % 60)
+            }
+        }
     }
 }
 
@@ -176,6 +198,20 @@ mod tests {
             attempts: 3,
         };
         let err = Error::acquire_failed(&labels, &failure);
+        let ineligible = AcquireFailure {
+            reason: FailureReason::Unavailable,
+            votes: vec![
+                Vote::Ineligible { for_ms: 26_000 },
+                Vote::Granted,
+                Vote::Granted,
+            ],
+            attempts: 1,
+        };
+        assert_eq!(
+            Error::acquire_failed(&labels, &ineligible).to_string(),
+            "not enough nodes answered: 1 round; 127.0.0.1:1 lost its memory recently (restart, \
+             flush or failover), not voting for 26 s more, 127.0.0.1:2 granted, 127.0.0.1:3 granted"
+        );
         assert_eq!(
             err.to_string(),
             "lock is held by another client: 3 rounds; 127.0.0.1:1 held by another, 127.0.0.1:2 timed out, \

@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use redlock_core::{
-    Config, ExtendOutcome, Lease, Lifecycle, LockEvent, LockRequest, ReleaseReport, Trigger,
+    Config, ExtendOutcome, Lease, Lifecycle, LockEvent, LockRequest, ReleaseReport, Trigger, Vote,
 };
 
 use crate::entropy::seeded_rng;
-use crate::error::{Error, LockFailure};
+use crate::error::{Error, LockFailure, NodeReport};
 use crate::lease_watch::LeaseKeeper;
 
 /// A client's settings, node labels and RNG (tokens, lock ids and jitter; seeded once from the
@@ -75,6 +75,23 @@ impl ClientCore {
     /// The nodes, as `host:port`.
     pub fn labels(&self) -> &[Arc<str>] {
         &self.labels
+    }
+
+    /// A lifecycle that marks every node trusted (restart-aware voting).
+    pub fn trust(&self) -> Lifecycle {
+        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+        Lifecycle::trust(Instant::now(), &self.config, &mut *rng)
+    }
+
+    /// Reads an event of a trust command; `Some` with each node's answer once it is done.
+    pub fn trusted(&self, event: Option<LockEvent>) -> Option<Vec<NodeReport<Vote>>> {
+        let votes = match event {
+            Some(LockEvent::Trusted(votes)) => votes,
+            Some(_) => return None,
+            None => Vec::new(),
+        };
+        tracing::info!(?votes, "nodes trusted for restart-aware voting");
+        Some(LockFailure::new(&self.labels, &votes, 1).nodes)
     }
 
     /// A lifecycle for `request`, started as `start` says.
@@ -176,7 +193,10 @@ pub fn kept(
             tracing::warn!(?cause, "lock lost while work was running");
             Some(Error::lost(labels, cause, &votes))
         }
-        LockEvent::Acquired(_) | LockEvent::NotAcquired(_) | LockEvent::Released(_) => None,
+        LockEvent::Acquired(_)
+        | LockEvent::NotAcquired(_)
+        | LockEvent::Released(_)
+        | LockEvent::Trusted(_) => None,
     }
 }
 

@@ -10,6 +10,10 @@ static RELEASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(Script::Release.source()));
 static EXTEND: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(Script::Extend.source()));
+static ACQUIRE_CHECKED: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(Script::AcquireChecked.source()));
+static TRUST: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(Script::Trust.source()));
 
 /// A command ready to run: `SET … NX PX …`, or the script by `EVALSHA`, loading it on `NOSCRIPT`
 /// (after a `SCRIPT FLUSH` or on a fresh node).
@@ -32,21 +36,25 @@ impl Request {
             RedisForm::Script {
                 script,
                 spec,
+                epoch_key,
                 token,
                 ttl_ms,
+                max_ttl_ms,
             } => {
                 let script: &'static redis::Script = match script {
                     Script::Acquire => &ACQUIRE,
                     Script::Release => &RELEASE,
                     Script::Extend => &EXTEND,
+                    Script::AcquireChecked => &ACQUIRE_CHECKED,
+                    Script::Trust => &TRUST,
                 };
                 let mut invocation = script.prepare_invoke();
-                for key in spec.keys() {
+                for key in spec.keys().chain(epoch_key) {
                     invocation.key(key);
                 }
                 invocation.arg(token);
-                if let Some(ttl) = ttl_ms {
-                    invocation.arg(ttl);
+                for number in [ttl_ms, max_ttl_ms].into_iter().flatten() {
+                    invocation.arg(number);
                 }
                 Self::Script(invocation)
             }

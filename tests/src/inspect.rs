@@ -91,9 +91,11 @@ impl RedisServer {
         self.query::<i64>("EXISTS", key) == 1
     }
 
-    /// `DBSIZE`: the number of keys.
+    /// The number of keys (`DBSIZE`), not counting the restart-aware voting epoch key, which
+    /// every node that ever voted keeps for good.
     pub fn dbsize(&self) -> i64 {
-        self.run(&redis::cmd("DBSIZE"), "DBSIZE")
+        let all: i64 = self.run(&redis::cmd("DBSIZE"), "DBSIZE");
+        all - i64::from(self.exists(redlock_core::EPOCH_KEY))
     }
 
     /// Runs `name key` on a fresh inspection connection.

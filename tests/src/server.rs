@@ -97,7 +97,9 @@ impl RedisServer {
     }
 
     /// Kills the process if it runs, then starts a fresh one with the same options on the same
-    /// port and no data, and waits until it answers.
+    /// port and no data, and waits until it answers. It is **not** trusted: it lost its memory,
+    /// so restart-aware clients refuse its vote for their longest TTL (call
+    /// [`RedisServer::trust`] where the test knows no lock can be live on it).
     ///
     /// # Panics
     /// If the new process cannot be started.
@@ -118,6 +120,25 @@ impl RedisServer {
                 Err(err) => panic!("restarting redis-server on port {}: {err}", self.port),
             }
         }
+    }
+
+    /// Marks the node trusted for restart-aware voting (`SET redlock:epoch 0`, what the
+    /// library's `trust_nodes` does): the harness just started it, so it knows no lock is live
+    /// on it. Every server is trusted when [`RedisServer::start`]ed (if it accepts writes); one
+    /// restarted empty is not.
+    ///
+    /// # Panics
+    /// If the server does not answer.
+    pub fn trust(&self) {
+        self.set(redlock_core::EPOCH_KEY, 0);
+    }
+
+    /// [`RedisServer::trust`], with the server's refusal as an error instead of a panic.
+    pub fn try_trust(&self) -> redis::RedisResult<()> {
+        redis::cmd("SET")
+            .arg(redlock_core::EPOCH_KEY)
+            .arg(0)
+            .query(&mut self.try_client()?)
     }
 
     /// Stops the process with SIGSTOP: it keeps its sockets and data but answers nothing.
@@ -178,12 +199,16 @@ fn finish_start(
     loop {
         match process.wait_ready(port) {
             Ok(()) => {
-                return Ok(RedisServer {
+                let server = RedisServer {
                     options: options.clone(),
                     port,
                     process: Some(process),
                     paused: false,
-                });
+                };
+                // A server that refuses writes (a replica, a full maxmemory) stays untrusted: the
+                // tests that start one expect its votes to fail anyway.
+                let _ = server.try_trust();
+                return Ok(server);
             }
             Err(err) if is_port_in_use(&err) && attempt < PORT_ATTEMPTS => {
                 attempt += 1;

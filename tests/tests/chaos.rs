@@ -86,12 +86,12 @@ fn chaos_run() {
     }
 }
 
-/// Negative control: node C restarted empty at once lets a second client take the lock on
-/// C, D, E while the first still holds it on A, B (and believes it holds it) — the recorder
-/// must catch it.
+/// Negative control: with restart-aware voting off, node C restarted empty at once lets a
+/// second client take the lock on C, D, E while the first still holds it on A, B (and believes
+/// it holds it) — the recorder must catch it.
 #[test]
 fn restart_empty_immediately_is_caught() {
-    let outcome = chaos::restart_scenario(Restart::Immediate, Duration::from_secs(10));
+    let outcome = chaos::restart_scenario(Restart::Immediate, Duration::from_secs(10), false);
     println!("[chaos] {outcome}");
     assert_eq!(outcome.holder_nodes, 3, "client 1 held A, B, C");
     assert_eq!(
@@ -105,11 +105,54 @@ fn restart_empty_immediately_is_caught() {
     );
 }
 
-/// The Redis page's fix: C comes back only after the TTL; client 2 cannot win while client 1
-/// is valid, and wins after without any overlap.
+/// The same immediate empty restart with restart-aware voting on: C refuses to vote until the
+/// longest TTL has passed on its clock, so client 2 is refused while client 1 is valid and wins
+/// only after, without any overlap.
+#[test]
+fn restart_empty_immediately_is_prevented() {
+    assert_prevented(chaos::restart_scenario(
+        Restart::Immediate,
+        Duration::from_secs(2),
+        true,
+    ));
+}
+
+/// `FLUSHALL` on C (the process stays up, every key is gone, the epoch key too): prevented the
+/// same way.
+#[test]
+fn flushall_is_prevented() {
+    assert_prevented(chaos::restart_scenario(
+        Restart::FlushAll,
+        Duration::from_secs(2),
+        true,
+    ));
+}
+
+fn assert_prevented(outcome: chaos::RestartOutcome) {
+    println!("[chaos] {outcome}");
+    assert_eq!(outcome.holder_nodes, 3, "client 1 held A, B, C");
+    assert!(
+        outcome.ineligible_refusals > 0,
+        "C never refused a vote: {outcome}"
+    );
+    assert!(
+        outcome.overlaps.is_empty(),
+        "double holding despite restart-aware voting: {outcome}"
+    );
+    let second = outcome.second.expect("client 2 got the lock in the end");
+    assert!(
+        second.acquired_at >= outcome.holder.valid_until,
+        "client 2 won inside client 1's validity: {outcome}"
+    );
+    assert_eq!(outcome.second_nodes, 3, "client 2 holds C, D, E");
+}
+
+/// The Redis page's operator fix: C comes back only after the TTL; client 2 cannot win while
+/// client 1 is valid, and wins after without any overlap (restart-aware voting on, as by
+/// default: C then also waits out the TTL once more before it votes).
 #[test]
 fn restart_delayed_past_ttl_is_safe() {
-    let outcome = chaos::restart_scenario(Restart::DelayedPastTtl, Duration::from_secs(2));
+    let outcome = chaos::restart_scenario(Restart::DelayedPastTtl, Duration::from_secs(2), true);
     println!("[chaos] {outcome}");
     assert_eq!(outcome.holder_nodes, 3, "client 1 held A, B, C");
     assert!(

@@ -152,11 +152,25 @@ fn extend_shortens_keys() {
     );
 }
 
-/// Negative control: the failure of the Redis page — a node restarts empty inside a holder's
-/// validity and grants the lock again.
+/// The failure of the Redis page — nodes restart empty inside a holder's validity — with
+/// restart-aware voting on: no node votes again before the longest TTL has passed on its clock,
+/// and no two clients ever hold a resource at once.
 #[test]
 fn restart_without_delay() {
-    let found = sim::hunt(&Scenario::restart_without_delay(), 100);
+    let scenario = Scenario::restart_without_delay();
+    let summary = sim::explore(&scenario, CI_SEEDS);
+    assert_busy(&summary, &scenario, 1);
+    assert!(
+        summary.stats.ineligible_votes > 0,
+        "no node was ever refused a vote: the scenario did not exercise the feature"
+    );
+}
+
+/// Negative control: the same schedules with restart-aware voting off — a node restarted empty
+/// grants the lock again inside the holder's validity, and the checker must catch it.
+#[test]
+fn restart_without_delay_unaware() {
+    let found = sim::hunt(&Scenario::restart_without_delay_unaware(), 100);
     assert!(
         found.is_some(),
         "the checker missed an immediate empty restart"

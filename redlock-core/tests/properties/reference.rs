@@ -25,6 +25,10 @@ fn vote(op: Op, reply: Reply) -> Vote {
     match (op, reply) {
         (Op::SetIfAbsent, Reply::Ok) | (_, Reply::Int(1)) => Vote::Granted,
         (Op::SetIfAbsent, Reply::Nil) | (_, Reply::Int(0)) => Vote::Refused,
+        // Restart-aware voting: −m = the node may not vote for m ms more (a failure).
+        (Op::SetIfAbsent, Reply::Int(n)) if n < 0 => Vote::Ineligible {
+            for_ms: n.unsigned_abs(),
+        },
         (_, Reply::Error(kind)) => Vote::Failed(kind),
         _ => Vote::Failed(NodeErrorKind::Protocol),
     }

@@ -4,12 +4,18 @@
 //! the lock there. Then C dies and comes back *empty*. Client 2 reaches only C, D, E (its
 //! proxies to A, B are partitioned) and asks for the same lock.
 //!
-//! - **Immediate restart** (outside the model): C grants client 2, and so do D and E — a
-//!   quorum, while client 1 is still inside its validity. The recorder must report the double
-//!   holding: a negative control proving that the checker can fail on real servers.
-//! - **Restart delayed past the TTL** (the page's fix): while C is down client 2 reaches only
-//!   two nodes and cannot win; C comes back after client 1's keys and validity have run out,
-//!   and client 2 then wins without overlapping client 1.
+//! - **Immediate restart, restart-aware voting off** (outside the model): C grants client 2,
+//!   and so do D and E — a quorum, while client 1 is still inside its validity. The recorder
+//!   must report the double holding: a negative control proving that the checker can fail on
+//!   real servers.
+//! - **Immediate restart (or `FLUSHALL` on C), restart-aware voting on**: C lost its epoch key
+//!   with its memory, so it refuses to vote until the longest TTL has passed on its clock;
+//!   client 2 is refused until then — after client 1's validity — and wins without overlap.
+//! - **Restart delayed past the TTL** (the page's operator fix): while C is down client 2
+//!   reaches only two nodes and cannot win; C comes back after client 1's keys and validity
+//!   have run out, and client 2 then wins without overlapping client 1.
+//!
+//! The clients' longest TTL in use is the scenario's TTL.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -40,6 +46,8 @@ pub enum Restart {
     Immediate,
     /// Killed, and started again (empty) only once the TTL has passed since it died.
     DelayedPastTtl,
+    /// Not restarted: `FLUSHALL` at once (every key lost, the process stays up).
+    FlushAll,
 }
 
 /// What the scenario saw.
@@ -47,6 +55,8 @@ pub enum Restart {
 pub struct RestartOutcome {
     /// How C came back.
     pub restart: Restart,
+    /// Whether the clients used restart-aware voting.
+    pub restart_aware: bool,
     /// Client 1's window.
     pub holder: Window,
     /// Nodes holding client 1's token right after it got the lock.
@@ -57,8 +67,11 @@ pub struct RestartOutcome {
     pub second_nodes: usize,
     /// Client 1's token still on this many nodes when client 2 got the lock.
     pub holder_nodes_then: usize,
-    /// Client 2's failed attempts while C was down (delayed restart only), by error kind.
+    /// Client 2's failed attempts before it won (while C was down, or refusing to vote), by
+    /// error kind.
     pub refused_while_down: BTreeMap<&'static str, u32>,
+    /// Of those, the attempts in which C refused to vote because it lost its memory.
+    pub ineligible_refusals: u32,
     /// Overlapping windows found by the recorder.
     pub overlaps: Vec<Overlap>,
     /// Both windows, then the overlaps, described with times since the scenario started.
@@ -76,13 +89,16 @@ impl fmt::Display for RestartOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{:?}: client 1 on {} nodes (still on {} when client 2 won), client 2 on {} nodes; \
-             client 2 refused while C was down: {:?}; overlaps: {}",
+            "{:?} (restart-aware voting {}): client 1 on {} nodes (still on {} when client 2 \
+             won), client 2 on {} nodes; client 2 refused before it won: {:?} ({} by C's \
+             eligibility); overlaps: {}",
             self.restart,
+            if self.restart_aware { "on" } else { "off" },
             self.holder_nodes,
             self.holder_nodes_then,
             self.second_nodes,
             self.refused_while_down,
+            self.ineligible_refusals,
             self.overlaps.len()
         )?;
         for line in &self.timeline {
@@ -92,12 +108,13 @@ impl fmt::Display for RestartOutcome {
     }
 }
 
-/// Runs the scenario with C coming back as `restart` says, and the lock TTL `ttl`.
+/// Runs the scenario with C coming back as `restart` says, the lock TTL `ttl`, and
+/// restart-aware voting on or off.
 ///
 /// # Panics
 /// If the setup does not go as planned (client 1 not granted by exactly A, B, C; client 2 never
 /// getting the lock once C is back).
-pub fn restart_scenario(restart: Restart, ttl: Duration) -> RestartOutcome {
+pub fn restart_scenario(restart: Restart, ttl: Duration, restart_aware: bool) -> RestartOutcome {
     let mut nodes = Cluster::start(5);
     let links = Links::start(&nodes, 2);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -105,11 +122,11 @@ pub fn restart_scenario(restart: Restart, ttl: Duration) -> RestartOutcome {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let holder_client = client(&links, 0);
-    let second_client = client(&links, 1);
+    let holder_client = client(&links, 0, ttl, restart_aware);
+    let second_client = client(&links, 1, ttl, restart_aware);
     // Connect both clients to every node first, so that no round below pays for connecting.
     for redlock in [&holder_client, &second_client] {
-        let warm = take(&runtime, redlock, "warm-up", ttl, "warm-up");
+        let (warm, _) = take(&runtime, redlock, "warm-up", ttl, "warm-up");
         runtime.block_on(warm.release());
     }
     for node in [3, 4] {
@@ -121,7 +138,7 @@ pub fn restart_scenario(restart: Restart, ttl: Duration) -> RestartOutcome {
     let recorder = Recorder::new();
     let key = format!("{PREFIX}{RESOURCE}");
 
-    let holder = take(
+    let (holder, _) = take(
         &runtime,
         &holder_client,
         RESOURCE,
@@ -150,6 +167,11 @@ pub fn restart_scenario(restart: Restart, ttl: Duration) -> RestartOutcome {
     let mut early = None;
     match restart {
         Restart::Immediate => nodes.restart_empty(C),
+        Restart::FlushAll => {
+            let _: () = redis::cmd("FLUSHALL")
+                .query(&mut nodes.servers()[C].client())
+                .expect("FLUSHALL on C");
+        }
         Restart::DelayedPastTtl => {
             nodes.kill(C);
             let restart_at = Instant::now() + ttl + Duration::from_millis(500);
@@ -169,14 +191,22 @@ pub fn restart_scenario(restart: Restart, ttl: Duration) -> RestartOutcome {
         }
     }
 
+    let mut ineligible_refusals = 0;
     let (second, second_acquired) = early.unwrap_or_else(|| {
-        let lock = take(
+        let (lock, refusals) = take(
             &runtime,
             &second_client,
             RESOURCE,
             ttl,
             "client 2 gets C, D, E",
         );
+        for err in &refusals {
+            *refused_while_down.entry(error_kind(err)).or_default() += 1;
+            let c_ineligible = err
+                .failure()
+                .is_some_and(|f| matches!(f.nodes[C].result, Vote::Ineligible { .. }));
+            ineligible_refusals += u32::from(c_ineligible);
+        }
         (lock, Instant::now())
     });
     let second_token = second.token().as_bytes().to_vec();
@@ -203,33 +233,51 @@ pub fn restart_scenario(restart: Restart, ttl: Duration) -> RestartOutcome {
         .collect();
     RestartOutcome {
         restart,
+        restart_aware,
         holder: holder_window,
         holder_nodes,
         second: Some(second_window),
         second_nodes,
         holder_nodes_then,
         refused_while_down,
+        ineligible_refusals,
         overlaps,
         timeline,
     }
 }
 
-fn client(links: &Links, index: usize) -> Redlock {
+fn client(links: &Links, index: usize, ttl: Duration, restart_aware: bool) -> Redlock {
     Redlock::builder(links.urls(index))
-        .config(|c| c.key_prefix(PREFIX).retry(RetryPolicy::once()))
+        .config(|c| {
+            c.key_prefix(PREFIX)
+                .retry(RetryPolicy::once())
+                .restart_aware(restart_aware)
+                .max_ttl(ttl)
+        })
         .io_timeout(Duration::from_secs(1))
         .build()
         .unwrap_or_else(|err| panic!("client {}: {err}", index + 1))
 }
 
-/// `try_lock` until it succeeds: a round may fail on a loaded machine (a reply later than the
-/// per-node timeout), or while a connection to a restarted node is made again.
-fn take(runtime: &Runtime, redlock: &Redlock, resource: &str, ttl: Duration, what: &str) -> Lock {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// `try_lock` until it succeeds, with the errors of the attempts that failed: a round may fail
+/// on a loaded machine (a reply later than the per-node timeout), while a connection to a
+/// restarted node is made again, or while a node refuses to vote (up to the TTL).
+fn take(
+    runtime: &Runtime,
+    redlock: &Redlock,
+    resource: &str,
+    ttl: Duration,
+    what: &str,
+) -> (Lock, Vec<redlock_redis::Error>) {
+    let deadline = Instant::now() + ttl + Duration::from_secs(10);
+    let mut refusals = Vec::new();
     loop {
         match runtime.block_on(redlock.try_lock(resource, ttl)) {
-            Ok(lock) => return lock,
-            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(50)),
+            Ok(lock) => return (lock, refusals),
+            Err(err) if Instant::now() < deadline => {
+                refusals.push(err);
+                thread::sleep(Duration::from_millis(50));
+            }
             Err(err) => panic!("{what}: {err}"),
         }
     }

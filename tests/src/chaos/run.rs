@@ -316,14 +316,16 @@ fn run_clients(
 }
 
 /// Once the faults are healed, each client must take a lock that lands on *every* node again
-/// within [`RECOVERY_LIMIT`]: a connection left broken by a kill, stop, partition or reset
-/// would show here. Returns one line per client that did not.
+/// within [`RECOVERY_LIMIT`] plus the longest TTL (a node restarted empty refuses to vote for
+/// that long — restart-aware voting): a connection left broken by a kill, stop, partition or
+/// reset would show here. Returns one line per client that did not.
 fn check_recovery(cluster: &Cluster, clients: &Survivors, config: &ChaosConfig) -> Vec<String> {
     let mut failures = Vec::new();
     for (index, client) in clients {
         let resource = format!("recovery-{index}");
         let key = format!("{}{resource}", config.key_prefix);
-        let deadline = Instant::now() + RECOVERY_LIMIT;
+        let limit = RECOVERY_LIMIT + config.max_ttl();
+        let deadline = Instant::now() + limit;
         let mut check = |token: &[u8], votes: &str| {
             let missing = || {
                 cluster
@@ -341,15 +343,16 @@ fn check_recovery(cluster: &Cluster, clients: &Survivors, config: &ChaosConfig) 
                 .then(|| format!("granted, but not on {} (votes {votes})", missing.join(", ")))
         };
         loop {
-            let last = match client.lock_and_check(&resource, RECOVERY_TTL, &mut check) {
+            let ttl = RECOVERY_TTL.min(config.max_ttl());
+            let last = match client.lock_and_check(&resource, ttl, &mut check) {
                 Ok(None) => break,
                 Ok(Some(found)) => found,
                 Err(err) => err.to_string(),
             };
             if Instant::now() > deadline {
                 failures.push(format!(
-                    "client {index} ({}): no lock on every node within {RECOVERY_LIMIT:?} after \
-                     the faults healed (last: {last})",
+                    "client {index} ({}): no lock on every node within {limit:?} after the \
+                     faults healed (last: {last})",
                     config.clients[*index].name()
                 ));
                 break;

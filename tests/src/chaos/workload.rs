@@ -240,6 +240,7 @@ impl Tally {
                 Vote::TimedOut => "timed out".to_owned(),
                 Vote::Pending => "pending".to_owned(),
                 Vote::Failed(kind) => format!("failed ({kind})"),
+                Vote::Ineligible { .. } => "ineligible (lost its memory)".to_owned(),
             };
             *self.votes.entry(vote).or_default() += 1;
         }

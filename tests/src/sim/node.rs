@@ -92,8 +92,11 @@ mod tests {
     /// The engine's own commands for a lock on `resources` with `token`: acquire, release, and
     /// (from a lease the acquire wins) extend to `extend_ttl`.
     fn commands(resources: &[&str], token: &str, extend_ttl: u64) -> (Command, Command, Command) {
+        // The plain forms (SET NX PX and the three scripts); restart-aware acquires are the
+        // core's fake-node tests' business.
         let config = Config::builder(1)
             .retry(RetryPolicy::once())
+            .restart_aware(false)
             .build()
             .expect("valid");
         let now = Instant::now();

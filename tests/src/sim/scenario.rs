@@ -122,6 +122,9 @@ pub struct Scenario {
     pub clocks: ClockConfig,
     /// How the nodes run the extend script.
     pub extend_semantics: ExtendSemantics,
+    /// Whether the engine refuses votes of nodes that lost their memory (restart-aware voting),
+    /// with the scenario's [`max_ttl`](Scenario::max_ttl) as the longest TTL in use.
+    pub restart_aware: bool,
     /// Clients start no new acquisition after this much true time; the run ends when all are done.
     pub run_for: Duration,
 }
@@ -179,6 +182,7 @@ impl Scenario {
                 max_offset: Duration::ZERO,
             },
             extend_semantics: ExtendSemantics::of_engine(),
+            restart_aware: true,
             run_for: Duration::from_secs(3),
         }
     }
@@ -367,8 +371,9 @@ impl Scenario {
         }
     }
 
-    /// Outside the model (negative control): nodes restart empty right away, inside holders'
-    /// validity — the failure the Redis page's delayed restart prevents.
+    /// Inside the model thanks to restart-aware voting: nodes restart empty right away, inside
+    /// holders' validity — the failure of the Redis page — and refuse to vote until the longest
+    /// TTL has passed on their clock, so nobody gets a second grant from them.
     pub fn restart_without_delay() -> Self {
         Self {
             name: "restart_without_delay",
@@ -384,6 +389,16 @@ impl Scenario {
                 ..Self::baseline().hold
             },
             ..Self::baseline()
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::restart_without_delay`] with
+    /// restart-aware voting off — the Redis page's failure, which the checker must catch.
+    pub fn restart_without_delay_unaware() -> Self {
+        Self {
+            name: "restart_without_delay_unaware",
+            restart_aware: false,
+            ..Self::restart_without_delay()
         }
     }
 
@@ -451,8 +466,10 @@ impl Scenario {
     /// 1. Clock rates: a lock of TTL `ttl` is trusted for `ttl − drift` on the client's clock
     ///    (`drift = ttl × factor + 2 ms`); a key lives `ttl` on the node's clock. Safe while
     ///    `(1 + node rate) / (1 + client rate) ≤ ttl / (ttl − drift)` for every TTL.
-    /// 2. No node restarts empty while one of its keys could still be alive: the shortest
-    ///    downtime exceeds the longest TTL as the fastest node clock measures it.
+    /// 2. No node votes again while one of its keys could still be alive after it lost them:
+    ///    with restart-aware voting the engine enforces it (the node waits out the longest TTL
+    ///    on its own clock, covered by 1.); without it, the shortest downtime must exceed the
+    ///    longest TTL as the fastest node clock measures it.
     /// 3. Clients stop using a lock when its validity ends, pauses included.
     /// 4. An extension never shortens a key's TTL (the lease keeps the longer validity it had).
     pub fn assumptions(&self) -> Vec<String> {
@@ -471,7 +488,7 @@ impl Scenario {
                 ttl / span
             ));
         }
-        if self.crashes.per_node > 0 {
+        if self.crashes.per_node > 0 && !self.restart_aware {
             let longest_key = self.max_ttl().as_secs_f64() / slowest_node;
             let shortest_down = self.crashes.down_for.0.as_secs_f64();
             if shortest_down <= longest_key {

@@ -41,6 +41,9 @@ pub struct Stats {
     pub pauses: u64,
     /// Partitions.
     pub partitions: u64,
+    /// Acquire requests a node refused because it lost its memory too recently
+    /// (restart-aware voting).
+    pub ineligible_votes: u64,
     /// Runs with a violation.
     pub violations: u64,
 }
@@ -64,6 +67,7 @@ impl AddAssign for Stats {
         self.crashes += o.crashes;
         self.pauses += o.pauses;
         self.partitions += o.partitions;
+        self.ineligible_votes += o.ineligible_votes;
         self.violations += o.violations;
     }
 }
@@ -75,7 +79,7 @@ impl fmt::Display for Stats {
             "{} schedules, {} events, {} critical sections, {} failed acquisitions ({} rounds), \
              {} extensions (+{} failed), {} leases lost, {} releases; faults: {} messages \
              ({} lost, {} duplicated, {} cut by {} partitions, {} to down nodes), {} crashes, \
-             {} pauses; {} violations",
+             {} pauses; {} votes refused after a memory loss; {} violations",
             self.schedules,
             self.events,
             self.critical_sections,
@@ -93,6 +97,7 @@ impl fmt::Display for Stats {
             self.to_down_node,
             self.crashes,
             self.pauses,
+            self.ineligible_votes,
             self.violations,
         )
     }

@@ -93,6 +93,8 @@ impl<'s> World<'s> {
         let config = Config::builder(scenario.nodes)
             .drift_factor(scenario.drift_factor)
             .retry(scenario.retry)
+            .restart_aware(scenario.restart_aware)
+            .max_ttl(scenario.max_ttl())
             .build()
             .expect("the scenario's engine configuration is valid");
         let stop_at = nanos(scenario.run_for);
@@ -272,6 +274,11 @@ impl<'s> World<'s> {
                 }
                 let reply = if self.nodes[node].is_up() {
                     let reply = self.nodes[node].run(t, &command);
+                    if command.op() == redlock_core::Op::SetIfAbsent
+                        && matches!(reply, Reply::Int(n) if n < 0)
+                    {
+                        self.stats.ineligible_votes += 1;
+                    }
                     let holder = self.nodes[node]
                         .holder(t, command.spec().keys().next().unwrap_or_default())
                         .map(<[u8]>::to_vec);
