@@ -2,11 +2,12 @@
 //! restarts `redis-server` processes and switches faults on the client–node proxies while the
 //! clients work, then heals everything.
 //!
-//! What it never does (the model of the Redis distributed-locks page): restart a killed node
-//! before the longest TTL in use has passed since it died. Kills are `kill -9` of a server
-//! without persistence, so a node always comes back empty — the *delayed restart* the page asks
-//! for. Every other fault (SIGSTOP, latency, stalls, partitions, resets) is inside the model at
-//! any length and in any combination.
+//! Kills are `kill -9` of a server without persistence, so a node always comes back empty. Some
+//! come back only after the longest TTL in use (the *delayed restart* the Redis distributed-locks
+//! page asks for); others at once — the page's failure, inside the model only because the
+//! clients use restart-aware voting (the node refuses to vote until the longest TTL has passed
+//! on its clock). Every other fault (SIGSTOP, latency, stalls, partitions, resets) is inside the
+//! model at any length and in any combination.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +26,8 @@ pub enum FaultKind {
     Kill,
     /// A killed node started again, empty, at least the longest TTL after it died.
     Restart,
+    /// `kill -9` and an empty restart at once (safe only with restart-aware voting).
+    KillRestartNow,
     /// SIGSTOP of a node, SIGCONT later: it keeps its sockets and data but answers nothing.
     Pause,
     /// Added latency on one client–node link for a while.
@@ -39,9 +42,10 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Kill,
         Self::Restart,
+        Self::KillRestartNow,
         Self::Pause,
         Self::Latency,
         Self::Stall,
@@ -54,6 +58,7 @@ impl FaultKind {
         match self {
             Self::Kill => "kill -9",
             Self::Restart => "delayed restart",
+            Self::KillRestartNow => "kill -9 + empty restart at once",
             Self::Pause => "SIGSTOP/SIGCONT",
             Self::Latency => "latency",
             Self::Stall => "stall",
@@ -134,6 +139,7 @@ impl Default for FaultConfig {
             interval: (ms(80), ms(400)),
             weights: vec![
                 (FaultKind::Kill, 1),
+                (FaultKind::KillRestartNow, 1),
                 (FaultKind::Pause, 2),
                 (FaultKind::Latency, 3),
                 (FaultKind::Stall, 2),
@@ -262,6 +268,7 @@ impl<'a> Nemesis<'a> {
         };
         match kind {
             FaultKind::Kill => self.kill(now),
+            FaultKind::KillRestartNow => self.kill_restart_now(),
             FaultKind::Pause => self.pause(now),
             FaultKind::Latency => self.latency(now),
             FaultKind::Stall | FaultKind::Partition | FaultKind::Reset => {
@@ -304,6 +311,17 @@ impl<'a> Nemesis<'a> {
         let restart_at = now + self.max_ttl + self.rng.duration_micros(self.config.restart_margin);
         self.nodes[node] = NodeState::Down { restart_at };
         self.counts.add(FaultKind::Kill);
+    }
+
+    /// The Redis page's failure on purpose: a running node loses its memory at once (its
+    /// holders' keys with it) and answers again right away.
+    fn kill_restart_now(&mut self) {
+        let up = self.nodes_where(|s| matches!(s, NodeState::Up));
+        let Some(node) = self.rng.pick(&up) else {
+            return;
+        };
+        self.cluster.restart_empty(node);
+        self.counts.add(FaultKind::KillRestartNow);
     }
 
     fn pause(&mut self, now: Instant) {
