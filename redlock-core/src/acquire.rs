@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rand_core::CryptoRng;
 
-use crate::command::Op;
+use crate::command::{Extras, Op};
 use crate::config::Config;
 use crate::error::ConfigError;
 use crate::id::{Origin, RequestId};
@@ -54,6 +54,9 @@ enum Phase {
     Open,
     /// A round's requests are out.
     Collecting,
+    /// The round was won; the fence's commit requests are out (fenced locks only): the lock is
+    /// held only with a quorum of commits, inside the validity.
+    Committing,
     /// A lost round's release goes out; then pause until the instant and retry, or (after the
     /// last round) wait for the release's answers and finish.
     CleaningUp(Option<Instant>),
@@ -83,6 +86,10 @@ pub struct Acquire {
     attempts: u32,
     batches: u32,
     round: Round<Vote>,
+    /// The fence commit of a won round (fenced locks).
+    commit: Round<Vote>,
+    /// The fence being committed.
+    fence: Option<u64>,
     cleanup: Round<NodeRelease>,
     last_failure: Option<AcquireFailure>,
     phase: Phase,
@@ -114,7 +121,11 @@ impl Acquire {
         let spec = LockSpec::new(config.key_prefix(), &request.resources, token)?;
         let n = config.nodes();
         let mut round = Round::new(0, Op::SetIfAbsent, ttl.ms, n, now, now);
-        round.set_max_ttl(config.max_ttl_ms());
+        round.set_extras(Extras {
+            max_ttl_ms: config.max_ttl_ms(),
+            fenced: request.fenced,
+            fence: None,
+        });
         Ok(Self {
             spec,
             base_token,
@@ -128,6 +139,8 @@ impl Acquire {
             attempts: 0,
             batches: 0,
             round,
+            commit: Round::new(0, Op::CommitFence, ttl.ms, n, now, now),
+            fence: None,
             cleanup: Round::new(0, Op::DeleteIfEquals, ttl.ms, n, now, now),
             last_failure: None,
             phase: Phase::Open,
@@ -148,6 +161,7 @@ impl Acquire {
     /// first poll).
     pub(crate) fn set_origin(&mut self, origin: Origin) {
         self.round.set_origin(origin);
+        self.commit.set_origin(origin);
         self.cleanup.set_origin(origin);
     }
 
@@ -172,6 +186,9 @@ impl Acquire {
             Phase::Collecting => {
                 self.round.record(now, id, reply);
             }
+            Phase::Committing => {
+                self.commit.record(now, id, reply);
+            }
             Phase::CleaningUp(None) => {
                 self.cleanup.record(now, id, reply);
             }
@@ -184,6 +201,7 @@ impl Acquire {
     pub fn handle_timeout(&mut self, now: Instant) {
         match self.phase {
             Phase::Collecting => self.round.expire(now),
+            Phase::Committing => self.commit.expire(now),
             Phase::CleaningUp(None) => self.cleanup.expire(now),
             _ => {}
         }
@@ -201,23 +219,19 @@ impl Acquire {
                     self.round.expire(now);
                     match self.round.tally().decide(self.quorum) {
                         Decision::Open => return Output::Wait(self.round.deadline),
-                        Decision::Won => {
-                            let granted =
-                                self.ttl.grant(self.round.started, now, self.min_validity);
-                            match granted {
-                                Some(valid_until) => {
-                                    self.phase =
-                                        Phase::Done(Some(AcquireOutcome::Acquired(Lease {
-                                            spec: self.spec.clone(),
-                                            ttl: self.ttl.duration(),
-                                            valid_until,
-                                            votes: self.round.answers.clone(),
-                                            attempts: self.attempts,
-                                        })));
-                                }
-                                None => self.lose_round(now, FailureReason::TooSlow),
-                            }
-                        }
+                        Decision::Won if self.round_is_fenced() => self.start_commit(now),
+                        Decision::Won => self.won(now, None),
+                        Decision::Lost(reason) => self.lose_round(now, reason),
+                    }
+                }
+                Phase::Committing => {
+                    if let Some(transmit) = self.commit.next_transmit(&self.spec) {
+                        return Output::Send(transmit);
+                    }
+                    self.commit.expire(now);
+                    match self.commit.tally().decide(self.quorum) {
+                        Decision::Open => return Output::Wait(self.commit.deadline),
+                        Decision::Won => self.won(now, self.fence),
                         Decision::Lost(reason) => self.lose_round(now, reason),
                     }
                 }
@@ -263,6 +277,71 @@ impl Acquire {
         let handed_out = matches!(self.phase, Phase::Done(None));
         (sent_something && !handed_out)
             .then(|| Release::for_spec(now, config, self.spec.clone(), self.ttl.duration()))
+    }
+
+    fn round_is_fenced(&self) -> bool {
+        self.round.fences.iter().any(Option::is_some)
+    }
+
+    /// A quorum granted (and, for a fenced lock, committed the fence): held, if enough validity
+    /// is left; otherwise the round is lost as too slow.
+    fn won(&mut self, now: Instant, fence: Option<u64>) {
+        match self.ttl.grant(self.round.started, now, self.min_validity) {
+            Some(valid_until) => {
+                self.phase = Phase::Done(Some(AcquireOutcome::Acquired(Lease {
+                    spec: self.spec.clone(),
+                    ttl: self.ttl.duration(),
+                    valid_until,
+                    votes: self.round.answers.clone(),
+                    attempts: self.attempts,
+                    fence,
+                })));
+            }
+            None => self.lose_round(now, FailureReason::TooSlow),
+        }
+    }
+
+    /// The fenced round was won: the fence is one more than the largest counter (or clock) any
+    /// granting node reported, committed on those nodes before the validity ends.
+    ///
+    /// # Implementation note
+    /// Any later holder's granting quorum intersects this commit quorum; on a node of the
+    /// intersection the commit ran while our key was there, hence before that holder's grant,
+    /// so that holder reads a counter of at least our fence and takes a larger one.
+    fn start_commit(&mut self, now: Instant) {
+        let fence = self
+            .round
+            .answers
+            .iter()
+            .zip(&self.round.fences)
+            .filter(|(vote, _)| **vote == Vote::Granted)
+            .filter_map(|(_, seen)| *seen)
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1);
+        self.fence = Some(fence);
+        self.batches += 1;
+        let mut reply_by = self.ttl.valid_until(self.round.started);
+        if let Some(by) = now.checked_add(self.node_timeout) {
+            reply_by = reply_by.min(by);
+        }
+        if let Some(deadline) = self.deadline {
+            reply_by = reply_by.min(deadline.max(now));
+        }
+        self.commit
+            .restart(self.batches, Op::CommitFence, now, reply_by);
+        self.commit.set_extras(Extras {
+            fence: Some(fence),
+            ..Extras::default()
+        });
+        let granted: Vec<bool> = self
+            .round
+            .answers
+            .iter()
+            .map(|vote| *vote == Vote::Granted)
+            .collect();
+        self.commit.ask_only(&granted, Vote::Refused);
+        self.phase = Phase::Committing;
     }
 
     fn open_round(&mut self, now: Instant) {

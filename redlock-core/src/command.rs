@@ -88,6 +88,73 @@ end
 return 1
 ";
 
+/// The prefix of a lock key's fence counter: the counter of key `K` is `redlock:fence:K`. Locks
+/// may not use keys under it.
+pub const FENCE_KEY_PREFIX: &[u8] = b"redlock:fence:";
+
+/// How long a fence counter outlives the last fenced acquisition of its key, in ms (one hour):
+/// a resource costs one counter key per node for that long. Fences are hybrid clocks (the
+/// largest of the counters and the nodes' `TIME` in ms, plus one), so a counter that expired
+/// restarts above every fence issued before — as long as the nodes' wall clocks agree within
+/// this much.
+pub const FENCE_RETENTION_MS: u64 = 3_600_000;
+
+/// A fenced acquire: [`ACQUIRE_CHECKED_SCRIPT`] (its eligibility check skipped when `ARGV[3]`
+/// is 0) that on success also reads the keys' fence counters. `KEYS` = the `n` lock keys, the
+/// epoch key, then the `n` fence keys; `ARGV` = token, TTL in ms, longest TTL in use in ms (or
+/// 0). Answers 0 (taken), −m (not eligible for `m` ms more), or `v + 1` where `v` is the largest
+/// of the fence counters and the node's `TIME` in ms (set).
+pub const ACQUIRE_FENCED_SCRIPT: &str = "\
+local n = (#KEYS - 1) / 2
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local max_ttl = tonumber(ARGV[3])
+if max_ttl > 0 then
+  local epoch = tonumber(redis.call('GET', KEYS[n + 1]))
+  if not epoch then
+    redis.call('SET', KEYS[n + 1], now)
+    epoch = now
+  end
+  if epoch ~= 0 then
+    local young = max_ttl - (now - epoch)
+    if young > 0 then return -young end
+  end
+end
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
+end
+for i = 1, n do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+end
+local v = now
+for i = n + 2, #KEYS do
+  local c = tonumber(redis.call('GET', KEYS[i]))
+  if c and c > v then v = c end
+end
+return v + 1
+";
+
+/// Commits a fence: if every lock key still holds the token, raises each fence counter to at
+/// least the fence (never lowers it) with the retention as its TTL. `KEYS` = the `n` lock keys,
+/// then the `n` fence keys; `ARGV` = token, fence, retention in ms. Answers 1 (committed) or 0
+/// (not held: nothing changed).
+pub const COMMIT_FENCE_SCRIPT: &str = "\
+local n = #KEYS / 2
+for i = 1, n do
+  if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
+end
+local fence = tonumber(ARGV[2])
+for i = n + 1, #KEYS do
+  local c = tonumber(redis.call('GET', KEYS[i]))
+  if c and c > fence then
+    redis.call('SET', KEYS[i], c, 'PX', ARGV[3])
+  else
+    redis.call('SET', KEYS[i], fence, 'PX', ARGV[3])
+  end
+end
+return 1
+";
+
 /// Marks the node trusted: its memory is old enough for any TTL (an operator who knows that no
 /// lock is live says so, for a fresh deployment). `KEYS[1]` = [`EPOCH_KEY`]. Answers 1.
 pub const TRUST_SCRIPT: &str = "\
@@ -112,6 +179,9 @@ pub enum Op {
     ExpireIfEquals,
     /// Mark the node trusted for restart-aware voting ([`TRUST_SCRIPT`]).
     Trust,
+    /// Raise the fence counters to the lock's fence, if every key still holds the token
+    /// ([`COMMIT_FENCE_SCRIPT`]).
+    CommitFence,
 }
 
 /// One command for one node: an operation on a lock's keys. Cheap to clone (the keys and token
@@ -121,8 +191,7 @@ pub struct Command {
     op: Op,
     spec: LockSpec,
     ttl_ms: u64,
-    /// The longest TTL in use, for a restart-aware acquire.
-    max_ttl_ms: Option<u64>,
+    extras: Extras,
 }
 
 /// Which of the algorithm's Lua scripts a command runs. Say which by this enum; the source is
@@ -139,6 +208,10 @@ pub enum Script {
     AcquireChecked,
     /// [`TRUST_SCRIPT`]: mark the node trusted.
     Trust,
+    /// [`ACQUIRE_FENCED_SCRIPT`]: a (checked) acquire that reads the fence counters.
+    AcquireFenced,
+    /// [`COMMIT_FENCE_SCRIPT`]: commit a fence.
+    CommitFence,
 }
 
 impl Script {
@@ -150,6 +223,8 @@ impl Script {
             Script::Extend => EXTEND_SCRIPT,
             Script::AcquireChecked => ACQUIRE_CHECKED_SCRIPT,
             Script::Trust => TRUST_SCRIPT,
+            Script::AcquireFenced => ACQUIRE_FENCED_SCRIPT,
+            Script::CommitFence => COMMIT_FENCE_SCRIPT,
         }
     }
 }
@@ -170,27 +245,106 @@ pub enum RedisForm<'a> {
     Script {
         /// Which script (its Lua source is [`Script::source`]).
         script: Script,
-        /// The command's lock: iterate [`LockSpec::keys`] for `KEYS`.
-        spec: &'a LockSpec,
-        /// One more key after the lock's, when the script takes it ([`EPOCH_KEY`]).
-        epoch_key: Option<&'static [u8]>,
-        /// `ARGV[1]`: the token.
-        token: &'a [u8],
-        /// `ARGV[2]`, when the script takes a TTL.
-        ttl_ms: Option<u64>,
-        /// `ARGV[3]`, when the script takes the longest TTL in use.
-        max_ttl_ms: Option<u64>,
+        /// `KEYS`, in order.
+        keys: ScriptKeys<'a>,
+        /// `ARGV`, in order.
+        args: ScriptArgs<'a>,
     },
 }
 
+/// A script's `KEYS`: the lock keys, then the epoch key and the fence keys when the script takes
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub struct ScriptKeys<'a> {
+    spec: &'a LockSpec,
+    epoch: bool,
+    fence: bool,
+}
+
+impl ScriptKeys<'_> {
+    /// How many keys.
+    pub fn len(&self) -> usize {
+        let n = self.spec.len();
+        n + usize::from(self.epoch) + if self.fence { n } else { 0 }
+    }
+
+    /// Whether there are none (never: a lock has at least one key).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` with each key, in order (fence keys are built in one reused buffer).
+    pub fn for_each(&self, mut f: impl FnMut(&[u8])) {
+        self.spec.keys().for_each(&mut f);
+        if self.epoch {
+            f(EPOCH_KEY);
+        }
+        if self.fence {
+            let mut buf = Vec::new();
+            for key in self.spec.keys() {
+                buf.clear();
+                buf.extend_from_slice(FENCE_KEY_PREFIX);
+                buf.extend_from_slice(key);
+                f(&buf);
+            }
+        }
+    }
+}
+
+/// A script's `ARGV`: the token, then its numbers.
+#[derive(Debug, Clone, Copy)]
+pub struct ScriptArgs<'a> {
+    /// `ARGV[1]`.
+    pub token: &'a [u8],
+    numbers: [Option<u64>; 3],
+}
+
+impl ScriptArgs<'_> {
+    /// `ARGV[2]…`, in order.
+    pub fn numbers(&self) -> impl Iterator<Item = u64> + '_ {
+        self.numbers.iter().flatten().copied()
+    }
+
+    /// How many arguments, the token included.
+    pub fn len(&self) -> usize {
+        1 + self.numbers().count()
+    }
+
+    /// Whether there are none (never: the token is always there).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// What a command adds to its operation: restart-aware voting and fencing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Extras {
+    /// The longest TTL in use, for a restart-aware acquire.
+    pub(crate) max_ttl_ms: Option<u64>,
+    /// Whether an acquire reads the fence counters.
+    pub(crate) fenced: bool,
+    /// The fence to commit.
+    pub(crate) fence: Option<u64>,
+}
+
 impl Command {
-    pub(crate) fn new(op: Op, spec: LockSpec, ttl_ms: u64, max_ttl_ms: Option<u64>) -> Self {
+    pub(crate) fn new(op: Op, spec: LockSpec, ttl_ms: u64, extras: Extras) -> Self {
         Self {
             op,
             spec,
             ttl_ms,
-            max_ttl_ms,
+            extras,
         }
+    }
+
+    /// Whether this acquire reads the fence counters (a fenced lock's first round).
+    pub fn is_fenced(&self) -> bool {
+        self.op == Op::SetIfAbsent && self.extras.fenced
+    }
+
+    /// The fence a [`Op::CommitFence`] commits.
+    pub fn fence(&self) -> Option<u64> {
+        self.extras.fence.filter(|_| self.op == Op::CommitFence)
     }
 
     /// What the command does.
@@ -207,35 +361,64 @@ impl Command {
     pub fn ttl_ms(&self) -> Option<u64> {
         match self.op {
             Op::SetIfAbsent | Op::ExpireIfEquals => Some(self.ttl_ms),
-            Op::DeleteIfEquals | Op::Trust => None,
+            Op::DeleteIfEquals | Op::Trust | Op::CommitFence => None,
         }
     }
 
-    /// How Redis runs it: plain `SET NX PX` for a one-key acquire without restart-aware voting,
-    /// a script otherwise.
+    /// How Redis runs it: plain `SET NX PX` for a one-key acquire without restart-aware voting
+    /// or fencing, a script otherwise.
     pub fn redis_form(&self) -> RedisForm<'_> {
         let token = self.spec.token().as_bytes();
-        let checked = self.op == Op::SetIfAbsent && self.max_ttl_ms.is_some();
-        match self.op {
-            Op::SetIfAbsent if self.spec.len() == 1 && !checked => RedisForm::Set {
-                key: self.spec.keys().next().unwrap_or_default(),
-                token,
-                ttl_ms: self.ttl_ms,
-            },
-            op => RedisForm::Script {
-                script: match op {
-                    Op::SetIfAbsent if checked => Script::AcquireChecked,
-                    Op::SetIfAbsent => Script::Acquire,
-                    Op::DeleteIfEquals => Script::Release,
-                    Op::ExpireIfEquals => Script::Extend,
-                    Op::Trust => Script::Trust,
-                },
+        let max_ttl_ms = self.extras.max_ttl_ms;
+        let (script, epoch, fence, numbers) = match self.op {
+            Op::SetIfAbsent if self.extras.fenced => (
+                Script::AcquireFenced,
+                true,
+                true,
+                [Some(self.ttl_ms), Some(max_ttl_ms.unwrap_or(0)), None],
+            ),
+            Op::SetIfAbsent if max_ttl_ms.is_some() => (
+                Script::AcquireChecked,
+                true,
+                false,
+                [Some(self.ttl_ms), max_ttl_ms, None],
+            ),
+            Op::SetIfAbsent if self.spec.len() == 1 => {
+                return RedisForm::Set {
+                    key: self.spec.keys().next().unwrap_or_default(),
+                    token,
+                    ttl_ms: self.ttl_ms,
+                };
+            }
+            Op::SetIfAbsent => (
+                Script::Acquire,
+                false,
+                false,
+                [Some(self.ttl_ms), None, None],
+            ),
+            Op::DeleteIfEquals => (Script::Release, false, false, [None; 3]),
+            Op::ExpireIfEquals => (
+                Script::Extend,
+                false,
+                false,
+                [Some(self.ttl_ms), None, None],
+            ),
+            Op::Trust => (Script::Trust, false, false, [None; 3]),
+            Op::CommitFence => (
+                Script::CommitFence,
+                false,
+                true,
+                [self.extras.fence, Some(FENCE_RETENTION_MS), None],
+            ),
+        };
+        RedisForm::Script {
+            script,
+            keys: ScriptKeys {
                 spec: &self.spec,
-                epoch_key: checked.then_some(EPOCH_KEY),
-                token,
-                ttl_ms: self.ttl_ms(),
-                max_ttl_ms: if checked { self.max_ttl_ms } else { None },
+                epoch,
+                fence,
             },
+            args: ScriptArgs { token, numbers },
         }
     }
 }
@@ -257,5 +440,7 @@ mod tests {
         assert_eq!(Script::Extend.source(), EXTEND_SCRIPT);
         assert_eq!(Script::AcquireChecked.source(), ACQUIRE_CHECKED_SCRIPT);
         assert_eq!(Script::Trust.source(), TRUST_SCRIPT);
+        assert_eq!(Script::AcquireFenced.source(), ACQUIRE_FENCED_SCRIPT);
+        assert_eq!(Script::CommitFence.source(), COMMIT_FENCE_SCRIPT);
     }
 }

@@ -137,8 +137,11 @@ pub enum ConfigError {
         /// The configured longest TTL.
         max_ttl: Duration,
     },
-    /// A resource whose key is reserved by the engine ([`EPOCH_KEY`](crate::EPOCH_KEY)).
-    #[error("resource #{index}: its key is reserved for restart-aware voting; use another name")]
+    /// A resource whose key is reserved by the engine ([`EPOCH_KEY`](crate::EPOCH_KEY), or a
+    /// key under [`FENCE_KEY_PREFIX`](crate::FENCE_KEY_PREFIX)).
+    #[error(
+        "resource #{index}: its key is reserved (the restart-aware voting epoch or a fence counter); use another name"
+    )]
     ReservedKey {
         /// Position of the resource in the request (0-based).
         index: usize,

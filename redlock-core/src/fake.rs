@@ -165,6 +165,137 @@ impl FakeNode {
         self.epoch
     }
 
+    /// Runs a script as Redis would, from its `KEYS` and `ARGV`; `None` for arguments the engine
+    /// never sends (answered as an error).
+    fn script(
+        &mut self,
+        now: Duration,
+        script: Script,
+        keys: &[Vec<u8>],
+        token: &[u8],
+        numbers: &[u64],
+    ) -> Option<Reply> {
+        let number = |i: usize| numbers.get(i).copied();
+        let reply = match script {
+            Script::Acquire => self.acquire(now, keys, token, number(0)?),
+            Script::AcquireChecked => {
+                let locks = keys.get(..keys.len().checked_sub(1)?)?;
+                match self.young(now, number(1)?) {
+                    Some(young) => Reply::Int(young),
+                    None => self.acquire(now, locks, token, number(0)?),
+                }
+            }
+            Script::AcquireFenced => {
+                let n = keys.len().checked_sub(1)? / 2;
+                let (locks, fences) = (keys.get(..n)?, keys.get(n + 1..)?);
+                let max_ttl = number(1)?;
+                if let Some(young) = (max_ttl > 0).then(|| self.young(now, max_ttl)).flatten() {
+                    return Some(Reply::Int(young));
+                }
+                match self.acquire(now, locks, token, number(0)?) {
+                    Reply::Int(1) => {
+                        let time = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+                        let seen = fences.iter().filter_map(|k| self.counter(now, k)).max();
+                        let v = seen.unwrap_or(0).max(time);
+                        Reply::Int(i64::try_from(v.saturating_add(1)).unwrap_or(i64::MAX))
+                    }
+                    refused => refused,
+                }
+            }
+            Script::Release => {
+                let (mut released, mut foreign) = (0, 0);
+                for key in keys {
+                    match self.alive(key, now) {
+                        Some((held, _)) if held == token => {
+                            self.keys.remove(key);
+                            released += 1;
+                        }
+                        Some(_) => foreign += 1,
+                        None => {}
+                    }
+                }
+                Reply::Int(if foreign > 0 {
+                    -1
+                } else {
+                    i64::from(released > 0)
+                })
+            }
+            Script::Extend => {
+                let ttl_ms = number(0)?;
+                if !self.all_ours(now, keys, token) {
+                    return Some(Reply::Int(0));
+                }
+                let expires = now.saturating_add(Duration::from_millis(ttl_ms));
+                for key in keys {
+                    if let Some((_, at)) = self.keys.get_mut(key) {
+                        *at = match self.extend {
+                            ExtendSemantics::Pexpire => expires,
+                            ExtendSemantics::NeverShorten => (*at).max(expires),
+                        };
+                    }
+                }
+                Reply::Int(1)
+            }
+            Script::Trust => {
+                self.trust();
+                Reply::Int(1)
+            }
+            Script::CommitFence => {
+                let n = keys.len() / 2;
+                let (locks, fences) = (keys.get(..n)?, keys.get(n..)?);
+                let (fence, retention) = (number(0)?, number(1)?);
+                if !self.all_ours(now, locks, token) {
+                    return Some(Reply::Int(0));
+                }
+                let expires = now.saturating_add(Duration::from_millis(retention));
+                for key in fences {
+                    let raised = self.counter(now, key).unwrap_or(0).max(fence);
+                    let value = raised.to_string().into_bytes();
+                    self.keys.insert(key.clone(), (value, expires));
+                }
+                Reply::Int(1)
+            }
+        };
+        Some(reply)
+    }
+
+    /// `SET` every key or none (the acquire scripts' core): 1 set, 0 taken.
+    fn acquire(&mut self, now: Duration, keys: &[Vec<u8>], token: &[u8], ttl_ms: u64) -> Reply {
+        if keys.iter().any(|k| self.alive(k, now).is_some()) {
+            return Reply::Int(0);
+        }
+        for key in keys {
+            self.set(key, token, now, ttl_ms);
+        }
+        Reply::Int(1)
+    }
+
+    fn all_ours(&self, now: Duration, keys: &[Vec<u8>], token: &[u8]) -> bool {
+        keys.iter()
+            .all(|k| self.alive(k, now).is_some_and(|(held, _)| held == token))
+    }
+
+    /// A fence counter's value at `now`, if it is alive and a number.
+    fn counter(&self, now: Duration, key: &[u8]) -> Option<u64> {
+        let (value, _) = self.alive(key, now)?;
+        std::str::from_utf8(value).ok()?.parse().ok()
+    }
+
+    /// Every fence counter of `key` alive at `now` (for checkers).
+    pub fn fence_counter(&self, now: Duration, key: &[u8]) -> Option<u64> {
+        let mut fence_key = crate::command::FENCE_KEY_PREFIX.to_vec();
+        fence_key.extend_from_slice(key);
+        self.counter(now, &fence_key)
+    }
+
+    /// Sets a fence counter (a negative control: a counter that went backwards).
+    pub fn set_fence_counter(&mut self, key: &[u8], value: u64) {
+        let mut fence_key = crate::command::FENCE_KEY_PREFIX.to_vec();
+        fence_key.extend_from_slice(key);
+        self.keys
+            .insert(fence_key, (value.to_string().into_bytes(), Duration::MAX));
+    }
+
     fn set(&mut self, key: &[u8], token: &[u8], now: Duration, ttl_ms: u64) {
         let expires = now.saturating_add(Duration::from_millis(ttl_ms));
         self.keys.insert(key.to_vec(), (token.to_vec(), expires));
@@ -183,89 +314,12 @@ impl FakeNode {
                     Reply::Ok
                 }
             }
-            RedisForm::Script {
-                script,
-                spec,
-                epoch_key,
-                token,
-                ttl_ms,
-                max_ttl_ms,
-            } => {
-                let keys: Vec<&[u8]> = spec.keys().collect();
-                match script {
-                    Script::AcquireChecked => {
-                        let (Some(ttl_ms), Some(_), Some(max_ttl_ms)) =
-                            (ttl_ms, epoch_key, max_ttl_ms)
-                        else {
-                            return Reply::Error(NodeErrorKind::Other);
-                        };
-                        if let Some(young) = self.young(now, max_ttl_ms) {
-                            return Reply::Int(young);
-                        }
-                        if keys.iter().any(|k| self.alive(k, now).is_some()) {
-                            return Reply::Int(0);
-                        }
-                        for key in keys {
-                            self.set(key, token, now, ttl_ms);
-                        }
-                        Reply::Int(1)
-                    }
-                    Script::Trust => {
-                        self.trust();
-                        Reply::Int(1)
-                    }
-                    Script::Acquire => {
-                        let Some(ttl_ms) = ttl_ms else {
-                            return Reply::Error(NodeErrorKind::Other);
-                        };
-                        if keys.iter().any(|k| self.alive(k, now).is_some()) {
-                            return Reply::Int(0);
-                        }
-                        for key in keys {
-                            self.set(key, token, now, ttl_ms);
-                        }
-                        Reply::Int(1)
-                    }
-                    Script::Release => {
-                        let (mut released, mut foreign) = (0, 0);
-                        for key in keys {
-                            match self.alive(key, now) {
-                                Some((held, _)) if held == token => {
-                                    self.keys.remove(key);
-                                    released += 1;
-                                }
-                                Some(_) => foreign += 1,
-                                None => {}
-                            }
-                        }
-                        Reply::Int(if foreign > 0 {
-                            -1
-                        } else {
-                            i64::from(released > 0)
-                        })
-                    }
-                    Script::Extend => {
-                        let Some(ttl_ms) = ttl_ms else {
-                            return Reply::Error(NodeErrorKind::Other);
-                        };
-                        let all_ours = keys
-                            .iter()
-                            .all(|k| self.alive(k, now).is_some_and(|(held, _)| held == token));
-                        if !all_ours {
-                            return Reply::Int(0);
-                        }
-                        let expires = now.saturating_add(Duration::from_millis(ttl_ms));
-                        for key in keys {
-                            if let Some((_, at)) = self.keys.get_mut(key) {
-                                *at = match self.extend {
-                                    ExtendSemantics::Pexpire => expires,
-                                    ExtendSemantics::NeverShorten => (*at).max(expires),
-                                };
-                            }
-                        }
-                        Reply::Int(1)
-                    }
-                }
+            RedisForm::Script { script, keys, args } => {
+                let mut all: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
+                keys.for_each(|key| all.push(key.to_vec()));
+                let numbers: Vec<u64> = args.numbers().collect();
+                self.script(now, script, &all, args.token, &numbers)
+                    .unwrap_or(Reply::Error(NodeErrorKind::Other))
             }
         }
     }

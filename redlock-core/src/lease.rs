@@ -17,6 +17,7 @@ pub struct Lease {
     pub(crate) valid_until: Instant,
     pub(crate) votes: Vec<Vote>,
     pub(crate) attempts: u32,
+    pub(crate) fence: Option<u64>,
 }
 
 impl Lease {
@@ -53,6 +54,16 @@ impl Lease {
     /// Each node's answer in the winning round (or the last successful extension).
     pub fn votes(&self) -> &[Vote] {
         &self.votes
+    }
+
+    /// The fencing token, for a lock acquired with
+    /// [`LockRequest::fenced`](crate::LockRequest::fenced): larger than the fence of every
+    /// earlier holder of these resources (as long as the model holds: restart-aware voting on,
+    /// node wall clocks within an hour of each other). Hand it to the protected resource with
+    /// every write, and have the resource reject a write whose fence is smaller than the largest
+    /// it accepted. `None` for a lock acquired without fencing (or resumed by token).
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
     }
 
     /// How many rounds the acquisition took.

@@ -157,8 +157,9 @@ mod validity;
 
 pub use acquire::{Acquire, AcquireFailure, AcquireOutcome};
 pub use command::{
-    ACQUIRE_CHECKED_SCRIPT, ACQUIRE_SCRIPT, Command, EPOCH_KEY, EXTEND_NEVER_SHORTENS,
-    EXTEND_SCRIPT, Op, RELEASE_SCRIPT, RedisForm, Script, TRUST_SCRIPT,
+    ACQUIRE_CHECKED_SCRIPT, ACQUIRE_FENCED_SCRIPT, ACQUIRE_SCRIPT, COMMIT_FENCE_SCRIPT, Command,
+    EPOCH_KEY, EXTEND_NEVER_SHORTENS, EXTEND_SCRIPT, FENCE_KEY_PREFIX, FENCE_RETENTION_MS, Op,
+    RELEASE_SCRIPT, RedisForm, Script, ScriptArgs, ScriptKeys, TRUST_SCRIPT,
 };
 pub use config::{
     Config, ConfigBuilder, DEFAULT_MAX_TTL, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX, MAX_NODE_TIMEOUT,
@@ -186,6 +187,8 @@ pub use validity::{Drift, MAX_TTL};
 
 mod reply;
 
+#[cfg(test)]
+mod fence_tests;
 #[cfg(test)]
 mod restart_tests;
 #[cfg(test)]

@@ -389,6 +389,7 @@ impl Lifecycle {
                             valid_until,
                             votes,
                             attempts: 1,
+                            fence: None,
                         };
                         let auto_extend = *auto_extend;
                         self.hold(now, lease, auto_extend);

@@ -135,6 +135,7 @@ mod tests {
             valid_until: now + validity,
             votes: vec![Vote::Granted; 3],
             attempts: 1,
+            fence: None,
         }
     }
 

@@ -14,6 +14,7 @@ pub struct LockRequest {
     pub(crate) retry: Option<RetryPolicy>,
     pub(crate) deadline: Option<Duration>,
     pub(crate) auto_extend: bool,
+    pub(crate) fenced: bool,
 }
 
 impl LockRequest {
@@ -26,6 +27,7 @@ impl LockRequest {
             retry: None,
             deadline: None,
             auto_extend: false,
+            fenced: false,
         }
     }
 
@@ -65,6 +67,16 @@ impl LockRequest {
     /// keep it. Off by default.
     pub fn auto_extend(mut self) -> Self {
         self.auto_extend = true;
+        self
+    }
+
+    /// Mints a fencing token for the lock from a quorum ([`Lease::fence`](crate::Lease::fence)):
+    /// a number that strictly increases across successive holders of the same resources, for a
+    /// protected resource that rejects writes carrying a smaller one. Costs one more round trip
+    /// (the fence is committed on the nodes that granted, inside the validity) and one counter
+    /// key per resource per node, kept an hour after the last fenced acquisition. Off by default.
+    pub fn fenced(mut self) -> Self {
+        self.fenced = true;
         self
     }
 

@@ -46,25 +46,14 @@ pub fn encode(command: &Command, out: &mut Vec<u8>) {
             }
             bulk(out, itoa(ttl_ms, &mut [0; 20]));
         }
-        RedisForm::Script {
-            script,
-            spec,
-            epoch_key,
-            token,
-            ttl_ms,
-            max_ttl_ms,
-        } => {
-            let keys = spec.len() + usize::from(epoch_key.is_some());
-            let args = 1 + usize::from(ttl_ms.is_some()) + usize::from(max_ttl_ms.is_some());
-            array_header(out, 3 + keys + args);
+        RedisForm::Script { script, keys, args } => {
+            array_header(out, 3 + keys.len() + args.len());
             bulk(out, b"EVAL");
             bulk(out, script.source().as_bytes());
-            bulk(out, itoa(keys as u64, &mut [0; 20]));
-            for key in spec.keys().chain(epoch_key) {
-                bulk(out, key);
-            }
-            bulk(out, token);
-            for number in [ttl_ms, max_ttl_ms].into_iter().flatten() {
+            bulk(out, itoa(keys.len() as u64, &mut [0; 20]));
+            keys.for_each(|key| bulk(out, key));
+            bulk(out, args.token);
+            for number in args.numbers() {
                 bulk(out, itoa(number, &mut [0; 20]));
             }
         }
@@ -205,7 +194,7 @@ mod tests {
     fn encodes_a_single_key_acquire_as_set_nx_px() {
         let mut out = Vec::new();
         encode(
-            &Command::new(Op::SetIfAbsent, spec(&[b"r"]), 1500, None),
+            &Command::new(Op::SetIfAbsent, spec(&[b"r"]), 1500, Default::default()),
             &mut out,
         );
         assert_eq!(
@@ -218,7 +207,12 @@ mod tests {
     fn encodes_scripts_as_eval_with_keys_and_args() {
         let mut out = Vec::new();
         encode(
-            &Command::new(Op::DeleteIfEquals, spec(&[b"a", b"b"]), 0, None),
+            &Command::new(
+                Op::DeleteIfEquals,
+                spec(&[b"a", b"b"]),
+                0,
+                Default::default(),
+            ),
             &mut out,
         );
         let text = String::from_utf8(out).expect("ascii");

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use crate::command::{Command, Op};
+use crate::command::{Command, Extras, Op};
 use crate::id::{Origin, RequestId};
 use crate::output::Transmit;
 use crate::quorum::Tally;
@@ -97,11 +97,16 @@ pub(crate) struct Round<A> {
     batch: u32,
     op: Op,
     ttl_ms: u64,
-    /// The longest TTL in use, sent with a restart-aware acquire.
-    max_ttl_ms: Option<u64>,
+    /// What the round's commands add to their operation (restart-aware voting, fencing).
+    extras: Extras,
     pub(crate) started: Instant,
     pub(crate) deadline: Instant,
     pub(crate) answers: Vec<A>,
+    /// What each node's fenced acquire reported: the largest of its fence counters and its
+    /// clock (only for fenced acquires that granted).
+    pub(crate) fences: Vec<Option<u64>>,
+    /// Nodes this round does not ask (a fence commit asks only the nodes that granted).
+    skip: Vec<bool>,
     sent: usize,
 }
 
@@ -120,10 +125,12 @@ impl<A: NodeAnswer> Round<A> {
             batch,
             op,
             ttl_ms,
-            max_ttl_ms: None,
+            extras: Extras::default(),
             started: now,
             deadline,
             answers: vec![A::PENDING; nodes],
+            fences: vec![None; nodes],
+            skip: vec![false; nodes],
             sent: 0,
         }
     }
@@ -133,9 +140,23 @@ impl<A: NodeAnswer> Round<A> {
         self.origin = origin;
     }
 
-    /// Sends the longest TTL in use with every acquire (restart-aware voting).
-    pub(crate) fn set_max_ttl(&mut self, max_ttl_ms: Option<u64>) {
-        self.max_ttl_ms = max_ttl_ms;
+    /// What every command of the round adds to its operation.
+    pub(crate) fn set_extras(&mut self, extras: Extras) {
+        self.extras = extras;
+    }
+
+    /// Asks only the nodes `only` marks; the others count as `skipped` from the start.
+    pub(crate) fn ask_only(&mut self, only: &[bool], skipped: A) {
+        for (node, asked) in only.iter().enumerate() {
+            if let (Some(skip), Some(answer)) =
+                (self.skip.get_mut(node), self.answers.get_mut(node))
+            {
+                *skip = !asked;
+                if !asked {
+                    *answer = skipped;
+                }
+            }
+        }
     }
 
     /// Reuses the round's storage for a new batch.
@@ -145,19 +166,24 @@ impl<A: NodeAnswer> Round<A> {
         self.started = now;
         self.deadline = deadline;
         self.answers.fill(A::PENDING);
+        self.fences.fill(None);
+        self.skip.fill(false);
         self.sent = 0;
     }
 
     /// The next request to send, until every node has one.
     pub(crate) fn next_transmit(&mut self, spec: &LockSpec) -> Option<Transmit> {
-        if self.sent == self.answers.len() {
+        while self.skip.get(self.sent).copied().unwrap_or(false) {
+            self.sent += 1;
+        }
+        if self.sent >= self.answers.len() {
             return None;
         }
         let node = self.sent;
         self.sent += 1;
         Some(Transmit {
             id: RequestId::new(self.origin, self.batch, node),
-            command: Command::new(self.op, spec.clone(), self.ttl_ms, self.max_ttl_ms),
+            command: Command::new(self.op, spec.clone(), self.ttl_ms, self.extras),
         })
     }
 
@@ -168,6 +194,7 @@ impl<A: NodeAnswer> Round<A> {
         if id.origin() != self.origin
             || id.batch() != self.batch
             || id.node() >= self.sent
+            || self.skip[id.node()]
             || now >= self.deadline
         {
             return false;
@@ -176,7 +203,15 @@ impl<A: NodeAnswer> Round<A> {
         if *slot != A::PENDING {
             return false;
         }
-        *slot = A::from_reply(self.op, reply);
+        // A fenced acquire answers `v + 1` when it sets the keys (see ACQUIRE_FENCED_SCRIPT).
+        let fenced = self.op == Op::SetIfAbsent && self.extras.fenced;
+        match reply {
+            Reply::Int(n) if fenced && n >= 1 => {
+                *slot = A::from_reply(self.op, Reply::Int(1));
+                self.fences[id.node()] = Some(n.unsigned_abs() - 1);
+            }
+            reply => *slot = A::from_reply(self.op, reply),
+        }
         true
     }
 

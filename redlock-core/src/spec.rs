@@ -26,6 +26,16 @@ struct Inner {
     ends: Vec<usize>,
 }
 
+/// Whether `prefix ++ resource` is the epoch key or a fence counter's key.
+fn is_reserved(prefix: &[u8], resource: &[u8]) -> bool {
+    let key = || prefix.iter().chain(resource).copied();
+    let epoch = crate::command::EPOCH_KEY;
+    let fence = crate::command::FENCE_KEY_PREFIX;
+    key().eq(epoch.iter().copied())
+        || (prefix.len() + resource.len() >= fence.len()
+            && key().take(fence.len()).eq(fence.iter().copied()))
+}
+
 impl LockSpec {
     /// Checks `resources` (1 to [`MAX_RESOURCES`], each non-empty, unique, and at most
     /// [`MAX_KEY_LEN`] bytes with the prefix) and builds the keys.
@@ -48,11 +58,7 @@ impl LockSpec {
                 return Err(ConfigError::EmptyResource { index });
             }
             let len = key_prefix.len() + resource.len();
-            let reserved = crate::command::EPOCH_KEY;
-            if len == reserved.len()
-                && reserved.starts_with(key_prefix)
-                && reserved.ends_with(resource)
-            {
+            if is_reserved(key_prefix, resource) {
                 return Err(ConfigError::ReservedKey { index });
             }
             if len > MAX_KEY_LEN {

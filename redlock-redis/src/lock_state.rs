@@ -230,6 +230,14 @@ macro_rules! lock_accessors {
         pub fn lease(&self) -> &$crate::api::Lease {
             &self.lease
         }
+
+        /// The fencing token of a lock acquired with `LockRequest::fenced()`: larger than every
+        /// earlier holder's of these resources. Send it with each write to the protected
+        /// resource, and have the resource reject a write whose fence is below the largest it
+        /// accepted. `None` for a lock acquired without fencing.
+        pub fn fence(&self) -> Option<u64> {
+            self.lease.fence()
+        }
     };
 }
 

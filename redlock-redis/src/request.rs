@@ -12,6 +12,10 @@ static EXTEND: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(Script::Extend.source()));
 static ACQUIRE_CHECKED: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(Script::AcquireChecked.source()));
+static ACQUIRE_FENCED: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(Script::AcquireFenced.source()));
+static COMMIT_FENCE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(Script::CommitFence.source()));
 static TRUST: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(Script::Trust.source()));
 
@@ -33,27 +37,22 @@ impl Request {
                 cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
                 Self::Cmd(cmd)
             }
-            RedisForm::Script {
-                script,
-                spec,
-                epoch_key,
-                token,
-                ttl_ms,
-                max_ttl_ms,
-            } => {
+            RedisForm::Script { script, keys, args } => {
                 let script: &'static redis::Script = match script {
                     Script::Acquire => &ACQUIRE,
                     Script::Release => &RELEASE,
                     Script::Extend => &EXTEND,
                     Script::AcquireChecked => &ACQUIRE_CHECKED,
                     Script::Trust => &TRUST,
+                    Script::AcquireFenced => &ACQUIRE_FENCED,
+                    Script::CommitFence => &COMMIT_FENCE,
                 };
                 let mut invocation = script.prepare_invoke();
-                for key in spec.keys().chain(epoch_key) {
+                keys.for_each(|key| {
                     invocation.key(key);
-                }
-                invocation.arg(token);
-                for number in [ttl_ms, max_ttl_ms].into_iter().flatten() {
+                });
+                invocation.arg(args.token);
+                for number in args.numbers() {
                     invocation.arg(number);
                 }
                 Self::Script(invocation)

@@ -26,6 +26,7 @@ mod cluster;
 pub mod conformance;
 mod error;
 pub mod executor;
+mod fenced_store;
 mod inspect;
 mod options;
 mod port;
@@ -37,6 +38,7 @@ pub mod sim;
 
 pub use cluster::Cluster;
 pub use error::HarnessError;
+pub use fenced_store::FencedStore;
 pub use inspect::INSPECT_TIMEOUT;
 pub use options::{REDIS_SERVER_ENV, ServerOptions};
 pub use proxy::FaultProxy;

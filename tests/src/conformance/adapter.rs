@@ -91,6 +91,8 @@ pub trait HeldLock: Send + std::fmt::Debug {
     fn token(&self) -> Vec<u8>;
     /// The end of validity.
     fn valid_until(&self) -> Instant;
+    /// The fencing token (locks acquired with `LockRequest::fenced()`).
+    fn fence(&self) -> Option<u64>;
     /// `extend(ttl)`.
     fn extend(&mut self, ttl: Duration) -> Result<(), Error>;
     /// `release()`.

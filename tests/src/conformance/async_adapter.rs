@@ -173,6 +173,10 @@ impl<E: TestExecutor> HeldLock for AsyncLock<E> {
         self.lock.valid_until()
     }
 
+    fn fence(&self) -> Option<u64> {
+        self.lock.fence()
+    }
+
     fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         self.executor.block_on(self.lock.extend(ttl))
     }

@@ -115,6 +115,10 @@ impl HeldLock for BlockingLock {
         self.lock.valid_until()
     }
 
+    fn fence(&self) -> Option<u64> {
+        self.lock.fence()
+    }
+
     fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         self.lock.extend(ttl)
     }

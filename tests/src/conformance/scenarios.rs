@@ -665,6 +665,79 @@ pub fn wrong_or_stale_token_is_refused<A: Adapter>() {
     ));
 }
 
+/// Fencing tokens from a quorum, over real servers: fences grow across successive holders (and
+/// across the resources of a multi-resource lock), the counters expire (one key per resource per
+/// node), and a fenced store rejects the write of a holder that paused past its validity while
+/// a newer holder wrote (Kleppmann's case, the pause in-process).
+pub fn fencing_tokens_increase_and_fence_off_a_paused_holder<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let store_server = RedisServer::start();
+    let store = crate::FencedStore::new(&store_server, "report");
+    let redlock: A = client(&nodes, &Options::default());
+    let fenced = |resource: &str, ttl| LockRequest::new(resource, ttl).fenced();
+
+    let plain = redlock.lock("res", TTL).expect("lock");
+    assert_eq!(plain.fence(), None, "only fenced locks carry a fence");
+    plain.release();
+
+    let mut last = 0;
+    for _ in 0..3 {
+        let lock = redlock.acquire(fenced("res", TTL)).expect("fenced lock");
+        let fence = lock.fence().expect("a fence");
+        assert!(fence > last, "fence {fence} after {last}");
+        last = fence;
+        lock.release();
+    }
+    // The fence is committed on the nodes that granted when the round was decided (a quorum
+    // at least); each counter expires.
+    let retention = i64::try_from(redlock_core::FENCE_RETENTION_MS).unwrap_or(i64::MAX);
+    let counters: Vec<i64> = nodes
+        .servers()
+        .iter()
+        .map(|server| server.pttl("redlock:fence:res"))
+        .filter(|pttl| *pttl != -2)
+        .collect();
+    assert!(counters.len() >= 3, "counters on a quorum: {counters:?}");
+    assert!(
+        counters.iter().all(|pttl| *pttl > 0 && *pttl <= retention),
+        "every fence counter expires: {counters:?}"
+    );
+    let both = redlock
+        .acquire(fenced("res", TTL).resource("other"))
+        .expect("a fenced lock on two resources");
+    assert!(both.fence().expect("a fence") > last);
+    both.release();
+
+    // Kleppmann's case: holder 1 pauses past its validity; holder 2 takes the lock and writes;
+    // holder 1 wakes up and writes with its old fence: the store refuses it.
+    let short = Duration::from_millis(300);
+    let first = redlock.acquire(fenced("job", short)).expect("holder 1");
+    let first_fence = first.fence().expect("a fence");
+    thread::sleep(
+        first
+            .valid_until()
+            .saturating_duration_since(Instant::now())
+            + short,
+    );
+    let rival: A = client(&nodes, &Options::default());
+    let second = eventually(Duration::from_secs(5), || {
+        rival.acquire(fenced("job", TTL)).is_ok_and(|lock| {
+            let fence = lock.fence().expect("a fence");
+            assert!(fence > first_fence, "the new holder's fence is larger");
+            assert!(store.write(fence, "written by holder 2"));
+            lock.release();
+            true
+        })
+    });
+    assert!(second, "holder 2 got the lock after holder 1's validity");
+    assert!(
+        !store.write(first_fence, "written by holder 1 after its pause"),
+        "the store accepted a write of a holder whose lock had passed on"
+    );
+    assert_eq!(store.value().as_deref(), Some("written by holder 2"));
+    drop(first);
+}
+
 fn client_for<A: Adapter>(urls: &[String], options: &Options) -> A {
     A::build(urls, options).unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME))
 }
@@ -679,7 +752,8 @@ macro_rules! conformance_tests {
             multi_resource_all_or_nothing, bad_input, wrong_type_and_script_flush,
             mutual_exclusion_counter, dropped_and_abandoned_locks_release,
             scoped_lock_extends_and_reports_loss, lost_reply_still_released, cut_handshake_recovers,
-            handover_by_token, wrong_or_stale_token_is_refused);
+            handover_by_token, wrong_or_stale_token_is_refused,
+            fencing_tokens_increase_and_fence_off_a_paused_holder);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);
