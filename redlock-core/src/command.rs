@@ -96,7 +96,10 @@ pub const FENCE_KEY_PREFIX: &[u8] = b"redlock:fence:";
 /// a resource costs one counter key per node for that long. Fences are hybrid clocks (the
 /// largest of the counters and the nodes' `TIME` in ms, plus one), so a counter that expired
 /// restarts above every fence issued before — as long as the nodes' wall clocks agree within
-/// this much.
+/// this much. A counter lost with the node's memory restarts from the node's clock once
+/// restart-aware voting lets the node vote again (after the longest TTL in use), which needs
+/// the nodes' wall clocks to agree within that TTL; the simulator's
+/// `fence_clocks_too_far_apart` control shows what happens otherwise.
 pub const FENCE_RETENTION_MS: u64 = 3_600_000;
 
 /// A fenced acquire: [`ACQUIRE_CHECKED_SCRIPT`] (its eligibility check skipped when `ARGV[3]`

@@ -56,6 +56,15 @@ impl Default for ExtendSemantics {
     }
 }
 
+/// A fault in the node's fence counters, for the negative controls of a fence checker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FenceFault {
+    /// Commits are acknowledged but not stored (as if the commit round were skipped).
+    IgnoreCommits,
+    /// Each commit stores a counter far below the fence (a counter that goes backwards).
+    CommitsGoBackwards,
+}
+
 /// What a node's epoch key says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Epoch {
@@ -74,6 +83,7 @@ pub struct FakeNode {
     /// The node's [`EPOCH_KEY`](crate::EPOCH_KEY), if it has one.
     epoch: Option<Epoch>,
     extend: ExtendSemantics,
+    fence_fault: Option<FenceFault>,
 }
 
 impl Default for FakeNode {
@@ -95,7 +105,14 @@ impl FakeNode {
             keys: Keys::new(),
             epoch: Some(Epoch::Trusted),
             extend,
+            fence_fault: None,
         }
+    }
+
+    /// Breaks the node's fence counters as `fault` says (negative controls only).
+    pub fn with_fence_fault(mut self, fault: Option<FenceFault>) -> Self {
+        self.fence_fault = fault;
+        self
     }
 
     /// A node that was never trusted: it has no epoch, so its first restart-aware acquire starts
@@ -249,7 +266,11 @@ impl FakeNode {
                 }
                 let expires = now.saturating_add(Duration::from_millis(retention));
                 for key in fences {
-                    let raised = self.counter(now, key).unwrap_or(0).max(fence);
+                    let raised = match self.fence_fault {
+                        None => self.counter(now, key).unwrap_or(0).max(fence),
+                        Some(FenceFault::IgnoreCommits) => continue,
+                        Some(FenceFault::CommitsGoBackwards) => fence.saturating_sub(1_000_000),
+                    };
                     let value = raised.to_string().into_bytes();
                     self.keys.insert(key.clone(), (value, expires));
                 }

@@ -58,8 +58,9 @@ impl Lease {
 
     /// The fencing token, for a lock acquired with
     /// [`LockRequest::fenced`](crate::LockRequest::fenced): larger than the fence of every
-    /// earlier holder of these resources (as long as the model holds: restart-aware voting on,
-    /// node wall clocks within an hour of each other). Hand it to the protected resource with
+    /// earlier holder of these resources, as long as the model holds: restart-aware voting on, and
+    /// the nodes' wall clocks within the longest TTL in use of each other (a node that lost its
+    /// counters restarts them from its clock once it may vote again). Hand it to the protected resource with
     /// every write, and have the resource reject a write whose fence is smaller than the largest
     /// it accepted. `None` for a lock acquired without fencing (or resumed by token).
     pub fn fence(&self) -> Option<u64> {

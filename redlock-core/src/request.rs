@@ -74,7 +74,9 @@ impl LockRequest {
     /// a number that strictly increases across successive holders of the same resources, for a
     /// protected resource that rejects writes carrying a smaller one. Costs one more round trip
     /// (the fence is committed on the nodes that granted, inside the validity) and one counter
-    /// key per resource per node, kept an hour after the last fenced acquisition. Off by default.
+    /// key per resource per node, kept an hour after the last fenced acquisition. The ordering
+    /// holds with restart-aware voting on and the nodes' wall clocks within the longest TTL in
+    /// use of each other. Off by default.
     pub fn fenced(mut self) -> Self {
         self.fenced = true;
         self

@@ -7,6 +7,10 @@
 //! than `valid_until` mapped from the client's own clock to true time, for a buggy one whenever
 //! it happened to stop. Two claims of different leases that share a resource and overlap are a
 //! [`Violation`].
+//!
+//! With fenced locks it also checks the fences: claims on a resource, in the order they started,
+//! carry strictly increasing fences; and a fenced store (which accepts a write whose fence is at
+//! least the largest it accepted) never accepts the writes of two holders under one fence.
 
 use std::fmt;
 
@@ -29,11 +33,26 @@ pub struct Claim {
     pub start: Nanos,
     /// True time the client stopped using it.
     pub end: Nanos,
+    /// The lease's fence, for a fenced lock.
+    pub fence: Option<u64>,
 }
 
-/// Two clients inside their validity for the same resource at the same true instant.
+/// What went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViolationKind {
+    /// Two clients inside their validity for the same resource at once.
+    Overlap,
+    /// A holder that started later got a fence no larger than an earlier holder's.
+    FenceNotIncreasing,
+    /// The fenced store accepted two holders' writes under the same fence.
+    FenceReused,
+}
+
+/// Two claims that break safety: held at once, or fenced out of order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
+    /// Which property broke.
+    pub kind: ViolationKind,
     /// The resource both held.
     pub resource: Vec<u8>,
     /// The claim that started first.
@@ -43,9 +62,15 @@ pub struct Violation {
 }
 
 impl Violation {
-    /// The true-time interval during which both held the resource.
+    /// The true-time interval during which both held the resource (for a fence violation, the
+    /// instant the second claim started).
     pub fn overlap(&self) -> (Nanos, Nanos) {
-        (self.second.start, self.first.end.min(self.second.end))
+        match self.kind {
+            ViolationKind::Overlap => (self.second.start, self.first.end.min(self.second.end)),
+            ViolationKind::FenceNotIncreasing | ViolationKind::FenceReused => {
+                (self.second.start, self.second.start)
+            }
+        }
     }
 }
 
@@ -55,6 +80,26 @@ pub(crate) fn ms(t: Nanos) -> String {
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.kind != ViolationKind::Overlap {
+            return write!(
+                f,
+                "resource {:?}: {} (client {}, started {}) has fence {:?}, {} (client {}, started \
+                 {}) has fence {:?}: {}",
+                String::from_utf8_lossy(&self.resource),
+                self.first.label,
+                self.first.client,
+                ms(self.first.start),
+                self.first.fence,
+                self.second.label,
+                self.second.client,
+                ms(self.second.start),
+                self.second.fence,
+                match self.kind {
+                    ViolationKind::FenceNotIncreasing => "the later holder's fence is not larger",
+                    _ => "the fenced store accepted both holders' writes under one fence",
+                }
+            );
+        }
         let (from, until) = self.overlap();
         write!(
             f,
@@ -80,6 +125,8 @@ impl fmt::Display for Violation {
 pub(crate) struct Checker {
     claims: Vec<Claim>,
     open: Vec<bool>,
+    /// Writes to the fenced store: the claim that wrote, and when (true time).
+    writes: Vec<(ClaimId, Nanos)>,
 }
 
 impl Checker {
@@ -97,6 +144,7 @@ impl Checker {
             resources,
             start,
             end: start,
+            fence: None,
         });
         self.open.push(true);
         ClaimId(self.claims.len() - 1)
@@ -108,6 +156,16 @@ impl Checker {
         debug_assert!(self.open[id.0], "closed twice");
         claim.end = end.max(claim.start);
         self.open[id.0] = false;
+    }
+
+    /// The claim's lease carries `fence`.
+    pub(crate) fn set_fence(&mut self, id: ClaimId, fence: Option<u64>) {
+        self.claims[id.0].fence = fence;
+    }
+
+    /// The claim's holder writes its fence to the fenced store at true time `t`.
+    pub(crate) fn write(&mut self, id: ClaimId, t: Nanos) {
+        self.writes.push((id, t));
     }
 
     /// The claim's lease label.
@@ -125,8 +183,69 @@ impl Checker {
         self.open.iter().any(|&o| o)
     }
 
-    /// The overlap that starts first, if any.
+    /// The first violation: an overlap (the one that starts first), else a fence out of order,
+    /// else a fence the store accepted from two holders.
     pub(crate) fn violation(&self) -> Option<Violation> {
+        self.overlap_violation()
+            .or_else(|| self.fence_order_violation())
+            .or_else(|| self.store_violation())
+    }
+
+    /// Fenced claims on a resource, in start order, must carry strictly increasing fences.
+    fn fence_order_violation(&self) -> Option<Violation> {
+        let mut by_resource: std::collections::BTreeMap<&[u8], Vec<&Claim>> = Default::default();
+        for claim in self.claims.iter().filter(|c| c.fence.is_some()) {
+            for resource in &claim.resources {
+                by_resource.entry(resource).or_default().push(claim);
+            }
+        }
+        for (resource, mut claims) in by_resource {
+            claims.sort_by_key(|c| (c.start, c.fence));
+            for pair in claims.windows(2) {
+                if pair[1].fence <= pair[0].fence {
+                    return Some(Violation {
+                        kind: ViolationKind::FenceNotIncreasing,
+                        resource: resource.to_vec(),
+                        first: pair[0].clone(),
+                        second: pair[1].clone(),
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// Replays the writes through a fenced store (accept a fence at least the largest accepted)
+    /// and finds two holders accepted under one fence.
+    fn store_violation(&self) -> Option<Violation> {
+        let mut writes = self.writes.clone();
+        writes.sort_by_key(|(id, t)| (*t, id.0));
+        let mut last: std::collections::BTreeMap<&[u8], (u64, ClaimId)> = Default::default();
+        for (id, _) in writes {
+            let claim = &self.claims[id.0];
+            let Some(fence) = claim.fence else { continue };
+            for resource in &claim.resources {
+                match last.get(&resource[..]) {
+                    Some(&(accepted, _)) if fence < accepted => {} // rejected
+                    Some(&(accepted, by)) if fence == accepted && by != id => {
+                        return Some(Violation {
+                            kind: ViolationKind::FenceReused,
+                            resource: resource.clone(),
+                            first: self.claims[by.0].clone(),
+                            second: claim.clone(),
+                        });
+                    }
+                    _ => {
+                        last.insert(resource, (fence, id));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The overlap that starts first, if any.
+    fn overlap_violation(&self) -> Option<Violation> {
         let mut by_resource: std::collections::BTreeMap<&[u8], Vec<&Claim>> = Default::default();
         for claim in self.claims.iter().filter(|c| c.end > c.start) {
             for resource in &claim.resources {
@@ -142,6 +261,7 @@ impl Checker {
                 if let Some(prev) = furthest {
                     if claim.start < prev.end {
                         let v = Violation {
+                            kind: ViolationKind::Overlap,
                             resource: resource.to_vec(),
                             first: prev.clone(),
                             second: claim.clone(),
@@ -183,5 +303,51 @@ mod tests {
             ("c1#1", "c3#1")
         );
         assert_eq!(v.overlap(), (29, 30));
+    }
+
+    #[test]
+    fn fences_must_increase_and_the_store_must_not_accept_one_fence_twice() {
+        let r = || vec![b"r".to_vec()];
+        let mut checker = Checker::default();
+        let a = checker.open(0, "c0#1".into(), r(), 10);
+        checker.set_fence(a, Some(5));
+        checker.write(a, 15);
+        checker.close(a, 20);
+        let b = checker.open(1, "c1#1".into(), r(), 20);
+        checker.set_fence(b, Some(6));
+        checker.write(b, 25);
+        checker.close(b, 30);
+        // A stale write of `a` after `b`'s is rejected by the store: no violation.
+        checker.write(a, 35);
+        assert_eq!(checker.violation(), None);
+        // A third holder with a fence no larger than b's is caught.
+        let c = checker.open(2, "c2#1".into(), r(), 30);
+        checker.set_fence(c, Some(6));
+        checker.write(c, 35);
+        checker.close(c, 40);
+        let v = checker.violation().expect("fence not increasing");
+        assert_eq!(v.kind, ViolationKind::FenceNotIncreasing);
+        assert_eq!(
+            (v.first.label.as_str(), v.second.label.as_str()),
+            ("c1#1", "c2#1")
+        );
+    }
+
+    #[test]
+    fn the_store_check_alone_catches_a_reused_fence() {
+        let r = || vec![b"r".to_vec()];
+        let mut checker = Checker::default();
+        // Out-of-order starts are the order check's business; give both one fence and
+        // compare only the store's view.
+        let a = checker.open(0, "c0#1".into(), r(), 10);
+        checker.set_fence(a, Some(7));
+        checker.close(a, 20);
+        let b = checker.open(1, "c1#1".into(), r(), 20);
+        checker.set_fence(b, Some(7));
+        checker.close(b, 30);
+        checker.write(a, 15);
+        checker.write(b, 25);
+        let v = checker.store_violation().expect("one fence accepted twice");
+        assert_eq!(v.kind, ViolationKind::FenceReused);
     }
 }

@@ -385,6 +385,9 @@ impl<'s> Client<'s> {
         if auto {
             request = request.auto_extend();
         }
+        if s.fenced {
+            request = request.fenced();
+        }
         let lifecycle = Lifecycle::acquire(now, &self.config, &request, self.rng.core())
             .expect("the scenario makes valid lock requests");
         let spec = lifecycle.spec().expect("a new lifecycle has its keys");
@@ -440,6 +443,7 @@ impl<'s> Client<'s> {
     ) {
         let resources = lease.spec().resources().map(<[u8]>::to_vec).collect();
         let claim = env.checker.open(self.id, label.clone(), resources, env.t);
+        env.checker.set_fence(claim, lease.fence());
         let hold = self.scenario.hold;
         let correct = self.scenario.client_kind == ClientKind::Correct;
         // Auto-extension was asked for (or not) with the lock request.
@@ -494,6 +498,11 @@ impl<'s> Client<'s> {
             env.t.min(valid_end)
         };
         env.checker.close(hold.claim, end);
+        // A holder that finished its work (a correct one only inside its validity; a trusting
+        // one whenever) writes its result, with its fence, through the fenced store.
+        if hold.lease.fence().is_some() && (reason == StopReason::WorkDone || hold.trusting) {
+            env.checker.write(hold.claim, env.t);
+        }
         if reason != StopReason::WorkDone {
             env.stats.leases_lost += 1;
         }

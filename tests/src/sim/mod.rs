@@ -69,10 +69,10 @@ mod stats;
 mod trace;
 mod world;
 
-pub use checker::{Claim, Violation};
+pub use checker::{Claim, Violation, ViolationKind};
 pub use clock::Nanos;
 pub use network::NetConfig;
-pub use node::ExtendSemantics;
+pub use node::{ExtendSemantics, FenceFault};
 pub use runner::{
     Found, SIM_SEED, SIM_SEEDS, SIM_TRACE_LINES, Summary, explore, hunt, run, run_traced,
 };

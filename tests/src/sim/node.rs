@@ -1,5 +1,5 @@
 //! A simulated Redis master: the project's one fake node (`redlock_core::fake::FakeNode`, which
-//! runs `SET NX PX` and the engine's three Lua scripts as Redis does) on the node's own clock,
+//! runs `SET NX PX` and the engine's Lua scripts as Redis does) on the node's own clock,
 //! plus crashes.
 //!
 //! Keys expire by the node's own clock. A crash loses every key (no persistence: the worst case
@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-pub use redlock_core::fake::ExtendSemantics;
 use redlock_core::fake::FakeNode;
+pub use redlock_core::fake::{ExtendSemantics, FenceFault};
 use redlock_core::{Command, Reply};
 
 use super::clock::{Clock, Nanos};
@@ -22,11 +22,12 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// An empty, running node with this clock.
-    pub(crate) fn new(clock: Clock, extend: ExtendSemantics) -> Self {
+    /// An empty, running node with this clock, whose fence counters break as `fault` says
+    /// (`None`: they work).
+    pub(crate) fn new(clock: Clock, extend: ExtendSemantics, fault: Option<FenceFault>) -> Self {
         Self {
             clock,
-            store: FakeNode::with_extend(extend),
+            store: FakeNode::with_extend(extend).with_fence_fault(fault),
             up: true,
         }
     }
@@ -129,7 +130,7 @@ mod tests {
     #[test]
     fn set_nx_px_expires_on_the_node_clock() {
         // 10 % fast: a 100 ms key is gone after 90.9 ms of true time.
-        let mut node = Node::new(Clock::new(5 * MS, 100_000), ExtendSemantics::Pexpire);
+        let mut node = Node::new(Clock::new(5 * MS, 100_000), ExtendSemantics::Pexpire, None);
         let (set, release, _) = commands(&["r"], "a", 100);
         let (other, _, _) = commands(&["r"], "b", 100);
         assert_eq!(node.run(0, &set), Reply::Ok);
@@ -147,7 +148,7 @@ mod tests {
 
     #[test]
     fn scripts_are_all_or_nothing_and_compare_tokens() {
-        let mut node = Node::new(Clock::new(0, 0), ExtendSemantics::Pexpire);
+        let mut node = Node::new(Clock::new(0, 0), ExtendSemantics::Pexpire, None);
         let (set_ab, release_ab, extend_ab) = commands(&["a", "b"], "t1", 100);
         let (set_b, release_b, _) = commands(&["b"], "t2", 100);
         assert_eq!(node.run(0, &set_b), Reply::Ok);
@@ -184,7 +185,7 @@ mod tests {
             (ExtendSemantics::Pexpire, false),
             (ExtendSemantics::NeverShorten, true),
         ] {
-            let mut node = Node::new(Clock::new(0, 0), semantics);
+            let mut node = Node::new(Clock::new(0, 0), semantics, None);
             assert_eq!(node.run(0, &set), Reply::Ok);
             assert_eq!(node.run(MS, &extend_short), Reply::Int(1));
             assert_eq!(

@@ -12,7 +12,7 @@ use redlock_core::RetryPolicy;
 
 use super::clock::{Clock, Nanos, nanos};
 use super::network::{NetConfig, Partition};
-use super::node::ExtendSemantics;
+use super::node::{ExtendSemantics, FenceFault};
 use crate::rng::TestRng;
 
 /// How a client behaves while it holds a lock.
@@ -125,6 +125,11 @@ pub struct Scenario {
     /// Whether the engine refuses votes of nodes that lost their memory (restart-aware voting),
     /// with the scenario's [`max_ttl`](Scenario::max_ttl) as the longest TTL in use.
     pub restart_aware: bool,
+    /// Whether every lock is fenced: each holder then writes its fence to a fenced store at the
+    /// end of its section, and the checker also checks the fences (see the checker module).
+    pub fenced: bool,
+    /// A fault in the nodes' fence counters (negative controls of the fence checker).
+    pub fence_fault: Option<FenceFault>,
     /// Clients start no new acquisition after this much true time; the run ends when all are done.
     pub run_for: Duration,
 }
@@ -183,6 +188,8 @@ impl Scenario {
             },
             extend_semantics: ExtendSemantics::of_engine(),
             restart_aware: true,
+            fenced: false,
+            fence_fault: None,
             run_for: Duration::from_secs(3),
         }
     }
@@ -392,6 +399,102 @@ impl Scenario {
         }
     }
 
+    /// Inside the model: fenced locks under lossy networks, delayed restarts, pauses of correct
+    /// clients and node wall clocks up to 200 ms apart; every holder writes its fence through a
+    /// fenced store. Fences of successive holders must strictly increase and no store may accept
+    /// two holders' writes under one fence.
+    pub fn fenced() -> Self {
+        Self {
+            name: "fenced",
+            fenced: true,
+            ..Self::fenced_base()
+        }
+    }
+
+    fn fenced_base() -> Self {
+        let everything = Self::everything();
+        Self {
+            clocks: ClockConfig {
+                max_offset: Duration::from_millis(200),
+                ..everything.clocks
+            },
+            ..everything
+        }
+    }
+
+    /// Inside the model: [`Scenario::restart_without_delay`] with fenced locks — a node that
+    /// lost its counters with its memory does not vote until they could no longer matter.
+    pub fn fenced_restart_without_delay() -> Self {
+        Self {
+            name: "fenced_restart_without_delay",
+            fenced: true,
+            ..Self::restart_without_delay()
+        }
+    }
+
+    /// Outside the model (negative control): fenced locks whose commits the nodes acknowledge
+    /// but never store (as if the commit round were skipped). No crashes, node wall clocks 5 s
+    /// apart (harmless while counters are kept): a later holder whose quorum has the slower
+    /// clocks gets a smaller fence.
+    pub fn fence_commit_skipped() -> Self {
+        Self {
+            name: "fence_commit_skipped",
+            fence_fault: Some(FenceFault::IgnoreCommits),
+            ..Self::fence_control_base()
+        }
+    }
+
+    /// Outside the model (negative control): fence counters that go backwards on commit (same
+    /// schedules as [`Scenario::fence_commit_skipped`]).
+    pub fn fence_counter_backwards() -> Self {
+        Self {
+            name: "fence_counter_backwards",
+            fence_fault: Some(FenceFault::CommitsGoBackwards),
+            ..Self::fence_control_base()
+        }
+    }
+
+    /// Fenced locks, no crashes, node wall clocks up to 5 s apart: inside the model as long as
+    /// the counters work.
+    fn fence_control_base() -> Self {
+        let base = Self::fenced_base();
+        Self {
+            fenced: true,
+            crashes: NO_CRASHES,
+            clocks: ClockConfig {
+                max_offset: Duration::from_secs(5),
+                ..base.clocks
+            },
+            ..base
+        }
+    }
+
+    /// Outside the model (negative control): fenced locks with crashes and node wall clocks 5 s
+    /// apart, more than the longest TTL: a node that lost its counter restarts it below fences
+    /// it had committed.
+    pub fn fence_clocks_too_far_apart() -> Self {
+        let base = Self::fenced_base();
+        Self {
+            name: "fence_clocks_too_far_apart",
+            fenced: true,
+            clocks: ClockConfig {
+                max_offset: Duration::from_secs(5),
+                ..base.clocks
+            },
+            ..base
+        }
+    }
+
+    /// Outside the model (negative control): fenced locks, immediate empty restarts and
+    /// restart-aware voting off: a restarted node lost our lock and its counter.
+    pub fn fenced_restart_unaware() -> Self {
+        Self {
+            name: "fenced_restart_unaware",
+            fenced: true,
+            ..Self::restart_without_delay_unaware()
+        }
+    }
+
     /// Outside the model (negative control): [`Scenario::restart_without_delay`] with
     /// restart-aware voting off — the Redis page's failure, which the checker must catch.
     pub fn restart_without_delay_unaware() -> Self {
@@ -472,6 +575,9 @@ impl Scenario {
     ///    longest TTL as the fastest node clock measures it.
     /// 3. Clients stop using a lock when its validity ends, pauses included.
     /// 4. An extension never shortens a key's TTL (the lease keeps the longer validity it had).
+    /// 5. Fences: a node that lost its counter (with its memory) restarts it from its wall
+    ///    clock once it may vote again, so with crashes the nodes' wall clocks must agree within
+    ///    the longest TTL; and counters are stored as committed.
     pub fn assumptions(&self) -> Vec<String> {
         let mut broken = Vec::new();
         // `ttl / span` shrinks as the TTL grows (the 2 ms floor matters less): the longest TTL
@@ -508,6 +614,16 @@ impl Scenario {
         }
         if self.client_kind != ClientKind::Correct {
             broken.push(format!("clients: {:?}", self.client_kind));
+        }
+        if let Some(fault) = self.fence_fault {
+            broken.push(format!("fence counters: {fault:?}"));
+        }
+        if self.fenced && self.crashes.per_node > 0 && self.clocks.max_offset >= self.max_ttl() {
+            broken.push(format!(
+                "fence: node wall clocks up to {:?} apart, the longest TTL is {:?}",
+                self.clocks.max_offset,
+                self.max_ttl()
+            ));
         }
         broken
     }

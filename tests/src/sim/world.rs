@@ -109,7 +109,7 @@ impl<'s> World<'s> {
         let nodes = plan
             .node_clocks
             .iter()
-            .map(|&clock| Node::new(clock, scenario.extend_semantics))
+            .map(|&clock| Node::new(clock, scenario.extend_semantics, scenario.fence_fault))
             .collect();
         let mut world = Self {
             scenario,
