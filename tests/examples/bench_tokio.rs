@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionManager;
 use redlock_core::RELEASE_SCRIPT;
 use redlock_tests::Cluster;
-use redlock_tokio::Redlock;
+use redlock_tokio::{LockRequest, Redlock};
 
 const ROUNDS: u32 = 1_000;
 const TRIALS: usize = 5;
@@ -63,6 +63,11 @@ async fn main() {
     let mut conns: [ConnectionManager; 5] = raw.try_into().expect("five");
     let release = redis::Script::new(RELEASE_SCRIPT);
     let redlock = Redlock::new(nodes.urls()).expect("client");
+    // The same without restart-aware voting (plain SET NX PX), to show what the vote costs.
+    let unaware = Redlock::builder(nodes.urls())
+        .config(|c| c.restart_aware(false))
+        .build()
+        .expect("client");
 
     // Warm up connections and script caches on both paths.
     for _ in 0..200 {
@@ -77,7 +82,7 @@ async fn main() {
 
     // Alternate the four measurements over several trials and keep each one's median, so that
     // load drifting on a shared machine hits both sides alike.
-    let mut samples: [Vec<Duration>; 4] = Default::default();
+    let mut samples: [Vec<Duration>; 6] = Default::default();
     for _ in 0..TRIALS {
         let start = Instant::now();
         for _ in 0..ROUNDS {
@@ -125,8 +130,30 @@ async fn main() {
         }
         while set.join_next().await.is_some() {}
         samples[3].push(start.elapsed() / (ROUNDS / 4 * TASKS));
+
+        let start = Instant::now();
+        for _ in 0..ROUNDS {
+            let request = LockRequest::new("bench:fenced", TTL).fenced();
+            let lock = redlock.acquire(request).await.expect("fenced lock");
+            lock.release().await;
+        }
+        samples[4].push(start.elapsed() / ROUNDS);
+
+        let start = Instant::now();
+        for _ in 0..ROUNDS {
+            let lock = unaware.lock("bench:unaware", TTL).await.expect("lock");
+            lock.release().await;
+        }
+        samples[5].push(start.elapsed() / ROUNDS);
     }
-    let [raw_one, lock_one, raw_many, lock_many] = samples.map(|mut s| {
+    let [
+        raw_one,
+        lock_one,
+        raw_many,
+        lock_many,
+        fenced_one,
+        unaware_one,
+    ] = samples.map(|mut s| {
         s.sort();
         s[s.len() / 2]
     });
@@ -144,6 +171,19 @@ async fn main() {
         "redlock lock + release, sequential",
         lock_one,
         lock_one.as_secs_f64() / raw_one.as_secs_f64()
+    );
+    println!(
+        "{:<44} {:>12.1?} {:>8.2}",
+        "  same, restart-aware voting off",
+        unaware_one,
+        unaware_one.as_secs_f64() / raw_one.as_secs_f64()
+    );
+    println!(
+        "{:<44} {:>12.1?} {:>8.2}  ({:.2}x plain redlock)",
+        "  same, fenced (one more round trip)",
+        fenced_one,
+        fenced_one.as_secs_f64() / raw_one.as_secs_f64(),
+        fenced_one.as_secs_f64() / lock_one.as_secs_f64()
     );
     println!(
         "{:<44} {:>12.1?} {:>8}",
