@@ -89,10 +89,10 @@ impl fmt::Display for HumanMs {
         match ms {
             0..1_000 => write!(f, "{ms} ms"),
             1_000..60_000 => write!(f, "{} s", ms.div_ceil(1_000)),
-            _ => {
-                let s = ms.div_ceil(1_000);
-                write!(f, "{} min {} s", s / 60, s % 60)
-            }
+            _ => match ms.div_ceil(1_000) {
+                s if s % 60 == 0 => write!(f, "{} min", s / 60),
+                s => write!(f, "{} min {} s", s / 60, s % 60),
+            },
         }
     }
 }
