@@ -129,7 +129,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     nodes.restart_empty(2);
     nodes[2].trust();
     let store_server = redlock_tests::RedisServer::start();
-    let store = redlock_tests::FencedStore::new(&store_server, "demo:report");
+    let store = redlock_tests::FencedStore::new(&store_server.url(), "demo:report");
     let fenced = |ttl| LockRequest::new("demo:fenced", ttl).fenced();
     let paused = redlock.acquire(fenced(Duration::from_millis(300))).await?;
     let old_fence = paused.fence().unwrap_or_default();

@@ -6,8 +6,6 @@
 
 use redis::Script;
 
-use crate::RedisServer;
-
 /// `KEYS[1]` = the value, `KEYS[2]` = the largest fence accepted; `ARGV[1]` = the fence,
 /// `ARGV[2]` = the value. Answers 1 (written) or 0 (rejected: an older holder's write).
 const WRITE_IF_FENCE_SCRIPT: &str = "\
@@ -19,20 +17,29 @@ redis.call('SET', KEYS[1], ARGV[2])
 return 1
 ";
 
-/// A fenced value on `server`.
+/// A fenced value on a Redis server of its own.
 #[derive(Debug)]
-pub struct FencedStore<'a> {
-    server: &'a RedisServer,
+pub struct FencedStore {
+    client: redis::Client,
     name: String,
 }
 
-impl<'a> FencedStore<'a> {
-    /// The value `name` on `server`.
-    pub fn new(server: &'a RedisServer, name: &str) -> Self {
+impl FencedStore {
+    /// The value `name` on the server at `url`.
+    ///
+    /// # Panics
+    /// If `url` is not a Redis URL.
+    pub fn new(url: &str, name: &str) -> Self {
         Self {
-            server,
+            client: redis::Client::open(url).expect("a Redis URL"),
             name: name.to_owned(),
         }
+    }
+
+    fn connection(&self) -> redis::Connection {
+        self.client
+            .get_connection_with_timeout(std::time::Duration::from_secs(5))
+            .expect("the fenced store answers")
     }
 
     /// Writes `value` if `fence` is at least the largest fence accepted so far; returns whether
@@ -46,15 +53,20 @@ impl<'a> FencedStore<'a> {
             .key(format!("{}:fence", self.name))
             .arg(fence)
             .arg(value)
-            .invoke(&mut self.server.client())
+            .invoke(&mut self.connection())
             .expect("the fenced store answers");
         accepted == 1
     }
 
     /// The value last written.
+    ///
+    /// # Panics
+    /// If the store's server does not answer.
     pub fn value(&self) -> Option<String> {
-        self.server
-            .get(&self.name)
-            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        let value: Option<String> = redis::cmd("GET")
+            .arg(&self.name)
+            .query(&mut self.connection())
+            .expect("the fenced store answers");
+        value
     }
 }

@@ -672,7 +672,7 @@ pub fn wrong_or_stale_token_is_refused<A: Adapter>() {
 pub fn fencing_tokens_increase_and_fence_off_a_paused_holder<A: Adapter>() {
     let nodes = Cluster::start(5);
     let store_server = RedisServer::start();
-    let store = crate::FencedStore::new(&store_server, "report");
+    let store = crate::FencedStore::new(&store_server.url(), "report");
     let redlock: A = client(&nodes, &Options::default());
     let fenced = |resource: &str, ttl| LockRequest::new(resource, ttl).fenced();
 
