@@ -128,6 +128,7 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 mod acquire;
+mod broadcast;
 mod command;
 mod config;
 mod error;

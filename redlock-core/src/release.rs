@@ -7,13 +7,14 @@
 
 use std::time::{Duration, Instant};
 
+use crate::broadcast::Broadcast;
 use crate::command::Op;
 use crate::config::Config;
 use crate::id::{Origin, RequestId};
 use crate::lease::Lease;
 use crate::output::Output;
 use crate::reply::Reply;
-use crate::round::{NodeRelease, Round};
+use crate::round::NodeRelease;
 use crate::spec::LockSpec;
 
 /// What each node did with a release.
@@ -61,11 +62,7 @@ impl ReleaseReport {
 
 /// Releases a lock. Inputs and outputs as for [`Acquire`](crate::Acquire).
 #[derive(Debug)]
-pub struct Release {
-    spec: LockSpec,
-    round: Round<NodeRelease>,
-    done: bool,
-}
+pub struct Release(Broadcast<NodeRelease>);
 
 impl Release {
     /// Prepares to release `lease` on every node.
@@ -78,49 +75,43 @@ impl Release {
     pub fn for_spec(now: Instant, config: &Config, spec: LockSpec, ttl: Duration) -> Self {
         let timeout = config.node_timeout(ttl);
         let deadline = now.checked_add(timeout).unwrap_or(now);
-        Self {
+        Self(Broadcast::new(
+            Op::DeleteIfEquals,
             spec,
-            round: Round::new(1, Op::DeleteIfEquals, 0, config.nodes(), now, deadline),
-            done: false,
-        }
+            config.nodes(),
+            now,
+            deadline,
+        ))
     }
 
     /// The keys and token being released.
     pub fn spec(&self) -> &LockSpec {
-        &self.spec
+        self.0.spec()
     }
 
     /// Names the lock and operation its requests belong to.
     pub(crate) fn set_origin(&mut self, origin: Origin) {
-        self.round.set_origin(origin);
+        self.0.set_origin(origin);
     }
 
     /// Hands in the reply to request `id` (stale, duplicate, late and unknown ones are ignored).
     pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
-        self.round.record(now, id, reply);
+        self.0.handle_reply(now, id, reply);
     }
 
     /// Lets the deadline pass; harmless at any other time.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.round.expire(now);
+        self.0.handle_timeout(now);
     }
 
     /// The next thing to do. See [`Output`](crate::Output).
     pub fn poll_output(&mut self, now: Instant) -> Output<ReleaseReport> {
-        if self.done {
-            return Output::Idle;
+        match self.0.poll_output(now) {
+            Output::Send(transmit) => Output::Send(transmit),
+            Output::Wait(at) => Output::Wait(at),
+            Output::Done(nodes) => Output::Done(ReleaseReport { nodes }),
+            Output::Idle => Output::Idle,
         }
-        if let Some(transmit) = self.round.next_transmit(&self.spec) {
-            return Output::Send(transmit);
-        }
-        self.round.expire(now);
-        if self.round.has_pending() {
-            return Output::Wait(self.round.deadline);
-        }
-        self.done = true;
-        Output::Done(ReleaseReport {
-            nodes: self.round.answers.clone(),
-        })
     }
 }
 

@@ -8,12 +8,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::broadcast::Broadcast;
 use crate::command::Op;
 use crate::config::Config;
 use crate::id::{Origin, RequestId};
 use crate::output::Output;
 use crate::reply::Reply;
-use crate::round::{Round, Vote};
+use crate::round::Vote;
 use crate::spec::LockSpec;
 
 /// How long the trust command waits for answers: the node timeout of a lock with this TTL
@@ -23,53 +24,40 @@ const WAIT_AS_FOR_TTL: Duration = Duration::from_secs(10);
 /// Marks every node trusted. Inputs and outputs as for [`Acquire`](crate::Acquire); the outcome
 /// is each node's answer (`Granted` = trusted).
 #[derive(Debug)]
-pub struct Trust {
-    spec: LockSpec,
-    round: Round<Vote>,
-    done: bool,
-}
+pub struct Trust(Broadcast<Vote>);
 
 impl Trust {
     /// Prepares the trust command for every node.
     pub fn new(now: Instant, config: &Config) -> Self {
         let timeout = config.node_timeout(WAIT_AS_FOR_TTL);
         let deadline = now.checked_add(timeout).unwrap_or(now);
-        Self {
-            spec: LockSpec::epoch(),
-            round: Round::new(1, Op::Trust, 0, config.nodes(), now, deadline),
-            done: false,
-        }
+        Self(Broadcast::new(
+            Op::Trust,
+            LockSpec::epoch(),
+            config.nodes(),
+            now,
+            deadline,
+        ))
     }
 
     /// Names the lock and operation its requests belong to.
     pub(crate) fn set_origin(&mut self, origin: Origin) {
-        self.round.set_origin(origin);
+        self.0.set_origin(origin);
     }
 
     /// Hands in the reply to request `id` (stale, duplicate, late and unknown ones are ignored).
     pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
-        self.round.record(now, id, reply);
+        self.0.handle_reply(now, id, reply);
     }
 
     /// Lets the deadline pass; harmless at any other time.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.round.expire(now);
+        self.0.handle_timeout(now);
     }
 
     /// The next thing to do. See [`Output`].
     pub fn poll_output(&mut self, now: Instant) -> Output<Vec<Vote>> {
-        if self.done {
-            return Output::Idle;
-        }
-        if let Some(transmit) = self.round.next_transmit(&self.spec) {
-            return Output::Send(transmit);
-        }
-        self.round.expire(now);
-        if self.round.has_pending() {
-            return Output::Wait(self.round.deadline);
-        }
-        self.done = true;
-        Output::Done(self.round.answers.clone())
+        self.0.poll_output(now)
     }
 }
 

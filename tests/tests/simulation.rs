@@ -53,6 +53,21 @@ fn assert_busy(summary: &Summary, scenario: &Scenario, per_schedule: u64) {
     );
 }
 
+/// A negative control of the fence checks: caught within `seeds`, by a fence check (not by
+/// mutual exclusion).
+fn assert_fence_caught(scenario: &Scenario, seeds: u64, missed: &str) {
+    let found = sim::hunt(scenario, seeds).unwrap_or_else(|| panic!("{missed}"));
+    let kind = found.report.violation.as_ref().map(|v| v.kind);
+    assert!(
+        matches!(
+            kind,
+            Some(sim::ViolationKind::FenceNotIncreasing | sim::ViolationKind::FenceReused)
+        ),
+        "{}: caught, but not by the fence checks: {kind:?}",
+        scenario.name
+    );
+}
+
 fn explore(scenario: Scenario, per_schedule: u64) {
     let summary = sim::explore(&scenario, CI_SEEDS);
     assert_busy(&summary, &scenario, per_schedule);
@@ -208,30 +223,20 @@ fn fenced_restart_without_delay() {
 /// Negative control: the fence commit has no effect (as if skipped): caught.
 #[test]
 fn fence_commit_skipped() {
-    let found = sim::hunt(&Scenario::fence_commit_skipped(), 100);
-    let found = found.expect("the fence checker missed skipped commits");
-    let kind = found.report.violation.as_ref().map(|v| v.kind);
-    assert!(
-        matches!(
-            kind,
-            Some(sim::ViolationKind::FenceNotIncreasing | sim::ViolationKind::FenceReused)
-        ),
-        "caught, but not by the fence checks: {kind:?}"
+    assert_fence_caught(
+        &Scenario::fence_commit_skipped(),
+        100,
+        "the fence checker missed skipped commits",
     );
 }
 
 /// Negative control: fence counters that go backwards: caught.
 #[test]
 fn fence_counter_backwards() {
-    let found = sim::hunt(&Scenario::fence_counter_backwards(), 100);
-    let found = found.expect("the fence checker missed counters going backwards");
-    let kind = found.report.violation.as_ref().map(|v| v.kind);
-    assert!(
-        matches!(
-            kind,
-            Some(sim::ViolationKind::FenceNotIncreasing | sim::ViolationKind::FenceReused)
-        ),
-        "caught, but not by the fence checks: {kind:?}"
+    assert_fence_caught(
+        &Scenario::fence_counter_backwards(),
+        100,
+        "the fence checker missed counters going backwards",
     );
 }
 
@@ -239,10 +244,11 @@ fn fence_counter_backwards() {
 /// longest TTL (the hybrid clock's assumption broken): caught by the fence checks.
 #[test]
 fn fence_clocks_too_far_apart() {
-    let found = sim::hunt(&Scenario::fence_clocks_too_far_apart(), 200);
-    let found = found.expect("the fence checker missed clocks too far apart");
-    let kind = found.report.violation.as_ref().map(|v| v.kind);
-    assert_eq!(kind, Some(sim::ViolationKind::FenceNotIncreasing));
+    assert_fence_caught(
+        &Scenario::fence_clocks_too_far_apart(),
+        200,
+        "the fence checker missed clocks too far apart",
+    );
 }
 
 /// Negative control: fenced locks, immediate empty restarts, restart-aware voting off: caught.

@@ -48,11 +48,7 @@ impl<E: ChaosExecutor> AsyncClient<E> {
         executor: E,
     ) -> Result<Self, Error> {
         let redlock = redlock_async::Redlock::builder(urls)
-            .config(|c| {
-                c.key_prefix(config.key_prefix.clone())
-                    .retry(config.retry)
-                    .max_ttl(config.max_ttl())
-            })
+            .config(|c| config.configure(c))
             .io_timeout(config.io_timeout)
             .build()?;
         let counter = executor

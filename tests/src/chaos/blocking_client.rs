@@ -42,11 +42,7 @@ impl BlockingClient {
         config: &ChaosConfig,
     ) -> Result<Self, Error> {
         let redlock = Redlock::builder(urls)
-            .config(|c| {
-                c.key_prefix(config.key_prefix.clone())
-                    .retry(config.retry)
-                    .max_ttl(config.max_ttl())
-            })
+            .config(|c| config.configure(c))
             .io_timeout(config.io_timeout)
             .build()?;
         let counter = counter

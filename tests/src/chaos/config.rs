@@ -3,7 +3,7 @@
 use std::env;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redlock_core::RetryPolicy;
+use redlock_core::{ConfigBuilder, RetryPolicy};
 
 use super::adapter::AdapterKind;
 use super::faults::FaultConfig;
@@ -65,7 +65,15 @@ impl ChaosConfig {
         }
     }
 
-    /// The longest TTL any lock of the run uses.
+    /// Every client's engine settings for the run: key prefix, retry policy, longest TTL.
+    pub fn configure(&self, config: ConfigBuilder) -> ConfigBuilder {
+        config
+            .key_prefix(self.key_prefix.clone())
+            .retry(self.retry)
+            .max_ttl(self.max_ttl())
+    }
+
+    /// The longest TTL of the run's locks (also the clients' `max_ttl`).
     pub fn max_ttl(&self) -> Duration {
         self.ttl.1
     }
