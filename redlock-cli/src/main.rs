@@ -47,6 +47,12 @@ struct Args {
     #[arg(short, long, default_value = "30s", value_parser = duration::parse)]
     ttl: Duration,
 
+    /// The longest TTL any client of these nodes uses: a node that lost its memory (restart
+    /// without persistence, flush) refuses to vote for this long. Must be the same for every
+    /// client of the nodes, and at least every `--ttl`.
+    #[arg(long, env = "REDLOCK_MAX_TTL", default_value = "60s", value_parser = duration::parse)]
+    max_ttl: Duration,
+
     /// How long to wait for the lock if another holder has it (0: a single try).
     #[arg(short, long, default_value = "0", value_parser = duration::parse)]
     wait: Duration,
@@ -86,6 +92,7 @@ fn run(args: &Args) -> Result<ExitCode, (u8, String)> {
     };
     let redlock = Redlock::builder(&args.nodes)
         .key_prefix(args.prefix.as_bytes())
+        .config(|c| c.max_ttl(args.max_ttl))
         .retry(retry)
         .build()
         .map_err(|err| (USAGE, err.to_string()))?;

@@ -138,3 +138,16 @@ fn help_never_shows_the_nodes_from_the_environment() {
     assert!(help.contains("REDLOCK_NODES"), "{help}");
     assert!(!help.contains("Sup3r-secret"), "{help}");
 }
+
+#[test]
+fn a_ttl_above_the_longest_ttl_in_use_is_a_usage_error_until_max_ttl_allows_it() {
+    let nodes = Cluster::start(3);
+    let output = redlock(&nodes, &["--ttl", "90s", "job", "--", "true"]);
+    assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
+    assert!(stderr(&output).contains("max_ttl"), "{}", stderr(&output));
+    let output = redlock(
+        &nodes,
+        &["--ttl", "90s", "--max-ttl", "2m", "job", "--", "true"],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
