@@ -116,6 +116,26 @@
 //! node's wall clock: a forward jump shortens the wait as it shortens key TTLs in Redis itself
 //! (outside the model either way), a backward jump lengthens it.
 //!
+//! # Fencing tokens from a quorum (opt-in: [`LockRequest::fenced`])
+//! The first round of a fenced acquisition ([`ACQUIRE_FENCED_SCRIPT`]) also answers, on each
+//! node that grants, `v` = the largest of the resource's fence counter and the node's `TIME` in
+//! ms. The engine takes `F = max(v) + 1` over the granting nodes and commits it there
+//! ([`COMMIT_FENCE_SCRIPT`]: raise the counter to at least `F`, only while our keys are still
+//! there), inside the validity; the lock is held only with a quorum of commits
+//! ([`Lease::fence`]).
+//!
+//! *Why fences increase.* Let `A` hold with fence `F` committed on a quorum `Q`, and let `B`
+//! be granted later by a quorum `Q'`. `Q ∩ Q'` has a node `m`. On `m`, `A`'s commit ran while
+//! `A`'s key was there, and `B`'s grant ran when no key was there (`B`'s script sets the key only
+//! if none exists), so after `A`'s key left `m` — after the commit. Counters never go down
+//! (the commit keeps the larger value), so `B` reads at least `F` on `m` and takes a larger
+//! fence. The counter can be lost in two ways, both covered: it expires
+//! ([`FENCE_RETENTION_MS`] after its last commit), and then the node's clock has moved past it;
+//! or the node loses its memory, and then restart-aware voting keeps the node out for the
+//! longest TTL, after which its clock is past every fence it committed — provided the nodes'
+//! wall clocks agree within that TTL (the simulator's controls break each assumption and see
+//! fences go backwards).
+//!
 //! A new node has no epoch either and waits the same once, unless an operator who knows no lock
 //! is live says so ([`Lifecycle::trust`], [`TRUST_SCRIPT`]: epoch `0` = trusted). The feature can
 //! be turned off ([`ConfigBuilder::restart_aware`]) — unsafe unless nodes persist every write or
