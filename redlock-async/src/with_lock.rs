@@ -27,10 +27,23 @@ impl<R: Runtime> Redlock<R> {
         F: FnOnce(LeaseWatch) -> Fut,
         Fut: Future<Output = T>,
     {
-        let mut lock = self
-            .acquire(LockRequest::new(resource, ttl).auto_extend())
-            .await?;
-        let (keeper, watch) = lease_watch(lock.valid_until());
+        self.with_lock_request(LockRequest::new(resource, ttl), work)
+            .await
+    }
+
+    /// [`with_lock`](Redlock::with_lock) for a lock `request` of your own (several resources,
+    /// a retry policy, a fence, ...); it is auto-extended all the same.
+    pub async fn with_lock_request<T, F, Fut>(
+        &self,
+        request: LockRequest,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseWatch) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut lock = self.acquire(request.auto_extend()).await?;
+        let (keeper, watch) = lease_watch(lock.lease());
         let work = work(watch);
         tokio::pin!(work);
         let kept = {

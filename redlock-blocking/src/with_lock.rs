@@ -32,8 +32,18 @@ impl Redlock {
         ttl: Duration,
         work: impl FnOnce(LeaseWatch) -> T,
     ) -> Result<T, Error> {
-        let mut lock = self.acquire(LockRequest::new(resource, ttl).auto_extend())?;
-        let (keeper, watch) = lease_watch(lock.valid_until());
+        self.with_lock_request(LockRequest::new(resource, ttl), work)
+    }
+
+    /// [`with_lock`](Redlock::with_lock) for a lock `request` of your own (several resources,
+    /// a retry policy, a fence, ...); it is auto-extended all the same.
+    pub fn with_lock_request<T>(
+        &self,
+        request: LockRequest,
+        work: impl FnOnce(LeaseWatch) -> T,
+    ) -> Result<T, Error> {
+        let mut lock = self.acquire(request.auto_extend())?;
+        let (keeper, watch) = lease_watch(lock.lease());
         let (value, lost) = thread::scope(|scope| {
             let keeping = scope.spawn(|| lock.keep(&keeper));
             let done = WorkDone(&keeper);
@@ -62,7 +72,9 @@ mod tests {
     fn a_panicking_work_stops_the_keeper() {
         // Port 1 on loopback refuses connections, so no lock can be taken: exercise the guard
         // directly, as with_lock uses it.
-        let (keeper, _watch) = lease_watch(Instant::now() + Duration::from_secs(60));
+        let token = redlock_core::Token::new(b"t".to_vec()).expect("valid");
+        let (keeper, _watch) =
+            redlock_redis::lease_watch_at(Instant::now() + Duration::from_secs(60), token, None);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _done = WorkDone(&keeper);
             panic!("work failed");

@@ -151,3 +151,138 @@ fn a_ttl_above_the_longest_ttl_in_use_is_a_usage_error_until_max_ttl_allows_it()
     );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Which nodes hold `key = token` now.
+fn holding(nodes: &Cluster, key: &str, token: &str) -> Vec<bool> {
+    nodes
+        .servers()
+        .iter()
+        .map(|server| server.get(key).as_deref() == Some(token.as_bytes()))
+        .collect()
+}
+
+#[test]
+fn acquire_in_one_process_extend_and_release_in_others() {
+    let nodes = Cluster::start(3);
+    let output = redlock(&nodes, &["acquire", "deploy", "--ttl", "20s"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let token = stdout(&output).trim().to_owned();
+    assert!(
+        token.len() >= 20,
+        "only the token on stdout: {:?}",
+        stdout(&output)
+    );
+    // `acquire` returns on a quorum; a straggler may not have been sent when it exited.
+    let held = nodes.count_holding("redlock:deploy", &token);
+    assert!(held >= 2, "still held on a quorum after exit: {held}");
+
+    // Another process cannot take it meanwhile.
+    let output = redlock(&nodes, &["acquire", "deploy"]);
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+
+    let output = redlock(&nodes, &["extend", "deploy", &token, "--ttl", "40s"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let raised = nodes
+        .servers()
+        .iter()
+        .filter(|s| s.pttl("redlock:deploy") > 20_000)
+        .count();
+    assert!(raised >= 2, "the TTL was raised on a quorum: {raised}");
+
+    let output = redlock(&nodes, &["release", "deploy", &token]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(nodes.count_with_key("redlock:deploy"), 0);
+}
+
+#[test]
+fn a_stale_or_wrong_token_is_a_clear_error_and_releases_nothing() {
+    let nodes = Cluster::start(3);
+    let output = redlock(&nodes, &["acquire", "deploy"]);
+    let token = stdout(&output).trim().to_owned();
+    for args in [
+        vec!["release", "deploy", "not-the-token"],
+        vec!["extend", "deploy", "not-the-token"],
+    ] {
+        let before = holding(&nodes, "redlock:deploy", &token);
+        let output = redlock(&nodes, &args);
+        assert_eq!(
+            output.status.code(),
+            Some(77),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("does not hold the lock"),
+            "{}",
+            stderr(&output)
+        );
+        let after = holding(&nodes, "redlock:deploy", &token);
+        for (node, (was, is)) in before.iter().zip(&after).enumerate() {
+            assert!(
+                !was || *is,
+                "{args:?} touched the holder's key on node {node}"
+            );
+        }
+    }
+    assert_eq!(
+        redlock(&nodes, &["release", "deploy", &token])
+            .status
+            .code(),
+        Some(0)
+    );
+    // Now stale: released already.
+    let output = redlock(&nodes, &["release", "deploy", &token]);
+    assert_eq!(output.status.code(), Some(77), "{}", stderr(&output));
+}
+
+#[test]
+fn run_passes_resource_token_and_fence_to_the_command() {
+    let nodes = Cluster::start(3);
+    let script = "test \"$REDLOCK_RESOURCE\" = job && test -n \"$REDLOCK_TOKEN\" \
+                  && test \"$REDLOCK_FENCE\" -gt 0 && echo \"$REDLOCK_FENCE\"";
+    let output = redlock(
+        &nodes,
+        &["run", "--fenced", "job", "--", "sh", "-c", script],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let first: u64 = stdout(&output).trim().parse().expect("the fence");
+    let output = redlock(
+        &nodes,
+        &["run", "--fenced", "job", "--", "sh", "-c", script],
+    );
+    let second: u64 = stdout(&output).trim().parse().expect("the fence");
+    assert!(second > first, "{second} after {first}");
+    assert_eq!(
+        nodes.count_with_key("redlock:job"),
+        0,
+        "released after the command"
+    );
+}
+
+#[test]
+fn nodes_trust_lets_a_restarted_node_vote_at_once() {
+    let mut nodes = Cluster::start(3);
+    nodes.restart_empty(0);
+    nodes.restart_empty(1);
+    let output = redlock(&nodes, &["acquire", "job"]);
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("lost its memory"),
+        "{}",
+        stderr(&output)
+    );
+    let output = redlock(&nodes, &["nodes", "trust"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output).matches(": trusted").count(),
+        3,
+        "{}",
+        stdout(&output)
+    );
+    let output = redlock(&nodes, &["acquire", "job"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}

@@ -6,6 +6,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use redlock_core::{Lease, Token};
+
 #[derive(Debug)]
 struct State {
     valid_until: Instant,
@@ -55,6 +57,8 @@ impl Shared {
 #[derive(Debug, Clone)]
 pub struct LeaseWatch {
     shared: Arc<Shared>,
+    token: Token,
+    fence: Option<u64>,
 }
 
 /// The adapter's side of a [`LeaseWatch`]: it reports extensions and the loss, and learns when
@@ -64,8 +68,17 @@ pub struct LeaseKeeper {
     shared: Arc<Shared>,
 }
 
-/// A watch and its keeper, for a lock valid until `valid_until`.
-pub fn lease_watch(valid_until: Instant) -> (LeaseKeeper, LeaseWatch) {
+/// A watch and its keeper, for `lease`'s lock.
+pub fn lease_watch(lease: &Lease) -> (LeaseKeeper, LeaseWatch) {
+    lease_watch_at(lease.valid_until(), lease.token().clone(), lease.fence())
+}
+
+/// A watch and its keeper for a lock valid until `valid_until`, with `token` and `fence`.
+pub fn lease_watch_at(
+    valid_until: Instant,
+    token: Token,
+    fence: Option<u64>,
+) -> (LeaseKeeper, LeaseWatch) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             valid_until,
@@ -79,11 +92,25 @@ pub fn lease_watch(valid_until: Instant) -> (LeaseKeeper, LeaseWatch) {
         LeaseKeeper {
             shared: shared.clone(),
         },
-        LeaseWatch { shared },
+        LeaseWatch {
+            shared,
+            token,
+            fence,
+        },
     )
 }
 
 impl LeaseWatch {
+    /// The lock's token (for another process that should `resume` or release it).
+    pub fn token(&self) -> &Token {
+        &self.token
+    }
+
+    /// The lock's fencing token, if it was requested with `LockRequest::fenced()`.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
+    }
+
     /// Whether the lock has been lost: stop the protected work then.
     pub fn is_lost(&self) -> bool {
         self.shared.state().lost
@@ -162,11 +189,25 @@ impl LeaseKeeper {
 mod tests {
     use super::*;
 
+    fn test_lease(until: Instant) -> (Instant, Token, Option<u64>) {
+        (until, Token::new(b"t".to_vec()).expect("valid"), Some(7))
+    }
+
+    fn lease_watch_at_(
+        (until, token, fence): (Instant, Token, Option<u64>),
+    ) -> (LeaseKeeper, LeaseWatch) {
+        lease_watch_at(until, token, fence)
+    }
+
     #[test]
     fn the_watch_sees_what_the_keeper_reports() {
         let t0 = Instant::now() + Duration::from_secs(60);
-        let (keeper, watch) = lease_watch(t0);
+        let (keeper, watch) = lease_watch_at_(test_lease(t0));
         assert!(watch.is_valid() && !watch.is_lost());
+        assert_eq!(
+            (watch.token().as_bytes(), watch.fence()),
+            (&b"t"[..], Some(7))
+        );
         keeper.extended(t0 + Duration::from_secs(5));
         keeper.extended(t0); // never backwards
         assert_eq!(watch.valid_until(), t0 + Duration::from_secs(5));
@@ -182,7 +223,7 @@ mod tests {
 
     #[test]
     fn lost_resolves_when_the_keeper_reports_it() {
-        let (keeper, watch) = lease_watch(Instant::now());
+        let (keeper, watch) = lease_watch_at_(test_lease(Instant::now()));
         let mut lost = Box::pin(watch.lost());
         let waker = Waker::noop();
         let mut cx = Context::from_waker(waker);
@@ -193,7 +234,7 @@ mod tests {
 
     #[test]
     fn the_keeper_learns_when_the_work_is_done() {
-        let (keeper, _watch) = lease_watch(Instant::now());
+        let (keeper, _watch) = lease_watch_at_(test_lease(Instant::now()));
         assert!(!keeper.wait_work_done(Instant::now() + Duration::from_millis(1)));
         keeper.work_done();
         assert!(keeper.wait_work_done(Instant::now() + Duration::from_secs(60)));

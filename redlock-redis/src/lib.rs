@@ -23,7 +23,7 @@ mod request;
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
 pub use entropy::seeded_rng;
 pub use error::{Error, LockFailure, NodeReport};
-pub use lease_watch::{LeaseKeeper, LeaseWatch, lease_watch};
+pub use lease_watch::{LeaseKeeper, LeaseWatch, lease_watch, lease_watch_at};
 pub use lock_state::{ClientCore, Start, extended, kept};
 pub use node::NodeAddr;
 pub use reply::{map_error, map_result, needs_new_connection};

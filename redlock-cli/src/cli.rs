@@ -1,0 +1,204 @@
+//! The command line: global options, subcommands, and the short form `redlock NAME -- CMD`.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration;
+
+/// Exit codes, in the spirit of flock(1) and sysexits.h; listed in `--help`.
+pub(crate) const EXIT_CODES: &str = "\
+Exit status:
+  0    success (for `run`: the command's own status)
+  64   bad arguments or settings (EX_USAGE)
+  69   not every node could be reached (`nodes trust`) (EX_UNAVAILABLE)
+  75   the lock was not acquired (held by another, or too few nodes) (EX_TEMPFAIL)
+  76   the lock was lost while the command ran; the command was terminated
+  77   the token does not hold the lock (`extend`, `release`) (EX_NOPERM)
+  127  the command could not be started
+
+Examples:
+  export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+  redlock nightly-report -- ./make-report.sh           # one try; 75 if another host holds it
+  redlock run --wait 5m --ttl 30s nightly-report -- ./make-report.sh
+  TOKEN=$(redlock acquire deploy --ttl 10m)            # one step of a script takes the lock,
+  redlock extend deploy \"$TOKEN\" --ttl 10m            # a later one keeps it,
+  redlock release deploy \"$TOKEN\"                     # and another releases it
+  redlock nodes trust                                  # fresh deployment: no lock is live";
+
+/// Distributed locks for scripts and cron jobs (Redlock over independent Redis masters): run a
+/// command while holding a lock, like flock(1) across machines, or take and release locks
+/// step by step.
+#[derive(Debug, Parser)]
+#[command(name = "redlock", version, about, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Cmd,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// A Redis master, `redis://[user:password@]host:port[/db]`; give each node once. Keep
+    /// passwords in REDLOCK_NODES rather than here, out of the process list.
+    #[arg(
+        short,
+        long = "node",
+        env = "REDLOCK_NODES",
+        hide_env_values = true,
+        value_delimiter = ',',
+        global = true
+    )]
+    pub(crate) nodes: Vec<String>,
+
+    /// Prefix of the Redis keys.
+    #[arg(long, default_value = "redlock:", global = true)]
+    pub(crate) prefix: String,
+
+    /// The longest TTL any client of these nodes uses: a node that lost its memory (restart
+    /// without persistence, flush) refuses to vote for this long. Must be the same for every
+    /// client of the nodes, and at least every `--ttl`.
+    #[arg(
+        long,
+        env = "REDLOCK_MAX_TTL",
+        default_value = "60s",
+        value_parser = duration::parse,
+        global = true
+    )]
+    pub(crate) max_ttl: Duration,
+
+    /// Print what happens on stderr.
+    #[arg(short, long, global = true)]
+    pub(crate) verbose: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Cmd {
+    /// Run a command while holding the lock (extended while it runs; the command is terminated
+    /// if the lock is lost). `redlock NAME -- CMD` is short for `redlock run NAME -- CMD`.
+    Run(RunArgs),
+    /// Take the lock and print its token (and nothing else) on stdout; the lock stays held until
+    /// its TTL, `extend` or `release`, by any process that has the token.
+    Acquire(AcquireArgs),
+    /// Extend a lock by its token to `--ttl` from now (proving the token holds it on a quorum).
+    Extend(TokenArgs),
+    /// Release a lock by its token; keys under another token are never touched.
+    Release(ReleaseArgs),
+    /// Operations on the nodes themselves.
+    #[command(subcommand)]
+    Nodes(NodesCmd),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// How long the lock lives without extension (it is extended while the command runs).
+    #[arg(short, long, default_value = "30s", value_parser = duration::parse)]
+    pub(crate) ttl: Duration,
+    /// How long to wait for the lock if another holder has it (0: a single try).
+    #[arg(short, long, default_value = "0", value_parser = duration::parse)]
+    pub(crate) wait: Duration,
+    /// Also mint a fencing token, passed to the command as REDLOCK_FENCE.
+    #[arg(long)]
+    pub(crate) fenced: bool,
+    /// The name of the lock.
+    pub(crate) resource: String,
+    /// The command to run, and its arguments (after `--`). It gets REDLOCK_RESOURCE and
+    /// REDLOCK_TOKEN (and REDLOCK_FENCE with --fenced) in its environment.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AcquireArgs {
+    /// How long the lock lives unless extended.
+    #[arg(short, long, default_value = "30s", value_parser = duration::parse)]
+    pub(crate) ttl: Duration,
+    /// How long to wait for the lock if another holder has it (0: a single try).
+    #[arg(short, long, default_value = "0", value_parser = duration::parse)]
+    pub(crate) wait: Duration,
+    /// The name of the lock.
+    pub(crate) resource: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TokenArgs {
+    /// The new TTL, from now.
+    #[arg(short, long, default_value = "30s", value_parser = duration::parse)]
+    pub(crate) ttl: Duration,
+    /// The name of the lock.
+    pub(crate) resource: String,
+    /// The token `acquire` printed.
+    pub(crate) token: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// The name of the lock.
+    pub(crate) resource: String,
+    /// The token `acquire` printed.
+    pub(crate) token: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum NodesCmd {
+    /// Mark every node trusted for restart-aware voting: a fresh (or restarted) node then votes
+    /// at once instead of waiting out --max-ttl. Only when you know no lock is live on them.
+    Trust,
+}
+
+/// The arguments, with `run` inserted first when the first word is not a subcommand (the short
+/// form `redlock [options] NAME -- CMD`).
+pub(crate) fn args_with_run(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    let subcommands = ["run", "acquire", "extend", "release", "nodes", "help"];
+    // Options that take a value, to skip over when looking for the first word.
+    let with_value = [
+        "-n",
+        "--node",
+        "--prefix",
+        "--max-ttl",
+        "-t",
+        "--ttl",
+        "-w",
+        "--wait",
+    ];
+    let mut i = 1;
+    while let Some(arg) = args.get(i).and_then(|a| a.to_str()) {
+        if arg == "--" || !arg.starts_with('-') {
+            let is_subcommand = subcommands.contains(&arg);
+            if !is_subcommand && arg != "--" {
+                args.insert(1, "run".into());
+            }
+            break;
+        }
+        let takes_value = with_value.contains(&arg);
+        i += if takes_value { 2 } else { 1 };
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_short_form_is_run() {
+        let args = |words: &[&str]| args_with_run(words.iter().map(OsString::from));
+        assert_eq!(
+            args(&["redlock", "--ttl", "5s", "job", "--", "true"]),
+            args(&["redlock", "run", "--ttl", "5s", "job", "--", "true"])
+        );
+        let explicit = args(&["redlock", "release", "job", "t"]);
+        assert_eq!(explicit[1], "release");
+        assert_eq!(args(&["redlock", "--help"]).len(), 2);
+    }
+}

@@ -1,0 +1,90 @@
+//! `redlock run NAME -- CMD`: run a command while holding the lock.
+
+use std::process::{Child, Command, ExitCode};
+use std::time::Duration;
+
+use redlock_blocking::LockRequest;
+
+use crate::cli::{Global, RunArgs};
+use crate::{Failure, LOST, NOT_STARTED, USAGE, client, failure};
+
+/// Takes the lock (auto-extended), runs the command, and passes its exit status on; terminates
+/// it if the lock is lost.
+pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> {
+    let redlock = client(global, args.wait)?;
+    let mut request = LockRequest::new(args.resource.as_bytes(), args.ttl);
+    if args.fenced {
+        request = request.fenced();
+    }
+    let outcome = redlock.with_lock_request(request, |lease| {
+        let token = String::from_utf8_lossy(lease.token().as_bytes()).into_owned();
+        let mut child = spawn(args, &token, lease.fence())?;
+        if global.verbose {
+            eprintln!(
+                "redlock: holding {} (fence {:?}, pid {} running)",
+                args.resource,
+                lease.fence(),
+                child.id()
+            );
+        }
+        loop {
+            if let Some(status) = child
+                .try_wait()
+                .map_err(|err| (NOT_STARTED, err.to_string()))?
+            {
+                return Ok(exit_code(status));
+            }
+            if lease.wait_lost(Duration::from_millis(50)) {
+                terminate(&mut child);
+                return Err((
+                    LOST,
+                    format!(
+                        "lost the lock on {}; the command was terminated",
+                        args.resource
+                    ),
+                ));
+            }
+        }
+    });
+    outcome.map_err(|err| failure(&args.resource, err))?
+}
+
+fn spawn(args: &RunArgs, token: &str, fence: Option<u64>) -> Result<Child, Failure> {
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or((USAGE, "no command given after --".to_owned()))?;
+    let mut command = Command::new(program);
+    command
+        .args(rest)
+        .env("REDLOCK_RESOURCE", &args.resource)
+        .env("REDLOCK_TOKEN", token);
+    if let Some(fence) = fence {
+        command.env("REDLOCK_FENCE", fence.to_string());
+    }
+    command
+        .spawn()
+        .map_err(|err| (NOT_STARTED, format!("cannot run {program}: {err}")))
+}
+
+/// Stops the command: it must not go on without the lock.
+fn terminate(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return ExitCode::from(128u8.saturating_add(u8::try_from(signal).unwrap_or(127)));
+        }
+    }
+    ExitCode::from(
+        status
+            .code()
+            .and_then(|c| u8::try_from(c).ok())
+            .unwrap_or(1),
+    )
+}

@@ -1,0 +1,79 @@
+//! `acquire`, `extend`, `release`: a lock taken by one step of a script and finished by a later
+//! one (another process), by its token.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use redlock_blocking::LockRequest;
+
+use crate::cli::{AcquireArgs, Global, ReleaseArgs, TokenArgs};
+use crate::{Failure, NOT_HELD, USAGE, client, failure};
+
+/// Takes the lock and prints its token; the lock stays held after this process exits.
+pub(crate) fn acquire(global: &Global, args: &AcquireArgs) -> Result<ExitCode, Failure> {
+    let redlock = client(global, args.wait)?;
+    let lock = redlock
+        .acquire(LockRequest::new(args.resource.as_bytes(), args.ttl))
+        .map_err(|err| failure(&args.resource, err))?;
+    let token = String::from_utf8_lossy(lock.token().as_bytes()).into_owned();
+    if global.verbose {
+        eprintln!(
+            "redlock: holding {} for {:?} (until extended or released)",
+            args.resource,
+            lock.remaining()
+        );
+    }
+    // Dropping the lock would release it: this process hands it over by its token instead.
+    std::mem::forget(lock);
+    writeln!(std::io::stdout(), "{token}").map_err(|err| (USAGE, err.to_string()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Extends a lock by its token (a compare-and-extend round on every node).
+pub(crate) fn extend(global: &Global, args: &TokenArgs) -> Result<ExitCode, Failure> {
+    let redlock = client(global, std::time::Duration::ZERO)?;
+    let lock = redlock
+        .resume(args.resource.as_bytes(), args.token.as_bytes(), args.ttl)
+        .map_err(|err| failure(&args.resource, err))?;
+    if global.verbose {
+        eprintln!(
+            "redlock: extended {}: valid for {:?}",
+            args.resource,
+            lock.remaining()
+        );
+    }
+    // Still held by the token, not by this process.
+    std::mem::forget(lock);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Releases a lock by its token; a token that holds nothing is an error, and nothing is touched.
+pub(crate) fn release(global: &Global, args: &ReleaseArgs) -> Result<ExitCode, Failure> {
+    let redlock = client(global, std::time::Duration::ZERO)?;
+    let report = redlock
+        .release_by_token(args.resource.as_bytes(), args.token.as_bytes())
+        .map_err(|err| failure(&args.resource, err))?;
+    if global.verbose {
+        eprintln!(
+            "redlock: released {} on {} node(s), {} held by another, {} unreachable",
+            args.resource,
+            report.released(),
+            report.held_by_other(),
+            report.unreachable()
+        );
+    }
+    if report.released() == 0 {
+        return Err((
+            NOT_HELD,
+            format!(
+                "that token does not hold the lock on {} ({} node(s) held by another, {} without \
+                 it, {} unreachable); nothing was released",
+                args.resource,
+                report.held_by_other(),
+                report.absent(),
+                report.unreachable()
+            ),
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
