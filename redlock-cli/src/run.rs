@@ -1,7 +1,13 @@
 //! `redlock run NAME -- CMD`: run a command while holding the lock.
 
 use std::process::{Child, Command, ExitCode};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use redlock_blocking::LockRequest;
 
@@ -9,12 +15,19 @@ use crate::cli::{Global, RunArgs};
 use crate::{Failure, LOST, NOT_STARTED, USAGE, client, failure};
 
 /// Takes the lock (auto-extended), runs the command, and passes its exit status on; terminates
-/// it if the lock is lost.
+/// it if the lock is lost. SIGTERM, SIGINT and SIGHUP sent to `redlock` are passed on to the
+/// command; the lock is released once the command has ended (so it never runs unlocked).
 pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> {
     let redlock = client(global, args.wait)?;
     let mut request = LockRequest::new(args.resource.as_bytes(), args.ttl);
     if args.fenced {
         request = request.fenced();
+    }
+    // A signal to `redlock` goes to the command; the lock is released once the command ended.
+    let signal = Arc::new(AtomicUsize::new(0));
+    for sig in [SIGTERM, SIGINT, SIGHUP] {
+        signal_hook::flag::register_usize(sig, signal.clone(), usize::try_from(sig).unwrap_or(0))
+            .map_err(|err| (USAGE, format!("cannot catch signal {sig}: {err}")))?;
     }
     let outcome = redlock.with_lock_request(request, |lease| {
         let token = String::from_utf8_lossy(lease.token().as_bytes()).into_owned();
@@ -34,6 +47,7 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> 
             {
                 return Ok(exit_code(status));
             }
+            forward(&signal, &child);
             if lease.wait_lost(Duration::from_millis(50)) {
                 terminate(&mut child);
                 return Err((
@@ -65,6 +79,23 @@ fn spawn(args: &RunArgs, token: &str, fence: Option<u64>) -> Result<Child, Failu
     command
         .spawn()
         .map_err(|err| (NOT_STARTED, format!("cannot run {program}: {err}")))
+}
+
+/// Passes a signal `redlock` received on to the command (once per signal received).
+fn forward(signal: &AtomicUsize, child: &Child) {
+    let received = signal.swap(0, Ordering::SeqCst);
+    if received == 0 {
+        return;
+    }
+    let (Ok(sig), Ok(pid)) = (
+        i32::try_from(received).map(Signal::try_from),
+        i32::try_from(child.id()),
+    ) else {
+        return;
+    };
+    if let Ok(sig) = sig {
+        let _ = kill(Pid::from_raw(pid), sig);
+    }
 }
 
 /// Stops the command: it must not go on without the lock.

@@ -286,3 +286,44 @@ fn nodes_trust_lets_a_restarted_node_vote_at_once() {
     let output = redlock(&nodes, &["acquire", "job"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }
+
+#[test]
+fn sigterm_to_redlock_stops_the_command_and_releases_the_lock() {
+    let nodes = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let mut redlock = Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env("REDLOCK_NODES", nodes.urls().join(","))
+        .args(["run", "job", "--", "sh", "-c", &script])
+        .spawn()
+        .expect("run redlock");
+    let started = eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|pid| !pid.trim().is_empty())
+    });
+    assert!(started, "the command started");
+    assert!(
+        nodes.count_with_key("redlock:job") >= 2,
+        "held while it runs"
+    );
+    let child: i32 = std::fs::read_to_string(&pidfile)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(redlock.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM redlock");
+    let status = redlock.wait().expect("redlock ends");
+    assert_eq!(
+        status.code(),
+        Some(128 + 15),
+        "the command's status (killed by SIGTERM)"
+    );
+    let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), None).is_err();
+    assert!(gone, "the command was stopped");
+    assert_eq!(
+        nodes.count_with_key("redlock:job"),
+        0,
+        "the lock was released"
+    );
+}
