@@ -100,6 +100,9 @@ pub(crate) struct RunArgs {
     /// How long to wait for the lock if another holder has it (0: a single try).
     #[arg(short, long, default_value = "0", value_parser = duration::parse)]
     pub(crate) wait: Duration,
+    /// A single try: fail at once (exit 75) if another holder has the lock (same as --wait 0).
+    #[arg(long, conflicts_with = "wait")]
+    pub(crate) no_wait: bool,
     /// Also mint a fencing token, passed to the command as REDLOCK_FENCE.
     #[arg(long)]
     pub(crate) fenced: bool,
@@ -119,6 +122,9 @@ pub(crate) struct AcquireArgs {
     /// How long to wait for the lock if another holder has it (0: a single try).
     #[arg(short, long, default_value = "0", value_parser = duration::parse)]
     pub(crate) wait: Duration,
+    /// A single try: fail at once (exit 75) if another holder has the lock (same as --wait 0).
+    #[arg(long, conflicts_with = "wait")]
+    pub(crate) no_wait: bool,
     /// The name of the lock.
     pub(crate) resource: String,
 }

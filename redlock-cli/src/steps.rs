@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use redlock_blocking::LockRequest;
 
@@ -11,7 +12,14 @@ use crate::{Failure, NOT_HELD, USAGE, client, failure};
 
 /// Takes the lock and prints its token; the lock stays held after this process exits.
 pub(crate) fn acquire(global: &Global, args: &AcquireArgs) -> Result<ExitCode, Failure> {
-    let redlock = client(global, args.wait)?;
+    let redlock = client(
+        global,
+        if args.no_wait {
+            Duration::ZERO
+        } else {
+            args.wait
+        },
+    )?;
     let lock = redlock
         .acquire(LockRequest::new(args.resource.as_bytes(), args.ttl))
         .map_err(|err| failure(&args.resource, err))?;
@@ -31,7 +39,7 @@ pub(crate) fn acquire(global: &Global, args: &AcquireArgs) -> Result<ExitCode, F
 
 /// Extends a lock by its token (a compare-and-extend round on every node).
 pub(crate) fn extend(global: &Global, args: &TokenArgs) -> Result<ExitCode, Failure> {
-    let redlock = client(global, std::time::Duration::ZERO)?;
+    let redlock = client(global, Duration::ZERO)?;
     let lock = redlock
         .resume(args.resource.as_bytes(), args.token.as_bytes(), args.ttl)
         .map_err(|err| failure(&args.resource, err))?;
@@ -49,7 +57,7 @@ pub(crate) fn extend(global: &Global, args: &TokenArgs) -> Result<ExitCode, Fail
 
 /// Releases a lock by its token; a token that holds nothing is an error, and nothing is touched.
 pub(crate) fn release(global: &Global, args: &ReleaseArgs) -> Result<ExitCode, Failure> {
-    let redlock = client(global, std::time::Duration::ZERO)?;
+    let redlock = client(global, Duration::ZERO)?;
     let report = redlock
         .release_by_token(args.resource.as_bytes(), args.token.as_bytes())
         .map_err(|err| failure(&args.resource, err))?;

@@ -327,3 +327,32 @@ fn sigterm_to_redlock_stops_the_command_and_releases_the_lock() {
         "the lock was released"
     );
 }
+
+#[test]
+fn a_second_run_waits_for_the_first_or_fails_fast_with_no_wait() {
+    let nodes = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = dir.path().join("first-done");
+    let first_script = format!("sleep 2; touch {}", marker.display());
+    let mut first = Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env("REDLOCK_NODES", nodes.urls().join(","))
+        .args(["run", "job", "--", "sh", "-c", &first_script])
+        .spawn()
+        .expect("run redlock");
+    assert!(
+        eventually(Duration::from_secs(10), || nodes
+            .count_with_key("redlock:job")
+            >= 2),
+        "the first run holds the lock"
+    );
+    let output = redlock(&nodes, &["run", "--no-wait", "job", "--", "true"]);
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    let started = Instant::now();
+    let output = redlock(&nodes, &["run", "--wait", "30s", "job", "--", "true"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(first.wait().expect("first ends").success());
+    assert!(
+        started.elapsed() > Duration::from_millis(500),
+        "it waited for the first"
+    );
+}
