@@ -92,17 +92,35 @@ pub(crate) enum Cmd {
     Nodes(NodesCmd),
 }
 
+/// How a lock is taken: its TTL and how long to wait for it.
 #[derive(Debug, Args)]
-pub(crate) struct RunArgs {
-    /// How long the lock lives without extension (it is extended while the command runs).
+pub(crate) struct Taking {
+    /// How long the lock lives unless extended (`run` extends it while the command runs).
     #[arg(short, long, default_value = "30s", value_parser = duration::parse)]
     pub(crate) ttl: Duration,
     /// How long to wait for the lock if another holder has it (0: a single try).
     #[arg(short, long, default_value = "0", value_parser = duration::parse)]
-    pub(crate) wait: Duration,
+    wait: Duration,
     /// A single try: fail at once (exit 75) if another holder has the lock (same as --wait 0).
     #[arg(long, conflicts_with = "wait")]
-    pub(crate) no_wait: bool,
+    no_wait: bool,
+}
+
+impl Taking {
+    /// How long to keep trying (zero: a single round).
+    pub(crate) fn wait(&self) -> Duration {
+        if self.no_wait {
+            Duration::ZERO
+        } else {
+            self.wait
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) taking: Taking,
     /// Also mint a fencing token, passed to the command as REDLOCK_FENCE.
     #[arg(long)]
     pub(crate) fenced: bool,
@@ -116,15 +134,8 @@ pub(crate) struct RunArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct AcquireArgs {
-    /// How long the lock lives unless extended.
-    #[arg(short, long, default_value = "30s", value_parser = duration::parse)]
-    pub(crate) ttl: Duration,
-    /// How long to wait for the lock if another holder has it (0: a single try).
-    #[arg(short, long, default_value = "0", value_parser = duration::parse)]
-    pub(crate) wait: Duration,
-    /// A single try: fail at once (exit 75) if another holder has the lock (same as --wait 0).
-    #[arg(long, conflicts_with = "wait")]
-    pub(crate) no_wait: bool,
+    #[command(flatten)]
+    pub(crate) taking: Taking,
     /// The name of the lock.
     pub(crate) resource: String,
 }

@@ -18,15 +18,8 @@ use crate::{Failure, LOST, NOT_STARTED, USAGE, client, failure};
 /// it if the lock is lost. SIGTERM, SIGINT and SIGHUP sent to `redlock` are passed on to the
 /// command; the lock is released once the command has ended (so it never runs unlocked).
 pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> {
-    let redlock = client(
-        global,
-        if args.no_wait {
-            Duration::ZERO
-        } else {
-            args.wait
-        },
-    )?;
-    let mut request = LockRequest::new(args.resource.as_bytes(), args.ttl);
+    let redlock = client(global, args.taking.wait())?;
+    let mut request = LockRequest::new(args.resource.as_bytes(), args.taking.ttl);
     if args.fenced {
         request = request.fenced();
     }

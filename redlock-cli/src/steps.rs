@@ -12,16 +12,9 @@ use crate::{Failure, NOT_HELD, USAGE, client, failure};
 
 /// Takes the lock and prints its token; the lock stays held after this process exits.
 pub(crate) fn acquire(global: &Global, args: &AcquireArgs) -> Result<ExitCode, Failure> {
-    let redlock = client(
-        global,
-        if args.no_wait {
-            Duration::ZERO
-        } else {
-            args.wait
-        },
-    )?;
+    let redlock = client(global, args.taking.wait())?;
     let lock = redlock
-        .acquire(LockRequest::new(args.resource.as_bytes(), args.ttl))
+        .acquire(LockRequest::new(args.resource.as_bytes(), args.taking.ttl))
         .map_err(|err| failure(&args.resource, err))?;
     let token = String::from_utf8_lossy(lock.token().as_bytes()).into_owned();
     if global.verbose {
