@@ -124,12 +124,28 @@ pub(crate) struct RunArgs {
     /// Also mint a fencing token, passed to the command as REDLOCK_FENCE.
     #[arg(long)]
     pub(crate) fenced: bool,
+    /// What to do to the command when the lock is lost: `term` (SIGTERM, then SIGKILL if it
+    /// is still running when the validity ends), `kill` (SIGKILL at once), or `ignore` (let it
+    /// finish unprotected; redlock still exits 76).
+    #[arg(long, value_enum, default_value = "term")]
+    pub(crate) on_lost: OnLost,
     /// The name of the lock.
     pub(crate) resource: String,
     /// The command to run, and its arguments (after `--`). It gets REDLOCK_RESOURCE and
     /// REDLOCK_TOKEN (and REDLOCK_FENCE with --fenced) in its environment.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<String>,
+}
+
+/// `run --on-lost`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OnLost {
+    /// SIGTERM, then SIGKILL when the validity ends.
+    Term,
+    /// SIGKILL at once.
+    Kill,
+    /// Leave the command running (unprotected).
+    Ignore,
 }
 
 #[derive(Debug, Args)]

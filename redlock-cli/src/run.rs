@@ -3,7 +3,7 @@
 use std::process::{Child, Command, ExitCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -11,7 +11,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use redlock_blocking::LockRequest;
 
-use crate::cli::{Global, RunArgs};
+use crate::cli::{Global, OnLost, RunArgs};
 use crate::{Failure, LOST, NOT_STARTED, USAGE, client, failure};
 
 /// Takes the lock (auto-extended), runs the command, and passes its exit status on; terminates
@@ -49,14 +49,7 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> 
             }
             forward(&signal, &child);
             if lease.wait_lost(Duration::from_millis(50)) {
-                terminate(&mut child);
-                return Err((
-                    LOST,
-                    format!(
-                        "lost the lock on {}; the command was terminated",
-                        args.resource
-                    ),
-                ));
+                return lost(args, &mut child, lease.valid_until());
             }
         }
     });
@@ -81,20 +74,52 @@ fn spawn(args: &RunArgs, token: &str, fence: Option<u64>) -> Result<Child, Failu
         .map_err(|err| (NOT_STARTED, format!("cannot run {program}: {err}")))
 }
 
+/// The lock is lost: stop the command as `--on-lost` says (before the validity ends), or let
+/// it finish.
+fn lost(args: &RunArgs, child: &mut Child, valid_until: Instant) -> Result<ExitCode, Failure> {
+    let what = match args.on_lost {
+        OnLost::Kill => {
+            terminate(child);
+            "the command was killed"
+        }
+        OnLost::Term => {
+            send_signal(child, Signal::SIGTERM);
+            // Until the validity ends, the command may clean up; then it must stop.
+            while Instant::now() < valid_until {
+                if matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            terminate(child);
+            "the command was stopped (SIGTERM, then SIGKILL at the end of the validity)"
+        }
+        OnLost::Ignore => {
+            eprintln!(
+                "redlock: lost the lock on {}; the command goes on unprotected (--on-lost ignore)",
+                args.resource
+            );
+            let _ = child.wait();
+            "the command ran to its end unprotected"
+        }
+    };
+    Err((LOST, format!("lost the lock on {}; {what}", args.resource)))
+}
+
+fn send_signal(child: &Child, sig: Signal) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = kill(Pid::from_raw(pid), sig);
+    }
+}
+
 /// Passes a signal `redlock` received on to the command (once per signal received).
 fn forward(signal: &AtomicUsize, child: &Child) {
     let received = signal.swap(0, Ordering::SeqCst);
     if received == 0 {
         return;
     }
-    let (Ok(sig), Ok(pid)) = (
-        i32::try_from(received).map(Signal::try_from),
-        i32::try_from(child.id()),
-    ) else {
-        return;
-    };
-    if let Ok(sig) = sig {
-        let _ = kill(Pid::from_raw(pid), sig);
+    if let Ok(Ok(sig)) = i32::try_from(received).map(Signal::try_from) {
+        send_signal(child, sig);
     }
 }
 

@@ -356,3 +356,45 @@ fn a_second_run_waits_for_the_first_or_fails_fast_with_no_wait() {
         "it waited for the first"
     );
 }
+
+#[test]
+fn on_lost_ignore_lets_the_command_finish_and_still_reports_the_loss() {
+    let nodes = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = dir.path().join("finished");
+    let script = format!("sleep 3; touch {}", marker.display());
+    let child = Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env("REDLOCK_NODES", nodes.urls().join(","))
+        .args([
+            "run",
+            "--ttl",
+            "1s",
+            "--on-lost",
+            "ignore",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redlock");
+    assert!(
+        eventually(Duration::from_secs(10), || nodes
+            .count_with_key("redlock:job")
+            >= 2),
+        "the lock was taken"
+    );
+    let mut nodes = nodes;
+    nodes.kill(0);
+    nodes.kill(1);
+    let output = child.wait_with_output().expect("wait");
+    assert_eq!(output.status.code(), Some(76), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("unprotected"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(marker.exists(), "the command ran to its end");
+}
