@@ -13,14 +13,14 @@
 //! acquisition arriving during an extension, say — or of another lock never counts, whatever
 //! the driver hands in.
 //!
-//! # Where the next features go
-//! - *A second round inside acquisition* (a fencing-token commit): a stage between `Acquiring`
-//!   and `Held`, entered when the acquisition's outcome is won; the lock is handed out
-//!   ([`LockEvent::Acquired`]) only when that stage wins too. Drivers see only more `Send`s.
-//! - *A per-node eligibility vote* (restart-aware voting): read from the acquire reply in
-//!   [`Vote`]'s reading of a reply and counted by the round's tally like a failure; drivers
-//!   see nothing new.
-//! - *Push wake-ups*: [`Lifecycle::handle_wake`] already ends a retry pause early.
+//! # Where the features sit
+//! - *Fencing* is a second round inside acquisition: the acquire machine commits the fence on
+//!   the granting nodes before the lock is handed out ([`LockEvent::Acquired`]). Drivers see
+//!   only more `Send`s.
+//! - *Restart-aware voting* is read from the acquire reply ([`Vote::Ineligible`]) and counted by
+//!   the round's tally like a failure; drivers see nothing new.
+//! - *Push wake-ups* (not built yet): [`Lifecycle::handle_wake`] already ends a retry pause
+//!   early; a driver that subscribes to release notifications calls it.
 
 use std::time::{Duration, Instant};
 
