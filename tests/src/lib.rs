@@ -1,4 +1,5 @@
-//! Test support for redlock-rs: real `redis-server` processes and a fault-injecting TCP proxy.
+//! Test support for redlock-rs: real `redis-server` processes (from `redlock-local`, re-exported
+//! here) and a fault-injecting TCP proxy.
 //!
 //! - [`RedisServer`] starts one `redis-server` (binary from `$REDIS_SERVER`, else `PATH`) on a free
 //!   loopback port in a temp dir, and can kill it, restart it empty on the same port, pause it
@@ -22,24 +23,16 @@
 //! ```
 
 pub mod chaos;
-mod cluster;
 pub mod conformance;
-mod error;
 pub mod executor;
 mod fenced_store;
-mod inspect;
-mod options;
-mod port;
 mod proxy;
 mod pump;
 mod rng;
-mod server;
 pub mod sim;
 
-pub use cluster::Cluster;
-pub use error::HarnessError;
 pub use fenced_store::FencedStore;
-pub use inspect::INSPECT_TIMEOUT;
-pub use options::{REDIS_SERVER_ENV, ServerOptions};
 pub use proxy::FaultProxy;
-pub use server::RedisServer;
+pub use redlock_local::{
+    Cluster, HarnessError, INSPECT_TIMEOUT, REDIS_SERVER_ENV, RedisServer, ServerOptions,
+};

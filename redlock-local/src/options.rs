@@ -16,7 +16,7 @@ pub const REDIS_SERVER_ENV: &str = "REDIS_SERVER";
 /// the options here come on top.
 ///
 /// ```no_run
-/// use redlock_tests::ServerOptions;
+/// use redlock_local::ServerOptions;
 ///
 /// let server = ServerOptions::new().requirepass("s3cret").maxmemory(1).start();
 /// ```

@@ -21,7 +21,7 @@ impl RedisServer {
         self.url_via(self.addr())
     }
 
-    /// Like [`RedisServer::url`] but pointing at `addr`, e.g. a [`FaultProxy`](crate::FaultProxy)
+    /// Like [`RedisServer::url`] but pointing at `addr`, e.g. a fault-injecting proxy
     /// in front of this server.
     pub fn url_via(&self, addr: SocketAddr) -> String {
         let credentials = self.options().credentials();

@@ -38,7 +38,7 @@ const PORT_IN_USE_LINE: &str = "address already in use";
 /// only ever signals processes it started, through their own handles.
 ///
 /// ```no_run
-/// use redlock_tests::RedisServer;
+/// use redlock_local::RedisServer;
 ///
 /// let mut server = RedisServer::start();
 /// server.pause();

@@ -12,7 +12,7 @@ use crate::server::{self, RedisServer};
 /// Independent Redis nodes (not a Redis Cluster), each a [`RedisServer`].
 ///
 /// ```no_run
-/// use redlock_tests::Cluster;
+/// use redlock_local::Cluster;
 ///
 /// let mut nodes = Cluster::start(5);
 /// nodes[0].set("lock", "token");

@@ -1,0 +1,33 @@
+//! Local `redis-server` processes on loopback, started and stopped by this process: what the
+//! redlock-rs test harness, `redlock demo` and `redlock bench --local` run on.
+//!
+//! - [`RedisServer`] starts one `redis-server` (binary from `$REDIS_SERVER`, else `PATH`) on a free
+//!   loopback port in a temp dir, and can kill it, restart it empty on the same port, pause it
+//!   (SIGSTOP) and resume it. [`Cluster`] starts several at once.
+//! - Inspection helpers ([`RedisServer::get`], [`RedisServer::pttl`], [`Cluster::count_holding`])
+//!   read a node directly, past any lock client.
+//!
+//! It never skips and never guesses: if `redis-server` is missing, starting one fails with a
+//! message saying how to install it. It only signals processes it started, through their own
+//! handles, and kills them on drop. It never binds anything but 127.0.0.1.
+//!
+//! ```
+//! use redlock_local::Cluster;
+//!
+//! let nodes = Cluster::start(3);
+//! nodes[1].set("k", "v");
+//! assert_eq!(nodes.count_holding("k", "v"), 1);
+//! ```
+
+mod cluster;
+mod error;
+mod inspect;
+mod options;
+mod port;
+mod server;
+
+pub use cluster::Cluster;
+pub use error::HarnessError;
+pub use inspect::INSPECT_TIMEOUT;
+pub use options::{REDIS_SERVER_ENV, ServerOptions};
+pub use server::RedisServer;
