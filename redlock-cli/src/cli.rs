@@ -12,7 +12,7 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit status:
   0    success (for `run`: the command's own status)
   64   bad arguments or settings (EX_USAGE)
-  69   not every node could be reached (`nodes trust`) (EX_UNAVAILABLE)
+  69   a node did not answer or failed a check (`status`, `nodes`) (EX_UNAVAILABLE)
   75   the lock was not acquired (held by another, or too few nodes) (EX_TEMPFAIL)
   76   the lock was lost while the command ran; the command was terminated
   77   the token does not hold the lock (`extend`, `release`) (EX_NOPERM)
@@ -25,7 +25,10 @@ Examples:
   TOKEN=$(redlock acquire deploy --ttl 10m)            # one step of a script takes the lock,
   redlock extend deploy \"$TOKEN\" --ttl 10m            # a later one keeps it,
   redlock release deploy \"$TOKEN\"                     # and another releases it
-  redlock nodes trust                                  # fresh deployment: no lock is live";
+  redlock status deploy nightly-report --json          # who holds what, per node (a snapshot)
+  redlock nodes check                                  # reachable, version, login, scripts
+  redlock nodes trust                                  # fresh deployment: no lock is live
+  redlock demo                                         # a tour on 5 local redis-servers";
 
 /// Distributed locks for scripts and cron jobs (Redlock over independent Redis masters): run a
 /// command while holding a lock, like flock(1) across machines, or take and release locks
@@ -40,7 +43,7 @@ pub(crate) struct Cli {
 }
 
 /// Options every subcommand takes.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct Global {
     /// A Redis master, `redis://[user:password@]host:port[/db]`; give each node once. Keep
     /// passwords in REDLOCK_NODES rather than here, out of the process list.
@@ -73,6 +76,35 @@ pub(crate) struct Global {
     /// Print what happens on stderr.
     #[arg(short, long, global = true)]
     pub(crate) verbose: bool,
+
+    /// Print no report on stdout, only what a script needs (`acquire`'s token); errors still go
+    /// to stderr and the exit status says what happened.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
+
+    /// How reports are printed on stdout: `text` for people, `json` (one document) for programs.
+    #[arg(long, value_enum, default_value = "text", global = true)]
+    pub(crate) format: Format,
+
+    /// Short for `--format json`.
+    #[arg(long, global = true, conflicts_with = "format")]
+    pub(crate) json: bool,
+}
+
+impl Global {
+    /// The output format, `--json` included.
+    pub(crate) fn format(&self) -> Format {
+        if self.json { Format::Json } else { self.format }
+    }
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// Lines for people.
+    Text,
+    /// One JSON document for programs.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -87,9 +119,26 @@ pub(crate) enum Cmd {
     Extend(TokenArgs),
     /// Release a lock by its token; keys under another token are never touched.
     Release(ReleaseArgs),
+    /// Show who holds each lock on each node, its time to live and fence, and whether each node
+    /// may vote (restart-aware voting): a snapshot that may be stale the moment it prints. Reads
+    /// only; never changes a key.
+    Status(StatusArgs),
     /// Operations on the nodes themselves.
     #[command(subcommand)]
     Nodes(NodesCmd),
+    /// Measure lock latency, throughput and hand-over under contention against the nodes (or
+    /// against local ones it starts with --local), with a latency histogram.
+    Bench(crate::bench::BenchArgs),
+    /// A one-minute tour on 5 local redis-servers it starts and stops itself: 8 workers
+    /// increment a counter under one lock while nodes are killed and restarted.
+    Demo(crate::demo::DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The names of the locks.
+    #[arg(required = true)]
+    pub(crate) resources: Vec<String>,
 }
 
 /// How a lock is taken: its TTL and how long to wait for it.
@@ -177,6 +226,9 @@ pub(crate) struct ReleaseArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum NodesCmd {
+    /// Check every node: reachable, server and version, login, script support, round-trip
+    /// latency, and its restart-aware voting state. Exit 69 if any check fails.
+    Check,
     /// Mark every node trusted for restart-aware voting: a fresh (or restarted) node then votes
     /// at once instead of waiting out --max-ttl. Only when you know no lock is live on them.
     Trust,
@@ -186,13 +238,16 @@ pub(crate) enum NodesCmd {
 /// form `redlock [options] NAME -- CMD`).
 pub(crate) fn args_with_run(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     let mut args: Vec<OsString> = args.into_iter().collect();
-    let subcommands = ["run", "acquire", "extend", "release", "nodes", "help"];
+    let subcommands = [
+        "run", "acquire", "extend", "release", "status", "nodes", "bench", "demo", "help",
+    ];
     // Options that take a value, to skip over when looking for the first word.
     let with_value = [
         "-n",
         "--node",
         "--prefix",
         "--max-ttl",
+        "--format",
         "-t",
         "--ttl",
         "-w",

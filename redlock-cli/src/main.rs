@@ -18,10 +18,16 @@ use std::process::ExitCode;
 use clap::Parser;
 use redlock_blocking::{Error, Redlock, RetryPolicy};
 
+mod bench;
 mod cli;
+mod demo;
 mod duration;
+mod histogram;
 mod nodes;
+mod output;
+mod probe;
 mod run;
+mod status;
 mod steps;
 
 use cli::{Cli, Cmd, Global, NodesCmd};
@@ -49,7 +55,11 @@ fn main() -> ExitCode {
         Cmd::Acquire(args) => steps::acquire(&cli.global, args),
         Cmd::Extend(args) => steps::extend(&cli.global, args),
         Cmd::Release(args) => steps::release(&cli.global, args),
+        Cmd::Status(args) => status::status(&cli.global, args),
+        Cmd::Nodes(NodesCmd::Check) => nodes::check(&cli.global),
         Cmd::Nodes(NodesCmd::Trust) => nodes::trust(&cli.global),
+        Cmd::Bench(args) => bench::bench(&cli.global, args),
+        Cmd::Demo(args) => demo::demo(&cli.global, args),
     };
     match result {
         Ok(code) => code,

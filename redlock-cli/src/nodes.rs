@@ -1,30 +1,176 @@
-//! `redlock nodes trust`: mark every node trusted for restart-aware voting.
+//! `redlock nodes check` (what each node is and whether it can take part) and `redlock nodes
+//! trust` (mark every node trusted for restart-aware voting).
 
+use std::fmt::Write as _;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use redlock_blocking::Vote;
+use redlock_redis::NodeAddr;
+use serde_json::{Value, json};
 
 use crate::cli::Global;
+use crate::output::Out;
+use crate::probe::{self, Eligibility, Probe};
 use crate::{Failure, UNAVAILABLE, client};
+
+/// PINGs per latency measurement.
+const PINGS: usize = 5;
+
+/// What `nodes check` found on one node.
+struct Checked {
+    label: String,
+    result: Result<Report, String>,
+}
+
+struct Report {
+    server: String,
+    version: String,
+    latency: Duration,
+    eligibility: Eligibility,
+}
+
+/// Checks every node; exit 69 if any failed a check.
+pub(crate) fn check(global: &Global) -> Result<ExitCode, Failure> {
+    let nodes = probe::nodes(global)?;
+    let checked: Vec<Checked> = nodes
+        .iter()
+        .map(|node| Checked {
+            label: node.label().to_string(),
+            result: check_node(node, global.max_ttl),
+        })
+        .collect();
+    let advice = advice(nodes.len());
+    Out::new(global).report(
+        || {
+            let width = checked.iter().map(|c| c.label.len()).max().unwrap_or(0);
+            let mut text = String::new();
+            for node in &checked {
+                let line = match &node.result {
+                    Ok(r) => format!(
+                        "ok  {} {}, login ok, scripts ok, {:?} round trip, {}",
+                        r.server,
+                        r.version,
+                        r.latency,
+                        r.eligibility.describe()
+                    ),
+                    Err(why) => format!("FAILED  {why}"),
+                };
+                let _ = writeln!(text, "{:width$}  {line}", node.label);
+            }
+            if let Some(advice) = &advice {
+                let _ = writeln!(text, "note: {advice}");
+            }
+            text
+        },
+        || {
+            let nodes: Vec<Value> = checked
+                .iter()
+                .map(|node| match &node.result {
+                    Ok(r) => json!({
+                        "node": node.label,
+                        "ok": true,
+                        "server": r.server,
+                        "version": r.version,
+                        "latency_us": u64::try_from(r.latency.as_micros()).unwrap_or(u64::MAX),
+                        "eligibility": r.eligibility.word(),
+                    }),
+                    Err(why) => json!({"node": node.label, "ok": false, "error": why}),
+                })
+                .collect();
+            json!({"nodes": nodes, "advice": advice})
+        },
+    );
+    let failed = checked.iter().filter(|node| node.result.is_err()).count();
+    if failed > 0 {
+        return Err((
+            UNAVAILABLE,
+            format!("{failed} of {} node(s) failed a check", checked.len()),
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Connect and log in, read the server's name and version, run a script, time PINGs, read
+/// the voting state. The first failure is the answer.
+fn check_node(node: &NodeAddr, max_ttl: Duration) -> Result<Report, String> {
+    let mut probe = Probe::connect(node)?;
+    let info: String = probe.query(node, redis::cmd("INFO").arg("server"))?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(|value| value.trim().to_owned())
+    };
+    let (server, version) = match field("server_name") {
+        Some(name) if name != "redis" => {
+            let version = field(&format!("{name}_version")).or_else(|| field("redis_version"));
+            (name, version)
+        }
+        _ => ("redis".to_owned(), field("redis_version")),
+    };
+    let one: i64 = probe
+        .query(node, redis::cmd("EVAL").arg("return 1").arg(0))
+        .map_err(|why| format!("scripts do not run (EVAL): {why}"))?;
+    if one != 1 {
+        return Err(format!("scripts do not run: EVAL answered {one}"));
+    }
+    Ok(Report {
+        server,
+        version: version.unwrap_or_else(|| "(version unknown)".to_owned()),
+        latency: probe.latency(node, PINGS)?,
+        eligibility: Eligibility::read(&mut probe, node, max_ttl)?,
+    })
+}
+
+/// What to say about the number of nodes.
+fn advice(count: usize) -> Option<String> {
+    match count {
+        1 | 2 => Some(format!(
+            "{count} node(s): any one failure stops every lock; Redlock wants 3 or more (an odd number)"
+        )),
+        n if n % 2 == 0 => Some(format!(
+            "{n} nodes tolerate no more failures than {}; an odd number is as safe and cheaper",
+            n - 1
+        )),
+        _ => None,
+    }
+}
 
 /// Trusts every node and prints each one's answer (never a password: nodes are `host:port`).
 pub(crate) fn trust(global: &Global) -> Result<ExitCode, Failure> {
-    let redlock = client(global, std::time::Duration::ZERO)?;
+    let redlock = client(global, Duration::ZERO)?;
     let report = redlock.trust_nodes();
-    let mut untrusted = 0;
-    for node in &report {
-        let trusted = node.result == Vote::Granted;
-        untrusted += usize::from(!trusted);
-        println!(
-            "{}: {}",
-            node.node,
-            if trusted {
-                "trusted".to_owned()
-            } else {
-                format!("NOT trusted ({:?})", node.result)
+    let untrusted = report
+        .iter()
+        .filter(|node| node.result != Vote::Granted)
+        .count();
+    Out::new(global).report(
+        || {
+            let mut text = String::new();
+            for node in &report {
+                let answer = if node.result == Vote::Granted {
+                    "trusted".to_owned()
+                } else {
+                    format!("NOT trusted ({:?})", node.result)
+                };
+                let _ = writeln!(text, "{}: {answer}", node.node);
             }
-        );
-    }
+            text
+        },
+        || {
+            let nodes: Vec<Value> = report
+                .iter()
+                .map(|node| {
+                    json!({
+                        "node": node.node.to_string(),
+                        "trusted": node.result == Vote::Granted,
+                        "answer": format!("{:?}", node.result),
+                    })
+                })
+                .collect();
+            json!({"nodes": nodes})
+        },
+    );
     if untrusted > 0 || report.is_empty() {
         return Err((
             UNAVAILABLE,

@@ -1,14 +1,19 @@
 //! `acquire`, `extend`, `release`: a lock taken by one step of a script and finished by a later
 //! one (another process), by its token.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use redlock_blocking::LockRequest;
+use serde_json::json;
 
 use crate::cli::{AcquireArgs, Global, ReleaseArgs, TokenArgs};
-use crate::{Failure, NOT_HELD, USAGE, client, failure};
+use crate::output::Out;
+use crate::{Failure, NOT_HELD, client, failure};
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// Takes the lock and prints its token; the lock stays held after this process exits.
 pub(crate) fn acquire(global: &Global, args: &AcquireArgs) -> Result<ExitCode, Failure> {
@@ -17,16 +22,23 @@ pub(crate) fn acquire(global: &Global, args: &AcquireArgs) -> Result<ExitCode, F
         .acquire(LockRequest::new(args.resource.as_bytes(), args.taking.ttl))
         .map_err(|err| failure(&args.resource, err))?;
     let token = String::from_utf8_lossy(lock.token().as_bytes()).into_owned();
-    if global.verbose {
-        eprintln!(
-            "redlock: holding {} for {:?} (until extended or released)",
-            args.resource,
-            lock.remaining()
-        );
-    }
+    let (remaining, fence) = (lock.remaining(), lock.fence());
     // Dropping the lock would release it: this process hands it over by its token instead.
     std::mem::forget(lock);
-    writeln!(std::io::stdout(), "{token}").map_err(|err| (USAGE, err.to_string()))?;
+    let out = Out::new(global);
+    out.note(format_args!(
+        "holding {} for {remaining:?} (until extended or released)",
+        args.resource
+    ));
+    // The token is the one thing on stdout, even with --quiet: the script needs it.
+    out.data(&token, || {
+        json!({
+            "resource": args.resource,
+            "token": token,
+            "valid_ms": millis(remaining),
+            "fence": fence,
+        })
+    });
     Ok(ExitCode::SUCCESS)
 }
 
@@ -36,15 +48,20 @@ pub(crate) fn extend(global: &Global, args: &TokenArgs) -> Result<ExitCode, Fail
     let lock = redlock
         .resume(args.resource.as_bytes(), args.token.as_bytes(), args.ttl)
         .map_err(|err| failure(&args.resource, err))?;
-    if global.verbose {
-        eprintln!(
-            "redlock: extended {}: valid for {:?}",
-            args.resource,
-            lock.remaining()
-        );
-    }
+    let remaining = lock.remaining();
     // Still held by the token, not by this process.
     std::mem::forget(lock);
+    let out = Out::new(global);
+    out.note(format_args!(
+        "extended {}: valid for {remaining:?}",
+        args.resource
+    ));
+    if out.json() {
+        out.report(
+            String::new,
+            || json!({"resource": args.resource, "extended": true, "valid_ms": millis(remaining)}),
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -54,14 +71,24 @@ pub(crate) fn release(global: &Global, args: &ReleaseArgs) -> Result<ExitCode, F
     let report = redlock
         .release_by_token(args.resource.as_bytes(), args.token.as_bytes())
         .map_err(|err| failure(&args.resource, err))?;
-    if global.verbose {
-        eprintln!(
-            "redlock: released {} on {} node(s), {} held by another, {} unreachable",
-            args.resource,
-            report.released(),
-            report.held_by_other(),
-            report.unreachable()
-        );
+    let out = Out::new(global);
+    out.note(format_args!(
+        "released {} on {} node(s), {} held by another, {} unreachable",
+        args.resource,
+        report.released(),
+        report.held_by_other(),
+        report.unreachable()
+    ));
+    if out.json() {
+        out.report(String::new, || {
+            json!({
+                "resource": args.resource,
+                "released": report.released(),
+                "held_by_other": report.held_by_other(),
+                "absent": report.absent(),
+                "unreachable": report.unreachable(),
+            })
+        });
     }
     if report.released() == 0 {
         return Err((

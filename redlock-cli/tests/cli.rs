@@ -1,23 +1,14 @@
 //! The `redlock` command against real redis-servers.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redlock_tests::Cluster;
 use redlock_tests::conformance::scenarios::eventually;
 
-fn redlock(nodes: &Cluster, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_redlock"))
-        .env("REDLOCK_NODES", nodes.urls().join(","))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run redlock")
-}
+mod common;
 
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
+use common::{redlock, stderr, stdout};
 
 #[test]
 fn runs_the_command_under_the_lock_and_passes_its_exit_code() {
@@ -150,10 +141,6 @@ fn a_ttl_above_the_longest_ttl_in_use_is_a_usage_error_until_max_ttl_allows_it()
         &["--ttl", "90s", "--max-ttl", "2m", "job", "--", "true"],
     );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Which nodes hold `key = token` now.
@@ -397,4 +384,106 @@ fn on_lost_ignore_lets_the_command_finish_and_still_reports_the_loss() {
         stderr(&output)
     );
     assert!(marker.exists(), "the command ran to its end");
+}
+
+#[test]
+fn losing_three_of_five_nodes_signals_the_command_and_exits_76() {
+    let mut nodes = Cluster::start(5);
+    let marker = tempfile::NamedTempFile::new().expect("temp file");
+    let path = marker.path().to_str().expect("utf-8 path").to_owned();
+    // The command records the SIGTERM it gets, then ends.
+    let script =
+        format!("trap 'echo terminated > {path}; exit 0' TERM; while :; do sleep 0.05; done");
+    let child = common::command(&nodes)
+        .args(["run", "--ttl", "2s", "job", "--", "sh", "-c", &script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redlock");
+    assert!(
+        eventually(Duration::from_secs(10), || nodes
+            .count_with_key("redlock:job")
+            >= 3),
+        "the lock was taken"
+    );
+    for index in [0, 2, 4] {
+        nodes.kill(index);
+    }
+    let output = child.wait_with_output().expect("wait");
+    assert_eq!(output.status.code(), Some(76), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("lost the lock"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read").trim(),
+        "terminated",
+        "the command got SIGTERM"
+    );
+}
+
+#[test]
+fn six_concurrent_runs_never_lose_an_update_to_a_shared_file() {
+    const RUNS: usize = 6;
+    const EACH: usize = 3;
+    let nodes = Cluster::start(3);
+    let counter = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(counter.path(), "0").expect("write");
+    let path = counter.path().to_str().expect("utf-8 path").to_owned();
+    // Read, pause, write: two at once would lose an update.
+    let script = format!("n=$(cat {path}); sleep 0.05; echo $((n + 1)) > {path}");
+    std::thread::scope(|scope| {
+        for _ in 0..RUNS {
+            scope.spawn(|| {
+                for _ in 0..EACH {
+                    let output = redlock(
+                        &nodes,
+                        &[
+                            "run", "--wait", "120s", "counter", "--", "sh", "-c", &script,
+                        ],
+                    );
+                    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+                }
+            });
+        }
+    });
+    let total: usize = std::fs::read_to_string(&path)
+        .expect("read")
+        .trim()
+        .parse()
+        .expect("a number");
+    assert_eq!(total, RUNS * EACH, "no update lost");
+}
+
+#[test]
+fn quiet_keeps_the_token_and_json_reports_every_step() {
+    let nodes = Cluster::start(3);
+    let output = redlock(&nodes, &["acquire", "job", "--quiet"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let token = stdout(&output).trim().to_owned();
+    assert!(token.len() >= 20, "the token, even with --quiet: {token:?}");
+
+    let output = redlock(&nodes, &["extend", "job", &token, "--ttl", "20s", "--json"]);
+    let report = common::json(&output);
+    assert_eq!(report["extended"], true, "{report}");
+    assert!(
+        report["valid_ms"].as_u64().expect("ms") > 10_000,
+        "{report}"
+    );
+
+    let report = common::json(&redlock(&nodes, &["release", "job", &token, "--json"]));
+    assert!(report["released"].as_u64().expect("count") >= 2, "{report}");
+
+    let report = common::json(&redlock(&nodes, &["acquire", "job", "--json"]));
+    assert_eq!(report["resource"], "job");
+    assert!(
+        report["token"].is_string() && report["valid_ms"].is_u64(),
+        "{report}"
+    );
+    assert!(report["fence"].is_null(), "not fenced: {report}");
+
+    let output = redlock(&nodes, &["release", "job", "not-the-token", "--quiet"]);
+    assert_eq!(output.status.code(), Some(77));
+    assert!(stdout(&output).is_empty());
+    assert!(!stderr(&output).is_empty(), "errors still go to stderr");
 }

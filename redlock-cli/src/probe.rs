@@ -1,0 +1,156 @@
+//! Direct reads of the nodes, past the lock client: what `status` and `nodes check` show. A probe
+//! only reads (`PING`, `INFO`, `TIME`, `GET`, `PTTL`, a script that returns 1); it never changes a
+//! key, and its messages never carry a password.
+
+use std::time::{Duration, Instant};
+
+use redis::{Connection, ErrorKind, RedisError};
+use redlock_redis::NodeAddr;
+
+use crate::cli::Global;
+use crate::{Failure, USAGE};
+
+/// How long one probe waits to connect, and for each reply.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The nodes of the global options, parsed (duplicates and bad URLs are usage errors).
+pub(crate) fn nodes(global: &Global) -> Result<Vec<NodeAddr>, Failure> {
+    if global.nodes.is_empty() {
+        return Err((
+            USAGE,
+            "no nodes: give --node URL (once per node) or REDLOCK_NODES=URL,URL,...".to_owned(),
+        ));
+    }
+    NodeAddr::parse_all(&global.nodes).map_err(|err| (USAGE, err.to_string()))
+}
+
+/// A connection to one node, logged in.
+pub(crate) struct Probe {
+    connection: Connection,
+}
+
+impl Probe {
+    /// Connects and logs in; the error says which, in words without the URL.
+    pub(crate) fn connect(node: &NodeAddr) -> Result<Self, String> {
+        let connection = node
+            .client()
+            .get_connection_with_timeout(PROBE_TIMEOUT)
+            .map_err(|err| describe(node, &err))?;
+        connection
+            .set_read_timeout(Some(PROBE_TIMEOUT))
+            .and_then(|()| connection.set_write_timeout(Some(PROBE_TIMEOUT)))
+            .map_err(|err| describe(node, &err))?;
+        Ok(Self { connection })
+    }
+
+    /// Runs one command; errors are described without the URL.
+    pub(crate) fn query<T: redis::FromRedisValue>(
+        &mut self,
+        node: &NodeAddr,
+        command: &redis::Cmd,
+    ) -> Result<T, String> {
+        command
+            .query(&mut self.connection)
+            .map_err(|err| describe(node, &err))
+    }
+
+    /// The node's clock, in ms since the Unix epoch (`TIME`).
+    pub(crate) fn time_ms(&mut self, node: &NodeAddr) -> Result<u64, String> {
+        let (secs, micros): (u64, u64) = self.query(node, &redis::cmd("TIME"))?;
+        Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
+    }
+
+    /// The median round trip of `count` PINGs.
+    pub(crate) fn latency(&mut self, node: &NodeAddr, count: usize) -> Result<Duration, String> {
+        let mut samples = Vec::with_capacity(count);
+        for _ in 0..count.max(1) {
+            let started = Instant::now();
+            let _: String = self.query(node, &redis::cmd("PING"))?;
+            samples.push(started.elapsed());
+        }
+        samples.sort_unstable();
+        Ok(samples[samples.len() / 2])
+    }
+}
+
+/// A node error in words: refused, timed out, login failed… The redis crate's messages name
+/// the address at most, never the URL's password, but the password is scrubbed anyway.
+fn describe(node: &NodeAddr, err: &RedisError) -> String {
+    let what = match err.kind() {
+        ErrorKind::AuthenticationFailed => format!("login failed: {err}"),
+        ErrorKind::Io if err.is_timeout() => "no answer in time".to_owned(),
+        ErrorKind::Io if err.is_connection_refusal() => "connection refused".to_owned(),
+        _ => err.to_string(),
+    };
+    scrub(node, what)
+}
+
+/// Removes the node's password from a message, should a message ever contain it.
+pub(crate) fn scrub(node: &NodeAddr, message: String) -> String {
+    match node
+        .client()
+        .get_connection_info()
+        .redis_settings()
+        .password()
+    {
+        Some(password) if !password.is_empty() => message.replace(password, "***"),
+        _ => message,
+    }
+}
+
+/// Restart-aware voting state of a node, from its epoch key and clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Eligibility {
+    /// Epoch 0: an operator said no lock was live (`nodes trust`).
+    Trusted,
+    /// Its memory began more than the longest TTL ago.
+    Eligible,
+    /// Its memory began less than the longest TTL ago: it refuses to vote for this many ms.
+    Ineligible { for_ms: u64 },
+    /// No epoch yet (new, restarted or flushed): its first acquire starts the wait.
+    Unknown,
+}
+
+impl Eligibility {
+    /// Reads it: `GET redlock:epoch` and `TIME` on the node.
+    pub(crate) fn read(
+        probe: &mut Probe,
+        node: &NodeAddr,
+        max_ttl: Duration,
+    ) -> Result<Self, String> {
+        let epoch: Option<u64> =
+            probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_KEY))?;
+        let now = probe.time_ms(node)?;
+        let max_ttl = u64::try_from(max_ttl.as_millis()).unwrap_or(u64::MAX);
+        Ok(match epoch {
+            None => Self::Unknown,
+            Some(0) => Self::Trusted,
+            Some(epoch) => match max_ttl.checked_sub(now.saturating_sub(epoch)) {
+                Some(left) if left > 0 => Self::Ineligible { for_ms: left },
+                _ => Self::Eligible,
+            },
+        })
+    }
+
+    /// One word for JSON.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Self::Trusted => "trusted",
+            Self::Eligible => "eligible",
+            Self::Ineligible { .. } => "ineligible",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// A phrase for people.
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Self::Ineligible { for_ms } => format!(
+                "ineligible for {} (lost its memory recently)",
+                crate::output::human_ms(for_ms)
+            ),
+            Self::Unknown => "no epoch yet (waits --max-ttl after its first acquire)".to_owned(),
+            other => other.word().to_owned(),
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! `redlock status` and `redlock nodes check` against real redis-servers: what they show, that
+//! they never write, and that no password ever reaches their output.
+
+mod common;
+
+use common::{command, json, redlock, stderr, stdout};
+use redlock_tests::{Cluster, ServerOptions};
+
+#[test]
+fn status_shows_the_holder_on_each_node_and_changes_nothing() {
+    let mut nodes = Cluster::start(3);
+    let output = redlock(&nodes, &["acquire", "deploy", "--ttl", "30s"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let token = stdout(&output).trim().to_owned();
+    let short: String = token.chars().take(8).collect();
+    let before: Vec<i64> = nodes.servers().iter().map(|s| s.dbsize()).collect();
+
+    let output = redlock(&nodes, &["status", "deploy", "idle"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("snapshot"), "labelled a snapshot: {text}");
+    assert!(
+        text.contains(&format!("deploy: held by {short}… on a quorum")),
+        "{text}"
+    );
+    assert!(text.contains("idle: not held"), "{text}");
+    assert!(!text.contains(&token), "only a shortened token: {text}");
+
+    let report = json(&redlock(&nodes, &["status", "deploy", "idle", "--json"]));
+    let deploy = &report["resources"][0];
+    assert_eq!(deploy["quorum_holder"], format!("{short}…"));
+    let held = deploy["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter(|node| node["holder"] == format!("{short}…"))
+        .count();
+    assert!(held >= 2, "{report}");
+    for node in deploy["nodes"].as_array().expect("nodes") {
+        if node["holder"].is_string() {
+            let pttl = node["pttl_ms"].as_u64().expect("a PTTL while held");
+            assert!(pttl > 0 && pttl <= 30_000, "{node}");
+        }
+        assert_eq!(node["eligibility"], "trusted", "{node}");
+    }
+    assert!(report["resources"][1]["nodes"][0]["holder"].is_null());
+    let after: Vec<i64> = nodes.servers().iter().map(|s| s.dbsize()).collect();
+    assert_eq!(before, after, "status wrote nothing");
+
+    // A node restarted empty: no epoch until an acquire reaches it, then it refuses to vote.
+    nodes.restart_empty(0);
+    let report = json(&redlock(&nodes, &["status", "idle", "--json"]));
+    assert_eq!(report["resources"][0]["nodes"][0]["eligibility"], "unknown");
+    let _ = redlock(&nodes, &["acquire", "other"]);
+    let report = json(&redlock(&nodes, &["status", "idle", "--json"]));
+    let node = &report["resources"][0]["nodes"][0];
+    assert_eq!(node["eligibility"], "ineligible", "{report}");
+    assert!(
+        node["ineligible_for_ms"].as_u64().expect("ms") > 1_000,
+        "{node}"
+    );
+
+    // A dead node: exit 69, the others still shown.
+    nodes.kill(2);
+    let output = redlock(&nodes, &["status", "deploy"]);
+    assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("unreachable"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(stdout(&output).contains("held by"), "{}", stdout(&output));
+}
+
+#[test]
+fn nodes_check_reports_each_node_and_fails_on_a_dead_one() {
+    let mut nodes = Cluster::start(3);
+    let output = redlock(&nodes, &["nodes", "check"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output).matches("login ok, scripts ok").count(), 3);
+
+    let report = json(&redlock(&nodes, &["nodes", "check", "--format", "json"]));
+    for node in report["nodes"].as_array().expect("nodes") {
+        assert_eq!(node["ok"], true, "{node}");
+        assert_eq!(node["server"], "redis", "{node}");
+        assert!(!node["version"].as_str().expect("version").is_empty());
+        assert!(node["latency_us"].is_u64(), "{node}");
+    }
+    assert!(report["advice"].is_null(), "3 nodes need no advice");
+
+    nodes.kill(1);
+    let output = redlock(&nodes, &["nodes", "check"]);
+    assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
+    assert!(stdout(&output).contains("FAILED"), "{}", stdout(&output));
+    assert!(stderr(&output).contains("1 of 3"), "{}", stderr(&output));
+
+    // --quiet: no report, the exit status says it all.
+    let output = redlock(&nodes, &["nodes", "check", "--quiet"]);
+    assert_eq!(output.status.code(), Some(69));
+    assert!(stdout(&output).is_empty(), "{}", stdout(&output));
+}
+
+#[test]
+fn passwords_never_reach_status_check_verbose_or_errors() {
+    let secret = "Sup3r-secret-pw";
+    let nodes = Cluster::start_with(3, &ServerOptions::new().requirepass(secret));
+    for args in [
+        &["status", "job"][..],
+        &["status", "job", "--json"],
+        &["nodes", "check"],
+        &["nodes", "check", "--json"],
+        &["-v", "acquire", "job"],
+        &["-v", "run", "job2", "--", "true"],
+        &["nodes", "--help"],
+    ] {
+        let output = redlock(&nodes, args);
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+        let all = stdout(&output) + &stderr(&output);
+        assert!(
+            !all.contains(secret),
+            "{args:?} printed the password: {all}"
+        );
+    }
+
+    // A wrong password: a login failure per node, and neither password printed.
+    let wrong = "Wr0ng-pw-here";
+    let urls: Vec<String> = nodes
+        .urls()
+        .iter()
+        .map(|url| url.replace(secret, wrong))
+        .collect();
+    let output = command(&nodes)
+        .env("REDLOCK_NODES", urls.join(","))
+        .args(["nodes", "check"])
+        .output()
+        .expect("run redlock");
+    assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
+    let all = stdout(&output) + &stderr(&output);
+    assert_eq!(all.matches("login failed").count(), 3, "{all}");
+    assert!(!all.contains(secret) && !all.contains(wrong), "{all}");
+}
