@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: a tour of redlock-rs on five real redis-servers it starts and stops itself.
+# The main job: `redlock demo`, a one-minute tour on five real redis-servers it starts and stops
+# itself (8 workers, one counter, nodes killed and restarted empty while they run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
-exec cargo run -p redlock-tests --example demo
+exec cargo run --quiet -p redlock-cli --bin redlock -- demo "$@"
