@@ -111,26 +111,47 @@ pub(crate) enum Format {
 pub(crate) enum Cmd {
     /// Run a command while holding the lock (extended while it runs; the command is terminated
     /// if the lock is lost). `redlock NAME -- CMD` is short for `redlock run NAME -- CMD`.
+    #[command(
+        after_help = "Examples:\n  redlock run nightly-report -- ./make-report.sh\n  redlock run --wait 5m --ttl 30s --on-lost kill backup -- ./backup.sh\n  redlock run --fenced ledger -- sh -c 'write-with-fence \"$REDLOCK_FENCE\"'"
+    )]
     Run(RunArgs),
     /// Take the lock and print its token (and nothing else) on stdout; the lock stays held until
     /// its TTL, `extend` or `release`, by any process that has the token.
+    #[command(
+        after_help = "Example:\n  TOKEN=$(redlock acquire deploy --ttl 10m) || exit\n  redlock acquire deploy --json   # {\"resource\":..,\"token\":..,\"valid_ms\":..,\"fence\":..}"
+    )]
     Acquire(AcquireArgs),
     /// Extend a lock by its token to `--ttl` from now (proving the token holds it on a quorum).
+    #[command(
+        after_help = "Example:\n  redlock extend deploy \"$TOKEN\" --ttl 10m || echo 'lost it' >&2"
+    )]
     Extend(TokenArgs),
     /// Release a lock by its token; keys under another token are never touched.
+    #[command(
+        after_help = "Example:\n  redlock release deploy \"$TOKEN\"   # exit 77 if the token holds nothing"
+    )]
     Release(ReleaseArgs),
     /// Show who holds each lock on each node, its time to live and fence, and whether each node
     /// may vote (restart-aware voting): a snapshot that may be stale the moment it prints. Reads
     /// only; never changes a key.
+    #[command(
+        after_help = "Examples:\n  redlock status deploy nightly-report\n  redlock status deploy --json | jq '.resources[0].quorum_holder'"
+    )]
     Status(StatusArgs),
     /// Operations on the nodes themselves.
     #[command(subcommand)]
     Nodes(NodesCmd),
     /// Measure lock latency, throughput and hand-over under contention against the nodes (or
     /// against local ones it starts with --local), with a latency histogram.
+    #[command(
+        after_help = "Examples:\n  redlock bench --local 5                 # 5 local redis-servers, started and stopped\n  redlock bench --clients 16 --duration 10s --json"
+    )]
     Bench(crate::bench::BenchArgs),
     /// A one-minute tour on 5 local redis-servers it starts and stops itself: 8 workers
     /// increment a counter under one lock while nodes are killed and restarted.
+    #[command(
+        after_help = "Example:\n  redlock demo            # needs redis-server on PATH (or REDIS_SERVER=/path)"
+    )]
     Demo(crate::demo::DemoArgs),
 }
 
@@ -228,6 +249,7 @@ pub(crate) struct ReleaseArgs {
 pub(crate) enum NodesCmd {
     /// Check every node: reachable, server and version, login, script support, round-trip
     /// latency, and its restart-aware voting state. Exit 69 if any check fails.
+    #[command(after_help = "Example:\n  redlock nodes check --json")]
     Check,
     /// Mark every node trusted for restart-aware voting: a fresh (or restarted) node then votes
     /// at once instead of waiting out --max-ttl. Only when you know no lock is live on them.
