@@ -81,6 +81,9 @@ pub struct Acquire {
     min_validity: Duration,
     retry: RetryPolicy,
     jitter: Jitter,
+    /// Whether a wake-up already shortened the current pause (one per pause: a release is
+    /// announced by every node, and each announcement must not draw a new, earlier instant).
+    woken: bool,
     /// Set when the first round opens.
     deadline: Option<Instant>,
     attempts: u32,
@@ -124,7 +127,7 @@ impl Acquire {
         round.set_extras(Extras {
             max_ttl_ms: config.max_ttl_ms(),
             fenced: request.fenced,
-            fence: None,
+            ..Extras::default()
         });
         Ok(Self {
             spec,
@@ -135,6 +138,7 @@ impl Acquire {
             min_validity: config.min_validity(),
             retry,
             jitter: Jitter::new(rng),
+            woken: false,
             deadline: None,
             attempts: 0,
             batches: 0,
@@ -170,12 +174,21 @@ impl Acquire {
         matches!(self.phase, Phase::Pausing(_) | Phase::CleaningUp(Some(_)))
     }
 
-    /// Ends the pause before the next round now (a push notification said the lock may be
-    /// free). Harmless in any other phase; the deadline and the attempt limit still hold.
+    /// Ends the pause before the next round soon (a push notification said the lock may be
+    /// free): at `now + U[0, wake_jitter]` ([`RetryPolicy::wake_jitter`]) if that is earlier, so
+    /// that waiters woken by one release do not all collide in the same instant. Only the first
+    /// wake-up of a pause counts. Harmless in any other phase; the deadline and the attempt limit
+    /// still hold (a round started early is a round).
     pub fn handle_wake(&mut self, now: Instant) {
-        match &mut self.phase {
-            Phase::Pausing(at) | Phase::CleaningUp(Some(at)) => *at = (*at).min(now),
-            _ => {}
+        if self.woken {
+            return;
+        }
+        if let Phase::Pausing(at) | Phase::CleaningUp(Some(at)) = &mut self.phase {
+            let soon = now
+                .checked_add(self.jitter.within(self.retry.wake_jitter))
+                .unwrap_or(now);
+            *at = (*at).min(soon);
+            self.woken = true;
         }
     }
 
@@ -395,6 +408,7 @@ impl Acquire {
         self.cleanup
             .restart(self.batches, Op::DeleteIfEquals, now, settle_by);
         self.phase = Phase::CleaningUp(retry_at);
+        self.woken = false;
     }
 }
 

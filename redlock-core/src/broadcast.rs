@@ -34,6 +34,11 @@ impl<A: NodeAnswer> Broadcast<A> {
         }
     }
 
+    /// What the commands add to the operation.
+    pub(crate) fn set_extras(&mut self, extras: crate::command::Extras) {
+        self.round.set_extras(extras);
+    }
+
     pub(crate) fn spec(&self) -> &LockSpec {
         &self.spec
     }

@@ -19,9 +19,14 @@ end
 return 1
 ";
 
-/// Deletes each key that holds the token. `KEYS` = the keys, `ARGV[1]` = token. Answers 1 (deleted
-/// ours; none held by another), 0 (no key present), or -1 (a key is held by another token: that
-/// key is left alone, ours are still deleted).
+/// Deletes each key that holds the token. `KEYS` = the keys, `ARGV[1]` = token, `ARGV[2]` = `1` to
+/// announce each deleted key on its release channel ([`released_channel`]), `0` not to. Answers
+/// 1 (deleted ours; none held by another), 0 (no key present), or -1 (a key is held by another
+/// token: that key is left alone, ours are still deleted).
+///
+/// The announcement is a `PUBLISH` inside the script, so it costs no round trip, and almost
+/// nothing when nobody listens; it is made with `pcall`, so a server that refuses it (an ACL
+/// without `PUBLISH`) still releases.
 pub const RELEASE_SCRIPT: &str = "\
 local released, foreign = 0, 0
 for i = 1, #KEYS do
@@ -29,6 +34,9 @@ for i = 1, #KEYS do
   if value == ARGV[1] then
     redis.call('DEL', KEYS[i])
     released = released + 1
+    if ARGV[2] == '1' then
+      redis.pcall('PUBLISH', 'redlock:released:' .. KEYS[i], '1')
+    end
   elseif value then
     foreign = foreign + 1
   end
@@ -37,6 +45,16 @@ if foreign > 0 then return -1 end
 if released > 0 then return 1 end
 return 0
 ";
+
+/// The prefix of a key's release channel: a release of a held lock announces key `K` on
+/// `redlock:released:K` ([`RELEASE_SCRIPT`]), and a client waiting for `K` may listen there to
+/// end its retry pause early ([`Lifecycle::handle_wake`](crate::Lifecycle::handle_wake)).
+pub const RELEASED_CHANNEL_PREFIX: &[u8] = b"redlock:released:";
+
+/// The release channel of lock key `key`: [`RELEASED_CHANNEL_PREFIX`] followed by the key.
+pub fn released_channel(key: &[u8]) -> Vec<u8> {
+    [RELEASED_CHANNEL_PREFIX, key].concat()
+}
 
 /// Raises the TTL of every key to at least the given TTL, only if every key holds the token; a
 /// TTL is never shortened (an extension to a shorter TTL must not cut the validity the lease
@@ -328,6 +346,10 @@ pub(crate) struct Extras {
     pub(crate) fenced: bool,
     /// The fence to commit.
     pub(crate) fence: Option<u64>,
+    /// Whether a release announces itself to waiters (a held lock's release does; the clean-up
+    /// of a lost round does not, or waiters fighting over a minority of nodes would wake each
+    /// other in a loop while the holder keeps the majority).
+    pub(crate) notify: bool,
 }
 
 impl Command {
@@ -358,6 +380,11 @@ impl Command {
     /// The lock it acts on (keys and token).
     pub fn spec(&self) -> &LockSpec {
         &self.spec
+    }
+
+    /// Whether this release announces itself on the keys' release channels.
+    pub fn notifies(&self) -> bool {
+        self.op == Op::DeleteIfEquals && self.extras.notify
     }
 
     /// The TTL it sets, for `SetIfAbsent` and `ExpireIfEquals`.
@@ -399,7 +426,12 @@ impl Command {
                 false,
                 [Some(self.ttl_ms), None, None],
             ),
-            Op::DeleteIfEquals => (Script::Release, false, false, [None; 3]),
+            Op::DeleteIfEquals => (
+                Script::Release,
+                false,
+                false,
+                [Some(u64::from(self.extras.notify)), None, None],
+            ),
             Op::ExpireIfEquals => (
                 Script::Extend,
                 false,

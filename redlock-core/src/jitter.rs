@@ -32,11 +32,15 @@ impl Jitter {
 
     /// The pause before the next round: `delay + U[0, jitter]`, at nanosecond resolution.
     pub(crate) fn pause(&mut self, policy: &RetryPolicy) -> Duration {
-        // Checked policies keep jitter within a day, so nanoseconds fit in u64.
-        let span = u64::try_from(policy.jitter.as_nanos()).unwrap_or(u64::MAX);
+        policy.delay.saturating_add(self.within(policy.jitter))
+    }
+
+    /// `U[0, span]`, at nanosecond resolution.
+    pub(crate) fn within(&mut self, span: Duration) -> Duration {
+        // Checked policies keep jitters within a day, so nanoseconds fit in u64.
+        let span = u64::try_from(span.as_nanos()).unwrap_or(u64::MAX);
         let draw = (u128::from(self.next_u64()) * (u128::from(span) + 1)) >> 64;
-        let extra = Duration::from_nanos(u64::try_from(draw).unwrap_or(span));
-        policy.delay.saturating_add(extra)
+        Duration::from_nanos(u64::try_from(draw).unwrap_or(span))
     }
 }
 

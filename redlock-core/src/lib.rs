@@ -180,7 +180,8 @@ pub use acquire::{Acquire, AcquireFailure, AcquireOutcome};
 pub use command::{
     ACQUIRE_CHECKED_SCRIPT, ACQUIRE_FENCED_SCRIPT, ACQUIRE_SCRIPT, COMMIT_FENCE_SCRIPT, Command,
     EPOCH_KEY, EXTEND_NEVER_SHORTENS, EXTEND_SCRIPT, FENCE_KEY_PREFIX, FENCE_RETENTION_MS, Op,
-    RELEASE_SCRIPT, RedisForm, Script, ScriptArgs, ScriptKeys, TRUST_SCRIPT,
+    RELEASE_SCRIPT, RELEASED_CHANNEL_PREFIX, RedisForm, Script, ScriptArgs, ScriptKeys,
+    TRUST_SCRIPT, released_channel,
 };
 pub use config::{
     Config, ConfigBuilder, DEFAULT_MAX_TTL, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX, MAX_NODE_TIMEOUT,
@@ -199,7 +200,7 @@ pub use release::{Release, ReleaseReport};
 pub use renewal::{LossCause, Renewal, RenewalStep};
 pub use reply::{NodeErrorKind, Reply};
 pub use request::LockRequest;
-pub use retry::{Attempts, MAX_DEADLINE, MAX_RETRY_DELAY, RetryPolicy};
+pub use retry::{Attempts, DEFAULT_WAKE_JITTER, MAX_DEADLINE, MAX_RETRY_DELAY, RetryPolicy};
 pub use round::{NodeRelease, Vote};
 pub use spec::{LockSpec, MAX_KEY_LEN, MAX_RESOURCES};
 pub use token::{MAX_TOKEN_LEN, TOKEN_ENTROPY_BYTES, Token};

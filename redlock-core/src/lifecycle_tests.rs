@@ -1,7 +1,7 @@
 //! Unit tests of the lifecycle, stepping virtual time over in-memory nodes.
 
 use super::*;
-use crate::command::Op;
+use crate::command::{Command, Op};
 use crate::event::WakeReason;
 use crate::retry::RetryPolicy;
 use crate::round::NodeRelease;
@@ -453,4 +453,105 @@ fn release_by_token_deletes_only_keys_under_that_token() {
         Lifecycle::release_by_token(net.now, &config, &LockRequest::new("r", TTL), &mut rng(0))
             .is_err()
     );
+}
+
+#[test]
+fn a_wake_starts_the_next_round_within_the_wake_jitter_and_only_once_per_pause() {
+    let wake_jitter = Duration::from_millis(3);
+    let policy = RetryPolicy::default()
+        .delay(Duration::from_secs(5))
+        .wake_jitter(wake_jitter);
+    for seed in 0..20 {
+        let mut nodes = vec![FakeNode::default(); 5];
+        for node in nodes.iter_mut() {
+            node.put(b"r".to_vec(), b"other".to_vec());
+        }
+        let t0 = epoch();
+        let mut lock = Lifecycle::acquire(
+            t0,
+            &config(policy),
+            &LockRequest::new("r", TTL),
+            &mut rng(seed),
+        )
+        .expect("ok");
+        let mut net = Net::new(&mut nodes, t0);
+        assert_eq!(
+            net.next_event(&mut lock, Some(t0 + Duration::from_secs(1))),
+            None
+        );
+        for node in net.nodes.iter_mut() {
+            node.keys.clear();
+        }
+        let woken_at = net.now;
+        lock.handle_wake(woken_at);
+        // Every node announces the release: later notices must not pull the round earlier.
+        let at = match lock.poll_output(woken_at) {
+            LockOutput::Wait { at, reason } => {
+                assert_eq!(reason, WakeReason::RetryPause);
+                at
+            }
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            at >= woken_at && at <= woken_at + wake_jitter,
+            "seed {seed}"
+        );
+        for _ in 0..4 {
+            lock.handle_wake(woken_at);
+            match lock.poll_output(woken_at) {
+                LockOutput::Wait { at: again, .. } => assert_eq!(again, at, "seed {seed}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let lease = acquired(net.next_event(&mut lock, None));
+        assert_eq!(lease.attempts(), 2);
+    }
+}
+
+#[test]
+fn a_held_lock_release_announces_itself_and_a_lost_rounds_clean_up_does_not() {
+    let config = config(RetryPolicy::once());
+    let mut nodes = vec![FakeNode::default(); 5];
+    for node in nodes.iter_mut().take(3) {
+        node.put(b"r".to_vec(), b"other".to_vec());
+    }
+    let mut net = Net::new(&mut nodes, epoch());
+    // Lost on 3 of 5: the 2 keys it set are cleaned up, without a notice.
+    let mut lost = Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(11))
+        .expect("ok");
+    assert!(matches!(
+        net.next_event(&mut lost, None),
+        Some(LockEvent::NotAcquired(_))
+    ));
+    let cleanups: Vec<&Command> = net
+        .sent
+        .iter()
+        .map(|(_, c)| c)
+        .filter(|c| c.op() == Op::DeleteIfEquals)
+        .collect();
+    assert_eq!(cleanups.len(), 5);
+    assert!(cleanups.iter().all(|c| !c.notifies()));
+
+    for node in net.nodes.iter_mut() {
+        node.keys.clear();
+    }
+    net.sent.clear();
+    let mut held = Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(12))
+        .expect("ok");
+    acquired(net.next_event(&mut held, None));
+    let channels: Vec<Vec<u8>> = held.spec().expect("held").released_channels().collect();
+    held.release(net.now);
+    assert!(matches!(
+        net.next_event(&mut held, None),
+        Some(LockEvent::Released(_))
+    ));
+    let releases: Vec<&Command> = net
+        .sent
+        .iter()
+        .map(|(_, c)| c)
+        .filter(|c| c.op() == Op::DeleteIfEquals)
+        .collect();
+    assert_eq!(releases.len(), 5);
+    assert!(releases.iter().all(|c| c.notifies()));
+    assert_eq!(channels, vec![b"redlock:released:r".to_vec()]);
 }

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::broadcast::Broadcast;
-use crate::command::Op;
+use crate::command::{Extras, Op};
 use crate::config::Config;
 use crate::id::{Origin, RequestId};
 use crate::lease::Lease;
@@ -75,13 +75,13 @@ impl Release {
     pub fn for_spec(now: Instant, config: &Config, spec: LockSpec, ttl: Duration) -> Self {
         let timeout = config.node_timeout(ttl);
         let deadline = now.checked_add(timeout).unwrap_or(now);
-        Self(Broadcast::new(
-            Op::DeleteIfEquals,
-            spec,
-            config.nodes(),
-            now,
-            deadline,
-        ))
+        let mut broadcast = Broadcast::new(Op::DeleteIfEquals, spec, config.nodes(), now, deadline);
+        // A release ends a hold: waiters on the keys may go now.
+        broadcast.set_extras(Extras {
+            notify: true,
+            ..Extras::default()
+        });
+        Self(broadcast)
     }
 
     /// The keys and token being released.

@@ -216,9 +216,10 @@ mod tests {
             &mut out,
         );
         let text = String::from_utf8(out).expect("ascii");
-        assert!(text.starts_with("*6\r\n$4\r\nEVAL\r\n"));
+        assert!(text.starts_with("*7\r\n$4\r\nEVAL\r\n"));
+        // Keys, token, then the notify flag (0: a clean-up release announces nothing).
         assert!(
-            text.ends_with("$1\r\n2\r\n$3\r\np:a\r\n$3\r\np:b\r\n$3\r\ntok\r\n"),
+            text.ends_with("$1\r\n2\r\n$3\r\np:a\r\n$3\r\np:b\r\n$3\r\ntok\r\n$1\r\n0\r\n"),
             "{text}"
         );
     }

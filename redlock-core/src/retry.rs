@@ -8,6 +8,11 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 
+/// Default [`RetryPolicy::wake_jitter`]: a contended hand-over on a LAN takes a few hundred µs,
+/// so spreading woken waiters over 1 ms makes most of them find the lock already taken (and wait
+/// for the next notice) rather than split the votes.
+pub const DEFAULT_WAKE_JITTER: Duration = Duration::from_millis(1);
+
 /// The longest delay, jitter or overall deadline the engine accepts (24 hours for delays,
 /// 365 days for a deadline): longer values are almost certainly a unit mistake.
 pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(24 * 3600);
@@ -45,6 +50,11 @@ pub struct RetryPolicy {
     pub jitter: Duration,
     /// Give up once this much time has passed since the first round started.
     pub deadline: Option<Duration>,
+    /// After a release notice ([`Lifecycle::handle_wake`](crate::Lifecycle::handle_wake)), the
+    /// next round starts after `U[0, wake_jitter]` instead of the rest of the pause: waiters
+    /// woken by the same release spread out, so that one wins instead of all splitting the
+    /// votes.
+    pub wake_jitter: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -54,6 +64,7 @@ impl Default for RetryPolicy {
             delay: Duration::from_millis(200),
             jitter: Duration::from_millis(100),
             deadline: None,
+            wake_jitter: DEFAULT_WAKE_JITTER,
         }
     }
 }
@@ -91,6 +102,12 @@ impl RetryPolicy {
         self
     }
 
+    /// Sets how far apart waiters woken by one release notice start their next round.
+    pub fn wake_jitter(mut self, wake_jitter: Duration) -> Self {
+        self.wake_jitter = wake_jitter;
+        self
+    }
+
     /// Gives up once `deadline` has passed since the first round started.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
@@ -104,6 +121,12 @@ impl RetryPolicy {
         }
         check_duration("retry delay", self.delay, Duration::ZERO, MAX_RETRY_DELAY)?;
         check_duration("retry jitter", self.jitter, Duration::ZERO, MAX_RETRY_DELAY)?;
+        check_duration(
+            "retry wake jitter",
+            self.wake_jitter,
+            Duration::ZERO,
+            MAX_RETRY_DELAY,
+        )?;
         if let Some(deadline) = self.deadline {
             check_duration(
                 "retry deadline",

@@ -129,6 +129,14 @@ impl LockSpec {
         })
     }
 
+    /// The channels a release of these keys is announced on ([`released_channel`]), one per key:
+    /// where a waiter listens to end its retry pause early.
+    ///
+    /// [`released_channel`]: crate::released_channel
+    pub fn released_channels(&self) -> impl ExactSizeIterator<Item = Vec<u8>> + '_ {
+        self.keys().map(crate::command::released_channel)
+    }
+
     /// The resource names, without the prefix, in the caller's order.
     pub fn resources(&self) -> impl ExactSizeIterator<Item = &[u8]> + Clone + '_ {
         let prefix = self.0.prefix_len;
