@@ -84,6 +84,11 @@ pub struct Acquire {
     /// Whether a wake-up already shortened the current pause (one per pause: a release is
     /// announced by every node, and each announcement must not draw a new, earlier instant).
     woken: bool,
+    /// Whether the current round was started early by a wake-up.
+    round_woken: bool,
+    /// How many rounds started by a wake-up were lost: each doubles the window the next
+    /// wake-up draws from, so that the more waiters collide, the further apart they start.
+    contention: u32,
     /// Set when the first round opens.
     deadline: Option<Instant>,
     attempts: u32,
@@ -139,6 +144,8 @@ impl Acquire {
             retry,
             jitter: Jitter::new(rng),
             woken: false,
+            round_woken: false,
+            contention: 0,
             deadline: None,
             attempts: 0,
             batches: 0,
@@ -183,13 +190,24 @@ impl Acquire {
         if self.woken {
             return;
         }
+        let window = self.wake_window();
         if let Phase::Pausing(at) | Phase::CleaningUp(Some(at)) = &mut self.phase {
-            let soon = now
-                .checked_add(self.jitter.within(self.retry.wake_jitter))
-                .unwrap_or(now);
+            let soon = now.checked_add(self.jitter.within(window)).unwrap_or(now);
             *at = (*at).min(soon);
             self.woken = true;
         }
+    }
+
+    /// The span a wake-up draws its start from: [`RetryPolicy::wake_jitter`], doubled for each
+    /// round a wake-up started and lost (waiters colliding: spread them further), never longer
+    /// than the pause itself could be.
+    fn wake_window(&self) -> Duration {
+        let doubled = self
+            .retry
+            .wake_jitter
+            .saturating_mul(1_u32 << self.contention.min(16));
+        let longest = self.retry.delay.saturating_add(self.retry.jitter);
+        doubled.min(longest.max(self.retry.wake_jitter))
     }
 
     /// Hands in the reply to request `id`. Replies from an earlier round, duplicates, replies at
@@ -360,6 +378,7 @@ impl Acquire {
     fn open_round(&mut self, now: Instant) {
         self.attempts += 1;
         self.batches += 1;
+        self.round_woken = self.woken;
         if let (Some(base), true) = (&self.base_token, self.attempts > 1) {
             self.spec = self.spec.with_token(base.for_round(self.attempts));
         }
@@ -405,6 +424,19 @@ impl Acquire {
             Some(_) => now,
             None => now.checked_add(self.node_timeout).unwrap_or(now),
         };
+        // A round a release notice started, lost: other waiters heard the same notice, so the
+        // keys it frees are announced (if every waiter that took some nodes kept quiet, a split
+        // vote would leave all of them sleeping out their pauses on a free lock). A round the
+        // timer started frees keys quietly: waiters fighting over a minority of nodes while the
+        // holder keeps the majority would otherwise wake each other in a loop. The loop that
+        // announcing can start is damped by the doubling wake window.
+        if self.round_woken {
+            self.contention = self.contention.saturating_add(1);
+        }
+        self.cleanup.set_extras(Extras {
+            notify: self.round_woken,
+            ..Extras::default()
+        });
         self.cleanup
             .restart(self.batches, Op::DeleteIfEquals, now, settle_by);
         self.phase = Phase::CleaningUp(retry_at);

@@ -200,7 +200,10 @@ pub use release::{Release, ReleaseReport};
 pub use renewal::{LossCause, Renewal, RenewalStep};
 pub use reply::{NodeErrorKind, Reply};
 pub use request::LockRequest;
-pub use retry::{Attempts, DEFAULT_WAKE_JITTER, MAX_DEADLINE, MAX_RETRY_DELAY, RetryPolicy};
+pub use retry::{
+    Attempts, DEFAULT_RETRY_DEADLINE, DEFAULT_WAKE_JITTER, MAX_DEADLINE, MAX_RETRY_DELAY,
+    RetryPolicy,
+};
 pub use round::{NodeRelease, Vote};
 pub use spec::{LockSpec, MAX_KEY_LEN, MAX_RESOURCES};
 pub use token::{MAX_TOKEN_LEN, TOKEN_ENTROPY_BYTES, Token};

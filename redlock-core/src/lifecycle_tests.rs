@@ -215,7 +215,11 @@ fn unreachable_nodes_make_the_lock_lost_before_its_validity_ends() {
 
 #[test]
 fn a_wake_ends_the_retry_pause_early() {
-    let config = config(RetryPolicy::default().delay(Duration::from_secs(5)));
+    let config = config(
+        RetryPolicy::default()
+            .delay(Duration::from_secs(5))
+            .no_deadline(),
+    );
     let mut nodes = vec![FakeNode::default(); 5];
     for node in nodes.iter_mut() {
         node.put(b"r".to_vec(), b"other".to_vec());
@@ -460,6 +464,7 @@ fn a_wake_starts_the_next_round_within_the_wake_jitter_and_only_once_per_pause()
     let wake_jitter = Duration::from_millis(3);
     let policy = RetryPolicy::default()
         .delay(Duration::from_secs(5))
+        .no_deadline()
         .wake_jitter(wake_jitter);
     for seed in 0..20 {
         let mut nodes = vec![FakeNode::default(); 5];
@@ -554,4 +559,70 @@ fn a_held_lock_release_announces_itself_and_a_lost_rounds_clean_up_does_not() {
     assert_eq!(releases.len(), 5);
     assert!(releases.iter().all(|c| c.notifies()));
     assert_eq!(channels, vec![b"redlock:released:r".to_vec()]);
+}
+
+#[test]
+fn rounds_started_by_wakes_and_lost_announce_their_clean_up_and_widen_the_wake_window() {
+    let wake_jitter = Duration::from_millis(1);
+    let policy = RetryPolicy::default()
+        .delay(Duration::from_secs(5))
+        .no_deadline()
+        .wake_jitter(wake_jitter);
+    let mut widest_after_three = Duration::ZERO;
+    for seed in 0..20 {
+        let mut nodes = vec![FakeNode::default(); 5];
+        for node in nodes.iter_mut() {
+            node.put(b"r".to_vec(), b"other".to_vec());
+        }
+        let t0 = epoch();
+        let mut lock = Lifecycle::acquire(
+            t0,
+            &config(policy),
+            &LockRequest::new("r", TTL),
+            &mut rng(seed),
+        )
+        .expect("ok");
+        let mut net = Net::new(&mut nodes, t0);
+        // Round 1, started by no notice, is lost: its clean-up is quiet.
+        assert_eq!(
+            net.next_event(&mut lock, Some(t0 + Duration::from_secs(1))),
+            None
+        );
+        let quiet = |net: &Net<'_>| {
+            net.sent
+                .iter()
+                .filter(|(_, c)| c.op() == Op::DeleteIfEquals)
+                .all(|(_, c)| !c.notifies())
+        };
+        assert!(quiet(&net));
+        for lost in 1..=3_u32 {
+            let woken_at = net.now;
+            lock.handle_wake(woken_at);
+            let LockOutput::Wait { at, .. } = lock.poll_output(woken_at) else {
+                panic!("a pause");
+            };
+            let window = wake_jitter * (1 << (lost - 1));
+            assert!(at - woken_at <= window, "seed {seed}, round {lost}");
+            if lost == 3 {
+                widest_after_three = widest_after_three.max(at - woken_at);
+            }
+            net.sent.clear();
+            // The woken round is lost too: its clean-up is announced.
+            assert_eq!(
+                net.next_event(&mut lock, Some(at + Duration::from_millis(1))),
+                None
+            );
+            let cleanups: Vec<bool> = net
+                .sent
+                .iter()
+                .filter(|(_, c)| c.op() == Op::DeleteIfEquals)
+                .map(|(_, c)| c.notifies())
+                .collect();
+            assert_eq!(cleanups, vec![true; 5], "seed {seed}, round {lost}");
+        }
+    }
+    assert!(
+        widest_after_three > wake_jitter * 2,
+        "after two lost woken rounds the window is 4x: {widest_after_three:?}"
+    );
 }

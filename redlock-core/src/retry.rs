@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 
+/// Default [`RetryPolicy::deadline`]: how long an acquisition keeps trying.
+pub const DEFAULT_RETRY_DEADLINE: Duration = Duration::from_secs(5);
+
 /// Default [`RetryPolicy::wake_jitter`]: a contended hand-over on a LAN takes a few hundred µs,
 /// so spreading woken waiters over 1 ms makes most of them find the lock already taken (and wait
 /// for the next notice) rather than split the votes.
@@ -36,9 +39,16 @@ pub enum Attempts {
 /// engine. There is never a pause after the last round, and no round starts (nor pause runs) past
 /// the overall deadline.
 ///
-/// Defaults: 10 attempts, 200 ms delay, 100 ms jitter, no deadline — the defaults of
-/// node-redlock (retryCount 10, retryDelay 200 ms, retryJitter 100 ms); redsync draws a similar
-/// 50–250 ms pause.
+/// A release notice ([`Lifecycle::handle_wake`](crate::Lifecycle::handle_wake)) ends a pause
+/// early: the next round starts within [`wake_jitter`](RetryPolicy::wake_jitter), a window that
+/// doubles each time such a round is lost. Every round counts as an attempt, early or not.
+///
+/// Defaults: rounds for up to 5 s ([`DEFAULT_RETRY_DEADLINE`]), no limit on their number, 200 ms
+/// delay, 100 ms jitter, 1 ms wake jitter. The pause is node-redlock's (retryDelay 200 ms,
+/// retryJitter 100 ms; redsync draws 50–250 ms); the limit is a time, not node-redlock's 10
+/// attempts, because with release notices a waiter may lose several quick rounds in a
+/// millisecond under contention, and how long `lock()` may wait is what a caller plans for
+/// (node-redlock's 10 attempts come to about 2.5 s, redsync's 32 to about 5 s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryPolicy {
@@ -60,10 +70,10 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
-            attempts: Attempts::Limited(10),
+            attempts: Attempts::Unlimited,
             delay: Duration::from_millis(200),
             jitter: Duration::from_millis(100),
-            deadline: None,
+            deadline: Some(DEFAULT_RETRY_DEADLINE),
             wake_jitter: DEFAULT_WAKE_JITTER,
         }
     }
@@ -78,13 +88,15 @@ impl RetryPolicy {
         }
     }
 
-    /// Sets the number of rounds (1 = no retry). 0 is rejected when the policy is checked.
+    /// Sets the number of rounds (1 = no retry); the deadline, if any, still applies (whichever
+    /// ends first). 0 is rejected when the policy is checked.
     pub fn attempts(mut self, attempts: u32) -> Self {
         self.attempts = Attempts::Limited(attempts);
         self
     }
 
-    /// Retries until the lock is won (or the deadline, if one is set, passes).
+    /// Retries until the lock is won or the deadline passes (the default deadline is 5 s;
+    /// [`no_deadline`](RetryPolicy::no_deadline) waits for as long as it takes).
     pub fn unlimited(mut self) -> Self {
         self.attempts = Attempts::Unlimited;
         self
@@ -105,6 +117,12 @@ impl RetryPolicy {
     /// Sets how far apart waiters woken by one release notice start their next round.
     pub fn wake_jitter(mut self, wake_jitter: Duration) -> Self {
         self.wake_jitter = wake_jitter;
+        self
+    }
+
+    /// Never gives up for lack of time (only the number of attempts, if limited, ends it).
+    pub fn no_deadline(mut self) -> Self {
+        self.deadline = None;
         self
     }
 
