@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::conn::Node;
 use crate::driver::{Dispatch, next_event};
 use crate::lock::Lock;
+use crate::notices::Notices;
 use crate::runtime::Runtime;
 
 /// How long a release by token waits for answers: the node timeout of a lock with this TTL
@@ -29,6 +30,8 @@ pub struct Redlock<R: Runtime> {
 pub(crate) struct Inner {
     pub(crate) core: ClientCore,
     pub(crate) nodes: Arc<[Node]>,
+    /// Release notices for locks that wait (opened on first contention).
+    pub(crate) notices: Notices,
 }
 
 impl<R: Runtime> Clone for Redlock<R> {
@@ -105,7 +108,7 @@ impl<R: Runtime> Redlock<R> {
     ) -> Result<ReleaseReport, Error> {
         let request = LockRequest::new(resource, RELEASE_BY_TOKEN_TTL).token(token);
         let lifecycle = self.inner.core.start(Start::ReleaseByToken, &request)?;
-        let dispatch = Dispatch::new(self.inner.nodes.clone());
+        let dispatch = Dispatch::new(&self.inner);
         Ok(self.run_release(dispatch, lifecycle).await)
     }
 
@@ -117,7 +120,7 @@ impl<R: Runtime> Redlock<R> {
     /// lock. Returns each node's answer (`Granted` = trusted).
     pub async fn trust_nodes(&self) -> Vec<NodeReport<Vote>> {
         let mut lifecycle = self.inner.core.trust();
-        let mut dispatch = Dispatch::<R>::new(self.inner.nodes.clone());
+        let mut dispatch = Dispatch::<R>::new(&self.inner);
         let report = loop {
             let event = next_event(&mut dispatch, &mut lifecycle).await;
             if let Some(report) = self.inner.core.trusted(event) {
@@ -133,7 +136,7 @@ impl<R: Runtime> Redlock<R> {
             client: self.clone(),
             run: Some((
                 self.inner.core.start(start, request)?,
-                Dispatch::new(self.inner.nodes.clone()),
+                Dispatch::new(&self.inner),
             )),
         };
         let settled = pending.settle().await;
@@ -214,10 +217,16 @@ pub type RedlockBuilder<R> = Builder<Redlock<R>>;
 
 impl<R: Runtime> FromSettings for Redlock<R> {
     fn from_settings(settings: Settings) -> Result<Self, Error> {
+        let io_timeout = settings.io_timeout;
         let (core, nodes) = ClientCore::from_settings(settings, Node::new)?;
+        let notices = Notices::new(nodes.iter().map(|n| n.addr().clone()).collect(), io_timeout);
         Ok(Redlock {
             runtime: PhantomData,
-            inner: Arc::new(Inner { core, nodes }),
+            inner: Arc::new(Inner {
+                core,
+                nodes,
+                notices,
+            }),
         })
     }
 }

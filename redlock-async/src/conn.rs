@@ -26,6 +26,10 @@ impl Node {
         }
     }
 
+    pub(crate) fn addr(&self) -> &NodeAddr {
+        &self.addr
+    }
+
     pub(crate) fn label(&self) -> &Arc<str> {
         self.addr.label()
     }

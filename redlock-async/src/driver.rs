@@ -9,10 +9,12 @@ use std::time::Instant;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
-use redlock_core::{Lifecycle, LockEvent, LockOutput, Reply, RequestId, Transmit};
+use redlock_core::{Lifecycle, LockEvent, LockOutput, Reply, RequestId, Transmit, WakeReason};
 use tokio::sync::mpsc;
 
+use crate::client::Inner;
 use crate::conn::Node;
+use crate::notices::{Notices, Subscription};
 use crate::runtime::Runtime;
 
 /// A request's answer.
@@ -44,11 +46,15 @@ pub(crate) struct Dispatch<R: Runtime> {
     detached: usize,
     sent_at: Vec<Option<Instant>>,
     queued: Vec<VecDeque<Transmit>>,
+    notices: Notices,
+    /// Release notices for the lock's keys, while it waits between rounds.
+    listening: Option<Subscription>,
 }
 
 impl<R: Runtime> Dispatch<R> {
     /// Captures the runtime the calling task runs on.
-    pub(crate) fn new(nodes: Arc<[Node]>) -> Self {
+    pub(crate) fn new(client: &Inner) -> Self {
+        let nodes = client.nodes.clone();
         let n = nodes.len();
         let (detached_tx, detached_rx) = mpsc::unbounded_channel();
         Self {
@@ -60,6 +66,31 @@ impl<R: Runtime> Dispatch<R> {
             detached: 0,
             sent_at: vec![None; n],
             queued: vec![VecDeque::new(); n],
+            notices: client.notices.clone(),
+            listening: None,
+        }
+    }
+
+    /// Starts listening for the release of the lock's keys (once: the subscription stays until
+    /// the lock is settled).
+    fn listen(&mut self, lifecycle: &Lifecycle) {
+        if self.listening.is_some() {
+            return;
+        }
+        if let Some(spec) = lifecycle.spec() {
+            let channels = spec.released_channels().collect();
+            self.listening = Some(self.notices.subscribe(&self.runtime, channels));
+        }
+    }
+
+    /// The next release notice; never resolves while not listening.
+    fn notice(&self) -> impl Future<Output = ()> + Send + 'static {
+        let notified = self.listening.as_ref().map(Subscription::notified);
+        async move {
+            match notified {
+                Some(notified) => notified.await,
+                None => std::future::pending().await,
+            }
         }
     }
 
@@ -172,15 +203,29 @@ pub(crate) async fn next_event<R: Runtime>(
         match lifecycle.poll_output(Instant::now()) {
             LockOutput::Send(transmit) => dispatch.send(transmit),
             LockOutput::Wait { at, reason } => {
+                let pausing = reason == WakeReason::RetryPause;
+                if pausing {
+                    // Contended: hear the holder's release instead of sleeping the pause out.
+                    dispatch.listen(lifecycle);
+                }
+                let notice = dispatch.notice();
                 tokio::select! {
                     (id, reply) = dispatch.recv() => lifecycle.handle_reply(Instant::now(), id, reply),
+                    () = notice, if pausing => {
+                        tracing::trace!("release notice");
+                        lifecycle.handle_wake(Instant::now());
+                    }
                     () = R::sleep_until(at) => {
                         tracing::trace!(?reason, "wake-up");
                         lifecycle.handle_timeout(Instant::now());
                     }
                 }
             }
-            LockOutput::Event(event) => break Some(event),
+            LockOutput::Event(event) => {
+                // Settled (or held): no more waiting for a release.
+                dispatch.listening = None;
+                break Some(event);
+            }
             LockOutput::Idle => break None,
         }
     };

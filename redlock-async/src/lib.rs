@@ -15,6 +15,7 @@ mod client;
 mod conn;
 mod driver;
 mod lock;
+mod notices;
 mod runtime;
 mod with_lock;
 

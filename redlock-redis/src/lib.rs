@@ -17,6 +17,7 @@ mod error;
 mod lease_watch;
 mod lock_state;
 mod node;
+pub mod notice_board;
 mod reply;
 mod request;
 
