@@ -9,6 +9,7 @@ use redlock_redis::{Builder, ClientCore, Error, FromSettings, NodeReport, Settin
 use crate::conn::Node;
 use crate::driver::{Dispatch, next_event};
 use crate::lock::Lock;
+use crate::notices::Notices;
 
 /// How long a release by token waits for answers: the node timeout of a lock with this TTL
 /// (1 s with the default settings).
@@ -25,6 +26,8 @@ pub struct Redlock {
 struct Inner {
     core: ClientCore,
     nodes: Arc<[Node]>,
+    /// Release notices for locks that wait (a subscriber thread per node, on first contention).
+    notices: Notices,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -38,9 +41,15 @@ pub type RedlockBuilder = Builder<Redlock>;
 
 impl FromSettings for Redlock {
     fn from_settings(settings: Settings) -> Result<Self, Error> {
+        let io_timeout = settings.io_timeout;
         let (core, nodes) = ClientCore::from_settings(settings, Node::spawn)?;
+        let notices = Notices::new(nodes.iter().map(|n| n.addr().clone()).collect(), io_timeout);
         Ok(Redlock {
-            inner: Arc::new(Inner { core, nodes }),
+            inner: Arc::new(Inner {
+                core,
+                nodes,
+                notices,
+            }),
         })
     }
 }
@@ -90,7 +99,7 @@ impl Redlock {
     ) -> Result<ReleaseReport, Error> {
         let request = LockRequest::new(resource, RELEASE_BY_TOKEN_TTL).token(token);
         let mut lifecycle = self.inner.core.start(Start::ReleaseByToken, &request)?;
-        let dispatch = Dispatch::new(self.inner.nodes.clone());
+        let dispatch = Dispatch::new(self.inner.nodes.clone(), self.inner.notices.clone());
         Ok(self.run_release(&dispatch, &mut lifecycle))
     }
 
@@ -102,7 +111,7 @@ impl Redlock {
     /// lock. Returns each node's answer (`Granted` = trusted).
     pub fn trust_nodes(&self) -> Vec<NodeReport<Vote>> {
         let mut lifecycle = self.inner.core.trust();
-        let dispatch = Dispatch::new(self.inner.nodes.clone());
+        let dispatch = Dispatch::new(self.inner.nodes.clone(), self.inner.notices.clone());
         loop {
             let event = next_event(&dispatch, &mut lifecycle, None);
             if let Some(report) = self.inner.core.trusted(event) {
@@ -113,7 +122,7 @@ impl Redlock {
 
     fn start(&self, start: Start, request: &LockRequest) -> Result<Lock, Error> {
         let mut lifecycle = self.inner.core.start(start, request)?;
-        let dispatch = Dispatch::new(self.inner.nodes.clone());
+        let dispatch = Dispatch::new(self.inner.nodes.clone(), self.inner.notices.clone());
         loop {
             let event = next_event(&dispatch, &mut lifecycle, None);
             if let Some(settled) = self.inner.core.acquired(event) {

@@ -7,43 +7,54 @@ use std::time::{Duration, Instant};
 use redlock_core::{Command, NodeErrorKind, Reply, RequestId};
 use redlock_redis::{NodeAddr, Request, map_error, map_result, needs_new_connection};
 
-/// A request's answer.
-pub(crate) type Completion = (RequestId, Reply);
+/// What a waiting lock receives: a request's answer, or a release notice for its keys.
+#[derive(Debug)]
+pub(crate) enum Arrival {
+    Reply(RequestId, Reply),
+    Notice,
+}
 
 /// One request for a node: the answer goes to `reply_to` (if anyone still listens).
 pub(crate) struct Job {
     pub(crate) id: RequestId,
     pub(crate) command: Command,
-    pub(crate) reply_to: Sender<Completion>,
+    pub(crate) reply_to: Sender<Arrival>,
 }
 
 /// A node's worker. Requests run one after another, in the order they were submitted, so a
 /// lock's release always runs on a node after that node's earlier request of the same lock.
 pub(crate) struct Node {
     jobs: Sender<Job>,
+    addr: NodeAddr,
 }
 
 impl Node {
     pub(crate) fn spawn(addr: NodeAddr, io_timeout: Duration) -> Self {
         let (jobs, queue) = mpsc::channel();
         let label = addr.label().clone();
+        let worker_addr = addr.clone();
         let name = format!("redlock-node-{label}");
         // The worker ends when the client (every sender) is gone.
         let spawned = thread::Builder::new()
             .name(name)
-            .spawn(move || Worker::new(addr, io_timeout).run(queue));
+            .spawn(move || Worker::new(worker_addr, io_timeout).run(queue));
         if let Err(err) = spawned {
             tracing::error!(node = %label, %err, "could not start the node's worker thread");
         }
-        Self { jobs }
+        Self { jobs, addr }
+    }
+
+    pub(crate) fn addr(&self) -> &NodeAddr {
+        &self.addr
     }
 
     /// Queues `job`; if the worker is gone, answers it with a connection error at once.
     pub(crate) fn submit(&self, job: Job) {
         if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
-            let _ = job
-                .reply_to
-                .send((job.id, Reply::Error(NodeErrorKind::Connection)));
+            let _ = job.reply_to.send(Arrival::Reply(
+                job.id,
+                Reply::Error(NodeErrorKind::Connection),
+            ));
         }
     }
 }
@@ -68,7 +79,7 @@ impl Worker {
             let started = Instant::now();
             let reply = self.execute(&job.command);
             tracing::debug!(node = %self.addr.label(), ?reply, latency = ?started.elapsed(), "reply");
-            let _ = job.reply_to.send((job.id, reply));
+            let _ = job.reply_to.send(Arrival::Reply(job.id, reply));
         }
     }
 

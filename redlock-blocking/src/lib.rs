@@ -41,6 +41,7 @@ mod client;
 mod conn;
 mod driver;
 mod lock;
+mod notices;
 mod with_lock;
 
 pub use client::{Redlock, RedlockBuilder};
