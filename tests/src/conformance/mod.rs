@@ -6,6 +6,7 @@ mod adapter;
 mod async_adapter;
 mod blocking;
 pub mod errors;
+pub mod notices;
 pub mod scenarios;
 
 pub use adapter::{Adapter, HeldLock, Options, Work};

@@ -754,9 +754,20 @@ macro_rules! conformance_tests {
             scoped_lock_extends_and_reports_loss, lost_reply_still_released, cut_handshake_recovers,
             handover_by_token, wrong_or_stale_token_is_refused,
             fencing_tokens_increase_and_fence_off_a_paused_holder);
+        $crate::conformance_tests!(@notices $adapter;
+            a_release_wakes_a_waiter_long_before_its_pause_ends,
+            a_key_gone_without_a_release_wakes_nobody);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);
+    };
+    (@notices $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::notices::$case::<$adapter>();
+            }
+        )+
     };
     (@errors $adapter:ty; $($case:ident),+ $(,)?) => {
         $(

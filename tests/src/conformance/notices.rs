@@ -1,0 +1,120 @@
+//! Release notices, on every adapter: a waiter whose pause is far longer than the test hears the
+//! holder's release and takes the lock long before the pause could end — and, as the control, a
+//! key that disappears without a release (expiry, a manual `DEL`) wakes nobody.
+//!
+//! No assertion bounds a latency: the pauses are 30 s and 6 s, the checks allow a large share of
+//! them, so the outcomes cannot come from a pause ending on a loaded machine.
+
+use std::collections::HashMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlock_core::{RetryPolicy, released_channel};
+
+use super::adapter::{Adapter, HeldLock, Options};
+use super::scenarios::eventually;
+use crate::Cluster;
+
+const TTL: Duration = Duration::from_secs(60);
+
+/// A waiter that only retries after `pause` (no jitter), with no deadline.
+fn waiter<A: Adapter>(nodes: &Cluster, pause: Duration) -> A {
+    let options = Options {
+        retry: Some(
+            RetryPolicy::default()
+                .delay(pause)
+                .jitter(Duration::ZERO)
+                .no_deadline()
+                .attempts(3),
+        ),
+        ..Options::default()
+    };
+    A::build(&nodes.urls(), &options).unwrap_or_else(|err| panic!("{}: {err}", A::NAME))
+}
+
+/// Waits until every node has a subscriber on `key`'s release channel (the waiter lost its
+/// first round and listens).
+fn wait_for_listener(nodes: &Cluster, key: &str) {
+    let channel = released_channel(key.as_bytes());
+    let listening = eventually(Duration::from_secs(20), || {
+        nodes.servers().iter().all(|server| {
+            // A flat [channel, count] answer.
+            let answer: redis::RedisResult<HashMap<Vec<u8>, i64>> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query(&mut server.client());
+            answer.is_ok_and(|counts| counts.get(&channel).is_some_and(|n| *n >= 1))
+        })
+    });
+    assert!(listening, "the waiter subscribed on every node");
+}
+
+pub fn a_release_wakes_a_waiter_long_before_its_pause_ends<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let holder: A = A::build(&nodes.urls(), &Options::default()).expect("client");
+    let pause = Duration::from_secs(30);
+    let waiter: A = waiter(&nodes, pause);
+    // Uncontended, a lock listens to nothing.
+    waiter.lock("solo", TTL).expect("lock").release();
+    for server in nodes.servers() {
+        let channels: Vec<Vec<u8>> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .query(&mut server.client())
+            .expect("PUBSUB CHANNELS");
+        assert!(
+            channels.is_empty(),
+            "{}: an uncontended lock subscribed",
+            A::NAME
+        );
+    }
+    let held = holder.lock("notice", TTL).expect("lock");
+    thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let lock = waiter.lock("notice", TTL);
+            (Instant::now(), lock)
+        });
+        wait_for_listener(&nodes, "notice");
+        let released_at = Instant::now();
+        let report = held.release();
+        assert_eq!(report.released(), 5);
+        let (acquired_at, lock) = waiting.join().expect("waiter");
+        let lock = lock.unwrap_or_else(|err| panic!("{}: the waiter failed: {err}", A::NAME));
+        assert!(
+            acquired_at.duration_since(released_at) < pause / 2,
+            "{}: woken by the release, not by its {pause:?} pause",
+            A::NAME
+        );
+        lock.release();
+    });
+}
+
+pub fn a_key_gone_without_a_release_wakes_nobody<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let holder: A = A::build(&nodes.urls(), &Options::default()).expect("client");
+    let pause = Duration::from_secs(6);
+    let waiter: A = waiter(&nodes, pause);
+    let held = holder.lock("quiet", TTL).expect("lock");
+    thread::scope(|scope| {
+        let waiting = scope.spawn(|| waiter.lock("quiet", TTL));
+        wait_for_listener(&nodes, "quiet");
+        // The keys vanish as if expired: no release, so no notice.
+        for server in nodes.servers() {
+            let _: i64 = redis::cmd("DEL")
+                .arg("quiet")
+                .query(&mut server.client())
+                .expect("DEL");
+        }
+        thread::sleep(pause / 3);
+        assert!(
+            !waiting.is_finished(),
+            "{}: nothing announced a release, so the waiter sleeps out its pause",
+            A::NAME
+        );
+        let lock = waiting
+            .join()
+            .expect("waiter")
+            .expect("taken after its pause");
+        lock.release();
+    });
+    drop(held);
+}
