@@ -59,6 +59,9 @@ impl Node {
     }
 }
 
+/// The most requests one pipeline carries.
+const MAX_BATCH: usize = 256;
+
 struct Worker {
     addr: NodeAddr,
     io_timeout: Duration,
@@ -74,12 +77,83 @@ impl Worker {
         }
     }
 
+    /// Runs requests until the client is gone: one at a time when they come one at a time, and
+    /// everything that queued up meanwhile as one pipeline (one round trip, same order), so
+    /// that many threads locking through one client do not queue behind each other's round
+    /// trips.
+    ///
+    /// A pipeline carries at most one request per lock: a request the node answers `NOSCRIPT`
+    /// runs again after the pipeline, and a later request of the same lock (its release) must
+    /// not have run before it.
     fn run(mut self, queue: Receiver<Job>) {
-        for job in queue {
+        let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+        let mut next = None;
+        loop {
+            let first = match next.take() {
+                Some(job) => job,
+                None => match queue.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                },
+            };
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                let Ok(job) = queue.try_recv() else { break };
+                let lock = job.id.origin().lock();
+                if batch.iter().any(|queued| queued.id.origin().lock() == lock) {
+                    next = Some(job);
+                    break;
+                }
+                batch.push(job);
+            }
             let started = Instant::now();
-            let reply = self.execute(&job.command);
-            tracing::debug!(node = %self.addr.label(), ?reply, latency = ?started.elapsed(), "reply");
-            let _ = job.reply_to.send(Arrival::Reply(job.id, reply));
+            let replies = if let [job] = &batch[..] {
+                vec![self.execute(&job.command)]
+            } else {
+                self.execute_batch(&batch)
+            };
+            for (job, reply) in batch.drain(..).zip(replies) {
+                tracing::debug!(node = %self.addr.label(), ?reply, latency = ?started.elapsed(), "reply");
+                let _ = job.reply_to.send(Arrival::Reply(job.id, reply));
+            }
+        }
+    }
+
+    /// Runs `batch` as one pipeline; a command whose script the node does not know (`NOSCRIPT`)
+    /// runs again on its own, which loads the script. One reply per job, in order.
+    fn execute_batch(&mut self, batch: &[Job]) -> Vec<Reply> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for job in batch {
+            pipe.add_command(Request::pipelined(&job.command));
+        }
+        let result: Result<Vec<redis::Value>, _> = match self.connect() {
+            Ok(conn) => pipe.query(conn),
+            Err(err) => Err(err),
+        };
+        match result {
+            Ok(values) if values.len() == batch.len() => values
+                .into_iter()
+                .zip(batch)
+                .map(|(value, job)| match &value {
+                    redis::Value::ServerError(err) if err.code() == "NOSCRIPT" => {
+                        self.execute(&job.command)
+                    }
+                    _ => map_result(Ok(value)),
+                })
+                .collect(),
+            Ok(_) => {
+                // Not one answer per command: the connection cannot be trusted any more.
+                self.conn = None;
+                vec![Reply::Error(NodeErrorKind::Protocol); batch.len()]
+            }
+            Err(err) => {
+                if err.is_io_error() || err.is_timeout() || needs_new_connection(&err) {
+                    self.conn = None;
+                }
+                let reply = Reply::Error(map_error(&err));
+                vec![reply; batch.len()]
+            }
         }
     }
 

@@ -19,6 +19,19 @@ static COMMIT_FENCE: LazyLock<redis::Script> =
 static TRUST: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(Script::Trust.source()));
 
+/// The compiled form of one of the engine's scripts.
+fn compiled(script: Script) -> &'static redis::Script {
+    match script {
+        Script::Acquire => &ACQUIRE,
+        Script::Release => &RELEASE,
+        Script::Extend => &EXTEND,
+        Script::AcquireChecked => &ACQUIRE_CHECKED,
+        Script::Trust => &TRUST,
+        Script::AcquireFenced => &ACQUIRE_FENCED,
+        Script::CommitFence => &COMMIT_FENCE,
+    }
+}
+
 /// A command ready to run: `SET … NX PX …`, or the script by `EVALSHA`, loading it on `NOSCRIPT`
 /// (after a `SCRIPT FLUSH` or on a fresh node).
 pub enum Request {
@@ -38,16 +51,7 @@ impl Request {
                 Self::Cmd(cmd)
             }
             RedisForm::Script { script, keys, args } => {
-                let script: &'static redis::Script = match script {
-                    Script::Acquire => &ACQUIRE,
-                    Script::Release => &RELEASE,
-                    Script::Extend => &EXTEND,
-                    Script::AcquireChecked => &ACQUIRE_CHECKED,
-                    Script::Trust => &TRUST,
-                    Script::AcquireFenced => &ACQUIRE_FENCED,
-                    Script::CommitFence => &COMMIT_FENCE,
-                };
-                let mut invocation = script.prepare_invoke();
+                let mut invocation = compiled(script).prepare_invoke();
                 keys.for_each(|key| {
                     invocation.key(key);
                 });
@@ -56,6 +60,31 @@ impl Request {
                     invocation.arg(number);
                 }
                 Self::Script(invocation)
+            }
+        }
+    }
+
+    /// `command` as one plain `redis::Cmd` — `SET …`, or `EVALSHA <sha1> n keys… args…` — to
+    /// put in a pipeline. A node that does not know the script answers `NOSCRIPT` to it: run
+    /// that one again as a [`Request`], which loads the script.
+    pub fn pipelined(command: &Command) -> redis::Cmd {
+        match command.redis_form() {
+            RedisForm::Set { key, token, ttl_ms } => {
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+                cmd
+            }
+            RedisForm::Script { script, keys, args } => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(compiled(script).get_hash()).arg(keys.len());
+                keys.for_each(|key| {
+                    cmd.arg(key);
+                });
+                cmd.arg(args.token);
+                for number in args.numbers() {
+                    cmd.arg(number);
+                }
+                cmd
             }
         }
     }

@@ -21,3 +21,41 @@ fn a_panic_in_with_lock_propagates_and_releases() {
         });
     assert!(released, "the lock was released on the way out");
 }
+
+/// Many threads through one client: the node workers pipeline what queues up, and a pipeline
+/// that meets a flushed script cache (`NOSCRIPT`) still gets every command run, in order.
+#[test]
+fn pipelined_requests_survive_a_script_flush() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    let nodes = redlock_tests::Cluster::start(3);
+    let redlock = redlock_blocking::Redlock::new(nodes.urls()).expect("client");
+    let cycles = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for thread in 0..32 {
+            let (redlock, cycles) = (&redlock, &cycles);
+            scope.spawn(move || {
+                for round in 0..20 {
+                    let lock = redlock
+                        .lock(format!("pipe:{thread}"), Duration::from_secs(30))
+                        .unwrap_or_else(|err| panic!("thread {thread} round {round}: {err}"));
+                    assert_eq!(lock.release().released(), 3);
+                    cycles.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        // Flush the script caches while the threads run.
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(20));
+            for server in nodes.servers() {
+                let _: () = redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .query(&mut server.client())
+                    .expect("SCRIPT FLUSH");
+            }
+        }
+    });
+    assert_eq!(cycles.into_inner(), 32 * 20);
+    assert_eq!(nodes.servers().iter().map(|s| s.dbsize()).sum::<i64>(), 0);
+}
