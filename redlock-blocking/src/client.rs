@@ -120,6 +120,24 @@ impl Redlock {
         }
     }
 
+    /// Waits until every request this client sent so far has been answered by its node (or
+    /// failed, each within the I/O timeout), for at most `timeout`; returns whether they all
+    /// were. For a process about to exit while its lock lives on, handed over by token: a lock
+    /// call returns once a quorum granted, and the requests to the other nodes would otherwise
+    /// die with the process.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let waits: Vec<_> = self.inner.nodes.iter().map(Node::barrier).collect();
+        waits.into_iter().all(|wait| {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            // A worker that is gone dropped the barrier: nothing of ours is left there.
+            !matches!(
+                wait.recv_timeout(left),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            )
+        })
+    }
+
     fn start(&self, start: Start, request: &LockRequest) -> Result<Lock, Error> {
         let mut lifecycle = self.inner.core.start(start, request)?;
         let dispatch = Dispatch::new(self.inner.nodes.clone(), self.inner.notices.clone());

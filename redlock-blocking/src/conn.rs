@@ -24,7 +24,7 @@ pub(crate) struct Job {
 /// A node's worker. Requests run one after another, in the order they were submitted, so a
 /// lock's release always runs on a node after that node's earlier request of the same lock.
 pub(crate) struct Node {
-    jobs: Sender<Job>,
+    jobs: Sender<Task>,
     addr: NodeAddr,
 }
 
@@ -48,15 +48,30 @@ impl Node {
         &self.addr
     }
 
+    /// Returns a receiver that answers once every request queued so far has run (or at once
+    /// if the worker is gone).
+    pub(crate) fn barrier(&self) -> Receiver<()> {
+        let (done, wait) = mpsc::channel();
+        let _ = self.jobs.send(Task::Barrier(done));
+        wait
+    }
+
     /// Queues `job`; if the worker is gone, answers it with a connection error at once.
     pub(crate) fn submit(&self, job: Job) {
-        if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
+        if let Err(mpsc::SendError(Task::Run(job))) = self.jobs.send(Task::Run(job)) {
             let _ = job.reply_to.send(Arrival::Reply(
                 job.id,
                 Reply::Error(NodeErrorKind::Connection),
             ));
         }
     }
+}
+
+/// What a node's worker is asked to do.
+enum Task {
+    Run(Job),
+    /// Answer once everything queued before has run.
+    Barrier(Sender<()>),
 }
 
 /// The most requests one pipeline carries.
@@ -85,26 +100,40 @@ impl Worker {
     /// A pipeline carries at most one request per lock: a request the node answers `NOSCRIPT`
     /// runs again after the pipeline, and a later request of the same lock (its release) must
     /// not have run before it.
-    fn run(mut self, queue: Receiver<Job>) {
+    fn run(mut self, queue: Receiver<Task>) {
         let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
         let mut next = None;
         loop {
             let first = match next.take() {
-                Some(job) => job,
+                Some(task) => task,
                 None => match queue.recv() {
-                    Ok(job) => job,
+                    Ok(task) => task,
                     Err(_) => return,
                 },
             };
-            batch.push(first);
-            while batch.len() < MAX_BATCH {
-                let Ok(job) = queue.try_recv() else { break };
-                let lock = job.id.origin().lock();
-                if batch.iter().any(|queued| queued.id.origin().lock() == lock) {
-                    next = Some(job);
-                    break;
+            match first {
+                Task::Run(job) => batch.push(job),
+                Task::Barrier(done) => {
+                    let _ = done.send(());
+                    continue;
                 }
-                batch.push(job);
+            }
+            while batch.len() < MAX_BATCH {
+                let Ok(task) = queue.try_recv() else { break };
+                match task {
+                    Task::Run(job)
+                        if !batch
+                            .iter()
+                            .any(|queued| queued.id.origin().lock() == job.id.origin().lock()) =>
+                    {
+                        batch.push(job);
+                    }
+                    // A second request of a lock already in the pipeline, or a barrier: after it.
+                    task => {
+                        next = Some(task);
+                        break;
+                    }
+                }
             }
             let started = Instant::now();
             let replies = if let [job] = &batch[..] {

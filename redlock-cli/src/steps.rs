@@ -4,12 +4,20 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redlock_blocking::LockRequest;
+use redlock_blocking::{DEFAULT_IO_TIMEOUT, LockRequest};
 use serde_json::json;
 
 use crate::cli::{AcquireArgs, Global, ReleaseArgs, TokenArgs};
 use crate::output::Out;
 use crate::{Failure, NOT_HELD, client, failure};
+
+/// The lock call returned on a quorum; the other nodes' requests would die with this process,
+/// so let them run first (each within the I/O timeout).
+fn settle(redlock: &redlock_blocking::Redlock, out: Out) {
+    if !redlock.flush(DEFAULT_IO_TIMEOUT * 2) {
+        out.note("some nodes did not answer before exit; the lock holds on the others");
+    }
+}
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -25,6 +33,7 @@ pub(crate) fn acquire(global: &Global, args: &AcquireArgs) -> Result<ExitCode, F
     let (remaining, fence) = (lock.remaining(), lock.fence());
     // Dropping the lock would release it: this process hands it over by its token instead.
     std::mem::forget(lock);
+    settle(&redlock, Out::new(global));
     let out = Out::new(global);
     out.note(format_args!(
         "holding {} for {remaining:?} (until extended or released)",
@@ -51,6 +60,7 @@ pub(crate) fn extend(global: &Global, args: &TokenArgs) -> Result<ExitCode, Fail
     let remaining = lock.remaining();
     // Still held by the token, not by this process.
     std::mem::forget(lock);
+    settle(&redlock, Out::new(global));
     let out = Out::new(global);
     out.note(format_args!(
         "extended {}: valid for {remaining:?}",

@@ -35,7 +35,7 @@ fn status_shows_the_holder_on_each_node_and_changes_nothing() {
         .iter()
         .filter(|node| node["holder"] == format!("{short}…"))
         .count();
-    assert!(held >= 2, "{report}");
+    assert_eq!(held, 3, "acquire set every node before it exited: {report}");
     for node in deploy["nodes"].as_array().expect("nodes") {
         if node["holder"].is_string() {
             let pttl = node["pttl_ms"].as_u64().expect("a PTTL while held");
