@@ -33,9 +33,12 @@
 //! - No password in an error, a log line or a `Debug` output: nodes are named by `host:port`.
 //!
 //! # Implementation note
-//! Each node's worker runs requests one at a time in submission order, for every lock of the
-//! client. A stopped node therefore delays later requests to that node (up to the I/O timeout
-//! each) — they count as timed out for their lock, which the other nodes decide without them.
+//! Each node's worker runs requests in submission order, for every lock of the client: one at
+//! a time when they come one at a time, and whatever queued up meanwhile as one pipeline (at most
+//! one request per lock in a pipeline, so a lock's requests never overtake each other). A
+//! stopped node therefore delays later requests to that node (up to the I/O timeout each) — they
+//! count as timed out for their lock, which the other nodes decide without them. A waiting lock
+//! hears releases through one subscriber thread per node, started on first contention.
 
 mod client;
 mod conn;

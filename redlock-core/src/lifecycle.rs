@@ -19,8 +19,14 @@
 //!   only more `Send`s.
 //! - *Restart-aware voting* is read from the acquire reply ([`Vote::Ineligible`]) and counted by
 //!   the round's tally like a failure; drivers see nothing new.
-//! - *Push wake-ups* (not built yet): [`Lifecycle::handle_wake`] already ends a retry pause
-//!   early; a driver that subscribes to release notifications calls it.
+//! - *Push wake-ups*: a held lock's release announces itself ([`RELEASE_SCRIPT`] publishes on
+//!   [`released_channel`]); a driver whose lock pauses between rounds listens on
+//!   [`LockSpec::released_channels`] and calls [`Lifecycle::handle_wake`], which starts the next
+//!   round within [`RetryPolicy::wake_jitter`] (doubled per lost woken round).
+//!
+//! [`RELEASE_SCRIPT`]: crate::RELEASE_SCRIPT
+//! [`released_channel`]: crate::released_channel
+//! [`RetryPolicy::wake_jitter`]: crate::RetryPolicy::wake_jitter
 
 use std::time::{Duration, Instant};
 
