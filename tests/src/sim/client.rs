@@ -330,6 +330,10 @@ impl<'s> Client<'s> {
                     self.begin_acquire(env, now);
                 }
                 Phase::Acquiring { lifecycle, .. } => {
+                    let noise = self.scenario.wake_noise;
+                    if noise > 0.0 && self.rng.chance(noise) {
+                        lifecycle.handle_wake(now);
+                    }
                     match drain(lifecycle, now, self.id, env.outbox) {
                         Drained::Wait(at) => return Some(at),
                         Drained::Event(event) => self.acquired(env, now, event),

@@ -132,6 +132,10 @@ pub struct Scenario {
     pub fence_fault: Option<FenceFault>,
     /// Clients start no new acquisition after this much true time; the run ends when all are done.
     pub run_for: Duration,
+    /// The chance, at each step of a client that is acquiring, that a release notice arrives
+    /// (`Lifecycle::handle_wake`): notices at any moment, true or not, must never matter to
+    /// safety, only to how soon a round starts.
+    pub wake_noise: f64,
 }
 
 const NO_PARTITIONS: PartitionConfig = PartitionConfig {
@@ -191,6 +195,7 @@ impl Scenario {
             fenced: false,
             fence_fault: None,
             run_for: Duration::from_secs(3),
+            wake_noise: 0.0,
         }
     }
 
@@ -375,6 +380,22 @@ impl Scenario {
                 ..base.hold
             },
             ..base
+        }
+    }
+
+    /// Inside the model: every fault at once, eight clients on one resource, and release notices
+    /// at random moments (during rounds, clean-ups and pauses, whether or not anything was
+    /// released).
+    pub fn wake_storm() -> Self {
+        Self {
+            name: "wake_storm",
+            clients: 8,
+            resources: 1,
+            multi: 0.0,
+            wake_noise: 0.3,
+            // Early rounds use up attempts: allow more, so that locks still get taken.
+            retry: Self::baseline().retry.attempts(12),
+            ..Self::everything()
         }
     }
 
