@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite (the command CI runs): unit tests, properties, the conformance suite on
-# real servers for every adapter, the simulator, the chaos run, the redlock command.
+# real servers for every adapter, the simulator, the chaos runs (one mixing Redis and Valkey
+# nodes), the redlock command — then the conformance suite again with every node a Valkey server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
-exec cargo test --workspace "$@"
+VALKEY_SERVER="$(scripts/ensure-valkey.sh)"
+export VALKEY_SERVER
+cargo test --workspace "$@"
+echo "== the conformance suite on Valkey ($("$VALKEY_SERVER" --version | cut -d' ' -f1-3))"
+REDIS_SERVER="$VALKEY_SERVER" cargo test -p redlock-tests \
+  --test conformance_tokio --test conformance_async_std --test conformance_blocking

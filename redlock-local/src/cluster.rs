@@ -46,6 +46,11 @@ impl Cluster {
         server::start_many(options, count).map(|servers| Self { servers })
     }
 
+    /// Starts one server per entry of `each` (e.g. a mix of Redis and Valkey nodes).
+    pub fn try_start_each(each: &[ServerOptions]) -> Result<Self, HarnessError> {
+        server::start_each(each).map(|servers| Self { servers })
+    }
+
     /// The number of servers.
     pub fn len(&self) -> usize {
         self.servers.len()

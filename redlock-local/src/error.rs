@@ -20,6 +20,12 @@ pub enum HarnessError {
         /// The program that was looked for.
         binary: String,
     },
+    /// A Valkey server was asked for and `$VALKEY_SERVER` is not set.
+    #[error(
+        "this test runs Valkey nodes: set VALKEY_SERVER=/path/to/valkey-server \
+         (`export VALKEY_SERVER=$(scripts/ensure-valkey.sh)` fetches one; scripts/test.sh does it)"
+    )]
+    MissingValkey,
     /// The binary exists but could not be run.
     #[error("could not run `{binary}`: {source}")]
     Spawn {

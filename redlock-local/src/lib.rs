@@ -29,5 +29,5 @@ mod server;
 pub use cluster::Cluster;
 pub use error::HarnessError;
 pub use inspect::INSPECT_TIMEOUT;
-pub use options::{REDIS_SERVER_ENV, ServerOptions};
+pub use options::{REDIS_SERVER_ENV, ServerOptions, VALKEY_SERVER_ENV};
 pub use server::RedisServer;

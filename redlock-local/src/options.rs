@@ -10,6 +10,10 @@ use crate::server::{self, RedisServer};
 /// Environment variable naming the `redis-server` binary; `redis-server` on `PATH` otherwise.
 pub const REDIS_SERVER_ENV: &str = "REDIS_SERVER";
 
+/// Environment variable naming a `valkey-server` binary, for [`ServerOptions::valkey`]
+/// (`scripts/ensure-valkey.sh` fetches one and prints its path).
+pub const VALKEY_SERVER_ENV: &str = "VALKEY_SERVER";
+
 /// Settings for the `redis-server` processes the harness starts.
 ///
 /// Every server always gets `--port P --bind 127.0.0.1 --save "" --appendonly no --dir <temp dir>`;
@@ -48,6 +52,18 @@ impl ServerOptions {
     pub fn binary(mut self, path: impl Into<OsString>) -> Self {
         self.binary = Some(path.into());
         self
+    }
+
+    /// Runs the `valkey-server` that `$VALKEY_SERVER` names.
+    ///
+    /// # Errors
+    /// [`HarnessError::MissingValkey`] if the variable is not set: a test that asks for Valkey
+    /// fails rather than silently running Redis.
+    pub fn valkey(self) -> Result<Self, HarnessError> {
+        match env::var_os(VALKEY_SERVER_ENV).filter(|value| !value.is_empty()) {
+            Some(path) => Ok(self.binary(path)),
+            None => Err(HarnessError::MissingValkey),
+        }
     }
 
     /// Sets `requirepass`: the `default` user needs this password.

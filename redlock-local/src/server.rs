@@ -177,15 +177,21 @@ pub(crate) fn start_many(
     options: &ServerOptions,
     count: usize,
 ) -> Result<Vec<RedisServer>, HarnessError> {
-    let spawned = (0..count)
-        .map(|_| {
+    start_each(&vec![options.clone(); count])
+}
+
+/// Starts one server per entry of `each`: spawns every process first, then waits for each.
+pub(crate) fn start_each(each: &[ServerOptions]) -> Result<Vec<RedisServer>, HarnessError> {
+    let spawned = each
+        .iter()
+        .map(|options| {
             let port = free_port();
-            Process::spawn(options, port).map(|process| (port, process))
+            Process::spawn(options, port).map(|process| (options, port, process))
         })
         .collect::<Result<Vec<_>, _>>()?;
     spawned
         .into_iter()
-        .map(|(port, process)| finish_start(options, port, process))
+        .map(|(options, port, process)| finish_start(options, port, process))
         .collect()
 }
 

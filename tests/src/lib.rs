@@ -35,4 +35,5 @@ pub use fenced_store::FencedStore;
 pub use proxy::FaultProxy;
 pub use redlock_local::{
     Cluster, HarnessError, INSPECT_TIMEOUT, REDIS_SERVER_ENV, RedisServer, ServerOptions,
+    VALKEY_SERVER_ENV,
 };

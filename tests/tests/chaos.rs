@@ -86,6 +86,50 @@ fn chaos_run() {
     }
 }
 
+/// One lock across Redis and Valkey: two of the five nodes run `valkey-server` ($VALKEY_SERVER),
+/// under the same faults, for a shorter run. Every invariant must hold and every adapter must
+/// have written sections.
+#[test]
+fn chaos_run_mixes_redis_and_valkey_nodes() {
+    let config = ChaosConfig {
+        duration: Duration::from_secs(20),
+        valkey_nodes: 2,
+        ..ChaosConfig::from_env()
+    };
+    let report = chaos::run(&config);
+    println!("[chaos] {report}");
+    let valkey = report
+        .servers
+        .iter()
+        .filter(|s| s.starts_with("valkey"))
+        .count();
+    let redis = report
+        .servers
+        .iter()
+        .filter(|s| s.starts_with("redis"))
+        .count();
+    assert_eq!((redis, valkey), (3, 2), "nodes: {:?}", report.servers);
+    let violations = report.violations();
+    assert!(
+        violations.is_empty(),
+        "{} violation(s); rerun: {}\n{report}",
+        violations.len(),
+        report.rerun
+    );
+    assert!(
+        report.tally.written >= 20,
+        "only {} sections written\n{report}",
+        report.tally.written
+    );
+    for kind in AdapterKind::ALL {
+        assert!(
+            report.by_adapter[&kind].written > 0,
+            "no {} client wrote a section\n{report}",
+            kind.name()
+        );
+    }
+}
+
 /// Negative control: with restart-aware voting off, node C restarted empty at once lets a
 /// second client take the lock on C, D, E while the first still holds it on A, B (and believes
 /// it holds it) — the recorder must catch it.

@@ -46,6 +46,9 @@ pub struct ChaosConfig {
     pub key_prefix: String,
     /// What faults are injected, how often and for how long.
     pub faults: FaultConfig,
+    /// How many of the nodes (the last ones) run `valkey-server` (`$VALKEY_SERVER`) instead of
+    /// `redis-server`: one lock across both servers.
+    pub valkey_nodes: usize,
 }
 
 impl ChaosConfig {
@@ -105,6 +108,7 @@ impl Default for ChaosConfig {
             write_guard: Duration::from_millis(300),
             key_prefix: "chaos:".to_owned(),
             faults: FaultConfig::default(),
+            valkey_nodes: 0,
         }
     }
 }

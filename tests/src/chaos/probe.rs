@@ -17,6 +17,27 @@ pub(crate) fn connected_clients(server: &RedisServer) -> u64 {
         .unwrap_or_else(|| panic!("no connected_clients in INFO clients of {}", server.addr()))
 }
 
+/// What the server says it is: `redis 7.0.15`, `valkey 8.1.8`.
+///
+/// # Panics
+/// If the server cannot be asked.
+pub(crate) fn server_name(server: &RedisServer) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut server.client())
+        .unwrap_or_else(|err| panic!("INFO server on {}: {err}", server.addr()));
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(|value| value.trim().to_owned())
+    };
+    let name = field("server_name").unwrap_or_else(|| "redis".to_owned());
+    let version = field(&format!("{name}_version"))
+        .or_else(|| field("redis_version"))
+        .unwrap_or_default();
+    format!("{name} {version}")
+}
+
 /// The keys starting with `prefix` (`KEYS` skips keys whose TTL has passed).
 ///
 /// # Panics

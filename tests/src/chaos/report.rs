@@ -46,6 +46,8 @@ pub struct ChaosReport {
     pub clients: usize,
     /// The adapter of each client.
     pub client_adapters: Vec<AdapterKind>,
+    /// What each node said it was (`redis 7.0.15`, `valkey 8.1.8`).
+    pub servers: Vec<String>,
     /// Faults injected, per kind.
     pub faults: FaultCounts,
     /// What the clients did, all adapters together.

@@ -21,7 +21,7 @@ use super::workload::{Planner, Shared, Tally};
 use crate::conformance::scenarios::eventually;
 use crate::executor::{AsyncStdExecutor, TokioExecutor};
 use crate::rng::TestRng;
-use crate::{Cluster, RedisServer};
+use crate::{Cluster, RedisServer, ServerOptions};
 
 /// How long, after the run's end, a client may take to finish its last section before it
 /// counts as hung. Far above any section's bound.
@@ -51,7 +51,21 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         "[chaos] real processes and the OS scheduler are not deterministic: a seed replays the \
          fault schedule and the clients' choices, not the interleavings"
     );
-    let cluster = Cluster::start(config.nodes);
+    let redis_nodes = config.nodes.saturating_sub(config.valkey_nodes);
+    let each: Vec<ServerOptions> = (0..config.nodes)
+        .map(|node| {
+            let options = ServerOptions::new();
+            if node < redis_nodes {
+                Ok(options)
+            } else {
+                options.valkey()
+            }
+        })
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|err| panic!("{err}"));
+    let cluster = Cluster::try_start_each(&each).unwrap_or_else(|err| panic!("{err}"));
+    let servers: Vec<String> = cluster.servers().iter().map(probe::server_name).collect();
+    println!("[chaos] nodes: {}", servers.join(", "));
     let counter_server = RedisServer::start();
     let links = Links::start(&cluster, config.clients.len());
     let connections_before: Vec<u64> = cluster
@@ -199,6 +213,7 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         elapsed: started.elapsed(),
         clients: config.clients.len(),
         client_adapters: config.clients.clone(),
+        servers,
         faults,
         windows: shared.recorder.windows().len(),
         tally,
