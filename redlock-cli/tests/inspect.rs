@@ -139,3 +139,23 @@ fn passwords_never_reach_status_check_verbose_or_errors() {
     assert_eq!(all.matches("login failed").count(), 3, "{all}");
     assert!(!all.contains(secret) && !all.contains(wrong), "{all}");
 }
+
+#[test]
+fn nodes_check_names_valkey_nodes() {
+    let valkey = ServerOptions::new()
+        .valkey()
+        .unwrap_or_else(|err| panic!("{err}"));
+    let nodes = Cluster::try_start_each(&[ServerOptions::new(), valkey.clone(), valkey])
+        .unwrap_or_else(|err| panic!("{err}"));
+    let report = json(&redlock(&nodes, &["nodes", "check", "--json"]));
+    let servers: Vec<&str> = report["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|node| node["server"].as_str().expect("server"))
+        .collect();
+    assert_eq!(servers, ["redis", "valkey", "valkey"], "{report}");
+    // And a lock spans both.
+    let output = redlock(&nodes, &["run", "mixed", "--", "true"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
