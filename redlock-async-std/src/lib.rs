@@ -6,8 +6,10 @@
 //! releases of dropped locks and cancelled acquisitions as background tasks. Every decision —
 //! quorum, validity, retry delay, when to extend — is the engine's.
 //!
-//! async-std is discontinued upstream; this adapter runs on smol as well (it only spawns with
-//! `async_std::task::spawn` and sleeps with `async_std::task::sleep`, both on async-io).
+//! async-std is discontinued upstream; **smol users pick this crate too**: it only spawns with
+//! `async_std::task::spawn` and sleeps with `async_std::task::sleep`, both on async-io, which
+//! smol uses as well. The whole conformance suite runs under `smol::block_on` and smol's
+//! executor (`tests/tests/conformance_smol.rs`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), redlock_async_std::Error> {

@@ -1,5 +1,6 @@
-//! The two async runtimes the tests run the async adapters on, behind one trait, so that the
-//! tokio and async-std test adapters (conformance and chaos) are written once, generic over it.
+//! The async runtimes the tests run the async adapters on, behind one trait, so that the test
+//! adapters (conformance and chaos) are written once, generic over it: tokio, async-std, and
+//! smol (driving `redlock-async-std`, the crate smol users pick).
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -184,6 +185,70 @@ impl<T: Send + 'static> Joinable<T> for AsyncStdTask<T> {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(_elapsed)) => {
                 async_std::task::block_on(task.cancel());
+                Err("still running".to_owned())
+            }
+            Err(_panic) => Err("panicked".to_owned()),
+        }
+    }
+}
+
+/// smol: `smol::block_on` and smol's global executor, driving `redlock-async-std` (whose
+/// background work runs on async-std's executor; both sit on async-io, as smol does).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SmolExecutor;
+
+impl Executor for SmolExecutor {
+    type Runtime = AsyncStd;
+    const ADAPTER: &'static str = "redlock-async-std (under smol)";
+
+    fn block_on<F: Future>(&self, future: F) -> F::Output {
+        smol::block_on(future)
+    }
+
+    fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
+        async move {
+            smol::Timer::after(duration).await;
+        }
+    }
+
+    async fn timeout<F>(limit: Duration, future: F) -> Option<F::Output>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        smol::future::or(async { Some(future.await) }, async {
+            smol::Timer::after(limit).await;
+            None
+        })
+        .await
+    }
+
+    fn spawn_blocking(work: Box<dyn FnOnce() + Send>) -> impl Future<Output = ()> + Send {
+        // Started here, not when first polled.
+        smol::unblock(work)
+    }
+
+    fn start<T: Send + 'static>(
+        future: impl Future<Output = T> + Send + 'static,
+    ) -> Box<dyn Joinable<T>> {
+        Box::new(SmolTask(smol::spawn(future)))
+    }
+}
+
+struct SmolTask<T>(smol::Task<T>);
+
+impl<T: Send + 'static> Joinable<T> for SmolTask<T> {
+    fn join(self: Box<Self>, by: Instant) -> Result<T, String> {
+        let mut task = self.0;
+        let left = by.saturating_duration_since(Instant::now());
+        // A task that panicked makes its handle panic when awaited.
+        let joined = catch_unwind(AssertUnwindSafe(|| {
+            smol::block_on(SmolExecutor::timeout(left, &mut task))
+        }));
+        match joined {
+            Ok(Some(value)) => Ok(value),
+            Ok(None) => {
+                smol::block_on(task.cancel());
                 Err("still running".to_owned())
             }
             Err(_panic) => Err("panicked".to_owned()),

@@ -8,7 +8,7 @@ use redlock_core::{LockRequest, ReleaseReport};
 use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options, Work};
-use crate::executor::{AsyncStdExecutor, Executor, TokioExecutor};
+use crate::executor::{AsyncStdExecutor, Executor, SmolExecutor, TokioExecutor};
 
 /// An async adapter, each call run to its end with the executor's `block_on`.
 pub struct AsyncAdapter<E: Executor> {
@@ -32,6 +32,11 @@ pub type AsyncStd = AsyncAdapter<AsyncStdExecutor>;
 /// A `redlock-async-std` lock.
 pub type AsyncStdLock = AsyncLock<AsyncStdExecutor>;
 
+/// `redlock-async-std` driven by `smol::block_on` and smol's executor.
+pub type Smol = AsyncAdapter<SmolExecutor>;
+/// A `redlock-async-std` lock under smol.
+pub type SmolLock = AsyncLock<SmolExecutor>;
+
 /// How each executor is made for a test.
 pub trait TestExecutor: Executor + std::fmt::Debug {
     /// A fresh executor for one client.
@@ -47,6 +52,12 @@ impl TestExecutor for TokioExecutor {
 impl TestExecutor for AsyncStdExecutor {
     fn for_test() -> Self {
         AsyncStdExecutor
+    }
+}
+
+impl TestExecutor for SmolExecutor {
+    fn for_test() -> Self {
+        SmolExecutor
     }
 }
 

@@ -11,6 +11,6 @@ pub mod scenarios;
 
 pub use adapter::{Adapter, HeldLock, Options, Work};
 pub use async_adapter::{
-    AsyncAdapter, AsyncLock, AsyncStd, AsyncStdLock, TestExecutor, Tokio, TokioLock,
+    AsyncAdapter, AsyncLock, AsyncStd, AsyncStdLock, Smol, SmolLock, TestExecutor, Tokio, TokioLock,
 };
 pub use blocking::{Blocking, BlockingLock};
