@@ -205,10 +205,8 @@ impl Executor for SmolExecutor {
         smol::block_on(future)
     }
 
-    fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
-        async move {
-            smol::Timer::after(duration).await;
-        }
+    async fn sleep(duration: Duration) {
+        smol::Timer::after(duration).await;
     }
 
     async fn timeout<F>(limit: Duration, future: F) -> Option<F::Output>
