@@ -166,7 +166,7 @@ impl<R: Runtime> Redlock<R> {
         let report = async {
             loop {
                 let event = next_event(&mut dispatch, &mut lifecycle).await;
-                if let Some(report) = self.inner.core.released(event) {
+                if let Some(report) = self.inner.core.released(&lifecycle, event) {
                     return report;
                 }
             }
@@ -191,7 +191,7 @@ impl<R: Runtime> Pending<R> {
         };
         loop {
             let event = next_event(dispatch, lifecycle).await;
-            if let Some(settled) = self.client.inner.core.acquired(event) {
+            if let Some(settled) = self.client.inner.core.acquired(lifecycle, event) {
                 return settled;
             }
         }

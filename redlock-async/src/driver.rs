@@ -135,7 +135,9 @@ impl<R: Runtime> Dispatch<R> {
     fn complete(&mut self, (id, reply): &Completion) {
         let node = id.node();
         if let Some(sent) = self.sent_at[node].take() {
-            tracing::debug!(node = %self.nodes[node].label(), ?reply, latency = ?sent.elapsed(), "reply");
+            let label = self.nodes[node].label();
+            tracing::debug!(node = %label, ?reply, latency = ?sent.elapsed(), "reply");
+            redlock_redis::telemetry::node_reply(label, sent.elapsed(), reply);
         }
         if let Some(next) = self.queued[node].pop_front() {
             self.send(next);

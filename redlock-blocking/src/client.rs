@@ -143,7 +143,7 @@ impl Redlock {
         let dispatch = Dispatch::new(self.inner.nodes.clone(), self.inner.notices.clone());
         loop {
             let event = next_event(&dispatch, &mut lifecycle, None);
-            if let Some(settled) = self.inner.core.acquired(event) {
+            if let Some(settled) = self.inner.core.acquired(&lifecycle, event) {
                 return Ok(Lock::new(self.clone(), settled?, lifecycle, dispatch));
             }
         }
@@ -158,7 +158,7 @@ impl Redlock {
         let _span = tracing::debug_span!("redlock.release").entered();
         loop {
             let event = next_event(dispatch, lifecycle, None);
-            if let Some(report) = self.inner.core.released(event) {
+            if let Some(report) = self.inner.core.released(lifecycle, event) {
                 return report;
             }
         }

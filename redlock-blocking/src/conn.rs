@@ -143,6 +143,7 @@ impl Worker {
             };
             for (job, reply) in batch.drain(..).zip(replies) {
                 tracing::debug!(node = %self.addr.label(), ?reply, latency = ?started.elapsed(), "reply");
+                redlock_redis::telemetry::node_reply(self.addr.label(), started.elapsed(), &reply);
                 let _ = job.reply_to.send(Arrival::Reply(job.id, reply));
             }
         }

@@ -118,6 +118,10 @@ pub struct Lifecycle {
     stage: Stage,
     /// An event to hand out before anything else.
     ready: Option<LockEvent>,
+    /// When the lifecycle was created (its first operation started).
+    started: Instant,
+    /// When the lock became held (the acquisition or resumption succeeded).
+    held_since: Option<Instant>,
 }
 
 impl Lifecycle {
@@ -134,6 +138,7 @@ impl Lifecycle {
         machine.set_origin(origin);
         let auto_extend = request.auto_extend;
         Ok(Self::start(
+            now,
             config,
             origin,
             Stage::Acquiring {
@@ -162,6 +167,7 @@ impl Lifecycle {
         machine.set_origin(origin);
         let auto_extend = request.auto_extend;
         Ok(Self::start(
+            now,
             config,
             origin,
             Stage::Resuming {
@@ -187,7 +193,7 @@ impl Lifecycle {
         let origin = Origin::new(rng.next_u64(), 1);
         let mut release = Release::for_spec(now, config, spec, ttl.duration());
         release.set_origin(origin);
-        Ok(Self::start(config, origin, Stage::Releasing(release)))
+        Ok(Self::start(now, config, origin, Stage::Releasing(release)))
     }
 
     /// Marks every node trusted for restart-aware voting (see [`Trust`]): for an operator who
@@ -197,17 +203,31 @@ impl Lifecycle {
         let origin = Origin::new(rng.next_u64(), 1);
         let mut trust = Trust::new(now, config);
         trust.set_origin(origin);
-        Self::start(config, origin, Stage::Trusting(trust))
+        Self::start(now, config, origin, Stage::Trusting(trust))
     }
 
     /// A lifecycle at its first operation (`origin`, already given to the stage's machine).
-    fn start(config: &Config, origin: Origin, stage: Stage) -> Self {
+    fn start(now: Instant, config: &Config, origin: Origin, stage: Stage) -> Self {
         Self {
             config: config.clone(),
             origin,
             stage,
             ready: None,
+            started: now,
+            held_since: None,
         }
+    }
+
+    /// When the lifecycle started (the `now` it was created with): the start of an
+    /// acquisition, for its latency.
+    pub fn started_at(&self) -> Instant {
+        self.started
+    }
+
+    /// When the lock became held (the `now` of the input that completed the acquisition or
+    /// resumption), for its hold time; `None` if it never was.
+    pub fn held_since(&self) -> Option<Instant> {
+        self.held_since
     }
 
     /// The lease while the lock is held (also after [`LockEvent::Lost`], until the release).
@@ -519,6 +539,7 @@ impl Lifecycle {
         let renewal =
             auto_extend.then(|| Renewal::new(now, &lease, self.config.node_timeout(lease.ttl())));
         self.ready = Some(LockEvent::Acquired(lease.clone()));
+        self.held_since = Some(now);
         self.stage = Stage::Held(Box::new(Held {
             lease,
             renewal,

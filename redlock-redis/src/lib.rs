@@ -20,6 +20,7 @@ mod node;
 pub mod notice_board;
 mod reply;
 mod request;
+pub mod telemetry;
 
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
 pub use entropy::seeded_rng;

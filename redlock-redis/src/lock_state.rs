@@ -12,6 +12,7 @@ use redlock_core::{
 use crate::entropy::seeded_rng;
 use crate::error::{Error, LockFailure, NodeReport};
 use crate::lease_watch::LeaseKeeper;
+use crate::telemetry;
 
 /// A client's settings, node labels and RNG (tokens, lock ids and jitter; seeded once from the
 /// OS when the client is built).
@@ -110,14 +111,24 @@ impl ClientCore {
 
     /// Reads an event of an acquisition (or resumption); `None` from the driver means the
     /// lifecycle went idle. `Some` once it is settled: the lease, or why not.
-    pub fn acquired(&self, event: Option<LockEvent>) -> Option<Result<Lease, Error>> {
+    pub fn acquired(
+        &self,
+        lifecycle: &Lifecycle,
+        event: Option<LockEvent>,
+    ) -> Option<Result<Lease, Error>> {
         match event {
             Some(LockEvent::Acquired(lease)) => {
                 tracing::debug!(attempts = lease.attempts(), "acquired");
+                telemetry::acquisition(lifecycle.started_at(), lease.attempts(), None);
                 Some(Ok(lease))
             }
             Some(LockEvent::NotAcquired(failure)) => {
                 tracing::debug!(reason = ?failure.reason, attempts = failure.attempts, "not acquired");
+                telemetry::acquisition(
+                    lifecycle.started_at(),
+                    failure.attempts,
+                    Some(failure.reason),
+                );
                 Some(Err(Error::acquire_failed(&self.labels, &failure)))
             }
             Some(_) => None,
@@ -127,9 +138,14 @@ impl ClientCore {
     }
 
     /// Reads an event of a release; `Some` with the report once it is done.
-    pub fn released(&self, event: Option<LockEvent>) -> Option<ReleaseReport> {
+    pub fn released(
+        &self,
+        lifecycle: &Lifecycle,
+        event: Option<LockEvent>,
+    ) -> Option<ReleaseReport> {
         match event {
             Some(LockEvent::Released(report)) => {
+                telemetry::release(lifecycle.held_since());
                 tracing::debug!(
                     released = report.released(),
                     held_by_other = report.held_by_other(),
@@ -154,6 +170,7 @@ pub fn extended(
 ) -> Option<Result<(), Error>> {
     match event {
         Some(LockEvent::Extended { outcome, trigger }) => {
+            telemetry::extension(trigger, matches!(outcome, ExtendOutcome::Extended { .. }));
             lease.apply(&outcome);
             if trigger != Trigger::Caller {
                 return None;
@@ -180,7 +197,8 @@ pub fn kept(
     event: LockEvent,
 ) -> Option<Error> {
     match event {
-        LockEvent::Extended { outcome, .. } => {
+        LockEvent::Extended { outcome, trigger } => {
+            telemetry::extension(trigger, matches!(outcome, ExtendOutcome::Extended { .. }));
             if let ExtendOutcome::NotExtended { reason, .. } = &outcome {
                 tracing::debug!(?reason, "auto-extension failed");
             }
@@ -189,6 +207,7 @@ pub fn kept(
             None
         }
         LockEvent::Lost { cause, votes } => {
+            telemetry::lost(cause);
             keeper.lost();
             tracing::warn!(?cause, "lock lost while work was running");
             Some(Error::lost(labels, cause, &votes))

@@ -54,6 +54,7 @@ impl<W: Waiter> NoticeBoard<W> {
     /// `waiter` waits on `channels`; returns the subscriptions to make (channels nobody was
     /// subscribed to), after dropping those that lingered long enough.
     pub fn add(&mut self, now: Instant, channels: &[Vec<u8>], waiter: &Arc<W>) -> Vec<Change> {
+        crate::telemetry::waiting(true);
         let mut changes = self.sweep(now);
         for channel in channels {
             let entry = self.channels.entry(channel.clone()).or_insert_with(|| {
@@ -71,6 +72,7 @@ impl<W: Waiter> NoticeBoard<W> {
 
     /// `waiter` stops waiting on `channels`; a channel left without waiters lingers.
     pub fn remove(&mut self, now: Instant, channels: &[Vec<u8>], waiter: &Arc<W>) {
+        crate::telemetry::waiting(false);
         for channel in channels {
             if let Some(entry) = self.channels.get_mut(channel) {
                 if let Some(at) = entry.waiters.iter().position(|w| Arc::ptr_eq(w, waiter)) {

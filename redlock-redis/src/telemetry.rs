@@ -1,0 +1,150 @@
+//! Metrics, through the [`metrics`](https://docs.rs/metrics) facade (feature `metrics`): plug in
+//! any exporter (Prometheus, OpenTelemetry, StatsD) and the adapters report what users otherwise
+//! hand-roll. Without the feature every function here is empty and inlined away: no metric code,
+//! no dependency.
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `redlock_acquisitions_total` | counter | `outcome` = `acquired`, `contended`, `unavailable`, `too_slow`, `not_held` | settled acquisitions (and resumptions) |
+//! | `redlock_acquire_seconds` | histogram | `outcome` | from the first round's start to the outcome |
+//! | `redlock_acquire_attempts` | histogram | `outcome` | rounds an acquisition ran |
+//! | `redlock_hold_seconds` | histogram | — | from acquired to the release's report |
+//! | `redlock_extensions_total` | counter | `trigger` = `caller`, `auto`; `result` = `extended`, `failed` | extensions |
+//! | `redlock_locks_lost_total` | counter | `cause` = `not_held`, `expired`, `no_time_left` | auto-extended locks lost while work ran |
+//! | `redlock_releases_total` | counter | — | releases reported (by a lock or by token) |
+//! | `redlock_node_request_seconds` | histogram | `node` (`host:port`) | one request's round trip to one node |
+//! | `redlock_node_errors_total` | counter | `node`, `kind` (`connection`, `timeout`, `auth`, …) | failed requests per node |
+//! | `redlock_waiting_locks` | gauge | — | locks of this process waiting for a release notice |
+//!
+//! Node labels are `host:port`, never a URL (no password). The same facts are in the `tracing`
+//! events (`acquired` with `attempts`, `not acquired` with `reason` and `attempts`, `released`
+//! with the counts, `reply` with `node` and `latency`).
+
+use std::time::{Duration, Instant};
+
+use redlock_core::{FailureReason, LossCause, Reply, Trigger};
+
+/// An acquisition (or resumption) settled.
+#[inline]
+pub fn acquisition(started: Instant, attempts: u32, failure: Option<FailureReason>) {
+    #[cfg(feature = "metrics")]
+    {
+        let outcome = match failure {
+            None => "acquired",
+            Some(FailureReason::Contended) => "contended",
+            Some(FailureReason::Unavailable) => "unavailable",
+            Some(FailureReason::TooSlow) => "too_slow",
+            Some(FailureReason::NotHeld) => "not_held",
+        };
+        metrics::counter!("redlock_acquisitions_total", "outcome" => outcome).increment(1);
+        metrics::histogram!("redlock_acquire_seconds", "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!("redlock_acquire_attempts", "outcome" => outcome)
+            .record(f64::from(attempts));
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (started, attempts, failure);
+}
+
+/// A release reported; `held_since` when the lock was held here.
+#[inline]
+pub fn release(held_since: Option<Instant>) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("redlock_releases_total").increment(1);
+        if let Some(since) = held_since {
+            metrics::histogram!("redlock_hold_seconds").record(since.elapsed().as_secs_f64());
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = held_since;
+}
+
+/// An extension ended.
+#[inline]
+pub fn extension(trigger: Trigger, extended: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        let trigger = match trigger {
+            Trigger::Caller => "caller",
+            Trigger::Renewal => "auto",
+        };
+        let result = if extended { "extended" } else { "failed" };
+        metrics::counter!("redlock_extensions_total", "trigger" => trigger, "result" => result)
+            .increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (trigger, extended);
+}
+
+/// An auto-extended lock was lost.
+#[inline]
+pub fn lost(cause: LossCause) {
+    #[cfg(feature = "metrics")]
+    {
+        let cause = match cause {
+            LossCause::NotHeld => "not_held",
+            LossCause::Expired => "expired",
+            LossCause::NoTimeLeft => "no_time_left",
+        };
+        metrics::counter!("redlock_locks_lost_total", "cause" => cause).increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = cause;
+}
+
+/// One request to `node` answered (or failed) after `latency`.
+#[inline]
+pub fn node_reply(node: &str, latency: Duration, reply: &Reply) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::histogram!("redlock_node_request_seconds", "node" => node.to_owned())
+            .record(latency.as_secs_f64());
+        if let Reply::Error(kind) = reply {
+            metrics::counter!(
+                "redlock_node_errors_total",
+                "node" => node.to_owned(),
+                "kind" => error_kind(*kind)
+            )
+            .increment(1);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (node, latency, reply);
+}
+
+/// A lock started (`true`) or stopped (`false`) waiting for a release notice.
+#[inline]
+pub fn waiting(started: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        let gauge = metrics::gauge!("redlock_waiting_locks");
+        if started {
+            gauge.increment(1.0);
+        } else {
+            gauge.decrement(1.0);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = started;
+}
+
+#[cfg(feature = "metrics")]
+fn error_kind(kind: redlock_core::NodeErrorKind) -> &'static str {
+    use redlock_core::NodeErrorKind;
+    match kind {
+        NodeErrorKind::Connection => "connection",
+        NodeErrorKind::Timeout => "timeout",
+        NodeErrorKind::Auth => "auth",
+        NodeErrorKind::NoPermission => "no_permission",
+        NodeErrorKind::NoScript => "no_script",
+        NodeErrorKind::WrongType => "wrong_type",
+        NodeErrorKind::ReadOnly => "read_only",
+        NodeErrorKind::OutOfMemory => "out_of_memory",
+        NodeErrorKind::Busy => "busy",
+        NodeErrorKind::Loading => "loading",
+        NodeErrorKind::Protocol => "protocol",
+        // `Other`, and kinds a later engine adds.
+        _ => "other",
+    }
+}

@@ -1,0 +1,139 @@
+//! The `metrics` feature, read back through a recorder: each metric of the table in
+//! `redlock_redis::telemetry` moves when its event happens, with the documented labels.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::{CompositeKey, MetricKind};
+use redlock_tests::Cluster;
+
+/// The recorder's view: `name{label=value,…}` → value.
+fn read(snapshotter: &Snapshotter) -> HashMap<String, DebugValue> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| (name(&key), value))
+        .collect()
+}
+
+fn name(key: &CompositeKey) -> String {
+    let mut labels: Vec<String> = key
+        .key()
+        .labels()
+        .map(|label| format!("{}={}", label.key(), label.value()))
+        .collect();
+    labels.sort();
+    let kind = match key.kind() {
+        MetricKind::Counter => "",
+        MetricKind::Gauge => "gauge:",
+        MetricKind::Histogram => "histogram:",
+    };
+    format!("{kind}{}{{{}}}", key.key().name(), labels.join(","))
+}
+
+fn counter(metrics: &HashMap<String, DebugValue>, key: &str) -> u64 {
+    match metrics.get(key) {
+        Some(DebugValue::Counter(n)) => *n,
+        other => panic!(
+            "{key}: {other:?}\nall: {:#?}",
+            metrics.keys().collect::<Vec<_>>()
+        ),
+    }
+}
+
+fn samples(metrics: &HashMap<String, DebugValue>, key: &str) -> usize {
+    match metrics.get(key) {
+        Some(DebugValue::Histogram(values)) => values.len(),
+        other => panic!(
+            "{key}: {other:?}\nall: {:#?}",
+            metrics.keys().collect::<Vec<_>>()
+        ),
+    }
+}
+
+#[test]
+fn every_metric_moves_with_its_event() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the only recorder of this test binary");
+
+    let mut nodes = Cluster::start(3);
+    let redlock = redlock_blocking::Redlock::new(nodes.urls()).expect("client");
+    let other = redlock_blocking::Redlock::new(nodes.urls()).expect("client");
+
+    // Acquired, extended, held, released; a contended try; a waiter that hears the release.
+    let mut lock = redlock.lock("m", Duration::from_secs(10)).expect("lock");
+    lock.extend(Duration::from_secs(10)).expect("extend");
+    assert!(other.try_lock("m", Duration::from_secs(10)).is_err());
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| other.lock("m", Duration::from_secs(10)));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(lock.release().released() >= 2);
+        waiter
+            .join()
+            .expect("waiter")
+            .expect("taken after the release")
+            .release();
+    });
+
+    // A lock lost while its work runs: two of three nodes die.
+    let lost = redlock.with_lock("lost", Duration::from_secs(1), |lease| {
+        nodes.kill(1);
+        nodes.kill(2);
+        lease.wait_lost(Duration::from_secs(10))
+    });
+    assert!(lost.is_err(), "reported lost");
+
+    let metrics = read(&snapshotter);
+    assert!(counter(&metrics, "redlock_acquisitions_total{outcome=acquired}") >= 3);
+    assert!(counter(&metrics, "redlock_acquisitions_total{outcome=contended}") >= 1);
+    assert!(
+        samples(
+            &metrics,
+            "histogram:redlock_acquire_seconds{outcome=acquired}"
+        ) >= 3
+    );
+    assert!(
+        samples(
+            &metrics,
+            "histogram:redlock_acquire_attempts{outcome=contended}"
+        ) >= 1
+    );
+    assert!(
+        counter(
+            &metrics,
+            "redlock_extensions_total{result=extended,trigger=caller}"
+        ) >= 1
+    );
+    assert!(counter(&metrics, "redlock_releases_total{}") >= 2);
+    assert!(samples(&metrics, "histogram:redlock_hold_seconds{}") >= 2);
+    let lost: u64 = ["not_held", "expired", "no_time_left"]
+        .iter()
+        .map(|cause| format!("redlock_locks_lost_total{{cause={cause}}}"))
+        .filter(|key| metrics.contains_key(key))
+        .map(|key| counter(&metrics, &key))
+        .sum();
+    assert!(lost >= 1, "a lost lock is counted with its cause");
+    let node = format!("node={}", nodes[0].addr());
+    assert!(
+        samples(
+            &metrics,
+            &format!("histogram:redlock_node_request_seconds{{{node}}}")
+        ) >= 5
+    );
+    let dead = format!("node={}", nodes[1].addr());
+    assert!(
+        counter(
+            &metrics,
+            &format!("redlock_node_errors_total{{kind=connection,{dead}}}")
+        ) >= 1
+    );
+    match metrics.get("gauge:redlock_waiting_locks{}") {
+        Some(DebugValue::Gauge(value)) => assert_eq!(value.into_inner(), 0.0, "no lock waits now"),
+        other => panic!("waiting gauge: {other:?}"),
+    }
+}
