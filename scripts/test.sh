@@ -8,6 +8,11 @@ scripts/ensure-redis.sh
 VALKEY_SERVER="$(scripts/ensure-valkey.sh)"
 export VALKEY_SERVER
 cargo test --workspace "$@"
+echo "== the examples, each on local redis-servers it starts"
+for example in cron_job web_handler graceful_shutdown; do
+  env -u REDLOCK_NODES cargo run -q -p redlock-tokio --example "$example"
+done
+env -u REDLOCK_NODES cargo run -q -p redlock-core --example tcp_lock
 echo "== the conformance suite on Valkey ($("$VALKEY_SERVER" --version | cut -d' ' -f1-3))"
 REDIS_SERVER="$VALKEY_SERVER" cargo test -p redlock-tests \
   --test conformance_tokio --test conformance_async_std --test conformance_blocking

@@ -11,17 +11,23 @@
 //! smol uses as well. The whole conformance suite runs under `smol::block_on` and smol's
 //! executor (`tests/tests/conformance_smol.rs`).
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), redlock_async_std::Error> {
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # // Three local redis-servers for this example (the doc test runs it).
+//! # let nodes = redlock_local::Nodes::from_env_or_start(3)?;
+//! # let urls = nodes.urls();
+//! # async_std::task::block_on(async {
 //! use std::time::Duration;
 //! use redlock_async_std::Redlock;
 //!
-//! let redlock = Redlock::new([
-//!     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
-//! ])?;
+//! // `urls`: e.g. ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+//! let redlock = Redlock::new(urls)?;
 //! let lock = redlock.lock("invoice:42", Duration::from_secs(10)).await?;
 //! // ... work that must not overlap, finished before lock.valid_until() ...
-//! lock.release().await;
+//! let report = lock.release().await;
+//! assert_eq!(report.unreachable(), 0);
+//! # Ok::<(), redlock_async_std::Error>(())
+//! # })?;
 //! # Ok(()) }
 //! ```
 //!

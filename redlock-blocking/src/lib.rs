@@ -4,22 +4,26 @@
 //! connection per node), the clock and the waiting; every decision — quorum, validity, retry
 //! delay, when to extend, which replies count — is the engine's (`redlock_core::Lifecycle`). Same API and behaviour as `redlock-tokio`, blocking.
 //!
-//! ```no_run
-//! # fn demo() -> Result<(), redlock_blocking::Error> {
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # // Three local redis-servers for this example (the doc test runs it).
+//! # let nodes = redlock_local::Nodes::from_env_or_start(3)?;
+//! # let urls = nodes.urls();
 //! use std::time::Duration;
 //! use redlock_blocking::Redlock;
 //!
-//! let redlock = Redlock::new([
-//!     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
-//! ])?;
+//! // `urls`: e.g. ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+//! let redlock = Redlock::new(urls)?;
 //! let lock = redlock.lock("invoice:42", Duration::from_secs(10))?;
 //! // ... work that must not overlap, finished before lock.valid_until() ...
-//! lock.release();
+//! let report = lock.release();
+//! assert_eq!(report.unreachable(), 0);
 //!
 //! let total = redlock.with_lock("report:daily", Duration::from_secs(10), |lease| {
 //!     // check lease.is_valid() before each step that must not overlap another holder's
 //!     40 + 2
 //! })?;
+//! assert_eq!(total, 42);
 //! # Ok(()) }
 //! ```
 //!

@@ -5,7 +5,8 @@
 //! cargo run -p redlock-core --example tcp_lock -- 127.0.0.1:6379 127.0.0.1:6380 127.0.0.1:6381
 //! ```
 //!
-//! Node addresses come from the command line (default `127.0.0.1:6379`). A node that refuses
+//! Node addresses come from the command line; with none, three local redis-servers are started
+//! for the run. A node that refuses
 //! the connection answers every request with `Error(Connection)`; a node that does not answer
 //! holds nothing up: the lock's lifecycle decides as soon as the other nodes settle a round, or
 //! at its deadline. One reader thread per connection turns bytes into replies; the main thread
@@ -155,9 +156,15 @@ fn next_event(lock: &mut Lifecycle, nodes: &mut Nodes) -> Option<LockEvent> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut addrs: Vec<String> = std::env::args().skip(1).collect();
-    if addrs.is_empty() {
-        addrs.push("127.0.0.1:6379".into());
-    }
+    // No addresses: three local servers, stopped when `_local` is dropped at the end.
+    let _local = if addrs.is_empty() {
+        let cluster =
+            redlock_local::Cluster::try_start_with(3, &redlock_local::ServerOptions::new())?;
+        addrs = cluster.addrs().iter().map(ToString::to_string).collect();
+        Some(cluster)
+    } else {
+        None
+    };
     let mut nodes = Nodes::connect(&addrs);
     let config = Config::new(addrs.len())?;
     // Tokens must be unguessable: a CSPRNG seeded from the OS.

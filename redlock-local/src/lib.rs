@@ -22,6 +22,7 @@
 mod cluster;
 mod error;
 mod inspect;
+mod nodes;
 mod options;
 mod port;
 mod server;
@@ -29,5 +30,6 @@ mod server;
 pub use cluster::Cluster;
 pub use error::HarnessError;
 pub use inspect::INSPECT_TIMEOUT;
+pub use nodes::{NODES_ENV, Nodes};
 pub use options::{REDIS_SERVER_ENV, ServerOptions, VALKEY_SERVER_ENV};
 pub use server::RedisServer;

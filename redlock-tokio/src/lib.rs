@@ -4,14 +4,17 @@
 //! reconnecting connection per node), the clock, the timers and the entropy; every decision —
 //! quorum, validity, retry delay, when to extend — is the engine's.
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), redlock_tokio::Error> {
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # // Three local redis-servers for this example (the doc test runs it).
+//! # let nodes = redlock_local::Nodes::from_env_or_start(3)?;
+//! # let urls = nodes.urls();
+//! # tokio::runtime::Runtime::new()?.block_on(async {
 //! use std::time::Duration;
 //! use redlock_tokio::Redlock;
 //!
-//! let redlock = Redlock::new([
-//!     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
-//! ])?;
+//! // `urls`: e.g. ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+//! let redlock = Redlock::new(urls)?;
 //! let lock = redlock.lock("invoice:42", Duration::from_secs(10)).await?;
 //! // ... work that must not overlap, finished before lock.valid_until() ...
 //! let report = lock.release().await;
@@ -24,8 +27,14 @@
 //!         40 + 2
 //!     })
 //!     .await?;
+//! assert_eq!(total, 42);
+//! # Ok::<(), redlock_tokio::Error>(())
+//! # })?;
 //! # Ok(()) }
 //! ```
+//!
+//! More in `examples/`: a cron job that runs once across a fleet (`cron_job`), a web handler
+//! guarding a resource (`web_handler`), graceful shutdown on SIGTERM (`graceful_shutdown`).
 //!
 //! # What it never does
 //! - It never blocks a runtime thread (no `block_on`, also not in `Drop`): releases of dropped
