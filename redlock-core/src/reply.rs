@@ -47,6 +47,9 @@ pub enum NodeErrorKind {
     Protocol,
     /// Any other server error.
     Other,
+    /// The TLS handshake failed: the node's certificate is not trusted (wrong CA, wrong name),
+    /// or the node wants a client certificate this client does not show.
+    Tls,
 }
 
 impl NodeErrorKind {
@@ -86,6 +89,7 @@ impl NodeErrorKind {
             Self::Loading => "loading",
             Self::Protocol => "protocol",
             Self::Other => "server error",
+            Self::Tls => "TLS handshake: certificate not accepted",
         }
     }
 }

@@ -94,7 +94,7 @@ pub fn retry_policies() -> impl Strategy<Value = RetryPolicy> {
     let deadline = micros(1_000..=2_000_000);
     let limited =
         (1u32..=5, proptest::option::of(deadline.clone())).prop_map(|(attempts, deadline)| {
-            let policy = RetryPolicy::default().attempts(attempts);
+            let policy = RetryPolicy::default().attempts(attempts).no_deadline();
             match deadline {
                 Some(d) => policy.deadline(d),
                 None => policy,

@@ -30,7 +30,12 @@ impl RedisServer {
             let username = credentials.username.as_deref().unwrap_or("");
             userinfo = format!("{}:{}@", percent_encode(username), percent_encode(password));
         }
-        format!("redis://{userinfo}{addr}/")
+        let scheme = if self.options().is_tls() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://{userinfo}{addr}/")
     }
 
     /// Connection settings for the redis crate, with credentials, pointing at `addr`.
@@ -52,6 +57,14 @@ impl RedisServer {
 
     /// A new sync connection, logged in, with [`INSPECT_TIMEOUT`] on connect, reads and writes.
     pub fn try_client(&self) -> RedisResult<Connection> {
+        #[cfg(feature = "tls")]
+        let client = match self.options().tls_settings() {
+            Some(tls) => {
+                redis::Client::build_with_tls(self.url(), tls.files.client_certificates())?
+            }
+            None => redis::Client::open(self.connection_info_via(self.addr()))?,
+        };
+        #[cfg(not(feature = "tls"))]
         let client = redis::Client::open(self.connection_info_via(self.addr()))?;
         let connection = client.get_connection_with_timeout(INSPECT_TIMEOUT)?;
         connection.set_read_timeout(Some(INSPECT_TIMEOUT))?;

@@ -26,6 +26,8 @@ mod nodes;
 mod options;
 mod port;
 mod server;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use cluster::Cluster;
 pub use error::HarnessError;
@@ -33,3 +35,5 @@ pub use inspect::INSPECT_TIMEOUT;
 pub use nodes::{NODES_ENV, Nodes};
 pub use options::{REDIS_SERVER_ENV, ServerOptions, VALKEY_SERVER_ENV};
 pub use server::RedisServer;
+#[cfg(feature = "tls")]
+pub use tls::{Pem, TlsFiles, install_crypto_provider};

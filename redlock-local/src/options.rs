@@ -33,6 +33,16 @@ pub struct ServerOptions {
     maxmemory: Option<u64>,
     replica_of: Option<SocketAddr>,
     extra_args: Vec<String>,
+    #[cfg(feature = "tls")]
+    tls: Option<ServerTls>,
+}
+
+/// How a server speaks TLS: its certificates, and whether clients must show one.
+#[cfg(feature = "tls")]
+#[derive(Clone, Debug)]
+pub(crate) struct ServerTls {
+    pub(crate) files: std::sync::Arc<crate::tls::TlsFiles>,
+    pub(crate) client_certs: bool,
 }
 
 /// Username and password a client must send, if any.
@@ -90,6 +100,56 @@ impl ServerOptions {
     pub fn replica_of(mut self, primary: SocketAddr) -> Self {
         self.replica_of = Some(primary);
         self
+    }
+
+    /// Serves TLS only (no plain port), with the server certificate of `files`; with
+    /// `client_certs`, clients must show a certificate the same CA signed (mutual TLS).
+    /// Inspection clients and [`RedisServer::url`] then use `rediss://` and the CA (and client
+    /// certificate) of `files`.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, files: std::sync::Arc<crate::tls::TlsFiles>, client_certs: bool) -> Self {
+        self.tls = Some(ServerTls {
+            files,
+            client_certs,
+        });
+        self
+    }
+
+    /// Whether the server speaks TLS only.
+    pub fn is_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
+    /// The TLS settings, if any.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_settings(&self) -> Option<&ServerTls> {
+        self.tls.as_ref()
+    }
+
+    /// Where the server listens: `--port P`, or `--port 0 --tls-port P` and its certificates.
+    pub(crate) fn listen_args(&self, port: u16) -> Vec<String> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let path = |name: &str| tls.files.path(name).to_string_lossy().into_owned();
+            return vec![
+                "--port".to_owned(),
+                "0".to_owned(),
+                "--tls-port".to_owned(),
+                port.to_string(),
+                "--tls-cert-file".to_owned(),
+                path("server.crt"),
+                "--tls-key-file".to_owned(),
+                path("server.key"),
+                "--tls-ca-cert-file".to_owned(),
+                path("ca.crt"),
+                "--tls-auth-clients".to_owned(),
+                if tls.client_certs { "yes" } else { "no" }.to_owned(),
+            ];
+        }
+        vec!["--port".to_owned(), port.to_string()]
     }
 
     /// Appends one raw command-line argument, e.g. `.arg("--hz").arg("100")`.

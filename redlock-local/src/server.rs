@@ -107,8 +107,11 @@ impl RedisServer {
         self.kill();
         let deadline = Instant::now() + RESTART_TIMEOUT;
         loop {
-            let started = Process::spawn(&self.options, self.port)
-                .and_then(|process| process.wait_ready(self.port).map(|()| process));
+            let started = Process::spawn(&self.options, self.port).and_then(|process| {
+                process
+                    .wait_ready(self.port, self.options.is_tls())
+                    .map(|()| process)
+            });
             match started {
                 Ok(process) => {
                     self.process = Some(process);
@@ -203,7 +206,7 @@ fn finish_start(
 ) -> Result<RedisServer, HarnessError> {
     let mut attempt = 1;
     loop {
-        match process.wait_ready(port) {
+        match process.wait_ready(port, options.is_tls()) {
             Ok(()) => {
                 let server = RedisServer {
                     options: options.clone(),
@@ -248,7 +251,7 @@ impl Process {
         let log = File::create(dir.path().join("redis.log"))?;
         let program = options.program();
         let child = Command::new(&program)
-            .args(["--port", &port.to_string()])
+            .args(options.listen_args(port))
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir.path())
@@ -280,7 +283,7 @@ impl Process {
     }
 
     /// Waits until the server logged that it listens and answers PING.
-    fn wait_ready(&self, port: u16) -> Result<(), HarnessError> {
+    fn wait_ready(&self, port: u16, tls: bool) -> Result<(), HarnessError> {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         loop {
             let exited = self.lock_child().try_wait()?;
@@ -291,7 +294,13 @@ impl Process {
                     log: self.log(),
                 });
             }
-            if self.log().to_lowercase().contains(READY_LINE) && answers_ping(addr) {
+            // A TLS port answers nothing to a plain PING: accepting the connection is enough.
+            let answers = if tls {
+                accepts(addr)
+            } else {
+                answers_ping(addr)
+            };
+            if self.log().to_lowercase().contains(READY_LINE) && answers {
                 return Ok(());
             }
             let waited = self.spawned_at.elapsed();
@@ -329,6 +338,11 @@ impl Drop for Process {
         let _ = child.kill();
         let _ = child.wait();
     }
+}
+
+/// Whether something on `addr` accepts a connection.
+fn accepts(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).is_ok()
 }
 
 /// Whether something on `addr` answers a PING with any RESP reply (`-NOAUTH` counts).

@@ -38,6 +38,8 @@ pub struct Builder<C> {
     urls: Vec<String>,
     config: ConfigBuilder,
     io_timeout: Duration,
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::Tls>,
     client: PhantomData<fn() -> C>,
 }
 
@@ -62,6 +64,8 @@ impl<C: FromSettings> Builder<C> {
             config: Config::builder(urls.len()),
             urls,
             io_timeout: DEFAULT_IO_TIMEOUT,
+            #[cfg(feature = "tls")]
+            tls: None,
             client: PhantomData,
         }
     }
@@ -99,6 +103,14 @@ impl<C: FromSettings> Builder<C> {
         self
     }
 
+    /// The CA to trust and the client certificate to show on `rediss://` nodes (feature
+    /// `tls`); without it, `rediss://` uses the system's roots and no client certificate.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::Tls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Checks the settings and the URLs and makes the client; connects to nothing yet.
     pub fn build(self) -> Result<C, Error> {
         let config = self.config.build()?;
@@ -112,6 +124,9 @@ impl<C: FromSettings> Builder<C> {
             }
             .into());
         }
+        #[cfg(feature = "tls")]
+        let nodes = NodeAddr::parse_all_with(&self.urls, self.tls.as_ref())?;
+        #[cfg(not(feature = "tls"))]
         let nodes = NodeAddr::parse_all(&self.urls)?;
         C::from_settings(Settings {
             config,

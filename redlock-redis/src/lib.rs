@@ -21,6 +21,8 @@ pub mod notice_board;
 mod reply;
 mod request;
 pub mod telemetry;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
 pub use entropy::seeded_rng;
@@ -30,6 +32,8 @@ pub use lock_state::{ClientCore, Start, extended, kept};
 pub use node::NodeAddr;
 pub use reply::{map_error, map_result, needs_new_connection};
 pub use request::Request;
+#[cfg(feature = "tls")]
+pub use tls::Tls;
 
 /// Every type the adapters' public signatures use, re-exported by each adapter with
 /// `pub use redlock_redis::api::*`, so that the three adapters export the same names from one
@@ -38,6 +42,8 @@ pub mod api {
     pub use crate::builder::DEFAULT_IO_TIMEOUT;
     pub use crate::error::{Error, LockFailure, NodeReport};
     pub use crate::lease_watch::LeaseWatch;
+    #[cfg(feature = "tls")]
+    pub use crate::tls::Tls;
     pub use redlock_core::{
         Attempts, Config, ConfigBuilder, ConfigError, Drift, ExtendFailure, ExtendOutcome,
         FailureReason, Lease, LockRequest, LockSpec, LossCause, NodeErrorKind, NodeRelease,

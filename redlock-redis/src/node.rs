@@ -17,7 +17,30 @@ impl NodeAddr {
     /// `redis` crate). The error names the node by position and never repeats the URL, which may
     /// hold a password.
     pub fn parse(index: usize, url: &str) -> Result<Self, Error> {
-        let client = redis::Client::open(url).map_err(|err| Error::InvalidNode {
+        Self::parse_with_client(index, redis::Client::open(url))
+    }
+
+    /// [`NodeAddr::parse`] with TLS settings for `rediss://` URLs.
+    #[cfg(feature = "tls")]
+    pub fn parse_with(
+        index: usize,
+        url: &str,
+        tls: Option<&crate::tls::Tls>,
+    ) -> Result<Self, Error> {
+        match tls {
+            Some(tls) => Self::parse_with_client(
+                index,
+                redis::Client::build_with_tls(url, tls.certificates()),
+            ),
+            None => Self::parse(index, url),
+        }
+    }
+
+    fn parse_with_client(
+        index: usize,
+        client: redis::RedisResult<redis::Client>,
+    ) -> Result<Self, Error> {
+        let client = client.map_err(|err| Error::InvalidNode {
             index,
             reason: match err.kind() {
                 redis::ErrorKind::InvalidClientConfig => {
@@ -37,9 +60,30 @@ impl NodeAddr {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        Self::parse_all_by(urls, Self::parse)
+    }
+
+    /// [`NodeAddr::parse_all`] with TLS settings for `rediss://` URLs.
+    #[cfg(feature = "tls")]
+    pub fn parse_all_with<I, S>(urls: I, tls: Option<&crate::tls::Tls>) -> Result<Vec<Self>, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::parse_all_by(urls, |index, url| Self::parse_with(index, url, tls))
+    }
+
+    fn parse_all_by<I, S>(
+        urls: I,
+        parse: impl Fn(usize, &str) -> Result<Self, Error>,
+    ) -> Result<Vec<Self>, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
         let mut nodes: Vec<Self> = Vec::new();
         for (index, url) in urls.into_iter().enumerate() {
-            let node = Self::parse(index, url.as_ref())?;
+            let node = parse(index, url.as_ref())?;
             if let Some(first) = nodes.iter().position(|n| n.label == node.label) {
                 return Err(Error::InvalidNode {
                     index,

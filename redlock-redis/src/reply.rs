@@ -36,6 +36,9 @@ pub fn map_error(err: &RedisError) -> NodeErrorKind {
     if err.is_timeout() {
         return NodeErrorKind::Timeout;
     }
+    if err.is_io_error() && is_tls_failure(&err.to_string()) {
+        return NodeErrorKind::Tls;
+    }
     if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
         return NodeErrorKind::Connection;
     }
@@ -50,6 +53,19 @@ pub fn map_error(err: &RedisError) -> NodeErrorKind {
             .code()
             .map_or(NodeErrorKind::Other, NodeErrorKind::from_code),
     }
+}
+
+/// Whether an I/O error's text is rustls refusing the handshake (`invalid peer certificate: …`,
+/// `received fatal alert: CertificateRequired`, …), rather than the network failing.
+fn is_tls_failure(text: &str) -> bool {
+    [
+        "peer certificate",
+        "fatal alert",
+        "certificate",
+        "handshake",
+    ]
+    .iter()
+    .any(|marker| text.contains(marker))
 }
 
 #[cfg(test)]
@@ -77,5 +93,13 @@ mod tests {
             "Password authentication failed",
         ));
         assert_eq!(map_error(&auth), NodeErrorKind::Auth);
+        // What rustls says for a wrong CA and for a missing client certificate.
+        for text in [
+            "invalid peer certificate: BadSignature",
+            "received fatal alert: CertificateRequired",
+        ] {
+            let tls = RedisError::from(std::io::Error::other(text));
+            assert_eq!(map_error(&tls), NodeErrorKind::Tls, "{text}");
+        }
     }
 }

@@ -144,6 +144,7 @@ fn error_kind(kind: redlock_core::NodeErrorKind) -> &'static str {
         NodeErrorKind::Busy => "busy",
         NodeErrorKind::Loading => "loading",
         NodeErrorKind::Protocol => "protocol",
+        NodeErrorKind::Tls => "tls",
         // `Other`, and kinds a later engine adds.
         _ => "other",
     }

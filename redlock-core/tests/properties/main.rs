@@ -153,7 +153,12 @@ proptest! {
             .prop_map(|s| Schedule { timer_lag: Duration::ZERO, ..s }),
         seed in any::<u64>(),
     ) {
-        let policy = RetryPolicy::default().attempts(attempts).delay(delay).jitter(jitter);
+        // Attempts only (the default 5 s deadline would cut slow schedules short).
+        let policy = RetryPolicy::default()
+            .attempts(attempts)
+            .no_deadline()
+            .delay(delay)
+            .jitter(jitter);
         // The request's policy overrides the configuration's.
         let request = request.retry(policy);
         let base = Instant::now();

@@ -18,6 +18,8 @@ pub struct Options {
     pub node_timeout: Option<Duration>,
     /// The key prefix.
     pub key_prefix: Option<Vec<u8>>,
+    /// The CA and client certificate for `rediss://` nodes.
+    pub tls: Option<redlock_redis::Tls>,
 }
 
 impl Options {

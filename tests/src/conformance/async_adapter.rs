@@ -82,9 +82,11 @@ impl<E: TestExecutor> Adapter for AsyncAdapter<E> {
     const CANCELLABLE: bool = true;
 
     fn build(urls: &[String], options: &Options) -> Result<Self, Error> {
-        let client = redlock_async::Redlock::builder(urls)
-            .config(|c| options.configure(c))
-            .build()?;
+        let mut builder = redlock_async::Redlock::builder(urls).config(|c| options.configure(c));
+        if let Some(tls) = &options.tls {
+            builder = builder.tls(tls.clone());
+        }
+        let client = builder.build()?;
         Ok(Self {
             client,
             executor: E::for_test(),

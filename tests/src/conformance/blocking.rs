@@ -27,9 +27,11 @@ impl Adapter for Blocking {
     const CANCELLABLE: bool = false;
 
     fn build(urls: &[String], options: &Options) -> Result<Self, Error> {
-        let client = Redlock::builder(urls)
-            .config(|c| options.configure(c))
-            .build()?;
+        let mut builder = Redlock::builder(urls).config(|c| options.configure(c));
+        if let Some(tls) = &options.tls {
+            builder = builder.tls(tls.clone());
+        }
+        let client = builder.build()?;
         Ok(Self { client })
     }
 

@@ -8,6 +8,7 @@ mod blocking;
 pub mod errors;
 pub mod notices;
 pub mod scenarios;
+pub mod tls;
 
 pub use adapter::{Adapter, HeldLock, Options, Work};
 pub use async_adapter::{

@@ -757,9 +757,21 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@notices $adapter;
             a_release_wakes_a_waiter_long_before_its_pause_ends,
             a_key_gone_without_a_release_wakes_nobody);
+        $crate::conformance_tests!(@tls $adapter;
+            tls_lock_contention_release_and_node_down,
+            mutual_tls_needs_the_client_certificate,
+            a_wrong_ca_is_a_clear_per_node_error);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);
+    };
+    (@tls $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::tls::$case::<$adapter>();
+            }
+        )+
     };
     (@notices $adapter:ty; $($case:ident),+ $(,)?) => {
         $(
