@@ -11,20 +11,16 @@
 //! subscriber connection or a node that cannot be reached only means waiting out the jittered
 //! pause, as without notices. Nothing here decides whether a lock is held.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use redlock_redis::NodeAddr;
-use redlock_redis::notice_board::{Change, LINGER, NoticeBoard, Waiter};
+use redlock_redis::notice_board::{self, Change, LINGER, Link, Listeners, SharedListeners, Waiter};
 use tokio::sync::Notify;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use crate::runtime::Runtime;
-
-/// How long a node whose subscriber connection failed is left alone: waiters then run out their
-/// pauses instead of every one of them trying to connect to a dead node.
-const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 
 /// The release notices of one client's nodes. Cheap to clone.
 #[derive(Clone)]
@@ -35,15 +31,7 @@ pub(crate) struct Notices {
 struct Shared {
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
-    state: Mutex<State>,
-}
-
-struct State {
-    board: NoticeBoard<Wake>,
-    /// Per node, the control queue of its subscriber task while one runs.
-    links: Vec<Option<UnboundedSender<Change>>>,
-    /// Per node, no new subscriber connection before this instant (its last one failed).
-    quiet_until: Vec<Option<Instant>>,
+    listeners: SharedListeners<Wake, Task>,
 }
 
 /// A waiter's wake-up: a permit is stored when it is not waiting, so no notice is lost.
@@ -55,18 +43,26 @@ impl Waiter for Wake {
     }
 }
 
+/// A node's subscriber task, by the queue of changes it follows.
+struct Task(UnboundedSender<Change>);
+
+impl Link for Task {
+    fn is_alive(&self) -> bool {
+        !self.0.is_closed()
+    }
+
+    fn send(&self, change: Change) {
+        let _ = self.0.send(change);
+    }
+}
+
 impl Notices {
     pub(crate) fn new(nodes: Vec<NodeAddr>, io_timeout: Duration) -> Self {
-        let state = State {
-            board: NoticeBoard::default(),
-            links: vec![None; nodes.len()],
-            quiet_until: vec![None; nodes.len()],
-        };
         Self {
             shared: Arc::new(Shared {
+                listeners: Arc::new(Mutex::new(Listeners::new(nodes.len()))),
                 nodes,
                 io_timeout,
-                state: Mutex::new(state),
             }),
         }
     }
@@ -78,74 +74,34 @@ impl Notices {
         runtime: &R,
         channels: Vec<Vec<u8>>,
     ) -> Subscription {
-        let wake = Arc::new(Wake(Notify::new()));
-        let now = Instant::now();
-        let mut state = self.shared.lock();
-        for node in 0..state.links.len() {
-            let running = state.links[node].as_ref().is_some_and(|tx| !tx.is_closed());
-            let resting = state.quiet_until[node].is_some_and(|until| now < until);
-            if !running && !resting {
-                let (tx, rx) = mpsc::unbounded_channel();
-                state.links[node] = Some(tx);
-                runtime.spawn(link::<R>(Arc::downgrade(&self.shared), node, rx));
-            }
-        }
-        let changes = state.board.add(now, &channels, &wake);
-        state.send(changes);
-        drop(state);
-        Subscription {
-            shared: self.shared.clone(),
+        Subscription(notice_board::Subscription::new(
+            &self.shared.listeners,
             channels,
-            wake,
-        }
+            Wake(Notify::new()),
+            |node| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                runtime.spawn(link::<R>(Arc::downgrade(&self.shared), node, rx));
+                Some(Task(tx))
+            },
+        ))
     }
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl State {
-    /// Passes changes to every running subscriber task (one that ended restarts from the board).
-    fn send(&self, changes: Vec<Change>) {
-        for change in changes {
-            for tx in self.links.iter().flatten() {
-                let _ = tx.send(change.clone());
-            }
-        }
-    }
-}
-
-/// A lock listening for the release of its keys.
-pub(crate) struct Subscription {
-    shared: Arc<Shared>,
-    channels: Vec<Vec<u8>>,
-    wake: Arc<Wake>,
-}
+/// A lock listening for the release of its keys, until dropped.
+pub(crate) struct Subscription(notice_board::Subscription<Wake, Task>);
 
 impl Subscription {
     /// Resolves at the next release notice on any of its channels (at once if one came since
     /// the last wait).
     pub(crate) fn notified(&self) -> impl Future<Output = ()> + Send + 'static {
-        let wake = self.wake.clone();
+        let wake = self.0.waiter().clone();
         async move { wake.0.notified().await }
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        self.shared
-            .lock()
-            .board
-            .remove(Instant::now(), &self.channels, &self.wake);
     }
 }
 
 /// A node's subscriber task: connects, subscribes to every channel on the board, then follows
 /// the changes, delivers notices and drops channels that lingered. It ends when the connection
-/// fails (a subscription after [`RECONNECT_AFTER`] starts another) or when the client is gone.
+/// fails (a later subscription starts another) or when the client is gone.
 async fn link<R: Runtime>(
     shared: Weak<Shared>,
     node: usize,
@@ -164,7 +120,7 @@ async fn link<R: Runtime>(
     if let Some(pubsub) = connected {
         let (mut sink, mut stream) = pubsub.split();
         let channels = match shared.upgrade() {
-            Some(shared) => shared.lock().board.channels(),
+            Some(shared) => notice_board::lock(&shared.listeners).channels(),
             None => return,
         };
         let mut healthy = channels.is_empty() || sink.subscribe(channels).await.is_ok();
@@ -184,15 +140,13 @@ async fn link<R: Runtime>(
                         break;
                     };
                     if let Ok(channel) = message.get_channel::<Vec<u8>>() {
-                        shared.lock().board.deliver(&channel);
+                        notice_board::lock(&shared.listeners).deliver(&channel);
                     }
                 }
                 () = R::sleep_until(next_sweep) => {
                     next_sweep = Instant::now() + LINGER;
                     let Some(shared) = shared.upgrade() else { return };
-                    let mut state = shared.lock();
-                    let expired = state.board.sweep(Instant::now());
-                    state.send(expired);
+                    notice_board::lock(&shared.listeners).sweep(Instant::now());
                 }
             }
         }
@@ -201,9 +155,10 @@ async fn link<R: Runtime>(
         node,
         "release notices: no subscriber connection; pauses run out"
     );
-    if let Some(shared) = shared.upgrade()
-        && let Some(until) = shared.lock().quiet_until.get_mut(node)
-    {
-        *until = Instant::now().checked_add(RECONNECT_AFTER);
+    changes.close();
+    if let Some(shared) = shared.upgrade() {
+        // Our queue is closed: the slot holds us (or another ended task), never a newer one.
+        notice_board::lock(&shared.listeners)
+            .ended(Instant::now(), node, true, |task| !task.is_alive());
     }
 }

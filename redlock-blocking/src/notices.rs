@@ -13,18 +13,16 @@
 //! whether a lock is held.
 
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::RedisResult;
 use redlock_redis::NodeAddr;
-use redlock_redis::notice_board::{Change, LINGER, NoticeBoard, Waiter};
+use redlock_redis::notice_board::{self, Change, LINGER, Link, Listeners, SharedListeners, Waiter};
 
 use crate::conn::Arrival;
 
-/// How long a node whose subscriber connection failed is left alone.
-const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// How often a subscriber thread with subscriptions looks up from its socket for new ones (a
 /// blocking connection cannot be woken otherwise). Channels linger after their last waiter, so
 /// a repeat contender rarely waits for this.
@@ -39,21 +37,11 @@ pub(crate) struct Notices {
 struct Shared {
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
-    state: Mutex<State>,
-}
-
-struct State {
-    board: NoticeBoard<Wake>,
-    /// Per node, the change queue of its subscriber thread while one runs, and that thread's
-    /// number (so that an ending thread never forgets a newer one).
-    links: Vec<Option<(u64, Sender<Change>)>>,
-    started: u64,
-    /// Per node, no new subscriber connection before this instant (its last one failed).
-    quiet_until: Vec<Option<Instant>>,
+    listeners: SharedListeners<Wake, Thread>,
 }
 
 /// A waiting lock: a notice goes into its answer channel, where it waits anyway.
-struct Wake(Sender<Arrival>);
+pub(crate) struct Wake(Sender<Arrival>);
 
 impl Waiter for Wake {
     fn wake(&self) {
@@ -62,19 +50,33 @@ impl Waiter for Wake {
     }
 }
 
+/// A node's subscriber thread: its number (so that an ending thread never removes a newer one)
+/// and the queue of changes it follows. It is alive until it says it ended.
+pub(crate) struct Thread {
+    number: u64,
+    changes: Sender<Change>,
+}
+
+impl Link for Thread {
+    fn is_alive(&self) -> bool {
+        true
+    }
+
+    fn send(&self, change: Change) {
+        let _ = self.changes.send(change);
+    }
+}
+
+/// Numbers the subscriber threads.
+static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl Notices {
     pub(crate) fn new(nodes: Vec<NodeAddr>, io_timeout: Duration) -> Self {
-        let state = State {
-            board: NoticeBoard::default(),
-            links: vec![None; nodes.len()],
-            started: 0,
-            quiet_until: vec![None; nodes.len()],
-        };
         Self {
             shared: Arc::new(Shared {
+                listeners: Arc::new(Mutex::new(Listeners::new(nodes.len()))),
                 nodes,
                 io_timeout,
-                state: Mutex::new(state),
             }),
         }
     }
@@ -86,70 +88,27 @@ impl Notices {
         channels: Vec<Vec<u8>>,
         answers: Sender<Arrival>,
     ) -> Subscription {
-        let wake = Arc::new(Wake(answers));
-        let now = Instant::now();
-        let mut state = self.shared.lock();
-        for node in 0..state.links.len() {
-            let resting = state.quiet_until[node].is_some_and(|until| now < until);
-            if state.links[node].is_none() && !resting {
-                state.started += 1;
-                let (tx, rx) = mpsc::channel();
-                state.links[node] = Some((state.started, tx));
-                let (shared, number) = (Arc::downgrade(&self.shared), state.started);
-                let spawned = thread::Builder::new()
-                    .name(format!(
-                        "redlock-notices-{}",
-                        self.shared.nodes[node].label()
-                    ))
-                    .spawn(move || link(&shared, node, number, &rx));
-                if spawned.is_err() {
-                    state.links[node] = None;
-                }
-            }
-        }
-        let changes = state.board.add(now, &channels, &wake);
-        state.send(changes);
-        drop(state);
-        Subscription {
-            shared: self.shared.clone(),
-            channels,
-            wake,
-        }
-    }
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl State {
-    /// Passes changes to every running subscriber thread.
-    fn send(&self, changes: Vec<Change>) {
-        for change in changes {
-            for (_, tx) in self.links.iter().flatten() {
-                let _ = tx.send(change.clone());
-            }
-        }
+        notice_board::Subscription::new(&self.shared.listeners, channels, Wake(answers), |node| {
+            let number = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let (tx, rx) = mpsc::channel();
+            let shared = Arc::downgrade(&self.shared);
+            thread::Builder::new()
+                .name(format!(
+                    "redlock-notices-{}",
+                    self.shared.nodes[node].label()
+                ))
+                .spawn(move || link(&shared, node, number, &rx))
+                .ok()
+                .map(|_| Thread {
+                    number,
+                    changes: tx,
+                })
+        })
     }
 }
 
 /// A lock listening for the release of its keys; stops when dropped.
-pub(crate) struct Subscription {
-    shared: Arc<Shared>,
-    channels: Vec<Vec<u8>>,
-    wake: Arc<Wake>,
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        self.shared
-            .lock()
-            .board
-            .remove(Instant::now(), &self.channels, &self.wake);
-    }
-}
+pub(crate) type Subscription = notice_board::Subscription<Wake, Thread>;
 
 /// A node's subscriber thread: runs [`follow`] until its connection fails or the client is
 /// gone, then makes way for a later one.
@@ -162,16 +121,9 @@ fn link(shared: &Weak<Shared>, node: usize, number: u64, changes: &Receiver<Chan
         }
     };
     if let Some(shared) = shared.upgrade() {
-        let mut state = shared.lock();
-        if state.links[node]
-            .as_ref()
-            .is_some_and(|(n, _)| *n == number)
-        {
-            state.links[node] = None;
-        }
-        if failed {
-            state.quiet_until[node] = Instant::now().checked_add(RECONNECT_AFTER);
-        }
+        notice_board::lock(&shared.listeners).ended(Instant::now(), node, failed, |thread| {
+            thread.number == number
+        });
     }
 }
 
@@ -179,7 +131,7 @@ fn link(shared: &Weak<Shared>, node: usize, number: u64, changes: &Receiver<Chan
 /// and drops channels that lingered. `Ok` when the client is gone.
 fn follow(shared: &Weak<Shared>, node: usize, changes: &Receiver<Change>) -> RedisResult<()> {
     let Some((client, io_timeout, channels)) = shared.upgrade().map(|s| {
-        let channels = s.lock().board.channels();
+        let channels = notice_board::lock(&s.listeners).channels();
         (s.nodes[node].client().clone(), s.io_timeout, channels)
     }) else {
         return Ok(());
@@ -244,7 +196,7 @@ fn follow(shared: &Weak<Shared>, node: usize, changes: &Receiver<Change>) -> Red
                     return Ok(());
                 };
                 if let Ok(channel) = message.get_channel::<Vec<u8>>() {
-                    shared.lock().board.deliver(&channel);
+                    notice_board::lock(&shared.listeners).deliver(&channel);
                 }
             }
             Err(err) if err.is_timeout() => {}
@@ -255,9 +207,7 @@ fn follow(shared: &Weak<Shared>, node: usize, changes: &Receiver<Change>) -> Red
             let Some(shared) = shared.upgrade() else {
                 return Ok(());
             };
-            let mut state = shared.lock();
-            let expired = state.board.sweep(Instant::now());
-            state.send(expired);
+            notice_board::lock(&shared.listeners).sweep(Instant::now());
         }
     }
 }

@@ -9,7 +9,7 @@
 //! to wake.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long a channel stays subscribed after its last waiter left.
@@ -117,6 +117,148 @@ impl<W: Waiter> NoticeBoard<W> {
     /// Whether no channel is subscribed (lingering ones included).
     pub fn is_empty(&self) -> bool {
         self.channels.is_empty()
+    }
+}
+
+/// An adapter's handle on one node's subscriber (a task or a thread, with its connection).
+pub trait Link {
+    /// Whether it still runs (a link that ended is replaced by the next subscription).
+    fn is_alive(&self) -> bool;
+    /// Passes a change on (a link that ended drops it: its successor starts from the board).
+    fn send(&self, change: Change);
+}
+
+/// A client's release notices: the board, and per node its subscriber link and when a failed
+/// one may be replaced. The adapters bring the links (async tasks, threads); the bookkeeping is
+/// the same for all of them.
+pub struct Listeners<W, L> {
+    board: NoticeBoard<W>,
+    links: Vec<Option<L>>,
+    quiet_until: Vec<Option<Instant>>,
+}
+
+/// How long a node whose subscriber connection failed is left alone: waiters then run out their
+/// pauses instead of every one of them trying to connect to a dead node.
+pub const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+
+impl<W: Waiter, L: Link> Listeners<W, L> {
+    /// No link yet for any of `nodes` nodes.
+    pub fn new(nodes: usize) -> Self {
+        Self {
+            board: NoticeBoard::default(),
+            links: (0..nodes).map(|_| None).collect(),
+            quiet_until: vec![None; nodes],
+        }
+    }
+
+    /// `waiter` waits on `channels`: starts a link with `start(node)` for each node that has
+    /// none running (and is not resting after a failure), then subscribes where needed.
+    pub fn subscribe(
+        &mut self,
+        now: Instant,
+        channels: &[Vec<u8>],
+        waiter: &Arc<W>,
+        mut start: impl FnMut(usize) -> Option<L>,
+    ) {
+        for node in 0..self.links.len() {
+            let running = self.links[node].as_ref().is_some_and(L::is_alive);
+            let resting = self.quiet_until[node].is_some_and(|until| now < until);
+            if !running && !resting {
+                self.links[node] = start(node);
+            }
+        }
+        let changes = self.board.add(now, channels, waiter);
+        self.send(changes);
+    }
+
+    /// `waiter` stops waiting on `channels` (they linger).
+    pub fn unsubscribe(&mut self, now: Instant, channels: &[Vec<u8>], waiter: &Arc<W>) {
+        self.board.remove(now, channels, waiter);
+    }
+
+    /// Drops channels that lingered long enough, on every link.
+    pub fn sweep(&mut self, now: Instant) {
+        let changes = self.board.sweep(now);
+        self.send(changes);
+    }
+
+    /// Wakes everyone waiting on `channel`.
+    pub fn deliver(&self, channel: &[u8]) {
+        self.board.deliver(channel);
+    }
+
+    /// Every channel a (re)starting link must subscribe to.
+    pub fn channels(&self) -> Vec<Vec<u8>> {
+        self.board.channels()
+    }
+
+    /// Node `node`'s link ended; `failed`: its connection failed, so leave the node alone for
+    /// [`RECONNECT_AFTER`]. `is_it` tells the ended link from a newer one already in place.
+    pub fn ended(&mut self, now: Instant, node: usize, failed: bool, is_it: impl Fn(&L) -> bool) {
+        if self
+            .links
+            .get(node)
+            .and_then(Option::as_ref)
+            .is_some_and(is_it)
+        {
+            self.links[node] = None;
+        }
+        if failed && let Some(until) = self.quiet_until.get_mut(node) {
+            *until = now.checked_add(RECONNECT_AFTER);
+        }
+    }
+
+    fn send(&self, changes: Vec<Change>) {
+        for change in changes {
+            for link in self.links.iter().flatten() {
+                link.send(change.clone());
+            }
+        }
+    }
+}
+
+/// A client's listeners, shared between its waiting locks and its links.
+pub type SharedListeners<W, L> = Arc<Mutex<Listeners<W, L>>>;
+
+/// Locks the listeners (a panic elsewhere never makes them unusable: the state stays valid).
+pub fn lock<W, L>(listeners: &Mutex<Listeners<W, L>>) -> MutexGuard<'_, Listeners<W, L>> {
+    listeners.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A lock listening for the release of its keys, until dropped.
+pub struct Subscription<W: Waiter, L: Link> {
+    listeners: SharedListeners<W, L>,
+    channels: Vec<Vec<u8>>,
+    waiter: Arc<W>,
+}
+
+impl<W: Waiter, L: Link> Subscription<W, L> {
+    /// Subscribes `waiter` to `channels` ([`Listeners::subscribe`], starting links with
+    /// `start`).
+    pub fn new(
+        listeners: &SharedListeners<W, L>,
+        channels: Vec<Vec<u8>>,
+        waiter: W,
+        start: impl FnMut(usize) -> Option<L>,
+    ) -> Self {
+        let waiter = Arc::new(waiter);
+        lock(listeners).subscribe(Instant::now(), &channels, &waiter, start);
+        Self {
+            listeners: listeners.clone(),
+            channels,
+            waiter,
+        }
+    }
+
+    /// The waiter, as the links wake it.
+    pub fn waiter(&self) -> &Arc<W> {
+        &self.waiter
+    }
+}
+
+impl<W: Waiter, L: Link> Drop for Subscription<W, L> {
+    fn drop(&mut self) {
+        lock(&self.listeners).unsubscribe(Instant::now(), &self.channels, &self.waiter);
     }
 }
 
