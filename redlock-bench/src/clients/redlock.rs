@@ -1,0 +1,21 @@
+//! `redlock-tokio` and `redlock-async-std` (both `redlock_async::Redlock<R>`) as an
+//! [`AsyncClient`]: `lock(key, ttl)` and `release()`, nothing else.
+
+use std::future::Future;
+
+use redlock_async::{Lock, Redlock, Runtime};
+
+use super::{AsyncClient, TTL};
+
+impl<R: Runtime> AsyncClient for Redlock<R> {
+    type Held = Lock<R>;
+
+    fn lock_key(&self, key: &str) -> impl Future<Output = Result<Lock<R>, String>> + Send {
+        let acquire = self.lock(key, TTL);
+        async move { acquire.await.map_err(|err| err.to_string()) }
+    }
+
+    async fn unlock(&self, held: Lock<R>) {
+        held.release().await;
+    }
+}

@@ -1,0 +1,106 @@
+//! The contenders, and how each one is set up to run a scenario: which runtime, which client.
+//!
+//! Every run gets a fresh runtime and a fresh client (connections are made in the warm-up), so
+//! no contender inherits another's threads, connections or background tasks. It never decides
+//! what a scenario measures: that is [`Scenario`]'s.
+
+use std::fmt;
+
+use clap::ValueEnum;
+
+use crate::clients::raw::RawClient;
+use crate::exec::{AsyncStdExec, Executor, TokioExec};
+use crate::scenarios::Scenario;
+
+/// One way of taking the lock (or, for [`Contender::Raw`], of sending its commands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub(crate) enum Contender {
+    /// The floor: `SET NX PX` then the release script, fanned out with the redis crate.
+    Raw,
+    /// `redlock-tokio` on a current-thread runtime.
+    TokioCt,
+    /// `redlock-tokio` on a multi-thread runtime.
+    TokioMt,
+    /// `redlock-async-std`.
+    AsyncStd,
+    /// `redlock-blocking`: threads instead of tasks.
+    Blocking,
+    /// `rslock`, on a multi-thread tokio runtime.
+    Rslock,
+}
+
+impl Contender {
+    /// Every contender, the reference first.
+    pub(crate) const ALL: [Self; 6] = [
+        Self::Raw,
+        Self::TokioCt,
+        Self::TokioMt,
+        Self::AsyncStd,
+        Self::Blocking,
+        Self::Rslock,
+    ];
+
+    /// Short name: in keys, JSON and chart axes.
+    pub(crate) fn id(self) -> &'static str {
+        match self {
+            Self::Raw => "raw",
+            Self::TokioCt => "tokio-ct",
+            Self::TokioMt => "tokio-mt",
+            Self::AsyncStd => "async-std",
+            Self::Blocking => "blocking",
+            Self::Rslock => "rslock",
+        }
+    }
+
+    /// What it is, for the tables.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Raw => "raw floor (redis crate, tokio mt)",
+            Self::TokioCt => "redlock-tokio, current-thread",
+            Self::TokioMt => "redlock-tokio, multi-thread",
+            Self::AsyncStd => "redlock-async-std",
+            Self::Blocking => "redlock-blocking (threads)",
+            Self::Rslock => "rslock 0.10 (tokio mt)",
+        }
+    }
+
+    /// Runs `scenario` once with this contender against the nodes at `urls`.
+    pub(crate) fn run<S: Scenario>(self, scenario: &S, urls: &[String]) -> S::Run {
+        match self {
+            Self::Raw => {
+                let exec = TokioExec::multi_thread();
+                let client = exec.block_on(RawClient::connect(urls));
+                scenario.run_async(&exec, &client)
+            }
+            Self::TokioCt | Self::TokioMt => {
+                let exec = if self == Self::TokioCt {
+                    TokioExec::current_thread()
+                } else {
+                    TokioExec::multi_thread()
+                };
+                let client = redlock_tokio::Redlock::new(urls).expect("redlock-tokio client");
+                scenario.run_async(&exec, &client)
+            }
+            Self::AsyncStd => {
+                let client =
+                    redlock_async_std::Redlock::new(urls).expect("redlock-async-std client");
+                scenario.run_async(&AsyncStdExec, &client)
+            }
+            Self::Blocking => {
+                let client = redlock_blocking::Redlock::new(urls).expect("redlock-blocking client");
+                scenario.run_blocking(&client)
+            }
+            Self::Rslock => {
+                let exec = TokioExec::multi_thread();
+                let client = rslock::LockManager::new(urls.to_vec());
+                scenario.run_async(&exec, &client)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Contender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.id())
+    }
+}

@@ -1,0 +1,147 @@
+//! The report as Markdown tables: readable on a terminal, and pasted as-is into BENCHMARKS.md.
+//!
+//! It only formats what the [`Report`] holds; it never computes a statistic of its own.
+
+use std::fmt::Write;
+
+use crate::report::{Better, Measured, Report, Section, Shown};
+use crate::scenarios::memory::MemoryRun;
+use crate::stats::Spread;
+
+/// Every table of `report`, with a heading each.
+pub(crate) fn render(report: &Report) -> String {
+    let meta = &report.meta;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Each cell: median (min–max) over {} run(s); ×raw = median ÷ the raw floor's median.\n",
+        meta.reps
+    );
+    out += &section("(a) Sequential latency", &report.latency);
+    out += &section("(b) Throughput, own keys", &report.throughput);
+    out += &section("(c) Contention on one key", &report.contention);
+    out += &memory(&report.memory);
+    let _ = writeln!(
+        out,
+        "\nMutual exclusion: {} violation(s) over every contention run (must be 0).",
+        report.violations
+    );
+    out
+}
+
+/// One scenario's table.
+fn section<R: Measured>(title: &str, section: &Section<R>) -> String {
+    let mut out = format!("### {title}\n\n{}\n\n", section.what);
+    let mut header = String::from("| contender |");
+    let mut rule = String::from("|---|");
+    for metric in R::METRICS {
+        let arrow = match metric.better {
+            Better::Lower => "↓",
+            Better::Higher => "↑",
+        };
+        let _ = write!(header, " {} {arrow} |", metric.header);
+        rule += "---:|";
+        if metric.shown == Shown::Spread {
+            header += " ×raw |";
+            rule += "---:|";
+        }
+    }
+    let _ = writeln!(out, "{header}\n{rule}");
+    for entry in &section.results {
+        let mut row = format!("| {} |", entry.label);
+        for metric in R::METRICS {
+            let stat = entry.summary.get(metric.key);
+            match metric.shown {
+                Shown::Spread => {
+                    let cell = stat.map_or_else(|| "–".to_owned(), |s| spread(&s.spread));
+                    let ratio = stat
+                        .and_then(|s| s.vs_raw)
+                        .map_or_else(|| "–".to_owned(), |r| format!("{r:.2}"));
+                    let _ = write!(row, " {cell} | {ratio} |");
+                }
+                Shown::Total => {
+                    let total = stat.map_or(0.0, |s| s.total);
+                    let _ = write!(row, " {total:.0} |");
+                }
+            }
+        }
+        let _ = writeln!(out, "{row}");
+    }
+    out + "\n"
+}
+
+/// The memory scenario's table.
+fn memory(run: &MemoryRun) -> String {
+    let kib =
+        |value: Option<u64>| value.map_or_else(|| "unknown".to_owned(), |v| format!("{v} KiB"));
+    let mut out = format!(
+        "### (d) Memory, redlock-tokio multi-thread\n\n{} tasks on their own keys, {} cycles in \
+         {:.1} s ({:.0} cycles/s), {} failed, in a process of its own.\n\n",
+        run.tasks, run.total_cycles, run.seconds, run.cycles_per_sec, run.failures
+    );
+    out += "| after | RSS | live heap growth since warm-up |\n|---|---:|---:|\n";
+    let _ = writeln!(out, "| warm-up | {} | 0 B |", kib(run.rss_start_kib));
+    let _ = writeln!(
+        out,
+        "| {} cycles | {} | {} B |",
+        run.first_cycles,
+        kib(run.rss_first_kib),
+        run.heap_growth_first_bytes
+    );
+    let _ = writeln!(
+        out,
+        "| {} cycles | {} | {} B |",
+        run.total_cycles,
+        kib(run.rss_total_kib),
+        run.heap_growth_total_bytes
+    );
+    let _ = writeln!(
+        out,
+        "\nHeap allocations per cycle (whole process): {:.1} ({:.0} bytes requested).",
+        run.allocs_per_cycle, run.bytes_per_cycle
+    );
+    out
+}
+
+/// `median (min–max)`, or just the value for a single run.
+fn spread(spread: &Spread) -> String {
+    if spread.count > 1 {
+        format!(
+            "{} ({}–{})",
+            number(spread.median),
+            number(spread.min),
+            number(spread.max)
+        )
+    } else {
+        number(spread.median)
+    }
+}
+
+/// Three significant digits or so, never scientific notation.
+fn number(value: f64) -> String {
+    match value.abs() {
+        v if v >= 100.0 => format!("{value:.0}"),
+        v if v >= 10.0 => format!("{value:.1}"),
+        _ => format!("{value:.2}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_keep_about_three_digits() {
+        assert_eq!(number(1234.56), "1235");
+        assert_eq!(number(45.67), "45.7");
+        assert_eq!(number(0.123), "0.12");
+    }
+
+    #[test]
+    fn a_single_run_has_no_range() {
+        let one = Spread::of([5.0]).expect("a value");
+        assert_eq!(spread(&one), "5.00");
+        let three = Spread::of([5.0, 7.0, 6.0]).expect("values");
+        assert_eq!(spread(&three), "6.00 (5.00–7.00)");
+    }
+}
