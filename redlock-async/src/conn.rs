@@ -1,13 +1,12 @@
 //! One reconnecting, multiplexed connection per node, and running a command on it.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redlock_core::{Command, NodeErrorKind, Reply};
+use redlock_core::{Command, Reply};
 use redlock_redis::{NodeAddr, Request, map_error, map_result, needs_new_connection};
 
-use crate::runtime::Runtime;
 
 /// A node and its connection, made on first use (a node that is down at start is not an error:
 /// its requests fail until it comes back).
@@ -54,19 +53,16 @@ impl Node {
         *self.manager.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
-    /// Runs `command`, never for longer than the I/O timeout.
-    pub(crate) async fn run<R: Runtime>(&self, command: &Command) -> Reply {
+    /// Runs `command`. The connection's own response timeout (the I/O timeout) bounds each
+    /// request it sends (a script the node does not know takes two: `EVALSHA`, then loading
+    /// it), and its connection timeout bounds connecting: no timer of ours per request.
+    pub(crate) async fn run(&self, command: &Command) -> Reply {
         let request = Request::new(command);
         let mut conn = match self.connection() {
             Ok(conn) => conn,
             Err(err) => return Reply::Error(map_error(&err)),
         };
-        let deadline = Instant::now() + self.io_timeout;
-        let result = tokio::select! {
-            result = request.run_async(&mut conn) => result,
-            () = R::sleep_until(deadline) => return Reply::Error(NodeErrorKind::Timeout),
-        };
-        match result {
+        match request.run_async(&mut conn).await {
             Err(err) if needs_new_connection(&err) => {
                 self.forget_connection();
                 Reply::Error(map_error(&err))

@@ -107,7 +107,7 @@ impl<R: Runtime> Dispatch<R> {
         self.sent_at[node] = Some(Instant::now());
         let nodes = self.nodes.clone();
         self.local.push(Box::pin(async move {
-            let reply = nodes[node].run::<R>(&transmit.command).await;
+            let reply = nodes[node].run(&transmit.command).await;
             (transmit.id, reply)
         }));
     }
