@@ -7,7 +7,6 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redlock_core::{Command, Reply};
 use redlock_redis::{NodeAddr, Request, map_error, map_result, needs_new_connection};
 
-
 /// A node and its connection, made on first use (a node that is down at start is not an error:
 /// its requests fail until it comes back).
 pub(crate) struct Node {

@@ -9,7 +9,9 @@
 //! of them rather than this crate.
 
 #[cfg(not(any(feature = "tokio", feature = "smol")))]
-compile_error!("redlock-async needs a runtime feature: `tokio` or `smol` (use an adapter crate)");
+compile_error!(
+    "redlock-async-driver needs a runtime feature: `tokio` or `smol` (use an adapter crate)"
+);
 
 mod client;
 mod conn;

@@ -43,7 +43,7 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy)]
 pub struct AsyncStd;
 
-impl redlock_async::Runtime for AsyncStd {
+impl redlock_async_driver::Runtime for AsyncStd {
     fn current() -> Self {
         Self
     }
@@ -62,11 +62,11 @@ impl redlock_async::Runtime for AsyncStd {
 
 /// A Redlock client over N independent Redis masters, on async-std. Cheap to clone and share:
 /// clones use the same connections.
-pub type Redlock = redlock_async::Redlock<AsyncStd>;
+pub type Redlock = redlock_async_driver::Redlock<AsyncStd>;
 /// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
-pub type RedlockBuilder = redlock_async::RedlockBuilder<AsyncStd>;
+pub type RedlockBuilder = redlock_async_driver::RedlockBuilder<AsyncStd>;
 /// A lock a quorum granted: trust it until `valid_until()`, `extend` it to keep it, `release`
 /// it when done (a dropped lock is released in the background).
-pub type Lock = redlock_async::Lock<AsyncStd>;
+pub type Lock = redlock_async_driver::Lock<AsyncStd>;
 
 pub use redlock_redis::api::*;

@@ -52,7 +52,7 @@ use std::time::Instant;
 #[derive(Debug, Clone)]
 pub struct Tokio(tokio::runtime::Handle);
 
-impl redlock_async::Runtime for Tokio {
+impl redlock_async_driver::Runtime for Tokio {
     fn current() -> Self {
         Self(tokio::runtime::Handle::current())
     }
@@ -71,11 +71,11 @@ impl redlock_async::Runtime for Tokio {
 
 /// A Redlock client over N independent Redis masters, on tokio. Cheap to clone and share:
 /// clones use the same connections.
-pub type Redlock = redlock_async::Redlock<Tokio>;
+pub type Redlock = redlock_async_driver::Redlock<Tokio>;
 /// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
-pub type RedlockBuilder = redlock_async::RedlockBuilder<Tokio>;
+pub type RedlockBuilder = redlock_async_driver::RedlockBuilder<Tokio>;
 /// A lock a quorum granted: trust it until `valid_until()`, `extend` it to keep it, `release`
 /// it when done (a dropped lock is released in the background).
-pub type Lock = redlock_async::Lock<Tokio>;
+pub type Lock = redlock_async_driver::Lock<Tokio>;
 
 pub use redlock_redis::api::*;

@@ -20,7 +20,7 @@ pub trait Joinable<T>: Send {
 /// An async runtime, as the tests use it.
 pub trait Executor: Clone + Send + Sync + 'static {
     /// The adapter's runtime type, which names the adapter's `Redlock` and `Lock`.
-    type Runtime: redlock_async::Runtime;
+    type Runtime: redlock_async_driver::Runtime;
     /// The adapter crate, for messages.
     const ADAPTER: &'static str;
 

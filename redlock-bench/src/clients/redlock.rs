@@ -1,9 +1,9 @@
-//! `redlock-tokio` and `redlock-async-std` (both `redlock_async::Redlock<R>`) as an
+//! `redlock-tokio` and `redlock-async-std` (both `redlock_async_driver::Redlock<R>`) as an
 //! [`AsyncClient`]: `lock(key, ttl)` and `release()`, nothing else.
 
 use std::future::Future;
 
-use redlock_async::{Lock, Redlock, Runtime};
+use redlock_async_driver::{Lock, Redlock, Runtime};
 
 use super::{AsyncClient, TTL};
 

@@ -34,7 +34,7 @@ impl ChaosExecutor for AsyncStdExecutor {
 
 /// One async client of the run.
 pub(crate) struct AsyncClient<E: Executor> {
-    redlock: redlock_async::Redlock<E::Runtime>,
+    redlock: redlock_async_driver::Redlock<E::Runtime>,
     counter: MultiplexedConnection,
     executor: E,
 }
@@ -47,7 +47,7 @@ impl<E: ChaosExecutor> AsyncClient<E> {
         config: &ChaosConfig,
         executor: E,
     ) -> Result<Self, Error> {
-        let redlock = redlock_async::Redlock::builder(urls)
+        let redlock = redlock_async_driver::Redlock::builder(urls)
             .config(|c| config.configure(c))
             .io_timeout(config.io_timeout)
             .build()?;
@@ -64,7 +64,7 @@ impl<E: ChaosExecutor> AsyncClient<E> {
 
 impl<E: ChaosExecutor> Client for AsyncClient<E> {
     const KIND: AdapterKind = E::KIND;
-    type Lock = redlock_async::Lock<E::Runtime>;
+    type Lock = redlock_async_driver::Lock<E::Runtime>;
     type Counter = MultiplexedConnection;
 
     fn config(&self) -> &Config {
@@ -119,13 +119,13 @@ impl<E: ChaosExecutor> Client for AsyncClient<E> {
     }
 }
 
-impl<R: redlock_async::Runtime> ClientLock for redlock_async::Lock<R> {
+impl<R: redlock_async_driver::Runtime> ClientLock for redlock_async_driver::Lock<R> {
     fn token(&self) -> Vec<u8> {
-        redlock_async::Lock::token(self).as_bytes().to_vec()
+        redlock_async_driver::Lock::token(self).as_bytes().to_vec()
     }
 
     fn valid_until(&self) -> Instant {
-        redlock_async::Lock::valid_until(self)
+        redlock_async_driver::Lock::valid_until(self)
     }
 
     fn ttl(&self) -> Duration {
@@ -137,11 +137,11 @@ impl<R: redlock_async::Runtime> ClientLock for redlock_async::Lock<R> {
     }
 
     async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        redlock_async::Lock::extend(self, ttl).await
+        redlock_async_driver::Lock::extend(self, ttl).await
     }
 
     async fn release(self) -> ReleaseReport {
-        redlock_async::Lock::release(self).await
+        redlock_async_driver::Lock::release(self).await
     }
 }
 

@@ -12,14 +12,14 @@ use crate::executor::{AsyncStdExecutor, Executor, SmolExecutor, TokioExecutor};
 
 /// An async adapter, each call run to its end with the executor's `block_on`.
 pub struct AsyncAdapter<E: Executor> {
-    client: redlock_async::Redlock<E::Runtime>,
+    client: redlock_async_driver::Redlock<E::Runtime>,
     executor: E,
 }
 
 /// An async adapter's lock and the executor it lives on.
 pub struct AsyncLock<E: Executor> {
     // Dropped before the executor, so a background release can still be spawned.
-    lock: redlock_async::Lock<E::Runtime>,
+    lock: redlock_async_driver::Lock<E::Runtime>,
     executor: E,
 }
 
@@ -68,7 +68,7 @@ impl<E: Executor> std::fmt::Debug for AsyncLock<E> {
 }
 
 impl<E: TestExecutor> AsyncAdapter<E> {
-    fn wrap(&self, lock: redlock_async::Lock<E::Runtime>) -> AsyncLock<E> {
+    fn wrap(&self, lock: redlock_async_driver::Lock<E::Runtime>) -> AsyncLock<E> {
         AsyncLock {
             lock,
             executor: self.executor.clone(),
@@ -82,7 +82,8 @@ impl<E: TestExecutor> Adapter for AsyncAdapter<E> {
     const CANCELLABLE: bool = true;
 
     fn build(urls: &[String], options: &Options) -> Result<Self, Error> {
-        let mut builder = redlock_async::Redlock::builder(urls).config(|c| options.configure(c));
+        let mut builder =
+            redlock_async_driver::Redlock::builder(urls).config(|c| options.configure(c));
         if let Some(tls) = &options.tls {
             builder = builder.tls(tls.clone());
         }
