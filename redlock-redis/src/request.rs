@@ -19,6 +19,17 @@ static COMMIT_FENCE: LazyLock<redis::Script> =
 static TRUST: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(Script::Trust.source()));
 
+/// How often a script is tried when the node keeps answering `NOSCRIPT`: each try loads it
+/// (`EVALSHA`, then `SCRIPT LOAD` and `EVALSHA` again), and a `SCRIPT FLUSH` between that load
+/// and that call would otherwise fail the request — a release that failed so leaves its key for
+/// the TTL.
+const SCRIPT_ATTEMPTS: usize = 3;
+
+/// Whether a script call failed because the node did not know the script.
+fn is_noscript(result: &Result<redis::Value, redis::RedisError>) -> bool {
+    matches!(result, Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+}
+
 /// The compiled form of one of the engine's scripts.
 fn compiled(script: Script) -> &'static redis::Script {
     match script {
@@ -98,7 +109,16 @@ impl Request {
     ) -> Result<redis::Value, redis::RedisError> {
         match self {
             Self::Cmd(cmd) => cmd.query_async(conn).await,
-            Self::Script(invocation) => invocation.invoke_async(conn).await,
+            Self::Script(invocation) => {
+                let mut result = invocation.invoke_async(conn).await;
+                for _ in 1..SCRIPT_ATTEMPTS {
+                    if !is_noscript(&result) {
+                        break;
+                    }
+                    result = invocation.invoke_async(conn).await;
+                }
+                result
+            }
         }
     }
 
@@ -110,7 +130,16 @@ impl Request {
     ) -> Result<redis::Value, redis::RedisError> {
         match self {
             Self::Cmd(cmd) => cmd.query(conn),
-            Self::Script(invocation) => invocation.invoke(conn),
+            Self::Script(invocation) => {
+                let mut result = invocation.invoke(conn);
+                for _ in 1..SCRIPT_ATTEMPTS {
+                    if !is_noscript(&result) {
+                        break;
+                    }
+                    result = invocation.invoke(conn);
+                }
+                result
+            }
         }
     }
 }

