@@ -264,7 +264,12 @@ fn chaos(
     set_node(shared, 1, NodeState::Refusing);
     let refusing_since = Instant::now();
     // Its first acquire attempt starts its wait; see it refuse before going on.
-    wait_for(addrs, 1, |e| matches!(e, Eligibility::Ineligible { .. }))?;
+    wait_for(
+        addrs,
+        1,
+        |e| matches!(e, Eligibility::Ineligible { .. }),
+        || (),
+    )?;
     say(
         paint,
         &format!(
@@ -304,7 +309,7 @@ fn chaos(
         ),
     );
     for index in [2, 3] {
-        wait_for(addrs, index, |e| e == Eligibility::Eligible)?;
+        wait_for(addrs, index, |e| e == Eligibility::Eligible, || ())?;
         set_node(shared, index, NodeState::Up);
     }
     say(
@@ -320,37 +325,38 @@ fn chaos(
 fn wait_stalled(addrs: &[NodeAddr], shared: &Shared) -> Result<Duration, Failure> {
     let mut longest = Duration::ZERO;
     let mut last = (shared.acquisitions.load(Ordering::SeqCst), Instant::now());
-    let deadline = Instant::now() + MAX_TTL * 5;
-    while Instant::now() < deadline {
-        let count = shared.acquisitions.load(Ordering::SeqCst);
-        if count != last.0 {
-            last = (count, Instant::now());
-        }
-        longest = longest.max(last.1.elapsed());
-        let state = Probe::connect(&addrs[1])
-            .and_then(|mut probe| Eligibility::read(&mut probe, &addrs[1], MAX_TTL));
-        if state == Ok(Eligibility::Eligible) {
-            return Ok(longest);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Err((UNAVAILABLE, "node 2 did not vote again in time".to_owned()))
+    wait_for(
+        addrs,
+        1,
+        |e| e == Eligibility::Eligible,
+        || {
+            let count = shared.acquisitions.load(Ordering::SeqCst);
+            if count != last.0 {
+                last = (count, Instant::now());
+            }
+            longest = longest.max(last.1.elapsed());
+        },
+    )?;
+    Ok(longest)
 }
 
-/// Waits until node `index` is in a state `ready` accepts (read straight from the node).
+/// Waits until node `index` is in a state `ready` accepts (read straight from the node),
+/// calling `each_poll` before every look.
 fn wait_for(
     addrs: &[NodeAddr],
     index: usize,
     ready: impl Fn(Eligibility) -> bool,
+    mut each_poll: impl FnMut(),
 ) -> Result<(), Failure> {
     let deadline = Instant::now() + MAX_TTL * 5;
     while Instant::now() < deadline {
+        each_poll();
         let state = Probe::connect(&addrs[index])
             .and_then(|mut probe| Eligibility::read(&mut probe, &addrs[index], MAX_TTL));
         if state.is_ok_and(&ready) {
             return Ok(());
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
     Err((
         UNAVAILABLE,

@@ -69,13 +69,9 @@ impl Histogram {
     }
 }
 
-/// µs as people read them.
+/// µs as people read them ([`crate::output::human`]).
 pub(crate) fn micros(us: u64) -> String {
-    match us {
-        0..1_000 => format!("{us}µs"),
-        1_000..1_000_000 => format!("{:.1}ms", us as f64 / 1000.0),
-        _ => format!("{:.2}s", us as f64 / 1_000_000.0),
-    }
+    crate::output::human(Duration::from_micros(us))
 }
 
 #[cfg(test)]

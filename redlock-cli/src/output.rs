@@ -3,6 +3,7 @@
 
 use std::fmt::Display;
 use std::io::Write;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -76,10 +77,23 @@ pub(crate) fn short_token(token: &[u8]) -> String {
 
 /// A duration in ms as people read it: `850ms`, `29.8s`, `12m05s`.
 pub(crate) fn human_ms(ms: u64) -> String {
-    match ms {
-        0..1_000 => format!("{ms}ms"),
-        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
-        _ => format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1000),
+    human(Duration::from_millis(ms))
+}
+
+/// A duration as people read it, the one format of the command: `620µs`, `4.1ms`, `850ms`,
+/// `29.8s`, `12m05s`.
+pub(crate) fn human(duration: Duration) -> String {
+    let us = duration.as_micros();
+    match us {
+        0..1_000 => format!("{us}µs"),
+        1_000..10_000 => format!("{:.1}ms", us as f64 / 1000.0),
+        10_000..1_000_000 => format!("{}ms", us / 1000),
+        1_000_000..60_000_000 => format!("{:.1}s", duration.as_secs_f64()),
+        _ => format!(
+            "{}m{:02}s",
+            duration.as_secs() / 60,
+            duration.as_secs() % 60
+        ),
     }
 }
 
@@ -94,5 +108,7 @@ mod tests {
         assert_eq!(human_ms(850), "850ms");
         assert_eq!(human_ms(29_800), "29.8s");
         assert_eq!(human_ms(725_000), "12m05s");
+        assert_eq!(human(Duration::from_micros(620)), "620µs");
+        assert_eq!(human(Duration::from_micros(4_096)), "4.1ms");
     }
 }

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use redis::{Connection, ErrorKind, RedisError};
+use redlock_core::Epoch;
 use redlock_redis::NodeAddr;
 
 use crate::cli::Global;
@@ -112,7 +113,8 @@ pub(crate) enum Eligibility {
 }
 
 impl Eligibility {
-    /// Reads it: `GET redlock:epoch` and `TIME` on the node.
+    /// Reads it: `GET redlock:epoch` and `TIME` on the node, judged by the engine's own rule
+    /// ([`Epoch::refuses_for_ms`], the acquire script's check).
     pub(crate) fn read(
         probe: &mut Probe,
         node: &NodeAddr,
@@ -120,15 +122,15 @@ impl Eligibility {
     ) -> Result<Self, String> {
         let epoch: Option<u64> =
             probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_KEY))?;
+        let Some(epoch) = epoch.map(Epoch::from_value) else {
+            return Ok(Self::Unknown);
+        };
         let now = probe.time_ms(node)?;
         let max_ttl = u64::try_from(max_ttl.as_millis()).unwrap_or(u64::MAX);
-        Ok(match epoch {
-            None => Self::Unknown,
-            Some(0) => Self::Trusted,
-            Some(epoch) => match max_ttl.checked_sub(now.saturating_sub(epoch)) {
-                Some(left) if left > 0 => Self::Ineligible { for_ms: left },
-                _ => Self::Eligible,
-            },
+        Ok(match (epoch, epoch.refuses_for_ms(now, max_ttl)) {
+            (Epoch::Trusted, _) => Self::Trusted,
+            (_, Some(for_ms)) => Self::Ineligible { for_ms },
+            (_, None) => Self::Eligible,
         })
     }
 

@@ -43,7 +43,7 @@ pub(crate) fn status(global: &Global, args: &StatusArgs) -> Result<ExitCode, Fai
             read: read_node(node, &keys, global),
         })
         .collect();
-    let quorum = nodes.len() / 2 + 1;
+    let quorum = redlock_core::majority(nodes.len());
     let out = Out::new(global);
     out.report(
         || text(args, &views, quorum),

@@ -468,6 +468,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_release_script_publishes_on_the_channel_drivers_listen_to() {
+        let prefix = std::str::from_utf8(RELEASED_CHANNEL_PREFIX).expect("ascii");
+        assert!(RELEASE_SCRIPT.contains(&format!("'PUBLISH', '{prefix}' .. KEYS[i]")));
+        assert_eq!(released_channel(b"k"), b"redlock:released:k");
+    }
+
+    #[test]
     fn the_extend_flag_matches_the_script() {
         let guarded = EXTEND_SCRIPT.contains("redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2])");
         assert_eq!(EXTEND_NEVER_SHORTENS, guarded);

@@ -65,14 +65,7 @@ pub enum FenceFault {
     CommitsGoBackwards,
 }
 
-/// What a node's epoch key says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Epoch {
-    /// An operator trusted the node (the key holds `0`).
-    Trusted,
-    /// The node's memory began at this time (ms, by its clock).
-    Began(u64),
-}
+pub use crate::epoch::Epoch;
 
 /// One in-memory Redis master. See the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,13 +156,10 @@ impl FakeNode {
     /// of `max_ttl_ms`, as the script does.
     fn young(&mut self, now: Duration, max_ttl_ms: u64) -> Option<i64> {
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
-        let epoch = match *self.epoch.get_or_insert(Epoch::Began(now_ms)) {
-            Epoch::Trusted => return None,
-            Epoch::Began(ms) => ms,
-        };
-        let age = i128::from(now_ms) - i128::from(epoch);
-        let young = i128::from(max_ttl_ms) - age;
-        (young > 0).then(|| -i64::try_from(young).unwrap_or(i64::MAX))
+        let epoch = *self.epoch.get_or_insert(Epoch::Began(now_ms));
+        epoch
+            .refuses_for_ms(now_ms, max_ttl_ms)
+            .map(|left| -i64::try_from(left).unwrap_or(i64::MAX))
     }
 
     /// Marks the node trusted, as [`TRUST_SCRIPT`](crate::TRUST_SCRIPT) does.

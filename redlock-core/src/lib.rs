@@ -151,6 +151,7 @@ mod acquire;
 mod broadcast;
 mod command;
 mod config;
+mod epoch;
 mod error;
 mod event;
 mod extend;
@@ -187,6 +188,7 @@ pub use config::{
     Config, ConfigBuilder, DEFAULT_MAX_TTL, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX, MAX_NODE_TIMEOUT,
     MAX_NODES,
 };
+pub use epoch::Epoch;
 pub use error::ConfigError;
 pub use event::{LockEvent, LockOutput, Operation, Trigger, WakeReason};
 pub use extend::{Extend, ExtendFailure, ExtendOutcome};

@@ -13,6 +13,15 @@ fn config(policy: RetryPolicy) -> Config {
     Config::builder(5).retry(policy).build().expect("valid")
 }
 
+/// `total` nodes, the first `held` of them holding resource `r` for another token.
+fn held_by_another(held: usize, total: usize) -> Vec<FakeNode> {
+    let mut nodes = vec![FakeNode::default(); total];
+    for node in nodes.iter_mut().take(held) {
+        node.put(b"r".to_vec(), b"other".to_vec());
+    }
+    nodes
+}
+
 fn acquired(event: Option<LockEvent>) -> Lease {
     match event {
         Some(LockEvent::Acquired(lease)) => lease,
@@ -220,10 +229,7 @@ fn a_wake_ends_the_retry_pause_early() {
             .delay(Duration::from_secs(5))
             .no_deadline(),
     );
-    let mut nodes = vec![FakeNode::default(); 5];
-    for node in nodes.iter_mut() {
-        node.put(b"r".to_vec(), b"other".to_vec());
-    }
+    let mut nodes = held_by_another(5, 5);
     let t0 = epoch();
     let mut lock =
         Lifecycle::acquire(t0, &config, &LockRequest::new("r", TTL), &mut rng(7)).expect("ok");
@@ -467,10 +473,7 @@ fn a_wake_starts_the_next_round_within_the_wake_jitter_and_only_once_per_pause()
         .no_deadline()
         .wake_jitter(wake_jitter);
     for seed in 0..20 {
-        let mut nodes = vec![FakeNode::default(); 5];
-        for node in nodes.iter_mut() {
-            node.put(b"r".to_vec(), b"other".to_vec());
-        }
+        let mut nodes = held_by_another(5, 5);
         let t0 = epoch();
         let mut lock = Lifecycle::acquire(
             t0,
@@ -516,10 +519,7 @@ fn a_wake_starts_the_next_round_within_the_wake_jitter_and_only_once_per_pause()
 #[test]
 fn a_held_lock_release_announces_itself_and_a_lost_rounds_clean_up_does_not() {
     let config = config(RetryPolicy::once());
-    let mut nodes = vec![FakeNode::default(); 5];
-    for node in nodes.iter_mut().take(3) {
-        node.put(b"r".to_vec(), b"other".to_vec());
-    }
+    let mut nodes = held_by_another(3, 5);
     let mut net = Net::new(&mut nodes, epoch());
     // Lost on 3 of 5: the 2 keys it set are cleaned up, without a notice.
     let mut lost = Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(11))
@@ -570,10 +570,7 @@ fn rounds_started_by_wakes_and_lost_announce_their_clean_up_and_widen_the_wake_w
         .wake_jitter(wake_jitter);
     let mut widest_after_three = Duration::ZERO;
     for seed in 0..20 {
-        let mut nodes = vec![FakeNode::default(); 5];
-        for node in nodes.iter_mut() {
-            node.put(b"r".to_vec(), b"other".to_vec());
-        }
+        let mut nodes = held_by_another(5, 5);
         let t0 = epoch();
         let mut lock = Lifecycle::acquire(
             t0,
