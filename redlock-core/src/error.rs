@@ -146,4 +146,11 @@ pub enum ConfigError {
         /// Position of the resource in the request (0-based).
         index: usize,
     },
+    /// A [`Multiplexer`](crate::Multiplexer) lock id that already names a running lock (or,
+    /// once in 2^64, a lifecycle id drawn twice): the driver must choose another.
+    #[error("lock id {id}: already in use by a running lock; use an id not in use")]
+    LockIdInUse {
+        /// The id given.
+        id: u64,
+    },
 }

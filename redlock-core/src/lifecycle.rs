@@ -218,6 +218,12 @@ impl Lifecycle {
         }
     }
 
+    /// The lifecycle's own id, drawn from the RNG when it was made: every request id it sends
+    /// carries it ([`RequestId::origin`]).
+    pub fn id(&self) -> u64 {
+        self.origin.lock()
+    }
+
     /// When the lifecycle started (the `now` it was created with): the start of an
     /// acquisition, for its latency.
     pub fn started_at(&self) -> Instant {

@@ -1,0 +1,686 @@
+//! Many locks over one set of nodes: the part of a client driver that is not I/O.
+//!
+//! A [`Multiplexer`] owns every [`Lifecycle`] of a client, keyed by a [`LockId`] the driver
+//! chooses, and decides what goes to each node and when:
+//! - **One FIFO per node.** Every request a lifecycle wants sent is queued on its node. At most
+//!   one request per lock is in flight on a node, so a lock's release can never overtake its own
+//!   acquire there (a late `SET` would otherwise leave the key for its TTL); requests of other
+//!   locks behind it are not held up.
+//! - **One write per node.** [`poll_transmit`](Multiplexer::poll_transmit) hands out, per node,
+//!   everything that may go now as one [`Batch`] (one pipeline, one round trip), across locks.
+//! - **No stalled queue.** A request queued behind another of its lock goes out in the first
+//!   batch after that one's reply (or transport error) is handed in: the driver needs no timer
+//!   of its own for it.
+//! - **Timers and notices.** The next wake-up is the earliest of every lifecycle's
+//!   ([`poll_timeout`](Multiplexer::poll_timeout), with its reason), and release notices are
+//!   bookkept here: which channels the nodes' subscriber connections must listen on
+//!   ([`poll_subscription`](Multiplexer::poll_subscription)), and whom a notice wakes.
+//! - **Caller extensions in order.** Each [`extend`](Multiplexer::extend) call is answered by
+//!   exactly one [`LockEvent::Extended`] with [`Trigger::Caller`], in call order: calls are never
+//!   merged, so an outcome never answers a later call.
+//!
+//! # What it never does
+//! It never reads a clock, never sleeps, never does I/O, and never decides anything about a lock:
+//! every decision stays with the lock's [`Lifecycle`]. It never panics on an unknown or stale
+//! id: a reply for a lock that is gone only frees its node's slot.
+//!
+//! # Driving it
+//! Inputs are the caller's (`acquire`, `resume`, `release_by_token`, `trust`, `extend`,
+//! `release`, `abandon`, `detach`) and the world's (`handle_reply`, `handle_timeout`,
+//! `handle_notice`). After any input, drain the outputs: send every
+//! [`poll_transmit`](Multiplexer::poll_transmit) batch, pass on every
+//! [`poll_event`](Multiplexer::poll_event), apply every
+//! [`poll_subscription`](Multiplexer::poll_subscription); then sleep until
+//! [`poll_timeout`](Multiplexer::poll_timeout) or the next input. Every request handed out must
+//! come back exactly once through `handle_reply` — its reply, or an error reply when the
+//! transport failed or timed out — or its node stays busy for that lock.
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::time::{Duration, Instant};
+//! use rand_core::SeedableRng;
+//! use redlock_core::{Config, LockEvent, LockId, LockRequest, Multiplexer, Op, Reply};
+//!
+//! let mut nodes: Vec<HashMap<Vec<u8>, Vec<u8>>> = vec![HashMap::new(); 3];
+//! let rng = chacha20::ChaCha8Rng::seed_from_u64(7);
+//! let mut mux = Multiplexer::new(Config::new(3)?, rng);
+//! let now = Instant::now(); // the driver's clock; the engine never reads one
+//! // Two locks at once: each node gets one write carrying both acquisitions.
+//! mux.acquire(now, LockId::new(1), &LockRequest::new("a", Duration::from_secs(10)))?;
+//! mux.acquire(now, LockId::new(2), &LockRequest::new("b", Duration::from_secs(10)))?;
+//! let mut held = Vec::new();
+//! while held.len() < 2 {
+//!     while let Some(batch) = mux.poll_transmit() {
+//!         assert_eq!(batch.transmits.len(), 2);
+//!         for transmit in batch.transmits {
+//!             let node = &mut nodes[batch.node];
+//!             let key = transmit.command.spec().keys().next().unwrap().to_vec();
+//!             let token = transmit.command.spec().token().as_bytes().to_vec();
+//!             let reply = match transmit.command.op() {
+//!                 Op::SetIfAbsent if !node.contains_key(&key) => { node.insert(key, token); Reply::Ok }
+//!                 _ => Reply::Nil,
+//!             };
+//!             mux.handle_reply(now, transmit.id, reply);
+//!         }
+//!     }
+//!     while let Some((lock, event)) = mux.poll_event() {
+//!         if let LockEvent::Acquired(_) = event { held.push(lock) }
+//!     }
+//! }
+//! assert!(nodes.iter().all(|node| node.len() == 2));
+//! # Ok::<(), redlock_core::ConfigError>(())
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use rand_core::CryptoRng;
+
+use crate::config::Config;
+use crate::error::ConfigError;
+use crate::event::{LockEvent, LockOutput, Trigger, WakeReason};
+use crate::extend::{ExtendFailure, ExtendOutcome};
+use crate::id::RequestId;
+use crate::lifecycle::Lifecycle;
+use crate::output::Transmit;
+use crate::release::ReleaseReport;
+use crate::reply::Reply;
+use crate::request::LockRequest;
+use crate::validity::Ttl;
+
+/// How long a release channel stays subscribed after its last waiter left: a client that locks
+/// the same key again and again under contention is then already listening when its next round
+/// loses, instead of missing the release that comes while its `SUBSCRIBE` is on the way.
+pub const LINGER: Duration = Duration::from_secs(2);
+
+/// A lock of a [`Multiplexer`], named by the driver (any value not in use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockId(u64);
+
+impl LockId {
+    /// The lock named `id`.
+    pub fn new(id: u64) -> Self {
+        Self(id)
+    }
+
+    /// The number it was made from.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// Requests for one node, to send in one write (a pipeline), in order. At most one request per
+/// lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// Index of the node.
+    pub node: usize,
+    /// The requests, in the order they must run.
+    pub transmits: Vec<Transmit>,
+}
+
+/// What a subscriber connection to release notices must do (on every node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// `SUBSCRIBE` to this channel.
+    Subscribe(Vec<u8>),
+    /// `UNSUBSCRIBE` from this channel.
+    Unsubscribe(Vec<u8>),
+}
+
+/// The next wake-up of a [`Multiplexer`]: when, and why (for traces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeout {
+    /// When to call [`Multiplexer::handle_timeout`].
+    pub at: Instant,
+    /// Why.
+    pub reason: TimeoutReason,
+}
+
+/// Why a [`Multiplexer`] wants to wake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutReason {
+    /// A lock's lifecycle waits for this instant.
+    Lock {
+        /// Which lock.
+        lock: LockId,
+        /// Why the lifecycle waits.
+        reason: WakeReason,
+    },
+    /// A release channel lingered long enough to be unsubscribed.
+    Linger,
+}
+
+#[derive(Debug)]
+struct Slot {
+    lifecycle: Lifecycle,
+    /// The instant the lifecycle waits for (it is in `timers` with it).
+    wait: Option<(Instant, WakeReason)>,
+    /// Whether a caller's extension is in the lifecycle, not yet answered.
+    extending: bool,
+    /// Caller extensions waiting for that one to end, in call order.
+    extends: VecDeque<Duration>,
+    /// The channels it listens on while it pauses between rounds.
+    listening: Vec<Vec<u8>>,
+    /// `release` was called: a `Released` event is owed.
+    releasing: bool,
+    /// Abandoned: its events are nobody's business.
+    silent: bool,
+}
+
+#[derive(Debug, Default)]
+struct NodeQueue {
+    queued: VecDeque<Transmit>,
+    /// Locks (by the lifecycle's own id) with a request in flight on this node.
+    busy: BTreeSet<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Channel {
+    waiters: BTreeSet<LockId>,
+    /// When the last waiter left (the channel lingers), or `None` while someone waits.
+    idle_since: Option<Instant>,
+}
+
+/// Many [`Lifecycle`]s over one set of nodes: per-node FIFO queues, one batch per node, the
+/// next wake-up, release-notice bookkeeping. See the [module docs](self).
+#[derive(Debug)]
+pub struct Multiplexer<R> {
+    config: Config,
+    rng: R,
+    locks: BTreeMap<LockId, Slot>,
+    /// The lifecycle's own id (in every request id) to the driver's.
+    routes: BTreeMap<u64, LockId>,
+    nodes: Vec<NodeQueue>,
+    /// Where the next batch search starts (so no node starves the others).
+    next_node: usize,
+    timers: BTreeSet<(Instant, LockId)>,
+    events: VecDeque<(LockId, LockEvent)>,
+    channels: BTreeMap<Vec<u8>, Channel>,
+    changes: VecDeque<Change>,
+}
+
+impl<R: CryptoRng> Multiplexer<R> {
+    /// A multiplexer for `config`'s nodes; `rng` makes the locks' tokens, ids and jitter.
+    pub fn new(config: Config, rng: R) -> Self {
+        let nodes = (0..config.nodes()).map(|_| NodeQueue::default()).collect();
+        Self {
+            config,
+            rng,
+            locks: BTreeMap::new(),
+            routes: BTreeMap::new(),
+            nodes,
+            next_node: 0,
+            timers: BTreeSet::new(),
+            events: VecDeque::new(),
+            channels: BTreeMap::new(),
+            changes: VecDeque::new(),
+        }
+    }
+
+    /// The settings every lock runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The lifecycle of lock `id`, while it runs.
+    pub fn lock(&self, id: LockId) -> Option<&Lifecycle> {
+        self.locks.get(&id).map(|slot| &slot.lifecycle)
+    }
+
+    /// How many locks run.
+    pub fn len(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// Whether no lock runs.
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty()
+    }
+
+    /// Whether nothing is left to do: no lock runs, no request is queued or in flight.
+    pub fn is_idle(&self) -> bool {
+        self.locks.is_empty() && !self.has_requests()
+    }
+
+    /// Whether a request is queued or in flight on some node (a detached lock's too).
+    pub fn has_requests(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|node| !node.queued.is_empty() || !node.busy.is_empty())
+    }
+
+    /// Starts acquiring `request` as lock `id` ([`Lifecycle::acquire`]).
+    pub fn acquire(
+        &mut self,
+        now: Instant,
+        id: LockId,
+        request: &LockRequest,
+    ) -> Result<(), ConfigError> {
+        self.check_free(id)?;
+        let lifecycle = Lifecycle::acquire(now, &self.config, request, &mut self.rng)?;
+        self.insert(now, id, lifecycle)
+    }
+
+    /// Starts resuming a lock by its token as lock `id` ([`Lifecycle::resume`]).
+    pub fn resume(
+        &mut self,
+        now: Instant,
+        id: LockId,
+        request: &LockRequest,
+    ) -> Result<(), ConfigError> {
+        self.check_free(id)?;
+        let lifecycle = Lifecycle::resume(now, &self.config, request, &mut self.rng)?;
+        self.insert(now, id, lifecycle)
+    }
+
+    /// Starts releasing a lock by its token as lock `id` ([`Lifecycle::release_by_token`]).
+    pub fn release_by_token(
+        &mut self,
+        now: Instant,
+        id: LockId,
+        request: &LockRequest,
+    ) -> Result<(), ConfigError> {
+        self.check_free(id)?;
+        let lifecycle = Lifecycle::release_by_token(now, &self.config, request, &mut self.rng)?;
+        self.insert(now, id, lifecycle)?;
+        if let Some(slot) = self.locks.get_mut(&id) {
+            slot.releasing = true;
+        }
+        Ok(())
+    }
+
+    /// Starts marking every node trusted as lock `id` ([`Lifecycle::trust`]).
+    pub fn trust(&mut self, now: Instant, id: LockId) -> Result<(), ConfigError> {
+        self.check_free(id)?;
+        let lifecycle = Lifecycle::trust(now, &self.config, &mut self.rng);
+        self.insert(now, id, lifecycle)
+    }
+
+    /// Extends held lock `id` to `ttl` from now. Answered by exactly one
+    /// [`LockEvent::Extended`] with [`Trigger::Caller`] for `id`, after the answers of earlier
+    /// calls (calls run one after another, never merged). A lock that is not running is
+    /// answered at once with [`ExtendFailure::Expired`]. A TTL the engine does not accept is an
+    /// error, and nothing changes.
+    pub fn extend(&mut self, now: Instant, id: LockId, ttl: Duration) -> Result<(), ConfigError> {
+        Ttl::for_config(now, &self.config, ttl)?;
+        let Some(slot) = self.locks.get_mut(&id) else {
+            self.events.push_back((id, expired()));
+            return Ok(());
+        };
+        if slot.extending || slot.releasing {
+            slot.extends.push_back(ttl);
+            if slot.releasing {
+                self.answer_extends(id);
+            }
+            return Ok(());
+        }
+        slot.lifecycle.extend(now, ttl)?;
+        slot.extending = true;
+        self.drive(now, id);
+        Ok(())
+    }
+
+    /// Releases lock `id` ([`Lifecycle::release`]): answered by one [`LockEvent::Released`]
+    /// (an empty report when nothing had to be sent, or the lock is not running). Caller
+    /// extensions not yet answered are answered with [`ExtendFailure::Expired`].
+    pub fn release(&mut self, now: Instant, id: LockId) {
+        let Some(slot) = self.locks.get_mut(&id) else {
+            self.events.push_back((id, LockEvent::Released(empty_report())));
+            return;
+        };
+        if slot.releasing {
+            return;
+        }
+        slot.releasing = true;
+        slot.lifecycle.release(now);
+        self.answer_extends(id);
+        self.drive(now, id);
+    }
+
+    /// Gives up lock `id` if it is still being acquired or resumed: an acquisition releases
+    /// what its requests may have set, a resumption just ends (the lock belongs to whoever
+    /// handed it over). A held lock is left alone. Nothing is answered.
+    pub fn abandon(&mut self, now: Instant, id: LockId) {
+        let Some(slot) = self.locks.get_mut(&id) else {
+            return;
+        };
+        if slot.lifecycle.lease().is_some() || slot.releasing {
+            return;
+        }
+        slot.silent = true;
+        slot.lifecycle.release(now);
+        self.drive(now, id);
+    }
+
+    /// Stops driving lock `id` without releasing it: no more extensions, no events; its keys
+    /// stay on the nodes until their TTL. Requests already queued or in flight still run.
+    pub fn detach(&mut self, now: Instant, id: LockId) {
+        if let Some(slot) = self.locks.remove(&id) {
+            self.forget(now, id, slot);
+        }
+        self.events.retain(|(lock, _)| *lock != id);
+    }
+
+    /// Hands in the reply to request `id` (or an error reply for a transport that failed or
+    /// timed out). Frees the node for that lock's next request; a reply for a lock that is gone,
+    /// a stale or a duplicate one changes nothing else.
+    pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
+        let origin = id.origin().lock();
+        if let Some(node) = self.nodes.get_mut(id.node()) {
+            node.busy.remove(&origin);
+        }
+        let Some(&lock) = self.routes.get(&origin) else {
+            return;
+        };
+        if let Some(slot) = self.locks.get_mut(&lock) {
+            slot.lifecycle.handle_reply(now, id, reply);
+            self.drive(now, lock);
+        }
+    }
+
+    /// Lets every deadline up to `now` pass. Harmless at any time.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(at, lock)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.timers.pop_first();
+            if let Some(slot) = self.locks.get_mut(&lock) {
+                slot.wait = None;
+                slot.lifecycle.handle_timeout(now);
+                self.drive(now, lock);
+            }
+        }
+        self.sweep(now);
+    }
+
+    /// A release notice came on `channel`: every lock pausing for it starts its next round
+    /// early ([`Lifecycle::handle_wake`]). Harmless for a channel nobody waits on.
+    pub fn handle_notice(&mut self, now: Instant, channel: &[u8]) {
+        let waiters: Vec<LockId> = match self.channels.get(channel) {
+            Some(entry) => entry.waiters.iter().copied().collect(),
+            None => return,
+        };
+        for lock in waiters {
+            if let Some(slot) = self.locks.get_mut(&lock) {
+                slot.lifecycle.handle_wake(now);
+                self.drive(now, lock);
+            }
+        }
+    }
+
+    /// The next batch to send: for one node, every queued request whose lock has nothing in
+    /// flight there, in queue order. Call until `None` after every input.
+    pub fn poll_transmit(&mut self) -> Option<Batch> {
+        let count = self.nodes.len();
+        for step in 0..count {
+            let index = (self.next_node + step) % count;
+            let node = &mut self.nodes[index];
+            if node.queued.is_empty() {
+                continue;
+            }
+            let mut transmits = Vec::new();
+            let mut kept = VecDeque::new();
+            while let Some(transmit) = node.queued.pop_front() {
+                // `busy` also holds the locks taken into this batch: one request per lock.
+                if node.busy.insert(transmit.id.origin().lock()) {
+                    transmits.push(transmit);
+                } else {
+                    kept.push_back(transmit);
+                }
+            }
+            node.queued = kept;
+            if !transmits.is_empty() {
+                self.next_node = (index + 1) % count;
+                return Some(Batch {
+                    node: index,
+                    transmits,
+                });
+            }
+        }
+        None
+    }
+
+    /// The next thing that happened to a lock. Call until `None` after every input.
+    pub fn poll_event(&mut self) -> Option<(LockId, LockEvent)> {
+        self.events.pop_front()
+    }
+
+    /// The next change to the release channels every node's subscriber connection listens on.
+    /// Call until `None` after every input.
+    pub fn poll_subscription(&mut self) -> Option<Change> {
+        self.changes.pop_front()
+    }
+
+    /// Every release channel to listen on now: for a subscriber connection that (re)starts.
+    pub fn channels(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.channels.keys().map(Vec::as_slice)
+    }
+
+    /// When to call [`handle_timeout`](Multiplexer::handle_timeout) next, and why; `None`
+    /// while nothing is scheduled.
+    pub fn poll_timeout(&self) -> Option<Timeout> {
+        let lock = self.timers.first().map(|&(at, lock)| Timeout {
+            at,
+            reason: TimeoutReason::Lock {
+                lock,
+                reason: self
+                    .locks
+                    .get(&lock)
+                    .and_then(|slot| slot.wait)
+                    .map_or(WakeReason::RetryPause, |(_, reason)| reason),
+            },
+        });
+        let linger = self
+            .channels
+            .values()
+            .filter_map(|entry| entry.idle_since)
+            .min()
+            .map(|since| Timeout {
+                at: since + LINGER,
+                reason: TimeoutReason::Linger,
+            });
+        match (lock, linger) {
+            (Some(a), Some(b)) => Some(if b.at < a.at { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn check_free(&self, id: LockId) -> Result<(), ConfigError> {
+        if self.locks.contains_key(&id) {
+            return Err(ConfigError::LockIdInUse { id: id.get() });
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, now: Instant, id: LockId, lifecycle: Lifecycle) -> Result<(), ConfigError> {
+        let origin = lifecycle.id();
+        if self.routes.contains_key(&origin) {
+            // Two lifecycles drew the same 64-bit id: refuse rather than mix their replies.
+            return Err(ConfigError::LockIdInUse { id: id.get() });
+        }
+        self.routes.insert(origin, id);
+        self.locks.insert(
+            id,
+            Slot {
+                lifecycle,
+                wait: None,
+                extending: false,
+                extends: VecDeque::new(),
+                listening: Vec::new(),
+                releasing: false,
+                silent: false,
+            },
+        );
+        self.drive(now, id);
+        Ok(())
+    }
+
+    /// Drains lock `id`'s outputs into the node queues, the timers and the events.
+    fn drive(&mut self, now: Instant, id: LockId) {
+        loop {
+            let Some(slot) = self.locks.get_mut(&id) else {
+                return;
+            };
+            match slot.lifecycle.poll_output(now) {
+                LockOutput::Send(transmit) => {
+                    if let Some(node) = self.nodes.get_mut(transmit.id.node()) {
+                        node.queued.push_back(transmit);
+                    }
+                }
+                LockOutput::Wait { at, reason } => {
+                    if slot.wait.map(|(t, _)| t) != Some(at) {
+                        if let Some((old, _)) = slot.wait {
+                            self.timers.remove(&(old, id));
+                        }
+                        self.timers.insert((at, id));
+                    }
+                    slot.wait = Some((at, reason));
+                    if reason == WakeReason::RetryPause && slot.listening.is_empty() {
+                        self.listen(id);
+                    }
+                    return;
+                }
+                LockOutput::Event(event) => {
+                    let silent = slot.silent;
+                    self.on_event(now, id, event, silent);
+                }
+                LockOutput::Idle => {
+                    if let Some((old, _)) = slot.wait.take() {
+                        self.timers.remove(&(old, id));
+                    }
+                    if slot.lifecycle.has_ended() {
+                        let slot = self.locks.remove(&id);
+                        if let Some(slot) = slot {
+                            if slot.releasing && !slot.silent {
+                                // Nothing had to be sent: the release is over at once.
+                                self.events
+                                    .push_back((id, LockEvent::Released(empty_report())));
+                            }
+                            self.forget(now, id, slot);
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, id: LockId, event: LockEvent, silent: bool) {
+        let Some(slot) = self.locks.get_mut(&id) else {
+            return;
+        };
+        match &event {
+            LockEvent::Acquired(_) | LockEvent::NotAcquired(_) => self.unlisten(now, id),
+            LockEvent::Released(_) => slot.releasing = false,
+            LockEvent::Extended {
+                trigger: Trigger::Caller,
+                ..
+            } => {
+                slot.extending = false;
+                if let Some(ttl) = slot.extends.pop_front() {
+                    slot.extending = true;
+                    // The TTL passed the check when it was queued, against the same config.
+                    let _ = slot.lifecycle.extend(now, ttl);
+                }
+            }
+            LockEvent::Extended { .. } | LockEvent::Lost { .. } | LockEvent::Trusted(_) => {}
+        }
+        if !silent {
+            self.events.push_back((id, event));
+        }
+    }
+
+    /// Answers the extensions of lock `id` that will never run (it is being released).
+    fn answer_extends(&mut self, id: LockId) {
+        let Some(slot) = self.locks.get_mut(&id) else {
+            return;
+        };
+        let owed = slot.extends.len() + usize::from(slot.extending);
+        slot.extends.clear();
+        slot.extending = false;
+        for _ in 0..owed {
+            self.events.push_back((id, expired()));
+        }
+    }
+
+    /// Lock `id` is gone: its timer, route and channels go too.
+    fn forget(&mut self, now: Instant, id: LockId, slot: Slot) {
+        if let Some((at, _)) = slot.wait {
+            self.timers.remove(&(at, id));
+        }
+        self.routes.remove(&slot.lifecycle.id());
+        self.leave(now, id, &slot.listening);
+    }
+
+    fn listen(&mut self, id: LockId) {
+        let Some(slot) = self.locks.get_mut(&id) else {
+            return;
+        };
+        let Some(spec) = slot.lifecycle.spec() else {
+            return;
+        };
+        slot.listening = spec.released_channels().collect();
+        for channel in &slot.listening {
+            let entry = self.channels.entry(channel.clone()).or_insert_with(|| {
+                self.changes.push_back(Change::Subscribe(channel.clone()));
+                Channel::default()
+            });
+            entry.waiters.insert(id);
+            entry.idle_since = None;
+        }
+    }
+
+    fn unlisten(&mut self, now: Instant, id: LockId) {
+        let Some(slot) = self.locks.get_mut(&id) else {
+            return;
+        };
+        let channels = std::mem::take(&mut slot.listening);
+        self.leave(now, id, &channels);
+    }
+
+    /// Lock `id` stops waiting on `channels`; a channel left without waiters lingers from `now`.
+    fn leave(&mut self, now: Instant, id: LockId, channels: &[Vec<u8>]) {
+        for channel in channels {
+            if let Some(entry) = self.channels.get_mut(channel) {
+                entry.waiters.remove(&id);
+                if entry.waiters.is_empty() {
+                    entry.idle_since = Some(now);
+                }
+            }
+        }
+    }
+
+    /// Unsubscribes the channels that lingered for [`LINGER`].
+    fn sweep(&mut self, now: Instant) {
+        let changes = &mut self.changes;
+        self.channels.retain(|channel, entry| {
+            let expired = entry
+                .idle_since
+                .is_some_and(|since| now.saturating_duration_since(since) >= LINGER);
+            if expired {
+                changes.push_back(Change::Unsubscribe(channel.clone()));
+            }
+            !expired
+        });
+    }
+}
+
+fn expired() -> LockEvent {
+    LockEvent::Extended {
+        outcome: ExtendOutcome::NotExtended {
+            reason: ExtendFailure::Expired,
+            votes: Vec::new(),
+        },
+        trigger: Trigger::Caller,
+    }
+}
+
+fn empty_report() -> ReleaseReport {
+    ReleaseReport { nodes: Vec::new() }
+}
+
+#[cfg(test)]
+#[path = "multiplexer_tests.rs"]
+mod tests;

@@ -1,0 +1,366 @@
+//! Unit tests of the multiplexer, stepping virtual time over in-memory nodes.
+
+use super::*;
+use crate::command::Op;
+use crate::retry::RetryPolicy;
+use crate::testing::{FakeNode, epoch, rng};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// A multiplexer over in-memory nodes; requests wait "on the wire" until delivered.
+struct World {
+    mux: Multiplexer<chacha20::ChaCha8Rng>,
+    nodes: Vec<FakeNode>,
+    now: Instant,
+    /// Requests sent and not answered yet, in order.
+    wire: Vec<Transmit>,
+    batches: Vec<Batch>,
+}
+
+impl World {
+    fn new(nodes: usize) -> Self {
+        Self::with(Config::builder(nodes).build().expect("valid"), nodes)
+    }
+
+    fn with(config: Config, nodes: usize) -> Self {
+        Self {
+            mux: Multiplexer::new(config, rng(3)),
+            nodes: vec![FakeNode::default(); nodes],
+            now: epoch(),
+            wire: Vec::new(),
+            batches: Vec::new(),
+        }
+    }
+
+    /// Puts every batch there is on the wire.
+    fn send(&mut self) {
+        while let Some(batch) = self.mux.poll_transmit() {
+            self.wire.extend(batch.transmits.iter().cloned());
+            self.batches.push(batch);
+        }
+    }
+
+    /// Delivers the requests on the wire that `deliver` picks: runs them on their node and
+    /// hands the replies in.
+    fn answer(&mut self, deliver: impl Fn(&Transmit) -> bool) {
+        let wire = std::mem::take(&mut self.wire);
+        for transmit in wire {
+            if deliver(&transmit) {
+                let reply = self.nodes[transmit.id.node()].run(Duration::ZERO, &transmit.command);
+                self.mux.handle_reply(self.now, transmit.id, reply);
+            } else {
+                self.wire.push(transmit);
+            }
+        }
+    }
+
+    /// Sends and answers everything until nothing is left to send.
+    fn settle(&mut self) {
+        loop {
+            self.send();
+            if self.wire.is_empty() {
+                return;
+            }
+            self.answer(|_| true);
+        }
+    }
+
+    fn events(&mut self) -> Vec<(LockId, LockEvent)> {
+        std::iter::from_fn(|| self.mux.poll_event()).collect()
+    }
+
+    /// Jumps to the next timeout and lets it pass.
+    fn tick(&mut self) -> Timeout {
+        let timeout = self.mux.poll_timeout().expect("something scheduled");
+        self.now = self.now.max(timeout.at);
+        self.mux.handle_timeout(self.now);
+        timeout
+    }
+}
+
+fn count(events: &[(LockId, LockEvent)], f: impl Fn(&LockEvent) -> bool) -> usize {
+    events.iter().filter(|(_, e)| f(e)).count()
+}
+
+fn is_acquired(e: &LockEvent) -> bool {
+    matches!(e, LockEvent::Acquired(_))
+}
+
+#[test]
+fn locks_share_one_batch_per_node_and_each_is_acquired() {
+    let mut w = World::new(5);
+    for (id, resource) in [(1, "a"), (2, "b"), (3, "c")] {
+        w.mux
+            .acquire(w.now, LockId::new(id), &LockRequest::new(resource, TTL))
+            .expect("valid");
+    }
+    w.send();
+    assert_eq!(w.batches.len(), 5, "one write per node");
+    assert!(w.batches.iter().all(|b| b.transmits.len() == 3));
+    w.answer(|_| true);
+    let events = w.events();
+    assert_eq!(count(&events, is_acquired), 3);
+    assert!(w.nodes.iter().all(|n| n.token(b"a").is_some()));
+}
+
+#[test]
+fn a_lock_has_one_request_per_node_in_flight_and_the_next_goes_out_on_its_reply() {
+    let mut w = World::new(3);
+    let (a, b) = (LockId::new(1), LockId::new(2));
+    w.mux
+        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.send();
+    // Nodes 0 and 1 answer; node 2's SET is still on the wire when the lock is released.
+    w.answer(|t| t.id.node() != 2);
+    assert_eq!(count(&w.events(), is_acquired), 1);
+    w.mux.release(w.now, a);
+    w.mux
+        .acquire(w.now, b, &LockRequest::new("b", TTL))
+        .expect("valid");
+    w.batches.clear();
+    w.send();
+    let on_2: Vec<_> = w.batches.iter().filter(|b| b.node == 2).collect();
+    assert_eq!(on_2.len(), 1);
+    assert_eq!(
+        on_2[0].transmits.len(),
+        1,
+        "lock a's release waits behind its SET on node 2; lock b's SET is not held up"
+    );
+    assert_eq!(on_2[0].transmits[0].command.op(), Op::SetIfAbsent);
+    assert!(w.mux.has_requests());
+    // The straggler answers: the queued release goes out in the very next batch, no timer.
+    w.batches.clear();
+    w.answer(|t| t.id.node() == 2 && t.command.spec().keys().any(|k| k == b"a"));
+    w.send();
+    let release: Vec<_> = w
+        .batches
+        .iter()
+        .flat_map(|b| &b.transmits)
+        .filter(|t| t.id.node() == 2)
+        .collect();
+    assert_eq!(release.len(), 1);
+    assert_eq!(release[0].command.op(), Op::DeleteIfEquals);
+    w.settle();
+    assert!(
+        w.nodes.iter().all(|n| n.token(b"a").is_none()),
+        "released everywhere"
+    );
+    let released = count(&w.events(), |e| matches!(e, LockEvent::Released(_)));
+    assert_eq!(released, 1);
+    assert_eq!(w.mux.len(), 1, "lock a is gone, lock b runs");
+}
+
+#[test]
+fn caller_extensions_run_one_by_one_and_each_gets_its_own_answer() {
+    let mut w = World::new(3);
+    let a = LockId::new(7);
+    w.mux
+        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.settle();
+    w.events();
+    w.batches.clear();
+    w.mux.extend(w.now, a, TTL * 2).expect("valid");
+    w.mux.extend(w.now, a, TTL * 3).expect("valid");
+    w.mux.extend(w.now, a, TTL).expect("valid");
+    w.settle();
+    let extends = w
+        .batches
+        .iter()
+        .flat_map(|b| &b.transmits)
+        .filter(|t| t.command.op() == Op::ExpireIfEquals)
+        .count();
+    assert_eq!(extends, 9, "three extensions, none merged");
+    let answers = count(&w.events(), |e| {
+        matches!(
+            e,
+            LockEvent::Extended {
+                trigger: Trigger::Caller,
+                outcome: ExtendOutcome::Extended { .. }
+            }
+        )
+    });
+    assert_eq!(answers, 3);
+    assert!(w.mux.extend(w.now, a, Duration::ZERO).is_err());
+}
+
+#[test]
+fn extensions_not_run_before_a_release_are_answered_and_never_sent() {
+    let mut w = World::new(3);
+    let a = LockId::new(1);
+    w.mux
+        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.settle();
+    w.events();
+    w.mux.extend(w.now, a, TTL).expect("valid");
+    w.mux.extend(w.now, a, TTL).expect("valid");
+    w.mux.release(w.now, a);
+    w.settle();
+    let events = w.events();
+    let expired = count(&events, |e| {
+        matches!(
+            e,
+            LockEvent::Extended {
+                outcome: ExtendOutcome::NotExtended {
+                    reason: ExtendFailure::Expired,
+                    ..
+                },
+                ..
+            }
+        )
+    });
+    assert_eq!(expired, 2, "both calls answered: {events:?}");
+    assert_eq!(count(&events, |e| matches!(e, LockEvent::Released(_))), 1);
+    // Unknown locks are answered too, never left waiting.
+    w.mux.extend(w.now, LockId::new(99), TTL).expect("valid");
+    w.mux.release(w.now, LockId::new(99));
+    assert_eq!(w.events().len(), 2);
+}
+
+#[test]
+fn auto_extension_runs_with_nobody_calling() {
+    let mut w = World::new(3);
+    let a = LockId::new(1);
+    let ttl = Duration::from_secs(1);
+    w.mux
+        .acquire(w.now, a, &LockRequest::new("a", ttl).auto_extend())
+        .expect("valid");
+    w.settle();
+    let start = w.now;
+    let mut renewals = 0;
+    while w.now < start + ttl * 5 {
+        let timeout = w.tick();
+        assert_eq!(
+            timeout.reason,
+            TimeoutReason::Lock {
+                lock: a,
+                reason: WakeReason::AutoExtend
+            }
+        );
+        w.settle();
+        renewals += count(&w.events(), |e| {
+            matches!(
+                e,
+                LockEvent::Extended {
+                    trigger: Trigger::Renewal,
+                    outcome: ExtendOutcome::Extended { .. }
+                }
+            )
+        });
+    }
+    assert!(renewals >= 5, "renewed {renewals} times in 5 TTLs");
+    let lease = w.mux.lock(a).and_then(Lifecycle::lease).expect("held");
+    assert!(lease.is_valid(w.now));
+}
+
+#[test]
+fn an_abandoned_acquisition_releases_what_it_set_and_says_nothing() {
+    let mut w = World::new(3);
+    let a = LockId::new(1);
+    w.mux
+        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.send();
+    w.answer(|t| t.id.node() == 0);
+    w.mux.abandon(w.now, a);
+    w.settle();
+    assert!(w.events().is_empty());
+    assert!(w.nodes.iter().all(|n| n.token(b"a").is_none()));
+    assert!(w.mux.is_idle());
+    // A held lock is left alone.
+    w.mux
+        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .expect("the id is free again");
+    w.settle();
+    w.mux.abandon(w.now, a);
+    w.settle();
+    assert!(w.nodes.iter().all(|n| n.token(b"a").is_some()));
+}
+
+#[test]
+fn a_detached_lock_stays_on_the_nodes_and_goes_quiet() {
+    let mut w = World::new(3);
+    let a = LockId::new(1);
+    w.mux
+        .acquire(w.now, a, &LockRequest::new("a", Duration::from_secs(1)).auto_extend())
+        .expect("valid");
+    w.send();
+    w.answer(|t| t.id.node() != 2);
+    w.mux.detach(w.now, a);
+    assert!(w.mux.has_requests(), "node 2's SET is still in flight");
+    w.settle();
+    assert_eq!(w.mux.poll_timeout(), None, "no renewal of a detached lock");
+    assert!(w.nodes.iter().all(|n| n.token(b"a").is_some()));
+    assert!(w.mux.is_idle());
+}
+
+#[test]
+fn a_paused_lock_listens_and_a_notice_starts_its_next_round() {
+    let config = Config::builder(3)
+        .retry(
+            RetryPolicy::default()
+                .delay(Duration::from_secs(3))
+                .jitter(Duration::ZERO),
+        )
+        .build()
+        .expect("valid");
+    let mut w = World::with(config, 3);
+    for node in &mut w.nodes {
+        node.put(b"a".to_vec(), b"other".to_vec());
+    }
+    let a = LockId::new(1);
+    w.mux
+        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.settle();
+    let channel = w.mux.channels().next().expect("listening").to_vec();
+    assert!(channel.starts_with(crate::RELEASED_CHANNEL_PREFIX) && channel.ends_with(b"a"));
+    assert_eq!(
+        w.mux.poll_subscription(),
+        Some(Change::Subscribe(channel.clone()))
+    );
+    for node in &mut w.nodes {
+        node.forget_all();
+        node.trust();
+    }
+    w.mux.handle_notice(w.now, b"not ours");
+    w.send();
+    assert!(w.wire.is_empty(), "a notice for another channel wakes nobody");
+    w.mux.handle_notice(w.now, &channel);
+    let wake = w.mux.poll_timeout().expect("the woken round is scheduled");
+    assert!(wake.at < w.now + Duration::from_secs(1), "{wake:?}");
+    w.now = wake.at;
+    w.mux.handle_timeout(w.now);
+    w.settle();
+    assert_eq!(count(&w.events(), is_acquired), 1);
+    // The channel lingers, then goes.
+    assert_eq!(w.mux.poll_subscription(), None);
+    let linger = w.tick();
+    assert_eq!(linger.reason, TimeoutReason::Linger);
+    assert_eq!(w.mux.poll_subscription(), Some(Change::Unsubscribe(channel)));
+}
+
+#[test]
+fn replies_for_gone_or_unknown_locks_only_free_their_node() {
+    let mut w = World::new(3);
+    let a = LockId::new(1);
+    w.mux
+        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .expect("valid");
+    assert!(
+        w.mux
+            .acquire(w.now, a, &LockRequest::new("b", TTL))
+            .is_err(),
+        "an id in use is refused"
+    );
+    w.send();
+    let stale = w.wire[0].id;
+    w.answer(|_| true);
+    w.mux.handle_reply(w.now, stale, Reply::Ok);
+    w.mux.release(w.now, a);
+    w.settle();
+    w.mux.handle_reply(w.now, stale, Reply::Ok);
+    assert!(w.mux.is_idle());
+}
