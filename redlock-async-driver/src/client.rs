@@ -1,37 +1,51 @@
-//! The client: nodes, settings, and the entry points that start a lock.
+//! The client: nodes, settings, its driver, and the entry points that start a lock.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use redlock_core::{Lifecycle, LockRequest, ReleaseReport, RetryPolicy, Vote};
-use redlock_redis::{
-    Builder, ClientCore, Error, FromSettings, LockFailure, NodeReport, Settings, Start,
-};
-use tracing::Instrument;
+use redlock_core::{Config, LockRequest, ReleaseReport, RetryPolicy, Vote};
+use redlock_redis::{Builder, Error, FromSettings, LockIds, NodeReport, Post, Settings};
 
 use crate::conn::Node;
-use crate::driver::{Dispatch, next_event};
+use crate::driver::{Mailbox, start};
 use crate::lock::Lock;
-use crate::notices::Notices;
 use crate::runtime::Runtime;
 
-/// How long a release by token waits for answers: the node timeout of a lock with this TTL
-/// (1 s with the default settings).
-const RELEASE_BY_TOKEN_TTL: Duration = Duration::from_secs(10);
-
-/// A Redlock client over N independent Redis masters. Cheap to clone and share: clones use the
-/// same connections (one multiplexed, reconnecting connection per node, made on first use).
+/// A Redlock client over N independent Redis masters. Cheap to clone and share (`Send + Sync`):
+/// clones use the same driver and connections (one multiplexed, reconnecting connection per
+/// node, made on first use).
+///
+/// # The driver
+/// A client's locks are driven by one task, started on the runtime of the first task that
+/// starts a lock (`Redlock::new` is not async and may run outside a runtime). It extends the
+/// locks that asked for it, finishes every operation whose future was dropped, and releases
+/// dropped locks, whether or not anyone awaits anything. It ends once every clone of the client
+/// is dropped and every lock is over. If its runtime shuts down first, the locks it held
+/// expire by their TTL, and the next call starts a new driver on the caller's runtime.
 pub struct Redlock<R: Runtime> {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
     runtime: PhantomData<fn() -> R>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) core: ClientCore,
-    pub(crate) nodes: Arc<[Node]>,
-    /// Release notices for locks that wait (opened on first contention).
-    pub(crate) notices: Notices,
+struct Inner {
+    config: Config,
+    labels: Arc<[Arc<str>]>,
+    nodes: Arc<[Node]>,
+    ids: LockIds,
+    driver: Mutex<Option<Arc<Mailbox>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let driver = self
+            .driver
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(driver) = driver {
+            driver.post(redlock_redis::Call::ClientGone);
+        }
+    }
 }
 
 impl<R: Runtime> Clone for Redlock<R> {
@@ -45,19 +59,69 @@ impl<R: Runtime> Clone for Redlock<R> {
 
 impl<R: Runtime> std::fmt::Debug for Redlock<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.inner.core.fmt(f)
+        f.debug_struct("Redlock")
+            .field("nodes", &self.inner.labels)
+            .field("quorum", &self.inner.config.quorum())
+            .finish()
     }
 }
 
 impl<R: Runtime> Redlock<R> {
-    redlock_redis::client_constructors!();
+    /// A client with default settings for the masters at `urls`
+    /// (`redis://[user:password@]host:port[/db]`; `rediss://` with the `tls` feature).
+    /// Nothing connects yet, and a node that is down is not an error.
+    pub fn new<I, S>(urls: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::new(urls).build()
+    }
+
+    /// Starts configuring a client for the masters at `urls`:
+    /// `Redlock::builder(urls).quorum(3).retry(policy).build()`.
+    pub fn builder<I, S>(urls: I) -> RedlockBuilder<R>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::new(urls)
+    }
+
+    /// The checked settings.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The nodes, as `host:port` (never with credentials).
+    pub fn nodes(&self) -> &[Arc<str>] {
+        &self.inner.labels
+    }
+
+    /// The driver's mailbox; starts the driver on the calling task's runtime if none runs.
+    fn driver(&self) -> Result<Arc<Mailbox>, Error> {
+        let mut slot = self
+            .inner
+            .driver
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(driver) = &*slot
+            && !driver.is_closed()
+        {
+            return Ok(driver.clone());
+        }
+        let driver = start(
+            R::current(),
+            self.inner.config.clone(),
+            self.inner.labels.clone(),
+            self.inner.nodes.clone(),
+        )?;
+        *slot = Some(driver.clone());
+        Ok(driver)
+    }
 
     /// Locks `resource` for `ttl`, retrying as the client's retry policy says.
-    pub async fn lock(
-        &self,
-        resource: impl Into<Vec<u8>>,
-        ttl: Duration,
-    ) -> Result<Lock<R>, Error> {
+    pub async fn lock(&self, resource: impl Into<Vec<u8>>, ttl: Duration) -> Result<Lock, Error> {
         self.acquire(LockRequest::new(resource, ttl)).await
     }
 
@@ -66,36 +130,44 @@ impl<R: Runtime> Redlock<R> {
         &self,
         resource: impl Into<Vec<u8>>,
         ttl: Duration,
-    ) -> Result<Lock<R>, Error> {
-        self.acquire(LockRequest::new(resource, ttl).retry(RetryPolicy::once()))
-            .await
+    ) -> Result<Lock, Error> {
+        let request = LockRequest::new(resource, ttl).retry(RetryPolicy::once());
+        self.acquire(request).await
     }
 
     /// Locks as `request` says: several resources, a retry policy, a deadline, a token of its
-    /// own, auto-extension.
+    /// own, auto-extension (the driver extends the lock until it is released or dropped, and
+    /// [`Lock::lost`] resolves if it cannot).
     ///
     /// # Cancellation
-    /// Dropping the returned future before it completes releases, in the background on the
-    /// runtime, whatever keys its requests may have set; the release on each node runs after
+    /// Dropping the future before it completes abandons the acquisition at the driver, which
+    /// releases whatever keys its requests may have set; on each node the release runs after
     /// that node's outstanding request, so it cannot be overtaken by it.
-    pub async fn acquire(&self, request: LockRequest) -> Result<Lock<R>, Error> {
-        let span = tracing::debug_span!("redlock.acquire", ttl = ?request.ttl());
-        self.start(Start::Acquire, &request).instrument(span).await
+    pub async fn acquire(&self, request: LockRequest) -> Result<Lock, Error> {
+        let pending = redlock_redis::acquire(self.driver()?, &self.inner.ids, request, false);
+        Ok(Lock::new(pending.await?))
     }
 
     /// Resumes a lock that another client (or an earlier process) acquired, from its resource
     /// and token: one compare-and-extend round to `ttl` proves the token holds it on a quorum,
     /// and the returned lock is valid from that round's start. A wrong or stale token is
-    /// [`Error::NotHeld`], and no key is changed. Cancelling it changes nothing either.
+    /// [`Error::NotHeld`], and no key is changed. Cancelling it changes nothing either, even
+    /// once the proof is in: the lock is then left as it was handed over, never released.
     pub async fn resume(
         &self,
         resource: impl Into<Vec<u8>>,
         token: impl Into<Vec<u8>>,
         ttl: Duration,
-    ) -> Result<Lock<R>, Error> {
-        let request = LockRequest::new(resource, ttl).token(token);
-        let span = tracing::debug_span!("redlock.resume", ttl = ?ttl);
-        self.start(Start::Resume, &request).instrument(span).await
+    ) -> Result<Lock, Error> {
+        self.resume_request(LockRequest::new(resource, ttl).token(token))
+            .await
+    }
+
+    /// [`resume`](Redlock::resume) with a request of your own: several resources, or
+    /// auto-extension once resumed. The request must carry the token.
+    pub async fn resume_request(&self, request: LockRequest) -> Result<Lock, Error> {
+        let pending = redlock_redis::acquire(self.driver()?, &self.inner.ids, request, true);
+        Ok(Lock::new(pending.await?))
     }
 
     /// Releases a lock by its resource and token, without holding it here (a lock another
@@ -106,10 +178,10 @@ impl<R: Runtime> Redlock<R> {
         resource: impl Into<Vec<u8>>,
         token: impl Into<Vec<u8>>,
     ) -> Result<ReleaseReport, Error> {
-        let request = LockRequest::new(resource, RELEASE_BY_TOKEN_TTL).token(token);
-        let lifecycle = self.inner.core.start(Start::ReleaseByToken, &request)?;
-        let dispatch = Dispatch::new(&self.inner);
-        Ok(self.run_release(dispatch, lifecycle).await)
+        let driver = self.driver()?;
+        let (resource, token) = (resource.into(), token.into());
+        let answer = redlock_redis::release_by_token(&*driver, &self.inner.ids, resource, token);
+        answer.await.unwrap_or(Err(Error::Stopped))
     }
 
     /// Marks every node trusted for restart-aware voting: a node with no epoch (a fresh
@@ -118,97 +190,10 @@ impl<R: Runtime> Redlock<R> {
     /// nodes** (nothing was ever locked, or every holder is stopped and its TTL has passed):
     /// trusting a node that restarted inside a holder's validity lets a second client take the
     /// lock. Returns each node's answer (`Granted` = trusted).
-    pub async fn trust_nodes(&self) -> Vec<NodeReport<Vote>> {
-        let mut lifecycle = self.inner.core.trust();
-        let mut dispatch = Dispatch::<R>::new(&self.inner);
-        let report = loop {
-            let event = next_event(&mut dispatch, &mut lifecycle).await;
-            if let Some(report) = self.inner.core.trusted(event) {
-                break report;
-            }
-        };
-        dispatch.finish();
-        report
-    }
-
-    async fn start(&self, start: Start, request: &LockRequest) -> Result<Lock<R>, Error> {
-        let mut pending = Pending {
-            client: self.clone(),
-            run: Some((
-                self.inner.core.start(start, request)?,
-                Dispatch::new(&self.inner),
-            )),
-        };
-        let settled = pending.settle().await;
-        match (settled, pending.run.take()) {
-            (Ok(lease), Some((lifecycle, dispatch))) => {
-                Ok(Lock::new(self.clone(), lease, lifecycle, dispatch))
-            }
-            (Err(err), run) => {
-                if let Some((_, dispatch)) = run {
-                    dispatch.finish();
-                }
-                Err(err)
-            }
-            // `settle` only borrows the run, so it is still there.
-            (Ok(_), None) => Err(Error::Unavailable(LockFailure::default())),
-        }
-    }
-
-    /// Releases through `lifecycle` (already told to release, or started as a release) and
-    /// returns the report.
-    pub(crate) async fn run_release(
-        &self,
-        mut dispatch: Dispatch<R>,
-        mut lifecycle: Lifecycle,
-    ) -> ReleaseReport {
-        let span = tracing::debug_span!("redlock.release");
-        let report = async {
-            loop {
-                let event = next_event(&mut dispatch, &mut lifecycle).await;
-                if let Some(report) = self.inner.core.released(&lifecycle, event) {
-                    return report;
-                }
-            }
-        }
-        .instrument(span)
-        .await;
-        dispatch.finish();
-        report
-    }
-}
-
-/// A lock being acquired (or resumed); releases in the background if dropped before it settles.
-struct Pending<R: Runtime> {
-    client: Redlock<R>,
-    run: Option<(Lifecycle, Dispatch<R>)>,
-}
-
-impl<R: Runtime> Pending<R> {
-    async fn settle(&mut self) -> Result<redlock_core::Lease, Error> {
-        let Some((lifecycle, dispatch)) = &mut self.run else {
-            return Err(Error::Unavailable(LockFailure::default()));
-        };
-        loop {
-            let event = next_event(dispatch, lifecycle).await;
-            if let Some(settled) = self.client.inner.core.acquired(lifecycle, event) {
-                return settled;
-            }
-        }
-    }
-}
-
-impl<R: Runtime> Drop for Pending<R> {
-    fn drop(&mut self) {
-        let Some((mut lifecycle, dispatch)) = self.run.take() else {
-            return;
-        };
-        lifecycle.release(Instant::now());
-        tracing::debug!("acquisition cancelled: releasing in the background");
-        let client = self.client.clone();
-        dispatch.runtime().clone().spawn(async move {
-            client.run_release(dispatch, lifecycle).await;
-        });
+    pub async fn trust_nodes(&self) -> Result<Vec<NodeReport<Vote>>, Error> {
+        let driver = self.driver()?;
+        let answer = redlock_redis::trust(&*driver, &self.inner.ids);
+        answer.await.ok_or(Error::Stopped)
     }
 }
 
@@ -217,15 +202,21 @@ pub type RedlockBuilder<R> = Builder<Redlock<R>>;
 
 impl<R: Runtime> FromSettings for Redlock<R> {
     fn from_settings(settings: Settings) -> Result<Self, Error> {
+        let labels = settings.nodes.iter().map(|a| a.label().clone()).collect();
         let io_timeout = settings.io_timeout;
-        let (core, nodes) = ClientCore::from_settings(settings, Node::new)?;
-        let notices = Notices::new(nodes.iter().map(|n| n.addr().clone()).collect(), io_timeout);
+        let nodes = settings
+            .nodes
+            .into_iter()
+            .map(|addr| Node::new(addr, io_timeout))
+            .collect();
         Ok(Redlock {
             runtime: PhantomData,
             inner: Arc::new(Inner {
-                core,
+                config: settings.config,
+                labels,
                 nodes,
-                notices,
+                ids: LockIds::default(),
+                driver: Mutex::new(None),
             }),
         })
     }

@@ -1,11 +1,11 @@
-//! One reconnecting, multiplexed connection per node, and running a command on it.
+//! One reconnecting, multiplexed connection per node, and writing a batch on it.
 
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redlock_core::{Command, Reply};
-use redlock_redis::{NodeAddr, Request, map_error, map_result, needs_new_connection};
+use redlock_core::{Batch, Command, Reply, RequestId};
+use redlock_redis::{NodeAddr, map_error, run_batch_async};
 
 /// A node and its connection, made on first use (a node that is down at start is not an error:
 /// its requests fail until it comes back).
@@ -28,8 +28,8 @@ impl Node {
         &self.addr
     }
 
-    pub(crate) fn label(&self) -> &Arc<str> {
-        self.addr.label()
+    pub(crate) fn io_timeout(&self) -> Duration {
+        self.io_timeout
     }
 
     /// The shared connection, made lazily: one TCP connection per node for the whole client.
@@ -52,21 +52,33 @@ impl Node {
         *self.manager.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
-    /// Runs `command`. The connection's own response timeout (the I/O timeout) bounds each
-    /// request it sends (a script the node does not know takes two: `EVALSHA`, then loading
-    /// it), and its connection timeout bounds connecting: no timer of ours per request.
-    pub(crate) async fn run(&self, command: &Command) -> Reply {
-        let request = Request::new(command);
-        let mut conn = match self.connection() {
-            Ok(conn) => conn,
-            Err(err) => return Reply::Error(map_error(&err)),
-        };
-        match request.run_async(&mut conn).await {
-            Err(err) if needs_new_connection(&err) => {
-                self.forget_connection();
-                Reply::Error(map_error(&err))
+    /// Writes `batch` as one pipeline and reads its replies, one per request. The connection's
+    /// response timeout (the I/O timeout) bounds every read and its connection timeout bounds
+    /// connecting: no timer of ours. A failed transport is an error reply for each request.
+    pub(crate) async fn run(&self, batch: Batch) -> Vec<(RequestId, Reply)> {
+        let sent = Instant::now();
+        let commands: Vec<&Command> = batch.transmits.iter().map(|t| &t.command).collect();
+        let replies = match self.connection() {
+            Ok(mut conn) => {
+                let replies = run_batch_async(&mut conn, &commands).await;
+                if replies.reconnect {
+                    self.forget_connection();
+                }
+                replies.replies
             }
-            result => map_result(result),
-        }
+            Err(err) => vec![Reply::Error(map_error(&err)); commands.len()],
+        };
+        let label = self.addr.label();
+        let latency = sent.elapsed();
+        batch
+            .transmits
+            .into_iter()
+            .zip(replies)
+            .map(|(transmit, reply)| {
+                tracing::debug!(node = %label, ?reply, ?latency, "reply");
+                redlock_redis::telemetry::node_reply(label, latency, &reply);
+                (transmit.id, reply)
+            })
+            .collect()
     }
 }

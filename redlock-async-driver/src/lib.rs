@@ -1,12 +1,12 @@
 //! The async driver shared by the redlock-rs async adapters (`redlock-tokio`,
 //! `redlock-async-std`), generic over the runtime.
 //!
-//! It owns what every async adapter does the same way: one lazy, reconnecting multiplexed
-//! connection per node, the loop that runs an engine machine (and nothing else: every decision
-//! is `redlock-core`'s: this crate runs a lock's `Lifecycle`), background releases of dropped
-//! locks and cancelled acquisitions, and `with_lock`. An adapter supplies a [`Runtime`] (spawn,
-//! sleep) and names the types; the adapter crates re-export everything a user needs, so use one
-//! of them rather than this crate.
+//! It owns what every async adapter does the same way: one driver task per client (the
+//! engine's multiplexer, in `redlock_redis::DriverState`, driven over the nodes), one lazy,
+//! reconnecting multiplexed connection per node, the lock handle and `with_lock`. Every
+//! decision is `redlock-core`'s. An adapter supplies a [`Runtime`] (spawn, sleep) and names the
+//! types; the adapter crates re-export everything a user needs, so use one of them rather than
+//! this crate.
 
 #[cfg(not(any(feature = "tokio", feature = "smol")))]
 compile_error!(

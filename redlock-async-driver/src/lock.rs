@@ -1,123 +1,71 @@
-//! A held lock.
+//! A held lock: a handle on a lock the client's driver owns.
 
-use std::time::{Duration, Instant};
+use std::future::Future;
+use std::time::Duration;
 
-use redlock_core::{Lease, Lifecycle, ReleaseReport};
-use redlock_redis::{Error, LeaseKeeper, LockFailure};
-use tracing::Instrument;
+use redlock_core::ReleaseReport;
+use redlock_redis::{Error, LeaseWatch, LockHandle};
 
-use crate::client::Redlock;
-use crate::driver::{Dispatch, next_event};
-use crate::runtime::Runtime;
-
-/// A lock a quorum granted. Trust it until [`valid_until`](Lock::valid_until), not one instant
-/// longer; [`extend`](Lock::extend) to keep it, [`release`](Lock::release) when done.
+/// A lock a quorum granted. Trust it until [`valid_until`](LeaseWatch::valid_until), not one
+/// instant longer (check [`is_valid`](LeaseWatch::is_valid) or
+/// [`remaining`](LeaseWatch::remaining)); [`extend`](Lock::extend) to keep it,
+/// [`release`](Lock::release) when done. Its getters are [`LeaseWatch`]'s.
+///
+/// A handle: the client's driver owns the lock, extends it if it was asked to, and keeps this
+/// handle's view current. `Send + Sync`: share it behind an `Arc`. Every operation is a message
+/// to the driver, so dropping its future never drops the operation.
 ///
 /// # Drop
-/// Dropping a `Lock` that was not released releases it in the background on the runtime it was
-/// acquired on (never blocking in `drop`). If that runtime is shutting down, the keys expire by
-/// their TTL instead.
+/// Dropping a `Lock` releases it: the driver sends the release (never blocking in `drop`), and
+/// auto-extension stops. [`detach`](Lock::detach) leaves it on the nodes instead.
 #[must_use = "a lock that is dropped at once is released at once"]
-pub struct Lock<R: Runtime> {
-    client: Redlock<R>,
-    /// The lease as the lifecycle last granted it.
-    lease: Lease,
-    /// The lifecycle and the dispatch of its requests (so that later requests queue behind the
-    /// acquisition's stragglers). `None` once released.
-    run: Option<(Lifecycle, Dispatch<R>)>,
+#[derive(Debug)]
+pub struct Lock {
+    handle: LockHandle,
 }
 
-impl<R: Runtime> std::fmt::Debug for Lock<R> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock")
-            .field("resources", self.lease.spec())
-            .field("valid_until", &self.lease.valid_until())
-            .finish_non_exhaustive()
+impl std::ops::Deref for Lock {
+    type Target = LeaseWatch;
+
+    fn deref(&self) -> &LeaseWatch {
+        self.handle.watch()
     }
 }
 
-impl<R: Runtime> Lock<R> {
-    pub(crate) fn new(
-        client: Redlock<R>,
-        lease: Lease,
-        lifecycle: Lifecycle,
-        dispatch: Dispatch<R>,
-    ) -> Self {
-        Self {
-            client,
-            lease,
-            run: Some((lifecycle, dispatch)),
-        }
+impl Lock {
+    pub(crate) fn new(handle: LockHandle) -> Self {
+        Self { handle }
     }
 
-    redlock_redis::lock_accessors!();
+    /// A watch on the lock for other tasks (cheap; see [`LeaseWatch::lost`]).
+    pub fn watch(&self) -> LeaseWatch {
+        self.handle.watch().clone()
+    }
 
     /// Extends the lock to `ttl` from now. On success the validity moves forward; on failure it
-    /// is unchanged and nothing is deleted. An expired lock, or one that too few nodes still hold,
-    /// fails with [`Error::Lost`].
-    pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        let Some((lifecycle, dispatch)) = &mut self.run else {
-            return Err(Error::Lost(LockFailure::default()));
-        };
-        lifecycle.extend(Instant::now(), ttl)?;
-        let labels = self.client.nodes();
-        let lease = &mut self.lease;
-        let span = tracing::debug_span!("redlock.extend", ttl = ?ttl);
-        async {
-            loop {
-                let event = next_event(dispatch, lifecycle).await;
-                if let Some(result) = redlock_redis::extended(lease, labels, event) {
-                    return result;
-                }
-            }
-        }
-        .instrument(span)
-        .await
+    /// is unchanged and nothing is deleted. An expired lock, or one that too few nodes still
+    /// hold, fails with [`Error::Lost`]. The extension is sent when this is called and runs to
+    /// its end even if the future is dropped (the validity still moves); concurrent calls run
+    /// one after another, each answered by its own extension.
+    pub fn extend(
+        &self,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let answer = self.handle.extend(ttl);
+        async move { answer.await.unwrap_or(Err(Error::Stopped)) }
     }
 
     /// Releases the lock on every node and reports what each did. Keys under another token are
-    /// never touched; releasing an expired lock is a normal report.
-    pub async fn release(mut self) -> ReleaseReport {
-        let Some((mut lifecycle, dispatch)) = self.run.take() else {
-            return ReleaseReport { nodes: Vec::new() };
-        };
-        lifecycle.release(Instant::now());
-        self.client.run_release(dispatch, lifecycle).await
+    /// never touched; releasing an expired lock is a normal report. The release is sent when
+    /// this is called: dropping the future does not stop it.
+    pub fn release(self) -> impl Future<Output = ReleaseReport> + Send + 'static {
+        let answer = self.handle.release();
+        async move { answer.await.unwrap_or(ReleaseReport { nodes: Vec::new() }) }
     }
 
-    /// Runs the lock's auto-extension, telling the work through `keeper`; returns only when the
-    /// lock is lost.
-    pub(crate) async fn keep(&mut self, keeper: &LeaseKeeper) -> Error {
-        let labels = self.client.nodes();
-        let Some((lifecycle, dispatch)) = &mut self.run else {
-            keeper.lost();
-            return Error::Lost(LockFailure::default());
-        };
-        loop {
-            match next_event(dispatch, lifecycle).await {
-                Some(event) => {
-                    if let Some(lost) = redlock_redis::kept(&mut self.lease, labels, keeper, event)
-                    {
-                        return lost;
-                    }
-                }
-                // An auto-extended lock always has a renewal to wait for until it is lost.
-                None => std::future::pending::<()>().await,
-            }
-        }
-    }
-}
-
-impl<R: Runtime> Drop for Lock<R> {
-    fn drop(&mut self) {
-        let Some((mut lifecycle, dispatch)) = self.run.take() else {
-            return;
-        };
-        lifecycle.release(Instant::now());
-        let client = self.client.clone();
-        tracing::debug!("lock dropped unreleased: releasing in the background");
-        dispatch.runtime().clone().spawn(async move {
-            client.run_release(dispatch, lifecycle).await;
-        });
+    /// Stops driving the lock and leaves it held on the nodes until its TTL (for a lock another
+    /// process resumes or releases by its token): no extension, no release.
+    pub fn detach(self) {
+        self.handle.detach();
     }
 }

@@ -1,164 +1,107 @@
-//! Release notices: a waiting lock hears at once that its keys were released, instead of
-//! sleeping out its retry pause.
-//!
-//! A client opens one subscriber connection per node, the first time one of its locks waits for
-//! a key another holder has, and shares it between all its waiting locks; who waits where is a
-//! [`NoticeBoard`]. An uncontended lock never subscribes, never opens that connection and costs
-//! nothing.
-//!
-//! A notice only shortens a pause (the engine decides what to do with it,
-//! [`Lifecycle::handle_wake`](redlock_core::Lifecycle::handle_wake)); a lost notice, a dead
-//! subscriber connection or a node that cannot be reached only means waiting out the jittered
-//! pause, as without notices. Nothing here decides whether a lock is held.
+//! Release notices: one subscriber connection per node, opened the first time a lock of the
+//! client waits for a key another holder has, following the channels the driver's multiplexer
+//! says. A notice only shortens a pause (the engine decides what to do with it); a dead
+//! subscriber connection only means waiting out the jittered pause. Nothing here decides
+//! whether a lock is held.
 
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use futures_util::StreamExt;
-use redlock_redis::NodeAddr;
-use redlock_redis::notice_board::{self, Change, LINGER, Link, Listeners, SharedListeners, Waiter};
-use tokio::sync::Notify;
-use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use redlock_core::Change;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
+use crate::conn::Node;
 use crate::runtime::Runtime;
 
-/// The release notices of one client's nodes. Cheap to clone.
-#[derive(Clone)]
-pub(crate) struct Notices {
-    shared: Arc<Shared>,
+/// The subscriber tasks of one driver.
+pub(crate) struct Notices<R> {
+    runtime: R,
+    nodes: Arc<[Node]>,
+    /// Each node's task, by the queue of changes it follows (closed once it ended).
+    links: Vec<Option<UnboundedSender<Change>>>,
+    /// Where the tasks deliver notices (the driver's inbox).
+    heard: UnboundedSender<Vec<u8>>,
 }
 
-struct Shared {
-    nodes: Vec<NodeAddr>,
-    io_timeout: Duration,
-    listeners: SharedListeners<Wake, Task>,
-}
-
-/// A waiter's wake-up: a permit is stored when it is not waiting, so no notice is lost.
-struct Wake(Notify);
-
-impl Waiter for Wake {
-    fn wake(&self) {
-        self.0.notify_one();
-    }
-}
-
-/// A node's subscriber task, by the queue of changes it follows.
-struct Task(UnboundedSender<Change>);
-
-impl Link for Task {
-    fn is_alive(&self) -> bool {
-        !self.0.is_closed()
-    }
-
-    fn send(&self, change: Change) {
-        let _ = self.0.send(change);
-    }
-}
-
-impl Notices {
-    pub(crate) fn new(nodes: Vec<NodeAddr>, io_timeout: Duration) -> Self {
+impl<R: Runtime> Notices<R> {
+    pub(crate) fn new(runtime: R, nodes: Arc<[Node]>, heard: UnboundedSender<Vec<u8>>) -> Self {
+        let links = nodes.iter().map(|_| None).collect();
         Self {
-            shared: Arc::new(Shared {
-                listeners: Arc::new(Mutex::new(Listeners::new(nodes.len()))),
-                nodes,
-                io_timeout,
-            }),
+            runtime,
+            nodes,
+            links,
+            heard,
         }
     }
 
-    /// Listens on `channels` until the returned subscription is dropped; starts the nodes'
-    /// subscriber tasks on `runtime` where none runs.
-    pub(crate) fn subscribe<R: Runtime>(
-        &self,
-        runtime: &R,
-        channels: Vec<Vec<u8>>,
-    ) -> Subscription {
-        Subscription(notice_board::Subscription::new(
-            &self.shared.listeners,
-            channels,
-            Wake(Notify::new()),
-            |node| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                runtime.spawn(link::<R>(Arc::downgrade(&self.shared), node, rx));
-                Some(Task(tx))
-            },
-        ))
+    /// Applies `change` on every node; a node without a live task gets one that subscribes to
+    /// all of `channels` (the change included).
+    pub(crate) fn apply(&mut self, change: &Change, channels: impl Fn() -> Vec<Vec<u8>>) {
+        for (node, link) in self.links.iter_mut().enumerate() {
+            if let Some(tx) = link
+                && tx.send(change.clone()).is_ok()
+            {
+                continue;
+            }
+            *link = None;
+            if let Change::Subscribe(_) = change {
+                let (tx, rx) = unbounded_channel();
+                let task =
+                    follow::<R>(self.nodes.clone(), node, channels(), rx, self.heard.clone());
+                self.runtime.spawn(task);
+                *link = Some(tx);
+            }
+        }
     }
 }
 
-/// A lock listening for the release of its keys, until dropped.
-pub(crate) struct Subscription(notice_board::Subscription<Wake, Task>);
-
-impl Subscription {
-    /// Resolves at the next release notice on any of its channels (at once if one came since
-    /// the last wait).
-    pub(crate) fn notified(&self) -> impl Future<Output = ()> + Send + 'static {
-        let wake = self.0.waiter().clone();
-        async move { wake.0.notified().await }
-    }
-}
-
-/// A node's subscriber task: connects, subscribes to every channel on the board, then follows
-/// the changes, delivers notices and drops channels that lingered. It ends when the connection
-/// fails (a later subscription starts another) or when the client is gone.
-async fn link<R: Runtime>(
-    shared: Weak<Shared>,
+/// A node's subscriber task: connects, subscribes, follows the changes and passes notices on.
+/// It ends when its connection fails (the next subscription starts another) or when the driver
+/// is gone.
+async fn follow<R: Runtime>(
+    nodes: Arc<[Node]>,
     node: usize,
+    channels: Vec<Vec<u8>>,
     mut changes: UnboundedReceiver<Change>,
+    heard: UnboundedSender<Vec<u8>>,
 ) {
-    let Some((client, io_timeout)) = shared
-        .upgrade()
-        .map(|s| (s.nodes[node].client().clone(), s.io_timeout))
-    else {
-        return;
-    };
+    let io_timeout = nodes[node].io_timeout();
+    let client = nodes[node].addr().client().clone();
     let connected = tokio::select! {
         connected = client.get_async_pubsub() => connected.ok(),
         () = R::sleep_until(Instant::now() + io_timeout) => None,
     };
-    if let Some(pubsub) = connected {
-        let (mut sink, mut stream) = pubsub.split();
-        let channels = match shared.upgrade() {
-            Some(shared) => notice_board::lock(&shared.listeners).channels(),
-            None => return,
-        };
-        let mut healthy = channels.is_empty() || sink.subscribe(channels).await.is_ok();
-        let mut next_sweep = Instant::now() + LINGER;
-        while healthy {
-            tokio::select! {
-                change = changes.recv() => {
-                    healthy = match change {
-                        Some(Change::Subscribe(channel)) => sink.subscribe(channel).await.is_ok(),
-                        Some(Change::Unsubscribe(channel)) => sink.unsubscribe(channel).await.is_ok(),
-                        // The client is gone.
-                        None => return,
-                    };
-                }
-                message = stream.next() => {
-                    let (Some(message), Some(shared)) = (message, shared.upgrade()) else {
-                        break;
-                    };
-                    if let Ok(channel) = message.get_channel::<Vec<u8>>() {
-                        notice_board::lock(&shared.listeners).deliver(&channel);
-                    }
-                }
-                () = R::sleep_until(next_sweep) => {
-                    next_sweep = Instant::now() + LINGER;
-                    let Some(shared) = shared.upgrade() else { return };
-                    notice_board::lock(&shared.listeners).sweep(Instant::now());
+    let Some(pubsub) = connected else {
+        tracing::debug!(
+            node,
+            "release notices: no subscriber connection; pauses run out"
+        );
+        return;
+    };
+    let (mut sink, mut stream) = pubsub.split();
+    let mut healthy = channels.is_empty() || sink.subscribe(channels).await.is_ok();
+    while healthy {
+        tokio::select! {
+            change = changes.recv() => {
+                healthy = match change {
+                    Some(Change::Subscribe(channel)) => sink.subscribe(channel).await.is_ok(),
+                    Some(Change::Unsubscribe(channel)) => sink.unsubscribe(channel).await.is_ok(),
+                    None => return,
+                };
+            }
+            message = stream.next() => {
+                let Some(message) = message else { break };
+                if let Ok(channel) = message.get_channel::<Vec<u8>>()
+                    && heard.send(channel).is_err()
+                {
+                    return;
                 }
             }
         }
     }
     tracing::debug!(
         node,
-        "release notices: no subscriber connection; pauses run out"
+        "release notices: subscriber connection lost; pauses run out"
     );
-    changes.close();
-    if let Some(shared) = shared.upgrade() {
-        // Our queue is closed: the slot holds us (or another ended task), never a newer one.
-        notice_board::lock(&shared.listeners)
-            .ended(Instant::now(), node, true, |task| !task.is_alive());
-    }
 }

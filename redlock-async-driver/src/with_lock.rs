@@ -1,22 +1,23 @@
-//! `with_lock`: run work under a lock that the engine keeps extended, and learn when it is lost.
+//! `with_lock`: run work under a lock that the driver keeps extended, and learn when it is lost.
 
 use std::future::Future;
 use std::time::Duration;
 
 use redlock_core::LockRequest;
-use redlock_redis::{Error, LeaseWatch, lease_watch};
+use redlock_redis::{Error, LeaseWatch};
 
 use crate::client::Redlock;
 use crate::runtime::Runtime;
 
 impl<R: Runtime> Redlock<R> {
-    /// Locks `resource`, runs `work` while keeping the lock extended, then releases it.
+    /// Locks `resource`, runs `work` while the driver keeps the lock extended, then releases it.
     ///
     /// The lock is extended when half of its remaining validity has passed (the engine's
     /// auto-extension). If it cannot be kept (too few nodes hold it, or no extension can finish
     /// before validity ends), the work is told through [`LeaseWatch::lost`] — before validity
     /// ends — and `with_lock` returns [`Error::Lost`] once the work returns (its result is
-    /// dropped). Work that ignores the signal keeps `with_lock` waiting, so watch it.
+    /// dropped). Work that ignores the signal keeps `with_lock` waiting, so watch it. If the
+    /// work panics or the future is dropped, the lock is released all the same.
     pub async fn with_lock<T, F, Fut>(
         &self,
         resource: impl Into<Vec<u8>>,
@@ -42,29 +43,10 @@ impl<R: Runtime> Redlock<R> {
         F: FnOnce(LeaseWatch) -> Fut,
         Fut: Future<Output = T>,
     {
-        let mut lock = self.acquire(request.auto_extend()).await?;
-        let (keeper, watch) = lease_watch(lock.lease());
-        let work = work(watch);
-        tokio::pin!(work);
-        let kept = {
-            let keep = lock.keep(&keeper);
-            tokio::pin!(keep);
-            tokio::select! {
-                value = &mut work => Ok(value),
-                lost = &mut keep => Err(lost),
-            }
-        };
-        keeper.work_done();
-        match kept {
-            Ok(value) => {
-                lock.release().await;
-                Ok(value)
-            }
-            Err(lost) => {
-                let _ = work.await;
-                lock.release().await;
-                Err(lost)
-            }
-        }
+        let lock = self.acquire(request.auto_extend()).await?;
+        let value = work(lock.watch()).await;
+        let loss = lock.loss();
+        lock.release().await;
+        loss.map_or(Ok(value), Err)
     }
 }

@@ -3,7 +3,8 @@
 //! A thin driver for [`redlock_core`] with the same API and behaviour as `redlock-tokio`: one
 //! multiplexed, reconnecting connection per node (the `redis` crate's `smol-comp` connections,
 //! which run on the async-io reactor that async-std uses too), requests polled by the driver,
-//! releases of dropped locks and cancelled acquisitions as background tasks. Every decision —
+//! one driver task per client that owns every lock (releases of dropped locks, abandoned
+//! acquisitions, auto-extension). Every decision —
 //! quorum, validity, retry delay, when to extend — is the engine's.
 //!
 //! async-std is discontinued upstream; **smol users pick this crate too**: it only spawns with
@@ -65,8 +66,6 @@ impl redlock_async_driver::Runtime for AsyncStd {
 pub type Redlock = redlock_async_driver::Redlock<AsyncStd>;
 /// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
 pub type RedlockBuilder = redlock_async_driver::RedlockBuilder<AsyncStd>;
-/// A lock a quorum granted: trust it until `valid_until()`, `extend` it to keep it, `release`
-/// it when done (a dropped lock is released in the background).
-pub type Lock = redlock_async_driver::Lock<AsyncStd>;
+pub use redlock_async_driver::Lock;
 
 pub use redlock_redis::api::*;

@@ -1,38 +1,47 @@
-//! The client: node workers, settings, and the entry points that start a lock.
+//! The client: settings, its driver thread, and the entry points that start a lock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_core::{Lifecycle, LockRequest, ReleaseReport, RetryPolicy, Vote};
-use redlock_redis::{Builder, ClientCore, Error, FromSettings, NodeReport, Settings, Start};
+use redlock_core::{Config, LockRequest, ReleaseReport, RetryPolicy, Vote};
+use redlock_redis::{Builder, Error, FromSettings, LockIds, NodeReport, Post, Settings};
 
-use crate::conn::Node;
-use crate::driver::{Dispatch, next_event};
+use crate::driver::{Mailbox, start};
 use crate::lock::Lock;
-use crate::notices::Notices;
-
-/// How long a release by token waits for answers: the node timeout of a lock with this TTL
-/// (1 s with the default settings).
-const RELEASE_BY_TOKEN_TTL: Duration = Duration::from_secs(10);
 
 /// A Redlock client over N independent Redis masters, for blocking code. Cheap to clone and
-/// share between threads: clones use the same node workers (one thread and one connection per
-/// node, made on first use; a node that is down at start is not an error).
+/// share between threads (`Send + Sync`): clones use the same driver.
+///
+/// # The driver
+/// Building a client starts its driver thread and one worker thread per node (each node's
+/// connection is made on first use; a node that is down at start is not an error). The driver
+/// owns every lock of the client: it extends the locks that asked for it and releases dropped
+/// ones, whether or not any thread waits on them. It ends once every clone of the client is
+/// dropped and every lock is over.
 #[derive(Clone)]
 pub struct Redlock {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    core: ClientCore,
-    nodes: Arc<[Node]>,
-    /// Release notices for locks that wait (a subscriber thread per node, on first contention).
-    notices: Notices,
+    config: Config,
+    labels: Arc<[Arc<str>]>,
+    ids: LockIds,
+    driver: Arc<Mailbox>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.driver.post(redlock_redis::Call::ClientGone);
+    }
 }
 
 impl std::fmt::Debug for Redlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.inner.core.fmt(f)
+        f.debug_struct("Redlock")
+            .field("nodes", &self.inner.labels)
+            .field("quorum", &self.inner.config.quorum())
+            .finish()
     }
 }
 
@@ -41,21 +50,60 @@ pub type RedlockBuilder = Builder<Redlock>;
 
 impl FromSettings for Redlock {
     fn from_settings(settings: Settings) -> Result<Self, Error> {
-        let io_timeout = settings.io_timeout;
-        let (core, nodes) = ClientCore::from_settings(settings, Node::spawn)?;
-        let notices = Notices::new(nodes.iter().map(|n| n.addr().clone()).collect(), io_timeout);
+        let labels: Arc<[Arc<str>]> = settings.nodes.iter().map(|a| a.label().clone()).collect();
+        let driver = start(
+            settings.config.clone(),
+            labels.clone(),
+            settings.nodes,
+            settings.io_timeout,
+        )?;
         Ok(Redlock {
             inner: Arc::new(Inner {
-                core,
-                nodes,
-                notices,
+                config: settings.config,
+                labels,
+                ids: LockIds::default(),
+                driver,
             }),
         })
     }
 }
 
 impl Redlock {
-    redlock_redis::client_constructors!();
+    /// A client with default settings for the masters at `urls`
+    /// (`redis://[user:password@]host:port[/db]`; `rediss://` with the `tls` feature).
+    /// Starts the driver thread; connects to nothing yet, and a node that is down is not an
+    /// error.
+    pub fn new<I, S>(urls: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::new(urls).build()
+    }
+
+    /// Starts configuring a client for the masters at `urls`:
+    /// `Redlock::builder(urls).quorum(3).retry(policy).build()`.
+    pub fn builder<I, S>(urls: I) -> RedlockBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::new(urls)
+    }
+
+    /// The checked settings.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The nodes, as `host:port` (never with credentials).
+    pub fn nodes(&self) -> &[Arc<str>] {
+        &self.inner.labels
+    }
+
+    fn driver(&self) -> Arc<dyn Post> {
+        self.inner.driver.clone()
+    }
 
     /// Locks `resource` for `ttl`, retrying as the client's retry policy says.
     pub fn lock(&self, resource: impl Into<Vec<u8>>, ttl: Duration) -> Result<Lock, Error> {
@@ -68,11 +116,13 @@ impl Redlock {
     }
 
     /// Locks as `request` says: several resources, a retry policy, a deadline, a token of its
-    /// own, auto-extension. Blocks the calling thread until the outcome (at most the policy's
-    /// bound).
+    /// own, auto-extension (the driver extends the lock until it is released or dropped, and
+    /// [`Lock::wait_lost`](redlock_redis::LeaseWatch::wait_lost) returns if it cannot). Blocks
+    /// the calling thread until the outcome (at most the policy's bound).
     pub fn acquire(&self, request: LockRequest) -> Result<Lock, Error> {
         let _span = tracing::debug_span!("redlock.acquire", ttl = ?request.ttl()).entered();
-        self.start(Start::Acquire, &request)
+        let pending = redlock_redis::acquire(self.driver(), &self.inner.ids, request, false);
+        pending.wait().map(Lock::new)
     }
 
     /// Resumes a lock that another client (or an earlier process) acquired, from its resource
@@ -85,8 +135,15 @@ impl Redlock {
         token: impl Into<Vec<u8>>,
         ttl: Duration,
     ) -> Result<Lock, Error> {
-        let _span = tracing::debug_span!("redlock.resume", ttl = ?ttl).entered();
-        self.start(Start::Resume, &LockRequest::new(resource, ttl).token(token))
+        self.resume_request(LockRequest::new(resource, ttl).token(token))
+    }
+
+    /// [`resume`](Redlock::resume) with a request of your own: several resources, or
+    /// auto-extension once resumed. The request must carry the token.
+    pub fn resume_request(&self, request: LockRequest) -> Result<Lock, Error> {
+        let _span = tracing::debug_span!("redlock.resume", ttl = ?request.ttl()).entered();
+        let pending = redlock_redis::acquire(self.driver(), &self.inner.ids, request, true);
+        pending.wait().map(Lock::new)
     }
 
     /// Releases a lock by its resource and token, without holding it here (a lock another
@@ -97,10 +154,10 @@ impl Redlock {
         resource: impl Into<Vec<u8>>,
         token: impl Into<Vec<u8>>,
     ) -> Result<ReleaseReport, Error> {
-        let request = LockRequest::new(resource, RELEASE_BY_TOKEN_TTL).token(token);
-        let mut lifecycle = self.inner.core.start(Start::ReleaseByToken, &request)?;
-        let dispatch = Dispatch::new(self.inner.nodes.clone(), self.inner.notices.clone());
-        Ok(self.run_release(&dispatch, &mut lifecycle))
+        let (resource, token) = (resource.into(), token.into());
+        redlock_redis::release_by_token(&*self.inner.driver, &self.inner.ids, resource, token)
+            .wait()
+            .unwrap_or(Err(Error::Stopped))
     }
 
     /// Marks every node trusted for restart-aware voting: a node with no epoch (a fresh
@@ -109,15 +166,10 @@ impl Redlock {
     /// nodes** (nothing was ever locked, or every holder is stopped and its TTL has passed):
     /// trusting a node that restarted inside a holder's validity lets a second client take the
     /// lock. Returns each node's answer (`Granted` = trusted).
-    pub fn trust_nodes(&self) -> Vec<NodeReport<Vote>> {
-        let mut lifecycle = self.inner.core.trust();
-        let dispatch = Dispatch::new(self.inner.nodes.clone(), self.inner.notices.clone());
-        loop {
-            let event = next_event(&dispatch, &mut lifecycle, None);
-            if let Some(report) = self.inner.core.trusted(event) {
-                return report;
-            }
-        }
+    pub fn trust_nodes(&self) -> Result<Vec<NodeReport<Vote>>, Error> {
+        redlock_redis::trust(&*self.inner.driver, &self.inner.ids)
+            .wait()
+            .ok_or(Error::Stopped)
     }
 
     /// Waits until every request this client sent so far has been answered by its node (or
@@ -126,41 +178,8 @@ impl Redlock {
     /// call returns once a quorum granted, and the requests to the other nodes would otherwise
     /// die with the process.
     pub fn flush(&self, timeout: Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
-        let waits: Vec<_> = self.inner.nodes.iter().map(Node::barrier).collect();
-        waits.into_iter().all(|wait| {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            // A worker that is gone dropped the barrier: nothing of ours is left there.
-            !matches!(
-                wait.recv_timeout(left),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-            )
-        })
-    }
-
-    fn start(&self, start: Start, request: &LockRequest) -> Result<Lock, Error> {
-        let mut lifecycle = self.inner.core.start(start, request)?;
-        let dispatch = Dispatch::new(self.inner.nodes.clone(), self.inner.notices.clone());
-        loop {
-            let event = next_event(&dispatch, &mut lifecycle, None);
-            if let Some(settled) = self.inner.core.acquired(&lifecycle, event) {
-                return Ok(Lock::new(self.clone(), settled?, lifecycle, dispatch));
-            }
-        }
-    }
-
-    /// Runs `lifecycle` (told to release, or started as a release) to its report.
-    pub(crate) fn run_release(
-        &self,
-        dispatch: &Dispatch,
-        lifecycle: &mut Lifecycle,
-    ) -> ReleaseReport {
-        let _span = tracing::debug_span!("redlock.release").entered();
-        loop {
-            let event = next_event(dispatch, lifecycle, None);
-            if let Some(report) = self.inner.core.released(lifecycle, event) {
-                return report;
-            }
-        }
+        redlock_redis::flush(&*self.inner.driver)
+            .wait_timeout(timeout)
+            .is_ok()
     }
 }

@@ -1,128 +1,120 @@
-//! The loop that runs a lock's lifecycle over the node workers: it executes the lifecycle's
-//! outputs and nothing else (every decision, stale replies included, is the engine's).
+//! The client's driver: one thread that owns every lock of the client (in [`DriverState`]),
+//! hands batches to the node workers and waits for what comes back — calls, replies, release
+//! notices — or for the next deadline. Every decision is the engine's.
+//!
+//! # What it never does
+//! It never waits on a socket: each node's worker does, so a slow or dead node never holds up a
+//! decision the other nodes settled, nor delays anything past the engine's per-node deadline.
+//! It holds no lock state outside [`DriverState`], and there is no async runtime in it.
 
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
 
-use redlock_core::Transmit;
-use redlock_core::{Lifecycle, LockEvent, LockOutput, WakeReason};
-use redlock_redis::LeaseKeeper;
+use redlock_core::{Reply, RequestId};
+use redlock_redis::{Call, DriverState, Error, NodeAddr, Post};
 
-use crate::conn::{Arrival, Job, Node};
-use crate::notices::{Notices, Subscription};
+use crate::conn::Worker;
+use crate::notices::Notices;
 
-/// A lock's channel for answers (and release notices while it waits). Each node's worker runs
-/// requests in submission order, so a lock's release reaches a node after that node's earlier
-/// request of the same lock. A late answer of an earlier operation is handed to the lifecycle
-/// like any other, which ignores it.
-pub(crate) struct Dispatch {
-    nodes: Arc<[Node]>,
-    tx: Sender<Arrival>,
-    rx: Receiver<Arrival>,
-    notices: Notices,
-    /// The release notices of the lock's keys, while it waits between rounds.
-    listening: Mutex<Option<Subscription>>,
+/// What reaches the driver thread.
+pub(crate) enum Input {
+    /// From a handle or the client.
+    Call(Call),
+    /// A node worker's replies to a batch.
+    Replies(Vec<(RequestId, Reply)>),
+    /// A release notice on a channel.
+    Notice(Vec<u8>),
 }
 
-impl Dispatch {
-    pub(crate) fn new(nodes: Arc<[Node]>, notices: Notices) -> Self {
-        let (tx, rx) = mpsc::channel();
-        Self {
-            nodes,
-            tx,
-            rx,
-            notices,
-            listening: Mutex::new(None),
-        }
-    }
+/// How calls reach the driver thread.
+pub(crate) struct Mailbox(Sender<Input>);
 
-    /// Starts listening for the release of the lock's keys (once per acquisition).
-    fn listen(&self, lifecycle: &Lifecycle) {
-        let mut listening = self
-            .listening
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if listening.is_none()
-            && let Some(spec) = lifecycle.spec()
-        {
-            let channels = spec.released_channels().collect();
-            *listening = Some(self.notices.subscribe(channels, self.tx.clone()));
-        }
-    }
-
-    fn stop_listening(&self) {
-        *self
-            .listening
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
-    }
-
-    fn submit(&self, transmit: Transmit) {
-        self.nodes[transmit.id.node()].submit(Job {
-            id: transmit.id,
-            command: transmit.command,
-            reply_to: self.tx.clone(),
-        });
-    }
-
-    /// Waits for the next answer or notice until `until`; `None` on timeout.
-    fn recv_until(&self, until: Instant) -> Option<Arrival> {
-        let wait = until.saturating_duration_since(Instant::now());
-        // `self.tx` keeps the channel open, so only a timeout ends the wait.
-        self.rx.recv_timeout(wait).ok()
+impl Post for Mailbox {
+    fn post(&self, call: Call) {
+        // If the driver is gone, the call (and its answer slot) is dropped: the caller learns
+        // that no answer will come.
+        let _ = self.0.send(Input::Call(call));
     }
 }
 
-/// Runs `lifecycle` until its next event, blocking the calling thread; `None` once it is idle.
-/// A slow or dead node holds nothing up beyond the lifecycle's own deadlines. With a `keeper`
-/// (`with_lock`), a wait for the next auto-extension also ends — with `None` — when the work is
-/// done.
-pub(crate) fn next_event(
-    dispatch: &Dispatch,
-    lifecycle: &mut Lifecycle,
-    keeper: Option<&LeaseKeeper>,
-) -> Option<LockEvent> {
+/// Starts the driver thread and one worker thread per node.
+pub(crate) fn start(
+    config: redlock_core::Config,
+    labels: Arc<[Arc<str>]>,
+    nodes: Vec<NodeAddr>,
+    io_timeout: Duration,
+) -> Result<Arc<Mailbox>, Error> {
+    let (tx, rx) = mpsc::channel();
+    let mailbox = Arc::new(Mailbox(tx.clone()));
+    let state = DriverState::new(config, labels, mailbox.clone())?;
+    let workers = nodes
+        .iter()
+        .map(|addr| Worker::spawn(addr.clone(), io_timeout, tx.clone()))
+        .collect();
+    let notices = Notices::new(nodes, io_timeout, tx.clone());
+    thread::Builder::new()
+        .name("redlock-driver".into())
+        .spawn(move || run(state, &rx, &tx, workers, notices))
+        .map_err(|err| {
+            tracing::error!(%err, "could not start the driver thread");
+            Error::Stopped
+        })?;
+    Ok(mailbox)
+}
+
+fn run(
+    mut state: DriverState,
+    inbox: &Receiver<Input>,
+    outbox: &Sender<Input>,
+    workers: Vec<Worker>,
+    mut notices: Notices,
+) {
     loop {
-        match lifecycle.poll_output(Instant::now()) {
-            LockOutput::Send(transmit) => dispatch.submit(transmit),
-            LockOutput::Wait {
-                at,
-                reason: WakeReason::AutoExtend,
-            } if keeper.is_some() => {
-                if keeper.is_some_and(|keeper| keeper.wait_work_done(at)) {
-                    return None;
-                }
-                lifecycle.handle_timeout(Instant::now());
+        if state
+            .poll_timeout()
+            .is_some_and(|timeout| timeout.at <= Instant::now())
+        {
+            state.handle_timeout(Instant::now());
+        }
+        while let Some(batch) = state.poll_transmit() {
+            workers[batch.node].send(batch, outbox);
+        }
+        while let Some(change) = state.poll_subscription() {
+            notices.apply(&change, || state.channels());
+        }
+        if state.is_done() {
+            tracing::debug!("client gone and every lock over: the driver ends");
+            return;
+        }
+        let input = match state.poll_timeout() {
+            Some(timeout) => {
+                inbox.recv_timeout(timeout.at.saturating_duration_since(Instant::now()))
             }
-            LockOutput::Wait { at, reason } => {
-                let pausing = reason == WakeReason::RetryPause;
-                if pausing {
-                    // Contended: hear the holder's release instead of sleeping the pause out.
-                    dispatch.listen(lifecycle);
-                }
-                match dispatch.recv_until(at) {
-                    Some(Arrival::Reply(id, reply)) => {
-                        lifecycle.handle_reply(Instant::now(), id, reply);
-                    }
-                    // A notice during a round is harmless: the engine only ends pauses.
-                    Some(Arrival::Notice) => lifecycle.handle_wake(Instant::now()),
-                    None => lifecycle.handle_timeout(Instant::now()),
+            None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match input {
+            Ok(input) => {
+                handle(&mut state, input);
+                // Take in everything that is already there before writing: one batch per
+                // node for all of it.
+                while let Ok(input) = inbox.try_recv() {
+                    handle(&mut state, input);
                 }
             }
-            LockOutput::Event(event) => {
-                dispatch.stop_listening();
-                return Some(event);
-            }
-            LockOutput::Idle => return None,
+            Err(RecvTimeoutError::Timeout) => state.handle_timeout(Instant::now()),
+            // The state holds a sender itself: this does not happen while it lives.
+            Err(RecvTimeoutError::Disconnected) => return,
         }
     }
 }
 
-/// Submits every request `lifecycle` wants sent before its first wait, without waiting for any
-/// answer (a release from `Drop`). The node workers still run them, in order.
-pub(crate) fn fire_and_forget(dispatch: &Dispatch, lifecycle: &mut Lifecycle) {
-    while let LockOutput::Send(transmit) = lifecycle.poll_output(Instant::now()) {
-        dispatch.submit(transmit);
+fn handle(state: &mut DriverState, input: Input) {
+    let now = Instant::now();
+    match input {
+        Input::Call(call) => state.handle_call(now, call),
+        Input::Replies(replies) => state.handle_replies(now, replies),
+        Input::Notice(channel) => state.handle_notice(now, &channel),
     }
 }

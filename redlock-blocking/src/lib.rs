@@ -1,8 +1,9 @@
 //! Redlock distributed locks over Redis, for blocking code: no async runtime.
 //!
-//! A thin driver for [`redlock_core`]: this crate owns the connections (one worker thread and one
-//! connection per node), the clock and the waiting; every decision — quorum, validity, retry
-//! delay, when to extend, which replies count — is the engine's (`redlock_core::Lifecycle`). Same API and behaviour as `redlock-tokio`, blocking.
+//! A thin driver for [`redlock_core`]: this crate owns the threads (one driver thread per
+//! client, one worker thread and connection per node), the clock and the waiting; every
+//! decision — quorum, validity, retry delay, when to extend, which replies count — is the
+//! engine's. Same API and behaviour as `redlock-tokio`, blocking.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,20 +30,23 @@
 //!
 //! # What it never does
 //! - A slow or dead node never holds up a decision the other nodes already settled, nor delays
-//!   anything past the engine's per-node deadline: the caller waits on answers with the
-//!   machine's deadline, while the node's worker waits on the socket.
+//!   anything past the engine's per-node deadline: the driver thread waits on its inbox with
+//!   the engine's deadline, while each node's worker thread waits on its socket.
 //! - A connection whose request failed or timed out is never reused (a late reply would be read
 //!   as the answer to the next command); the worker reconnects on its next request.
-//! - `Drop` never blocks: an unreleased lock's release is handed to the node workers.
+//! - `Drop` never blocks: an unreleased lock's release is a message to the driver.
+//! - A lock never depends on a thread waiting on it: the driver extends the locks that asked
+//!   for it and releases dropped ones.
 //! - No password in an error, a log line or a `Debug` output: nodes are named by `host:port`.
 //!
 //! # Implementation note
-//! Each node's worker runs requests in submission order, for every lock of the client: one at
-//! a time when they come one at a time, and whatever queued up meanwhile as one pipeline (at most
-//! one request per lock in a pipeline, so a lock's requests never overtake each other). A
-//! stopped node therefore delays later requests to that node (up to the I/O timeout each) — they
-//! count as timed out for their lock, which the other nodes decide without them. A waiting lock
-//! hears releases through one subscriber thread per node, started on first contention.
+//! One driver thread per client owns every lock (`redlock_redis::DriverState`, around the
+//! engine's `Multiplexer`), and one worker thread per node writes what the driver hands it:
+//! whatever queued up meanwhile goes out as one pipeline, across locks, with at most one request
+//! per lock in flight on a node (so a lock's requests never overtake each other). A stopped node
+//! delays later requests to that node (up to the I/O timeout each) — they count as timed out
+//! for their lock, which the other nodes decide without them. A waiting lock hears releases
+//! through one subscriber thread per node, started on first contention.
 
 mod client;
 mod conn;

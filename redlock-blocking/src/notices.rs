@@ -1,141 +1,83 @@
-//! Release notices: a waiting lock hears at once that its keys were released, instead of
-//! sleeping out its retry pause — the blocking twin of the async adapters' notices.
-//!
-//! A client starts one subscriber thread (one connection) per node, the first time one of its
-//! locks waits for a key another holder has, and shares it between all its waiting locks; who
-//! waits where is a [`NoticeBoard`]. A notice arrives in the waiting lock's answer channel, so
-//! the caller's single blocking wait covers replies, notices and the engine's deadline. An
-//! uncontended lock never subscribes and costs nothing.
-//!
-//! A notice only shortens a pause (the engine decides,
-//! [`Lifecycle::handle_wake`](redlock_core::Lifecycle::handle_wake)); a lost notice or a dead
-//! subscriber connection only means waiting out the jittered pause. Nothing here decides
-//! whether a lock is held.
+//! Release notices: one subscriber thread (one connection) per node, started the first time a
+//! lock of the client waits for a key another holder has, following the channels the driver's
+//! multiplexer says. A notice goes into the driver's inbox. A notice only shortens a pause (the
+//! engine decides); a dead subscriber connection only means waiting out the jittered pause.
+//! Nothing here decides whether a lock is held.
 
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Mutex, Weak};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::RedisResult;
+use redlock_core::Change;
 use redlock_redis::NodeAddr;
-use redlock_redis::notice_board::{self, Change, LINGER, Link, Listeners, SharedListeners, Waiter};
 
-use crate::conn::Arrival;
+use crate::driver::Input;
 
 /// How often a subscriber thread with subscriptions looks up from its socket for new ones (a
 /// blocking connection cannot be woken otherwise). Channels linger after their last waiter, so
 /// a repeat contender rarely waits for this.
 const POLL: Duration = Duration::from_millis(2);
 
-/// The release notices of one client's nodes. Cheap to clone.
-#[derive(Clone)]
+/// The subscriber threads of one driver.
 pub(crate) struct Notices {
-    shared: Arc<Shared>,
-}
-
-struct Shared {
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
-    listeners: SharedListeners<Wake, Thread>,
+    /// Each node's thread, by the queue of changes it follows (closed once it ended).
+    links: Vec<Option<Sender<Change>>>,
+    driver: Sender<Input>,
 }
-
-/// A waiting lock: a notice goes into its answer channel, where it waits anyway.
-pub(crate) struct Wake(Sender<Arrival>);
-
-impl Waiter for Wake {
-    fn wake(&self) {
-        // The lock may have stopped listening meanwhile; then nobody needs it.
-        let _ = self.0.send(Arrival::Notice);
-    }
-}
-
-/// A node's subscriber thread: its number (so that an ending thread never removes a newer one)
-/// and the queue of changes it follows. It is alive until it says it ended.
-pub(crate) struct Thread {
-    number: u64,
-    changes: Sender<Change>,
-}
-
-impl Link for Thread {
-    fn is_alive(&self) -> bool {
-        true
-    }
-
-    fn send(&self, change: Change) {
-        let _ = self.changes.send(change);
-    }
-}
-
-/// Numbers the subscriber threads.
-static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Notices {
-    pub(crate) fn new(nodes: Vec<NodeAddr>, io_timeout: Duration) -> Self {
+    pub(crate) fn new(nodes: Vec<NodeAddr>, io_timeout: Duration, driver: Sender<Input>) -> Self {
+        let links = nodes.iter().map(|_| None).collect();
         Self {
-            shared: Arc::new(Shared {
-                listeners: Arc::new(Mutex::new(Listeners::new(nodes.len()))),
-                nodes,
-                io_timeout,
-            }),
+            nodes,
+            io_timeout,
+            links,
+            driver,
         }
     }
 
-    /// Sends a notice into `answers` for each release on `channels` until the returned
-    /// subscription is dropped; starts subscriber threads where none runs.
-    pub(crate) fn subscribe(
-        &self,
-        channels: Vec<Vec<u8>>,
-        answers: Sender<Arrival>,
-    ) -> Subscription {
-        notice_board::Subscription::new(&self.shared.listeners, channels, Wake(answers), |node| {
-            let number = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let (tx, rx) = mpsc::channel();
-            let shared = Arc::downgrade(&self.shared);
-            thread::Builder::new()
-                .name(format!(
-                    "redlock-notices-{}",
-                    self.shared.nodes[node].label()
-                ))
-                .spawn(move || link(&shared, node, number, &rx))
-                .ok()
-                .map(|_| Thread {
-                    number,
-                    changes: tx,
-                })
-        })
-    }
-}
-
-/// A lock listening for the release of its keys; stops when dropped.
-pub(crate) type Subscription = notice_board::Subscription<Wake, Thread>;
-
-/// A node's subscriber thread: runs [`follow`] until its connection fails or the client is
-/// gone, then makes way for a later one.
-fn link(shared: &Weak<Shared>, node: usize, number: u64, changes: &Receiver<Change>) {
-    let failed = match follow(shared, node, changes) {
-        Ok(()) => false,
-        Err(err) => {
-            tracing::debug!(node, %err, "release notices: subscriber connection lost; pauses run out");
-            true
+    /// Applies `change` on every node; a node without a live thread gets one that subscribes
+    /// to all of `channels` (the change included).
+    pub(crate) fn apply(&mut self, change: &Change, channels: impl Fn() -> Vec<Vec<u8>>) {
+        for (node, link) in self.links.iter_mut().enumerate() {
+            if let Some(tx) = link
+                && tx.send(change.clone()).is_ok()
+            {
+                continue;
+            }
+            *link = None;
+            if let Change::Subscribe(_) = change {
+                let (tx, rx) = mpsc::channel();
+                let client = self.nodes[node].client().clone();
+                let (io_timeout, driver, channels) =
+                    (self.io_timeout, self.driver.clone(), channels());
+                let spawned = thread::Builder::new()
+                    .name(format!("redlock-notices-{}", self.nodes[node].label()))
+                    .spawn(move || {
+                        if let Err(err) = follow(&client, io_timeout, channels, &rx, &driver) {
+                            tracing::debug!(node, %err, "release notices: subscriber connection lost; pauses run out");
+                        }
+                    });
+                if spawned.is_ok() {
+                    *link = Some(tx);
+                }
+            }
         }
-    };
-    if let Some(shared) = shared.upgrade() {
-        notice_board::lock(&shared.listeners).ended(Instant::now(), node, failed, |thread| {
-            thread.number == number
-        });
     }
 }
 
-/// Connects, subscribes to every channel on the board, then applies changes, delivers notices
-/// and drops channels that lingered. `Ok` when the client is gone.
-fn follow(shared: &Weak<Shared>, node: usize, changes: &Receiver<Change>) -> RedisResult<()> {
-    let Some((client, io_timeout, channels)) = shared.upgrade().map(|s| {
-        let channels = notice_board::lock(&s.listeners).channels();
-        (s.nodes[node].client().clone(), s.io_timeout, channels)
-    }) else {
-        return Ok(());
-    };
+/// Connects, subscribes to `channels`, then applies changes and passes notices on. `Ok` when
+/// the driver is gone.
+fn follow(
+    client: &redis::Client,
+    io_timeout: Duration,
+    channels: Vec<Vec<u8>>,
+    changes: &Receiver<Change>,
+    driver: &Sender<Input>,
+) -> RedisResult<()> {
     let mut conn = client.get_connection_with_timeout(io_timeout)?;
     conn.set_write_timeout(Some(io_timeout))?;
     conn.set_read_timeout(Some(io_timeout))?;
@@ -144,7 +86,6 @@ fn follow(shared: &Weak<Shared>, node: usize, changes: &Receiver<Change>) -> Red
     if subscribed > 0 {
         pubsub.subscribe(channels)?;
     }
-    let mut next_sweep = Instant::now() + LINGER;
     let mut reading_with = io_timeout;
     loop {
         // Nothing subscribed: nothing to read, so sleep until there is.
@@ -192,22 +133,14 @@ fn follow(shared: &Weak<Shared>, node: usize, changes: &Receiver<Change>) -> Red
         }
         match pubsub.get_message() {
             Ok(message) => {
-                let Some(shared) = shared.upgrade() else {
+                if let Ok(channel) = message.get_channel::<Vec<u8>>()
+                    && driver.send(Input::Notice(channel)).is_err()
+                {
                     return Ok(());
-                };
-                if let Ok(channel) = message.get_channel::<Vec<u8>>() {
-                    notice_board::lock(&shared.listeners).deliver(&channel);
                 }
             }
             Err(err) if err.is_timeout() => {}
             Err(err) => return Err(err),
-        }
-        if Instant::now() >= next_sweep {
-            next_sweep = Instant::now() + LINGER;
-            let Some(shared) = shared.upgrade() else {
-                return Ok(());
-            };
-            notice_board::lock(&shared.listeners).sweep(Instant::now());
         }
     }
 }

@@ -92,7 +92,7 @@ fn client(global: &Global, wait: std::time::Duration) -> Result<Redlock, Failure
 }
 
 /// The exit code and message for a lock operation on `resource` that failed.
-fn failure(resource: &str, err: Error) -> Failure {
+pub(crate) fn failure(resource: &str, err: Error) -> Failure {
     match err {
         Error::Lost(detail) => (LOST, format!("lost the lock on {resource}: {detail}")),
         Error::NotHeld(detail) => (

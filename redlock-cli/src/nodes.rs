@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::cli::Global;
 use crate::output::Out;
 use crate::probe::{self, Eligibility, Probe};
-use crate::{Failure, UNAVAILABLE, client};
+use crate::{Failure, UNAVAILABLE, client, failure};
 
 /// PINGs per latency measurement.
 const PINGS: usize = 5;
@@ -139,7 +139,7 @@ fn advice(count: usize) -> Option<String> {
 /// Trusts every node and prints each one's answer (never a password: nodes are `host:port`).
 pub(crate) fn trust(global: &Global) -> Result<ExitCode, Failure> {
     let redlock = client(global, Duration::ZERO)?;
-    let report = redlock.trust_nodes();
+    let report = redlock.trust_nodes().map_err(|err| failure("nodes", err))?;
     let untrusted = report
         .iter()
         .filter(|node| node.result != Vote::Granted)

@@ -32,7 +32,7 @@ pub(crate) fn acquire(global: &Global, args: &AcquireArgs) -> Result<ExitCode, F
     let token = String::from_utf8_lossy(lock.token().as_bytes()).into_owned();
     let (remaining, fence) = (lock.remaining(), lock.fence());
     // Dropping the lock would release it: this process hands it over by its token instead.
-    std::mem::forget(lock);
+    lock.detach();
     settle(&redlock, Out::new(global));
     let out = Out::new(global);
     out.note(format_args!(
@@ -59,7 +59,7 @@ pub(crate) fn extend(global: &Global, args: &TokenArgs) -> Result<ExitCode, Fail
         .map_err(|err| failure(&args.resource, err))?;
     let remaining = lock.remaining();
     // Still held by the token, not by this process.
-    std::mem::forget(lock);
+    lock.detach();
     settle(&redlock, Out::new(global));
     let out = Out::new(global);
     out.note(format_args!(

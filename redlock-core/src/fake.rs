@@ -335,3 +335,18 @@ impl FakeNode {
         }
     }
 }
+
+/// A lease on resource `r` with a fixed token, valid until `valid_until`, with `fence`: for
+/// tests of code that holds a [`Lease`](crate::Lease) without running an acquisition.
+pub fn lease(valid_until: std::time::Instant, fence: Option<u64>) -> crate::Lease {
+    let token = crate::Token::new(b"test-token".to_vec()).unwrap_or_else(|_| unreachable!());
+    let spec = crate::LockSpec::new(b"", [b"r".to_vec()], token).unwrap_or_else(|_| unreachable!());
+    crate::Lease {
+        spec,
+        ttl: Duration::from_secs(10),
+        valid_until,
+        votes: Vec::new(),
+        attempts: 1,
+        fence,
+    }
+}

@@ -233,6 +233,15 @@ impl<R: CryptoRng> Multiplexer<R> {
         self.locks.len()
     }
 
+    /// How many locks listen for release notices (they pause between rounds of a contended
+    /// acquisition).
+    pub fn listening(&self) -> usize {
+        self.locks
+            .values()
+            .filter(|slot| !slot.listening.is_empty())
+            .count()
+    }
+
     /// Whether no lock runs.
     pub fn is_empty(&self) -> bool {
         self.locks.is_empty()
@@ -326,7 +335,8 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// extensions not yet answered are answered with [`ExtendFailure::Expired`].
     pub fn release(&mut self, now: Instant, id: LockId) {
         let Some(slot) = self.locks.get_mut(&id) else {
-            self.events.push_back((id, LockEvent::Released(empty_report())));
+            self.events
+                .push_back((id, LockEvent::Released(empty_report())));
             return;
         };
         if slot.releasing {
@@ -494,7 +504,12 @@ impl<R: CryptoRng> Multiplexer<R> {
         Ok(())
     }
 
-    fn insert(&mut self, now: Instant, id: LockId, lifecycle: Lifecycle) -> Result<(), ConfigError> {
+    fn insert(
+        &mut self,
+        now: Instant,
+        id: LockId,
+        lifecycle: Lifecycle,
+    ) -> Result<(), ConfigError> {
         let origin = lifecycle.id();
         if self.routes.contains_key(&origin) {
             // Two lifecycles drew the same 64-bit id: refuse rather than mix their replies.

@@ -284,7 +284,11 @@ fn a_detached_lock_stays_on_the_nodes_and_goes_quiet() {
     let mut w = World::new(3);
     let a = LockId::new(1);
     w.mux
-        .acquire(w.now, a, &LockRequest::new("a", Duration::from_secs(1)).auto_extend())
+        .acquire(
+            w.now,
+            a,
+            &LockRequest::new("a", Duration::from_secs(1)).auto_extend(),
+        )
         .expect("valid");
     w.send();
     w.answer(|t| t.id.node() != 2);
@@ -327,7 +331,10 @@ fn a_paused_lock_listens_and_a_notice_starts_its_next_round() {
     }
     w.mux.handle_notice(w.now, b"not ours");
     w.send();
-    assert!(w.wire.is_empty(), "a notice for another channel wakes nobody");
+    assert!(
+        w.wire.is_empty(),
+        "a notice for another channel wakes nobody"
+    );
     w.mux.handle_notice(w.now, &channel);
     let wake = w.mux.poll_timeout().expect("the woken round is scheduled");
     assert!(wake.at < w.now + Duration::from_secs(1), "{wake:?}");
@@ -339,7 +346,10 @@ fn a_paused_lock_listens_and_a_notice_starts_its_next_round() {
     assert_eq!(w.mux.poll_subscription(), None);
     let linger = w.tick();
     assert_eq!(linger.reason, TimeoutReason::Linger);
-    assert_eq!(w.mux.poll_subscription(), Some(Change::Unsubscribe(channel)));
+    assert_eq!(
+        w.mux.poll_subscription(),
+        Some(Change::Unsubscribe(channel))
+    );
 }
 
 #[test]

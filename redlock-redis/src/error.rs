@@ -131,6 +131,10 @@ pub enum Error {
     /// The operating system gave no entropy for a token.
     #[error("the operating system gave no entropy for the lock token")]
     Entropy,
+    /// The client's driver stopped before answering: the async runtime it ran on shut down (a
+    /// later call starts a new driver on the caller's runtime), or its thread could not start.
+    #[error("the client's driver stopped (its runtime shut down) before answering")]
+    Stopped,
 }
 
 impl Error {

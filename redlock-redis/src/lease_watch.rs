@@ -1,4 +1,5 @@
-//! What the work inside `with_lock` can know about its lock, the same in every adapter.
+//! What anyone holding a lock can know about it, kept current by the client's driver: the same
+//! type in every adapter.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -6,13 +7,15 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use redlock_core::{Lease, Token};
+use redlock_core::{ExtendOutcome, Lease, LockSpec, Token};
+
+use crate::error::Error;
 
 #[derive(Debug)]
 struct State {
-    valid_until: Instant,
-    lost: bool,
-    work_done: bool,
+    lease: Lease,
+    /// Why the lock was lost, once it was.
+    lost: Option<Error>,
     wakers: Vec<Waker>,
 }
 
@@ -27,19 +30,6 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Blocks while `waiting` holds, at most `timeout`; returns the state then.
-    fn wait_while(
-        &self,
-        timeout: Duration,
-        waiting: impl FnMut(&mut State) -> bool,
-    ) -> MutexGuard<'_, State> {
-        let (state, _) = self
-            .changed
-            .wait_timeout_while(self.state(), timeout, waiting)
-            .unwrap_or_else(PoisonError::into_inner);
-        state
-    }
-
     fn update(&self, f: impl FnOnce(&mut State)) {
         let wakers = {
             let mut state = self.state();
@@ -51,94 +41,116 @@ impl Shared {
     }
 }
 
-/// What the work inside `with_lock` can know about its lock: whether it is lost, and until when
-/// it is valid. Cheap to clone; the same type in every adapter. It never extends or releases
-/// anything itself: `with_lock` does.
+/// What anyone holding a lock can know about it: its validity (moved forward by every
+/// extension) and whether it was lost. Cheap to clone, `Send + Sync`; the client's driver keeps
+/// it current whether or not anyone looks. It never extends or releases anything itself.
 #[derive(Debug, Clone)]
 pub struct LeaseWatch {
     shared: Arc<Shared>,
-    token: Token,
+    spec: LockSpec,
     fence: Option<u64>,
-}
-
-/// The adapter's side of a [`LeaseWatch`]: it reports extensions and the loss, and learns when
-/// the work is over.
-#[derive(Debug, Clone)]
-pub struct LeaseKeeper {
-    shared: Arc<Shared>,
-}
-
-/// A watch and its keeper, for `lease`'s lock.
-pub fn lease_watch(lease: &Lease) -> (LeaseKeeper, LeaseWatch) {
-    lease_watch_at(lease.valid_until(), lease.token().clone(), lease.fence())
-}
-
-/// A watch and its keeper for a lock valid until `valid_until`, with `token` and `fence`.
-pub fn lease_watch_at(
-    valid_until: Instant,
-    token: Token,
-    fence: Option<u64>,
-) -> (LeaseKeeper, LeaseWatch) {
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            valid_until,
-            lost: false,
-            work_done: false,
-            wakers: Vec::new(),
-        }),
-        changed: Condvar::new(),
-    });
-    (
-        LeaseKeeper {
-            shared: shared.clone(),
-        },
-        LeaseWatch {
-            shared,
-            token,
-            fence,
-        },
-    )
 }
 
 impl LeaseWatch {
-    /// The lock's token (for another process that should `resume` or release it).
-    pub fn token(&self) -> &Token {
-        &self.token
+    /// A watch on `lease`, for the driver to keep current.
+    pub(crate) fn new(lease: Lease) -> Self {
+        Self {
+            spec: lease.spec().clone(),
+            fence: lease.fence(),
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    lease,
+                    lost: None,
+                    wakers: Vec::new(),
+                }),
+                changed: Condvar::new(),
+            }),
+        }
     }
 
-    /// The lock's fencing token, if it was requested with `LockRequest::fenced()`.
+    /// The token stored under the keys: with the resources, all another client needs to
+    /// `resume` the lock or `release_by_token` it.
+    pub fn token(&self) -> &Token {
+        self.spec.token()
+    }
+
+    /// The locked resources, without the key prefix.
+    pub fn resources(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.spec.resources()
+    }
+
+    /// The fencing token of a lock acquired with `LockRequest::fenced()`: larger than every
+    /// earlier holder's of these resources. Send it with each write to the protected resource,
+    /// and have the resource reject a write whose fence is below the largest it accepted.
+    /// `None` for a lock acquired without fencing.
     pub fn fence(&self) -> Option<u64> {
         self.fence
     }
 
-    /// Whether the lock has been lost: stop the protected work then.
-    pub fn is_lost(&self) -> bool {
-        self.shared.state().lost
+    /// The engine's view of the lock now (votes, attempts, TTL, validity).
+    pub fn lease(&self) -> Lease {
+        self.shared.state().lease.clone()
     }
 
-    /// The current end of validity (moves forward with each extension).
+    /// The end of validity (monotonic clock): moves forward with each extension, never
+    /// backwards.
     pub fn valid_until(&self) -> Instant {
-        self.shared.state().valid_until
+        self.shared.state().lease.valid_until()
     }
 
-    /// Whether the lock may be trusted now: check before each step that must not overlap
-    /// another holder's.
+    /// Validity left now (zero once it has passed, or once the lock was lost).
+    pub fn remaining(&self) -> Duration {
+        let state = self.shared.state();
+        if state.lost.is_some() {
+            return Duration::ZERO;
+        }
+        state.lease.remaining(Instant::now())
+    }
+
+    /// Whether the lock may be trusted now: not lost, and inside its validity. Check it before
+    /// each step that must not overlap another holder's.
     pub fn is_valid(&self) -> bool {
         let state = self.shared.state();
-        !state.lost && Instant::now() < state.valid_until
+        state.lost.is_none() && state.lease.is_valid(Instant::now())
+    }
+
+    /// Whether the lock has been lost (an auto-extended lock that could not be kept): stop the
+    /// protected work then.
+    pub fn is_lost(&self) -> bool {
+        self.shared.state().lost.is_some()
+    }
+
+    /// Why the lock was lost, once it was.
+    pub fn loss(&self) -> Option<Error> {
+        self.shared.state().lost.clone()
     }
 
     /// Blocks the calling thread until the lock is lost or `timeout` passes; returns whether it
     /// was lost. For blocking code; async code awaits [`lost`](LeaseWatch::lost) instead.
     pub fn wait_lost(&self, timeout: Duration) -> bool {
-        self.shared.wait_while(timeout, |s| !s.lost).lost
+        let (state, _) = self
+            .shared
+            .changed
+            .wait_timeout_while(self.shared.state(), timeout, |s| s.lost.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        state.lost.is_some()
     }
 
-    /// Resolves once the lock is lost (never, if it is kept until the work ends).
+    /// Resolves once the lock is lost (never, if it is kept until released).
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         Lost {
             shared: self.shared.clone(),
         }
+    }
+
+    /// An extension ended: a successful one moves the validity forward.
+    pub(crate) fn extended(&self, outcome: &ExtendOutcome) {
+        self.shared.update(|s| s.lease.apply(outcome));
+    }
+
+    /// The lock is lost, for this reason.
+    pub(crate) fn set_lost(&self, error: Error) {
+        self.shared.update(|s| s.lost = Some(error));
     }
 }
 
@@ -151,7 +163,7 @@ impl Future for Lost {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = self.shared.state();
-        if state.lost {
+        if state.lost.is_some() {
             return Poll::Ready(());
         }
         if !state.wakers.iter().any(|w| w.will_wake(cx.waker())) {
@@ -161,82 +173,43 @@ impl Future for Lost {
     }
 }
 
-impl LeaseKeeper {
-    /// An extension moved the validity.
-    pub fn extended(&self, valid_until: Instant) {
-        self.shared
-            .update(|s| s.valid_until = s.valid_until.max(valid_until));
-    }
-
-    /// The lock is lost.
-    pub fn lost(&self) {
-        self.shared.update(|s| s.lost = true);
-    }
-
-    /// The work is over (however it ended).
-    pub fn work_done(&self) {
-        self.shared.update(|s| s.work_done = true);
-    }
-
-    /// Blocks until the work is over or `until` passes; returns whether it is over.
-    pub fn wait_work_done(&self, until: Instant) -> bool {
-        let wait = until.saturating_duration_since(Instant::now());
-        self.shared.wait_while(wait, |s| !s.work_done).work_done
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn test_lease(until: Instant) -> (Instant, Token, Option<u64>) {
-        (until, Token::new(b"t".to_vec()).expect("valid"), Some(7))
-    }
-
-    fn lease_watch_at_(
-        (until, token, fence): (Instant, Token, Option<u64>),
-    ) -> (LeaseKeeper, LeaseWatch) {
-        lease_watch_at(until, token, fence)
-    }
+    use redlock_core::fake::lease as testing_lease;
 
     #[test]
-    fn the_watch_sees_what_the_keeper_reports() {
+    fn the_watch_sees_what_the_driver_reports() {
         let t0 = Instant::now() + Duration::from_secs(60);
-        let (keeper, watch) = lease_watch_at_(test_lease(t0));
+        let watch = LeaseWatch::new(testing_lease(t0, Some(7)));
         assert!(watch.is_valid() && !watch.is_lost());
-        assert_eq!(
-            (watch.token().as_bytes(), watch.fence()),
-            (&b"t"[..], Some(7))
-        );
-        keeper.extended(t0 + Duration::from_secs(5));
-        keeper.extended(t0); // never backwards
+        assert_eq!(watch.fence(), Some(7));
+        let extended = |until| ExtendOutcome::Extended {
+            valid_until: until,
+            ttl: Duration::from_secs(1),
+            votes: Vec::new(),
+        };
+        watch.extended(&extended(t0 + Duration::from_secs(5)));
+        watch.extended(&extended(t0)); // never backwards
         assert_eq!(watch.valid_until(), t0 + Duration::from_secs(5));
         assert!(!watch.wait_lost(Duration::from_millis(1)));
         let waiter = std::thread::spawn({
             let watch = watch.clone();
             move || watch.wait_lost(Duration::from_secs(60))
         });
-        keeper.lost();
+        watch.set_lost(Error::Lost(crate::LockFailure::default()));
         assert!(waiter.join().expect("no panic"));
         assert!(watch.is_lost() && !watch.is_valid());
+        assert_eq!(watch.remaining(), Duration::ZERO);
     }
 
     #[test]
-    fn lost_resolves_when_the_keeper_reports_it() {
-        let (keeper, watch) = lease_watch_at_(test_lease(Instant::now()));
+    fn lost_resolves_when_the_driver_reports_it() {
+        let watch = LeaseWatch::new(testing_lease(Instant::now(), None));
         let mut lost = Box::pin(watch.lost());
-        let waker = Waker::noop();
-        let mut cx = Context::from_waker(waker);
+        let mut cx = Context::from_waker(Waker::noop());
         assert!(lost.as_mut().poll(&mut cx).is_pending());
-        keeper.lost();
+        watch.set_lost(Error::Lost(crate::LockFailure::default()));
         assert!(lost.as_mut().poll(&mut cx).is_ready());
-    }
-
-    #[test]
-    fn the_keeper_learns_when_the_work_is_done() {
-        let (keeper, _watch) = lease_watch_at_(test_lease(Instant::now()));
-        assert!(!keeper.wait_work_done(Instant::now() + Duration::from_millis(1)));
-        keeper.work_done();
-        assert!(keeper.wait_work_done(Instant::now() + Duration::from_secs(60)));
     }
 }

@@ -1,37 +1,51 @@
-//! What every redlock-rs adapter shares about talking to Redis through the `redis` crate, so that
-//! the tokio, async-std and blocking adapters behave the same: parsing node URLs (and naming a
-//! node without its password), turning an engine [`Command`](redlock_core::Command) into a Redis
-//! request, mapping `redis::Value` / `RedisError` into engine [`Reply`](redlock_core::Reply)s,
-//! the error type, and seeding the engine's RNG from the OS.
+//! What every redlock-rs adapter shares, so that the tokio, async-std and blocking adapters
+//! behave the same and are written once: parsing node URLs (and naming a node without its
+//! password), turning an engine [`Command`](redlock_core::Command) into a Redis request,
+//! mapping `redis::Value` / `RedisError` into engine [`Reply`](redlock_core::Reply)s, the error
+//! type, seeding the engine's RNG from the OS — and a client's driver state, the lock handle
+//! and the answers its callers wait for.
 //!
-//! It also holds what every adapter does with a lock the same way, whatever its transport: the
-//! client's settings and RNG, reading a lock lifecycle's events into results and errors, the
-//! held lock's accessors ([`lock_accessors!`]) and [`LeaseWatch`].
+//! # One name per concept
+//! - [`Lifecycle`](redlock_core::Lifecycle): the engine's lock, from its first round to its
+//!   release. It decides everything.
+//! - [`Multiplexer`](redlock_core::Multiplexer): the engine's many lifecycles of one client,
+//!   over one set of nodes.
+//! - the *driver*: one per client (a task on the async runtime, or a thread), owning the
+//!   multiplexer and every connection; its state, written once, is [`DriverState`].
+//! - `Lock`: the user's handle on a lock the driver owns ([`LockHandle`] is its body).
+//! - [`Lease`](redlock_core::Lease): a held lock's validity, votes and fence;
+//!   [`LeaseWatch`]: the view of it every holder shares, kept current by the driver.
 //!
 //! This crate never makes an algorithmic decision (no quorum, validity or retry math: that is
-//! `redlock-core`), never spawns, never sleeps and holds no connection.
+//! `redlock-core`), never spawns, never sleeps and holds no connection. It is the adapters'
+//! shared code: use an adapter crate.
 
+mod answer;
 mod builder;
+mod driver;
 mod entropy;
 mod error;
+mod handle;
 mod lease_watch;
-mod lock_state;
 mod node;
-pub mod notice_board;
 mod reply;
 mod request;
 pub mod telemetry;
 #[cfg(feature = "tls")]
 mod tls;
 
+pub use answer::{Answer, Responder, answer};
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
+pub use driver::{Call, DriverState, LockIds, Post, acquire, flush, release_by_token, trust};
 pub use entropy::seeded_rng;
 pub use error::{Error, LockFailure, NodeReport};
-pub use lease_watch::{LeaseKeeper, LeaseWatch, lease_watch, lease_watch_at};
-pub use lock_state::{ClientCore, Start, extended, kept};
+pub use handle::{LockHandle, Pending};
+pub use lease_watch::LeaseWatch;
 pub use node::NodeAddr;
 pub use reply::{map_error, map_result, needs_new_connection};
-pub use request::Request;
+#[cfg(any(feature = "tokio", feature = "smol"))]
+pub use request::run_batch_async;
+pub use request::{BatchReplies, Request, run_batch};
 #[cfg(feature = "tls")]
 pub use tls::Tls;
 

@@ -2,7 +2,9 @@
 
 use std::sync::LazyLock;
 
-use redlock_core::{Command, RedisForm, Script};
+use redlock_core::{Command, NodeErrorKind, RedisForm, Reply, Script};
+
+use crate::reply::{map_error, map_result, needs_new_connection};
 
 static ACQUIRE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(Script::Acquire.source()));
@@ -141,5 +143,141 @@ impl Request {
                 result
             }
         }
+    }
+}
+
+/// The replies of a batch, one per command in order, and whether the connection must be
+/// dropped (its transport failed or timed out: a late reply would be read as the answer to the
+/// next command).
+pub struct BatchReplies {
+    /// One reply per command.
+    pub replies: Vec<Reply>,
+    /// Whether to reconnect before the next request.
+    pub reconnect: bool,
+}
+
+impl BatchReplies {
+    fn failed(err: &redis::RedisError, count: usize) -> Self {
+        Self {
+            replies: vec![Reply::Error(map_error(err)); count],
+            reconnect: err.is_io_error() || err.is_timeout() || needs_new_connection(err),
+        }
+    }
+
+    /// Maps a pipeline's answer; a command the node answered `NOSCRIPT` is left as
+    /// `Err(index)` for the caller to run again on its own (which loads the script).
+    fn mapped(values: Vec<redis::Value>, count: usize) -> Result<Vec<Result<Reply, ()>>, Self> {
+        if values.len() != count {
+            // Not one answer per command: the connection cannot be trusted any more.
+            return Err(Self {
+                replies: vec![Reply::Error(NodeErrorKind::Protocol); count],
+                reconnect: true,
+            });
+        }
+        Ok(values
+            .into_iter()
+            .map(|value| match &value {
+                redis::Value::ServerError(err) if err.code() == "NOSCRIPT" => Err(()),
+                _ => Ok(map_result(Ok(value))),
+            })
+            .collect())
+    }
+}
+
+fn pipeline<'a>(commands: impl Iterator<Item = &'a Command>) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for command in commands {
+        pipe.add_command(Request::pipelined(command));
+    }
+    pipe
+}
+
+/// Runs `commands` on a blocking connection as one pipeline (one round trip, in order; a
+/// single command as a plain request), running again on its own each command whose script the
+/// node did not know.
+pub fn run_batch(conn: &mut dyn redis::ConnectionLike, commands: &[&Command]) -> BatchReplies {
+    if let [command] = commands {
+        let result = Request::new(command).run(conn);
+        return match result {
+            Err(err) => BatchReplies::failed(&err, 1),
+            ok => BatchReplies {
+                replies: vec![map_result(ok)],
+                reconnect: false,
+            },
+        };
+    }
+    let values: Result<Vec<redis::Value>, _> = pipeline(commands.iter().copied()).query(conn);
+    let mapped = match values {
+        Ok(values) => BatchReplies::mapped(values, commands.len()),
+        Err(err) => return BatchReplies::failed(&err, commands.len()),
+    };
+    match mapped {
+        Ok(replies) => {
+            let mut reconnect = false;
+            let replies = replies
+                .into_iter()
+                .zip(commands)
+                .map(|(reply, command)| {
+                    reply.unwrap_or_else(|()| {
+                        let again = run_batch(conn, &[command]);
+                        reconnect |= again.reconnect;
+                        again
+                            .replies
+                            .into_iter()
+                            .next()
+                            .unwrap_or(Reply::Error(NodeErrorKind::Protocol))
+                    })
+                })
+                .collect();
+            BatchReplies { replies, reconnect }
+        }
+        Err(failed) => failed,
+    }
+}
+
+/// [`run_batch`] on an async connection.
+#[cfg(any(feature = "tokio", feature = "smol"))]
+pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    commands: &[&Command],
+) -> BatchReplies {
+    if let [command] = commands {
+        return match Request::new(command).run_async(conn).await {
+            Err(err) => BatchReplies::failed(&err, 1),
+            ok => BatchReplies {
+                replies: vec![map_result(ok)],
+                reconnect: false,
+            },
+        };
+    }
+    let values: Result<Vec<redis::Value>, _> =
+        pipeline(commands.iter().copied()).query_async(conn).await;
+    let mapped = match values {
+        Ok(values) => BatchReplies::mapped(values, commands.len()),
+        Err(err) => return BatchReplies::failed(&err, commands.len()),
+    };
+    match mapped {
+        Ok(replies) => {
+            let mut reconnect = false;
+            let mut out = Vec::with_capacity(replies.len());
+            for (reply, command) in replies.into_iter().zip(commands) {
+                out.push(match reply {
+                    Ok(reply) => reply,
+                    Err(()) => match Request::new(command).run_async(conn).await {
+                        Err(err) => {
+                            reconnect |= BatchReplies::failed(&err, 1).reconnect;
+                            Reply::Error(map_error(&err))
+                        }
+                        ok => map_result(ok),
+                    },
+                });
+            }
+            BatchReplies {
+                replies: out,
+                reconnect,
+            }
+        }
+        Err(failed) => failed,
     }
 }

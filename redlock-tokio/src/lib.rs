@@ -37,8 +37,13 @@
 //! guarding a resource (`web_handler`), graceful shutdown on SIGTERM (`graceful_shutdown`).
 //!
 //! # What it never does
-//! - It never blocks a runtime thread (no `block_on`, also not in `Drop`): releases of dropped
-//!   locks and cancelled acquisitions run as background tasks on the runtime.
+//! - It never blocks a runtime thread (no `block_on`, also not in `Drop`): the client's one
+//!   driver task releases dropped locks and abandons cancelled acquisitions.
+//! - It never spawns a task per lock or per request: one driver task per client (started on
+//!   the runtime of the first task that locks), plus one release-notice subscriber per node
+//!   once a lock waits for another holder.
+//! - It never lets a lock depend on being awaited: a lock asked to auto-extend is extended by
+//!   the driver, and a dropped future's operation still runs to its end.
 //! - It never opens a connection per command.
 //! - It never puts a password in an error, a log line or a `Debug` output: nodes are named by
 //!   `host:port`.
@@ -74,8 +79,6 @@ impl redlock_async_driver::Runtime for Tokio {
 pub type Redlock = redlock_async_driver::Redlock<Tokio>;
 /// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
 pub type RedlockBuilder = redlock_async_driver::RedlockBuilder<Tokio>;
-/// A lock a quorum granted: trust it until `valid_until()`, `extend` it to keep it, `release`
-/// it when done (a dropped lock is released in the background).
-pub type Lock = redlock_async_driver::Lock<Tokio>;
+pub use redlock_async_driver::Lock;
 
 pub use redlock_redis::api::*;

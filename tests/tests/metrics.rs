@@ -66,7 +66,7 @@ fn every_metric_moves_with_its_event() {
     let other = redlock_blocking::Redlock::new(nodes.urls()).expect("client");
 
     // Acquired, extended, held, released; a contended try; a waiter that hears the release.
-    let mut lock = redlock.lock("m", Duration::from_secs(10)).expect("lock");
+    let lock = redlock.lock("m", Duration::from_secs(10)).expect("lock");
     lock.extend(Duration::from_secs(10)).expect("extend");
     assert!(other.try_lock("m", Duration::from_secs(10)).is_err());
     std::thread::scope(|scope| {

@@ -8,14 +8,14 @@ use redlock_async_driver::{Lock, Redlock, Runtime};
 use super::{AsyncClient, TTL};
 
 impl<R: Runtime> AsyncClient for Redlock<R> {
-    type Held = Lock<R>;
+    type Held = Lock;
 
-    fn lock_key(&self, key: &str) -> impl Future<Output = Result<Lock<R>, String>> + Send {
+    fn lock_key(&self, key: &str) -> impl Future<Output = Result<Lock, String>> + Send {
         let acquire = self.lock(key, TTL);
         async move { acquire.await.map_err(|err| err.to_string()) }
     }
 
-    async fn unlock(&self, held: Lock<R>) {
+    async fn unlock(&self, held: Lock) {
         held.release().await;
     }
 }

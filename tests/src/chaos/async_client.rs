@@ -64,7 +64,7 @@ impl<E: ChaosExecutor> AsyncClient<E> {
 
 impl<E: ChaosExecutor> Client for AsyncClient<E> {
     const KIND: AdapterKind = E::KIND;
-    type Lock = redlock_async_driver::Lock<E::Runtime>;
+    type Lock = redlock_async_driver::Lock;
     type Counter = MultiplexedConnection;
 
     fn config(&self) -> &Config {
@@ -119,13 +119,13 @@ impl<E: ChaosExecutor> Client for AsyncClient<E> {
     }
 }
 
-impl<R: redlock_async_driver::Runtime> ClientLock for redlock_async_driver::Lock<R> {
+impl ClientLock for redlock_async_driver::Lock {
     fn token(&self) -> Vec<u8> {
-        redlock_async_driver::Lock::token(self).as_bytes().to_vec()
+        redlock_redis::LeaseWatch::token(self).as_bytes().to_vec()
     }
 
     fn valid_until(&self) -> Instant {
-        redlock_async_driver::Lock::valid_until(self)
+        redlock_redis::LeaseWatch::valid_until(self)
     }
 
     fn ttl(&self) -> Duration {

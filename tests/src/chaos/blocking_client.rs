@@ -113,11 +113,11 @@ impl Client for BlockingClient {
 
 impl ClientLock for Lock {
     fn token(&self) -> Vec<u8> {
-        Lock::token(self).as_bytes().to_vec()
+        redlock_redis::LeaseWatch::token(self).as_bytes().to_vec()
     }
 
     fn valid_until(&self) -> Instant {
-        Lock::valid_until(self)
+        redlock_redis::LeaseWatch::valid_until(self)
     }
 
     fn ttl(&self) -> Duration {

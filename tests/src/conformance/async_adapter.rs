@@ -19,7 +19,7 @@ pub struct AsyncAdapter<E: Executor> {
 /// An async adapter's lock and the executor it lives on.
 pub struct AsyncLock<E: Executor> {
     // Dropped before the executor, so a background release can still be spawned.
-    lock: redlock_async_driver::Lock<E::Runtime>,
+    lock: redlock_async_driver::Lock,
     executor: E,
 }
 
@@ -68,7 +68,7 @@ impl<E: Executor> std::fmt::Debug for AsyncLock<E> {
 }
 
 impl<E: TestExecutor> AsyncAdapter<E> {
-    fn wrap(&self, lock: redlock_async_driver::Lock<E::Runtime>) -> AsyncLock<E> {
+    fn wrap(&self, lock: redlock_async_driver::Lock) -> AsyncLock<E> {
         AsyncLock {
             lock,
             executor: self.executor.clone(),

@@ -1,0 +1,195 @@
+//! A one-shot answer from the driver to a caller, awaited by async code or waited for by
+//! blocking code: the same type in every adapter.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+struct State<T> {
+    value: Option<T>,
+    /// The responder is gone (answered or dropped).
+    closed: bool,
+    /// The answer is gone (dropped unread).
+    abandoned: bool,
+    waker: Option<Waker>,
+}
+
+struct Slot<T> {
+    state: Mutex<State<T>>,
+    ready: Condvar,
+}
+
+impl<T> Slot<T> {
+    fn state(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The driver's end: answers once, or, dropped unanswered, tells the caller that no answer
+/// will come.
+pub struct Responder<T> {
+    slot: Arc<Slot<T>>,
+}
+
+/// The caller's end: `.await` it, or [`wait`](Answer::wait) for it. `None` means the driver
+/// stopped without answering. Dropping it unread drops the answer when it comes (a lock handle
+/// in it then releases its lock as any dropped handle does).
+pub struct Answer<T> {
+    slot: Arc<Slot<T>>,
+}
+
+impl<T> std::fmt::Debug for Answer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer").finish_non_exhaustive()
+    }
+}
+
+/// A responder and its answer.
+pub fn answer<T>() -> (Responder<T>, Answer<T>) {
+    let slot = Arc::new(Slot {
+        state: Mutex::new(State {
+            value: None,
+            closed: false,
+            abandoned: false,
+            waker: None,
+        }),
+        ready: Condvar::new(),
+    });
+    (Responder { slot: slot.clone() }, Answer { slot })
+}
+
+impl<T> Responder<T> {
+    /// Answers; gives the value back if nobody waits for it any more.
+    pub fn send(self, value: T) -> Result<(), T> {
+        let mut state = self.slot.state();
+        if state.abandoned {
+            return Err(value);
+        }
+        state.value = Some(value);
+        Ok(())
+        // Drop wakes the caller.
+    }
+
+    /// Whether the caller dropped its answer.
+    pub fn is_abandoned(&self) -> bool {
+        self.slot.state().abandoned
+    }
+}
+
+impl<T> Drop for Responder<T> {
+    fn drop(&mut self) {
+        let waker = {
+            let mut state = self.slot.state();
+            state.closed = true;
+            state.waker.take()
+        };
+        self.slot.ready.notify_all();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl<T> Answer<T> {
+    /// Blocks the calling thread until the answer comes; `None` if the driver stopped first.
+    pub fn wait(self) -> Option<T> {
+        let mut state = self.slot.state();
+        while !state.closed {
+            state = self
+                .slot
+                .ready
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.value.take()
+    }
+
+    /// Blocks at most `timeout`; gives the answer back unread if it has not come by then.
+    pub fn wait_timeout(self, timeout: Duration) -> Result<Option<T>, Self> {
+        let deadline = Instant::now() + timeout;
+        {
+            let mut state = self.slot.state();
+            while !state.closed {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                state = self
+                    .slot
+                    .ready
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            if state.closed {
+                return Ok(state.value.take());
+            }
+        }
+        Err(self)
+    }
+}
+
+impl<T> Future for Answer<T> {
+    type Output = Option<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let mut state = self.slot.state();
+        if state.closed {
+            return Poll::Ready(state.value.take());
+        }
+        match &mut state.waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+impl<T> Drop for Answer<T> {
+    fn drop(&mut self) {
+        let value = {
+            let mut state = self.slot.state();
+            state.abandoned = true;
+            state.value.take()
+        };
+        // Dropped outside the lock: a lock handle's drop posts its release.
+        drop(value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_reaches_a_blocking_and_an_async_caller() {
+        let (tx, rx) = answer();
+        let waiter = std::thread::spawn(move || rx.wait());
+        tx.send(7).expect("someone waits");
+        assert_eq!(waiter.join().expect("no panic"), Some(7));
+
+        let (tx, rx) = answer::<u8>();
+        let mut rx = Box::pin(rx);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(rx.as_mut().poll(&mut cx).is_pending());
+        tx.send(3).expect("someone waits");
+        assert_eq!(rx.as_mut().poll(&mut cx), Poll::Ready(Some(3)));
+    }
+
+    #[test]
+    fn a_dropped_responder_means_no_answer_and_a_dropped_answer_refuses_the_value() {
+        let (tx, rx) = answer::<u8>();
+        drop(tx);
+        assert_eq!(rx.wait(), None);
+
+        let (tx, rx) = answer::<u8>();
+        drop(rx);
+        assert!(tx.is_abandoned());
+        assert_eq!(tx.send(1), Err(1));
+
+        let (_tx, rx) = answer::<u8>();
+        assert!(rx.wait_timeout(Duration::from_millis(1)).is_err());
+    }
+}

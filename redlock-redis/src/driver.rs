@@ -1,0 +1,495 @@
+//! The state of a client's driver, written once for every adapter: the engine's
+//! [`Multiplexer`] plus who waits for what. An adapter's driver (a task, or a thread) only
+//! carries calls in, batches out, replies and notices in, and time.
+//!
+//! # What it never does
+//! It never does I/O, never reads the clock (every input takes `now`), never blocks and never
+//! spawns: answering a caller is filling an [`Answer`](crate::Answer) slot.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redlock_core::{
+    Batch, Change, ExtendOutcome, Lease, LockEvent, LockId, LockRequest, Multiplexer,
+    ReleaseReport, Reply, RequestId, Timeout, Trigger, Vote,
+};
+
+use crate::answer::{Responder, answer};
+use crate::error::{Error, LockFailure, NodeReport};
+use crate::handle::{LockHandle, Pending};
+use crate::lease_watch::LeaseWatch;
+use crate::telemetry;
+
+/// How long a release by token waits for answers: the node timeout of a lock with this TTL
+/// (1 s with the default settings).
+const RELEASE_BY_TOKEN_TTL: Duration = Duration::from_secs(10);
+
+/// A message from a handle (or the client) to its driver.
+pub enum Call {
+    /// Acquire (or, with `resume`, resume by token) the lock `request` describes as lock `id`.
+    Acquire {
+        /// The lock's id.
+        id: LockId,
+        /// What to lock.
+        request: LockRequest,
+        /// Resume by the request's token instead of acquiring.
+        resume: bool,
+        /// Where the handle goes.
+        answer: Responder<Result<LockHandle, Error>>,
+    },
+    /// Release a lock by its resources and token, as lock `id`.
+    ReleaseByToken {
+        /// The release's id.
+        id: LockId,
+        /// Resources and token.
+        request: LockRequest,
+        /// Where the report goes.
+        answer: Responder<Result<ReleaseReport, Error>>,
+    },
+    /// Mark every node trusted, as lock `id`.
+    Trust {
+        /// The operation's id.
+        id: LockId,
+        /// Where each node's answer goes.
+        answer: Responder<Vec<NodeReport<Vote>>>,
+    },
+    /// Extend held lock `id` to `ttl`.
+    Extend {
+        /// The lock.
+        id: LockId,
+        /// The new TTL.
+        ttl: Duration,
+        /// Where the outcome goes.
+        answer: Responder<Result<(), Error>>,
+    },
+    /// Release lock `id` (a dropped handle sends no answer slot).
+    Release {
+        /// The lock.
+        id: LockId,
+        /// Where the report goes, if anyone asked.
+        answer: Option<Responder<ReleaseReport>>,
+    },
+    /// An acquisition's caller went away: give the lock up unless it is held.
+    Abandon {
+        /// The lock.
+        id: LockId,
+    },
+    /// Stop driving lock `id`, leaving it on the nodes.
+    Detach {
+        /// The lock.
+        id: LockId,
+    },
+    /// Answer once nothing is queued or in flight on any node.
+    Flush {
+        /// Where the answer goes.
+        answer: Responder<()>,
+    },
+    /// The client is gone: end once every lock is over and every request answered.
+    ClientGone,
+}
+
+/// How calls reach a driver: its adapter's channel.
+pub trait Post: Send + Sync + 'static {
+    /// Delivers `call`, or drops it (its answer slot with it, which tells the caller that the
+    /// driver stopped) if the driver is gone.
+    fn post(&self, call: Call);
+}
+
+/// What a caller waits for, by lock id.
+enum Waiting {
+    Acquire {
+        resume: bool,
+        answer: Responder<Result<LockHandle, Error>>,
+        started: Instant,
+    },
+    Held {
+        watch: LeaseWatch,
+        since: Instant,
+        extends: std::collections::VecDeque<Responder<Result<(), Error>>>,
+        release: Option<Responder<ReleaseReport>>,
+    },
+    ReleaseByToken(Responder<Result<ReleaseReport, Error>>),
+    Trust(Responder<Vec<NodeReport<Vote>>>),
+}
+
+/// The ids of a client's locks: unique per client, whichever driver (an async client restarts
+/// its driver on another runtime if the first one stopped) runs them.
+#[derive(Debug, Default)]
+pub struct LockIds(AtomicU64);
+
+impl LockIds {
+    /// The next id.
+    pub fn next(&self) -> LockId {
+        LockId::new(self.0.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Starts an acquisition (or resumption) through `driver`: the call goes out now, and the
+/// returned [`Pending`] abandons it if dropped before the answer.
+pub fn acquire(
+    driver: Arc<dyn Post>,
+    ids: &LockIds,
+    request: LockRequest,
+    resume: bool,
+) -> Pending {
+    let id = ids.next();
+    let (responder, answer) = answer();
+    driver.post(Call::Acquire {
+        id,
+        request,
+        resume,
+        answer: responder,
+    });
+    Pending::new(id, driver, answer)
+}
+
+/// Starts a release by token through `driver`.
+pub fn release_by_token(
+    driver: &dyn Post,
+    ids: &LockIds,
+    resource: Vec<u8>,
+    token: Vec<u8>,
+) -> crate::Answer<Result<ReleaseReport, Error>> {
+    let (responder, answer) = answer();
+    driver.post(Call::ReleaseByToken {
+        id: ids.next(),
+        request: LockRequest::new(resource, RELEASE_BY_TOKEN_TTL).token(token),
+        answer: responder,
+    });
+    answer
+}
+
+/// Starts marking every node trusted through `driver`.
+pub fn trust(driver: &dyn Post, ids: &LockIds) -> crate::Answer<Vec<NodeReport<Vote>>> {
+    let (responder, answer) = answer();
+    driver.post(Call::Trust {
+        id: ids.next(),
+        answer: responder,
+    });
+    answer
+}
+
+/// Asks `driver` to answer once every request sent so far was answered.
+pub fn flush(driver: &dyn Post) -> crate::Answer<()> {
+    let (responder, answer) = answer();
+    driver.post(Call::Flush { answer: responder });
+    answer
+}
+
+/// A client driver's state: the engine's multiplexer and the callers waiting on it.
+pub struct DriverState {
+    mux: Multiplexer<chacha20::ChaCha20Rng>,
+    labels: Arc<[Arc<str>]>,
+    /// Handed to every lock handle, so that it can reach this driver.
+    post: Arc<dyn Post>,
+    waiting: BTreeMap<LockId, Waiting>,
+    flushes: Vec<Responder<()>>,
+    client_gone: bool,
+    /// Locks listening for release notices, as last told to the metrics.
+    listening: usize,
+}
+
+impl DriverState {
+    /// A driver's state for `config`'s nodes named `labels`; `post` reaches this driver.
+    pub fn new(
+        config: redlock_core::Config,
+        labels: Arc<[Arc<str>]>,
+        post: Arc<dyn Post>,
+    ) -> Result<Self, Error> {
+        Ok(Self {
+            mux: Multiplexer::new(config, crate::seeded_rng()?),
+            labels,
+            post,
+            waiting: BTreeMap::new(),
+            flushes: Vec::new(),
+            client_gone: false,
+            listening: 0,
+        })
+    }
+
+    /// Whether the driver may end: the client is gone, no lock runs, nothing is in flight.
+    pub fn is_done(&self) -> bool {
+        self.client_gone && self.mux.is_idle()
+    }
+
+    /// A call from a handle or the client.
+    pub fn handle_call(&mut self, now: Instant, call: Call) {
+        match call {
+            Call::Acquire {
+                id,
+                request,
+                resume,
+                answer,
+            } => {
+                let started = if resume {
+                    self.mux.resume(now, id, &request)
+                } else {
+                    self.mux.acquire(now, id, &request)
+                };
+                match started {
+                    Ok(()) => {
+                        self.waiting.insert(
+                            id,
+                            Waiting::Acquire {
+                                resume,
+                                answer,
+                                started: now,
+                            },
+                        );
+                    }
+                    Err(err) => {
+                        let _ = answer.send(Err(err.into()));
+                    }
+                }
+            }
+            Call::ReleaseByToken {
+                id,
+                request,
+                answer,
+            } => match self.mux.release_by_token(now, id, &request) {
+                Ok(()) => {
+                    self.waiting.insert(id, Waiting::ReleaseByToken(answer));
+                }
+                Err(err) => {
+                    let _ = answer.send(Err(err.into()));
+                }
+            },
+            Call::Trust { id, answer } => {
+                if self.mux.trust(now, id).is_ok() {
+                    self.waiting.insert(id, Waiting::Trust(answer));
+                }
+            }
+            Call::Extend { id, ttl, answer } => match self.waiting.get_mut(&id) {
+                Some(Waiting::Held { extends, .. }) => match self.mux.extend(now, id, ttl) {
+                    Ok(()) => extends.push_back(answer),
+                    Err(err) => {
+                        let _ = answer.send(Err(err.into()));
+                    }
+                },
+                _ => {
+                    let _ = answer.send(Err(Error::Lost(LockFailure::default())));
+                }
+            },
+            Call::Release { id, answer } => {
+                if let Some(Waiting::Held { release, .. }) = self.waiting.get_mut(&id) {
+                    *release = answer;
+                    self.mux.release(now, id);
+                } else if let Some(answer) = answer {
+                    let _ = answer.send(ReleaseReport { nodes: Vec::new() });
+                }
+            }
+            Call::Abandon { id } => {
+                if matches!(self.waiting.get(&id), Some(Waiting::Acquire { .. })) {
+                    self.waiting.remove(&id);
+                    self.mux.abandon(now, id);
+                }
+            }
+            Call::Detach { id } => {
+                self.waiting.remove(&id);
+                self.mux.detach(now, id);
+            }
+            Call::Flush { answer } => self.flushes.push(answer),
+            Call::ClientGone => self.client_gone = true,
+        }
+        self.deliver(now);
+    }
+
+    /// The replies to a batch sent to a node (or error replies for a transport that failed).
+    pub fn handle_replies(
+        &mut self,
+        now: Instant,
+        replies: impl IntoIterator<Item = (RequestId, Reply)>,
+    ) {
+        for (id, reply) in replies {
+            self.mux.handle_reply(now, id, reply);
+        }
+        self.deliver(now);
+    }
+
+    /// A release notice on `channel`.
+    pub fn handle_notice(&mut self, now: Instant, channel: &[u8]) {
+        self.mux.handle_notice(now, channel);
+        self.deliver(now);
+    }
+
+    /// Lets deadlines up to `now` pass.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.mux.handle_timeout(now);
+        self.deliver(now);
+    }
+
+    /// The next batch to write to its node.
+    pub fn poll_transmit(&mut self) -> Option<Batch> {
+        self.mux.poll_transmit()
+    }
+
+    /// The next change to the release channels.
+    pub fn poll_subscription(&mut self) -> Option<Change> {
+        self.mux.poll_subscription()
+    }
+
+    /// Every release channel to listen on, for a subscriber connection that (re)starts.
+    pub fn channels(&self) -> Vec<Vec<u8>> {
+        self.mux.channels().map(<[u8]>::to_vec).collect()
+    }
+
+    /// When to call [`handle_timeout`](DriverState::handle_timeout) next, and why.
+    pub fn poll_timeout(&self) -> Option<Timeout> {
+        self.mux.poll_timeout()
+    }
+
+    /// The nodes, as `host:port`.
+    pub fn labels(&self) -> &[Arc<str>] {
+        &self.labels
+    }
+
+    /// Passes every event on to whoever waits for it.
+    fn deliver(&mut self, now: Instant) {
+        while let Some((id, event)) = self.mux.poll_event() {
+            self.on_event(now, id, event);
+        }
+        let listening = self.mux.listening();
+        while self.listening != listening {
+            telemetry::waiting(self.listening < listening);
+            if self.listening < listening {
+                self.listening += 1;
+            } else {
+                self.listening -= 1;
+            }
+        }
+        if !self.mux.has_requests() {
+            for flush in self.flushes.drain(..) {
+                let _ = flush.send(());
+            }
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, id: LockId, event: LockEvent) {
+        let Some(waiting) = self.waiting.remove(&id) else {
+            return;
+        };
+        match (waiting, event) {
+            (
+                Waiting::Acquire {
+                    resume,
+                    answer,
+                    started,
+                },
+                LockEvent::Acquired(lease),
+            ) => {
+                tracing::debug!(attempts = lease.attempts(), "acquired");
+                telemetry::acquisition(started, lease.attempts(), None);
+                self.hold(now, id, lease, resume, answer);
+            }
+            (
+                Waiting::Acquire {
+                    answer, started, ..
+                },
+                LockEvent::NotAcquired(failure),
+            ) => {
+                tracing::debug!(reason = ?failure.reason, attempts = failure.attempts, "not acquired");
+                telemetry::acquisition(started, failure.attempts, Some(failure.reason));
+                let _ = answer.send(Err(Error::acquire_failed(&self.labels, &failure)));
+            }
+            (
+                Waiting::Held {
+                    watch,
+                    since,
+                    mut extends,
+                    release,
+                },
+                event,
+            ) => {
+                let release = match event {
+                    LockEvent::Extended { outcome, trigger } => {
+                        let extended = matches!(outcome, ExtendOutcome::Extended { .. });
+                        telemetry::extension(trigger, extended);
+                        watch.extended(&outcome);
+                        if trigger == Trigger::Caller
+                            && let Some(answer) = extends.pop_front()
+                        {
+                            let _ = answer.send(match outcome {
+                                ExtendOutcome::Extended { .. } => Ok(()),
+                                ExtendOutcome::NotExtended { reason, votes } => {
+                                    tracing::debug!(?reason, "not extended");
+                                    Err(Error::extend_failed(&self.labels, reason, &votes))
+                                }
+                            });
+                        }
+                        release
+                    }
+                    LockEvent::Lost { cause, votes } => {
+                        telemetry::lost(cause);
+                        tracing::warn!(?cause, "lock lost");
+                        watch.set_lost(Error::lost(&self.labels, cause, &votes));
+                        release
+                    }
+                    LockEvent::Released(report) => {
+                        telemetry::release(Some(since));
+                        tracing::debug!(
+                            released = report.released(),
+                            held_by_other = report.held_by_other(),
+                            unreachable = report.unreachable(),
+                            "released"
+                        );
+                        if let Some(answer) = release {
+                            let _ = answer.send(report);
+                        }
+                        return;
+                    }
+                    LockEvent::Acquired(_) | LockEvent::NotAcquired(_) | LockEvent::Trusted(_) => {
+                        release
+                    }
+                };
+                self.waiting.insert(
+                    id,
+                    Waiting::Held {
+                        watch,
+                        since,
+                        extends,
+                        release,
+                    },
+                );
+            }
+            (Waiting::ReleaseByToken(answer), LockEvent::Released(report)) => {
+                let _ = answer.send(Ok(report));
+            }
+            (Waiting::Trust(answer), LockEvent::Trusted(votes)) => {
+                tracing::info!(?votes, "nodes trusted for restart-aware voting");
+                let _ = answer.send(LockFailure::new(&self.labels, &votes, 1).nodes);
+            }
+            // Anything else (an abandoned acquisition's clean-up): nobody waits for it.
+            (waiting, _) => {
+                self.waiting.insert(id, waiting);
+            }
+        }
+    }
+
+    /// Lock `id` is held: its handle goes to the caller (or, if the caller is gone, is dropped
+    /// at once, which releases an acquired lock and detaches a resumed one).
+    fn hold(
+        &mut self,
+        now: Instant,
+        id: LockId,
+        lease: Lease,
+        resume: bool,
+        answer: Responder<Result<LockHandle, Error>>,
+    ) {
+        let watch = LeaseWatch::new(lease);
+        self.waiting.insert(
+            id,
+            Waiting::Held {
+                watch: watch.clone(),
+                since: now,
+                extends: std::collections::VecDeque::new(),
+                release: None,
+            },
+        );
+        let handle = LockHandle::new(id, self.post.clone(), watch, resume);
+        if let Err(Ok(handle)) = answer.send(Ok(handle)) {
+            drop(handle);
+        }
+    }
+}
