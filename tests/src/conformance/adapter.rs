@@ -20,6 +20,8 @@ pub struct Options {
     pub key_prefix: Option<Vec<u8>>,
     /// The CA and client certificate for `rediss://` nodes.
     pub tls: Option<redlock_redis::Tls>,
+    /// The bound on one request's I/O.
+    pub io_timeout: Option<Duration>,
 }
 
 impl Options {
@@ -99,4 +101,28 @@ pub trait HeldLock: Send + std::fmt::Debug {
     fn extend(&mut self, ttl: Duration) -> Result<(), Error>;
     /// `release()`.
     fn release(self) -> ReleaseReport;
+    /// Starts the release and waits for nothing (async: the release future is dropped at
+    /// once; blocking: the lock is dropped).
+    fn release_unawaited(self);
+    /// Starts an extension and waits for nothing where the adapter can (async: its future is
+    /// dropped at once); a blocking adapter extends as usual.
+    fn extend_unawaited(&self, ttl: Duration);
+    /// `is_valid()`: not lost, and inside the validity.
+    fn is_valid(&self) -> bool;
+    /// Blocks until the lock is reported lost or `timeout` passes; whether it was.
+    fn wait_lost(&self, timeout: Duration) -> bool;
+}
+
+/// Applies the transport settings of `options` to a client builder.
+pub fn transport<C: redlock_redis::FromSettings>(
+    mut builder: redlock_redis::Builder<C>,
+    options: &Options,
+) -> redlock_redis::Builder<C> {
+    if let Some(tls) = &options.tls {
+        builder = builder.tls(tls.clone());
+    }
+    if let Some(timeout) = options.io_timeout {
+        builder = builder.io_timeout(timeout);
+    }
+    builder
 }

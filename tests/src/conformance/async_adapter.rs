@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redlock_core::{LockRequest, ReleaseReport};
 use redlock_redis::Error;
 
-use super::adapter::{Adapter, HeldLock, Options, Work};
+use super::adapter::{Adapter, HeldLock, Options, Work, transport};
 use crate::executor::{AsyncStdExecutor, Executor, SmolExecutor, TokioExecutor};
 
 /// An async adapter, each call run to its end with the executor's `block_on`.
@@ -82,12 +82,8 @@ impl<E: TestExecutor> Adapter for AsyncAdapter<E> {
     const CANCELLABLE: bool = true;
 
     fn build(urls: &[String], options: &Options) -> Result<Self, Error> {
-        let mut builder =
-            redlock_async_driver::Redlock::builder(urls).config(|c| options.configure(c));
-        if let Some(tls) = &options.tls {
-            builder = builder.tls(tls.clone());
-        }
-        let client = builder.build()?;
+        let builder = redlock_async_driver::Redlock::builder(urls).config(|c| options.configure(c));
+        let client = transport(builder, options).build()?;
         Ok(Self {
             client,
             executor: E::for_test(),
@@ -198,5 +194,22 @@ impl<E: TestExecutor> HeldLock for AsyncLock<E> {
     fn release(self) -> ReleaseReport {
         let Self { lock, executor } = self;
         executor.block_on(lock.release())
+    }
+
+    fn release_unawaited(self) {
+        drop(self.lock.release());
+    }
+
+    fn extend_unawaited(&self, ttl: Duration) {
+        drop(self.lock.extend(ttl));
+    }
+
+    fn is_valid(&self) -> bool {
+        self.lock.is_valid()
+    }
+
+    fn wait_lost(&self, timeout: Duration) -> bool {
+        let lost = E::timeout(timeout, self.lock.lost());
+        self.executor.block_on(lost).is_some()
     }
 }

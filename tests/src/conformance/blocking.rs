@@ -8,7 +8,7 @@ use redlock_core::LockRequest;
 use redlock_core::ReleaseReport;
 use redlock_redis::Error;
 
-use super::adapter::{Adapter, HeldLock, Options, Work};
+use super::adapter::{Adapter, HeldLock, Options, Work, transport};
 
 /// `redlock-blocking`, called straight from the test's threads.
 pub struct Blocking {
@@ -27,11 +27,8 @@ impl Adapter for Blocking {
     const CANCELLABLE: bool = false;
 
     fn build(urls: &[String], options: &Options) -> Result<Self, Error> {
-        let mut builder = Redlock::builder(urls).config(|c| options.configure(c));
-        if let Some(tls) = &options.tls {
-            builder = builder.tls(tls.clone());
-        }
-        let client = builder.build()?;
+        let builder = Redlock::builder(urls).config(|c| options.configure(c));
+        let client = transport(builder, options).build()?;
         Ok(Self { client })
     }
 
@@ -127,5 +124,21 @@ impl HeldLock for BlockingLock {
 
     fn release(self) -> ReleaseReport {
         self.lock.release()
+    }
+
+    fn release_unawaited(self) {
+        drop(self.lock);
+    }
+
+    fn extend_unawaited(&self, ttl: Duration) {
+        let _ = self.lock.extend(ttl);
+    }
+
+    fn is_valid(&self) -> bool {
+        self.lock.is_valid()
+    }
+
+    fn wait_lost(&self, timeout: Duration) -> bool {
+        self.lock.wait_lost(timeout)
     }
 }

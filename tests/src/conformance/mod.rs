@@ -6,11 +6,12 @@ mod adapter;
 mod async_adapter;
 mod blocking;
 pub mod errors;
+pub mod handles;
 pub mod notices;
 pub mod scenarios;
 pub mod tls;
 
-pub use adapter::{Adapter, HeldLock, Options, Work};
+pub use adapter::{Adapter, HeldLock, Options, Work, transport};
 pub use async_adapter::{
     AsyncAdapter, AsyncLock, AsyncStd, AsyncStdLock, Smol, SmolLock, TestExecutor, Tokio, TokioLock,
 };

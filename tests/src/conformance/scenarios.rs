@@ -754,6 +754,10 @@ macro_rules! conformance_tests {
             scoped_lock_extends_and_reports_loss, lost_reply_still_released, cut_handshake_recovers,
             handover_by_token, wrong_or_stale_token_is_refused,
             fencing_tokens_increase_and_fence_off_a_paused_holder);
+        $crate::conformance_tests!(@handles $adapter;
+            an_idle_auto_extended_lock_is_kept_and_reports_its_loss,
+            a_frozen_node_gets_every_queued_request_after_it_thaws,
+            pipelined_requests_survive_a_script_flush);
         $crate::conformance_tests!(@notices $adapter;
             a_release_wakes_a_waiter_long_before_its_pause_ends,
             a_key_gone_without_a_release_wakes_nobody);
@@ -770,6 +774,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::tls::$case::<$adapter>();
+            }
+        )+
+    };
+    (@handles $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::handles::$case::<$adapter>();
             }
         )+
     };

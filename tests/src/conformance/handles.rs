@@ -1,0 +1,178 @@
+//! Scenarios of a lock as a handle on a lock the client's driver owns: it is kept and released
+//! whether or not anyone awaits (or waits on) anything, and requests of many locks share one
+//! pipeline per node without overtaking each other.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use redlock_core::LockRequest;
+
+use super::adapter::{Adapter, HeldLock, Options};
+use super::scenarios::eventually;
+use crate::Cluster;
+
+fn client<A: Adapter>(nodes: &Cluster, options: &Options) -> A {
+    A::build(&nodes.urls(), options).unwrap_or_else(|err| panic!("{}: build: {err}", A::NAME))
+}
+
+fn total_keys(nodes: &Cluster) -> i64 {
+    nodes.servers().iter().map(|s| s.dbsize()).sum()
+}
+
+/// A lock acquired with auto-extension and left idle for 5× its TTL — nobody awaiting anything
+/// — is still held on a quorum, while the same lock without auto-extension (the control) is on
+/// no node. Taking a quorum away (its key deleted on three of five nodes) is reported as its
+/// loss.
+pub fn an_idle_auto_extended_lock_is_kept_and_reports_its_loss<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let redlock: A = client(&nodes, &Options::default());
+    let ttl = Duration::from_secs(1);
+    let plain = redlock
+        .acquire(LockRequest::new("plain", ttl))
+        .expect("lock");
+    let kept = redlock
+        .acquire(LockRequest::new("kept", ttl).auto_extend())
+        .expect("lock");
+    thread::sleep(ttl * 5);
+    assert_eq!(
+        nodes.count_with_key("plain"),
+        0,
+        "{}: control: an idle lock without auto-extension expired",
+        A::NAME
+    );
+    assert!(!plain.is_valid());
+    let holding = nodes.count_holding("kept", kept.token());
+    assert!(
+        holding >= 3,
+        "{}: an idle auto-extended lock is on {holding} of 5 nodes after 5 TTLs",
+        A::NAME
+    );
+    assert!(kept.is_valid(), "{}: still valid", A::NAME);
+    assert!(!kept.wait_lost(Duration::ZERO));
+    for server in &nodes.servers()[..3] {
+        let _: i64 = redis::cmd("DEL")
+            .arg("kept")
+            .query(&mut server.client())
+            .expect("DEL");
+    }
+    assert!(
+        kept.wait_lost(Duration::from_secs(10)),
+        "{}: the loss of its quorum is reported",
+        A::NAME
+    );
+    assert!(!kept.is_valid());
+    kept.release();
+    plain.release();
+    assert!(eventually(Duration::from_secs(5), || total_keys(&nodes) == 0));
+}
+
+/// With one node frozen (SIGSTOP), operations whose answer nobody waits for still finish once
+/// it thaws: a release queued behind the acquisition's straggler (awaited, it returns on the
+/// other nodes' answers), a release started and not awaited, an extension started and not
+/// awaited before the lock is dropped, and an acquisition abandoned half-way (async adapters).
+/// No key is left after the thaw beyond a few hundred ms (checked within a generous bound, far
+/// below the 60 s TTL).
+pub fn a_frozen_node_gets_every_queued_request_after_it_thaws<A: Adapter>() {
+    let mut nodes = Cluster::start(5);
+    // The connections outlive the freeze: a request that timed out on a dropped connection
+    // could land after a later one on a new connection, which is not what this is about.
+    let options = Options {
+        io_timeout: Some(Duration::from_secs(30)),
+        ..Options::default()
+    };
+    let redlock: A = client(&nodes, &options);
+    redlock
+        .lock("warm-up", Duration::from_secs(10))
+        .expect("lock")
+        .release();
+    let ttl = Duration::from_secs(60);
+    nodes.pause(2);
+    let queued = redlock.lock("queued", ttl).expect("four nodes grant");
+    let report = queued.release();
+    assert!(report.released() >= 3, "{}: {report:?}", A::NAME);
+    redlock
+        .lock("unawaited-release", ttl)
+        .expect("four nodes grant")
+        .release_unawaited();
+    let extended = redlock
+        .lock("unawaited-extend", ttl)
+        .expect("four nodes grant");
+    extended.extend_unawaited(ttl);
+    drop(extended);
+    if A::CANCELLABLE {
+        redlock.lock_abandoned_after("abandoned", ttl, Duration::from_millis(1));
+    }
+    let live: Vec<usize> = vec![0, 1, 3, 4];
+    assert!(
+        eventually(Duration::from_secs(10), || live
+            .iter()
+            .all(|&i| nodes.servers()[i].dbsize() == 0)),
+        "{}: the live nodes are clean before the thaw",
+        A::NAME
+    );
+    thread::sleep(Duration::from_millis(500));
+    nodes.resume(2);
+    let clean = eventually(Duration::from_secs(10), || total_keys(&nodes) == 0);
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut nodes.servers()[2].client())
+        .unwrap_or_default();
+    assert!(clean, "{}: keys left on the thawed node: {left:?}", A::NAME);
+}
+
+/// Many threads through one client: requests of many locks go out together, one pipeline per
+/// node, and a pipeline that meets a flushed script cache (`NOSCRIPT`) still gets every command
+/// run, in order: no release overtakes its own acquire, so no key is left behind.
+pub fn pipelined_requests_survive_a_script_flush<A: Adapter>() {
+    let nodes = Cluster::start(3);
+    // A generous I/O timeout: a request that times out drops its connection, and a command
+    // still in flight on it can then land after a later one sent on a new connection (a key
+    // left for its TTL). That is not what this test is about; on a loaded machine it would
+    // blur the ordering this test checks.
+    let options = Options {
+        io_timeout: Some(Duration::from_secs(30)),
+        ..Options::default()
+    };
+    let redlock: A = client(&nodes, &options);
+    let cycles = AtomicUsize::new(0);
+    thread::scope(|scope| {
+        for thread in 0..32 {
+            let (redlock, cycles) = (&redlock, &cycles);
+            scope.spawn(move || {
+                for round in 0..20 {
+                    let lock = redlock
+                        .lock(&format!("pipe:{thread}"), Duration::from_secs(30))
+                        .unwrap_or_else(|err| panic!("thread {thread} round {round}: {err}"));
+                    // A quorum answered in time (a loaded machine may answer the third late).
+                    assert!(lock.release().released() >= 2);
+                    cycles.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        // Flush the script caches while the threads run.
+        for _ in 0..5 {
+            thread::sleep(Duration::from_millis(20));
+            for server in nodes.servers() {
+                let _: () = redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .query(&mut server.client())
+                    .expect("SCRIPT FLUSH");
+            }
+        }
+    });
+    assert_eq!(cycles.into_inner(), 32 * 20);
+    let clean = eventually(Duration::from_secs(10), || total_keys(&nodes) == 0);
+    let left: Vec<String> = nodes
+        .servers()
+        .iter()
+        .map(|server| {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("pipe:*")
+                .query(&mut server.client())
+                .unwrap_or_default();
+            format!("{}: {keys:?}", server.addr())
+        })
+        .collect();
+    assert!(clean, "{}: keys left behind: {left:?}", A::NAME);
+}
