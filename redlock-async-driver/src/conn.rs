@@ -68,17 +68,6 @@ impl Node {
             }
             Err(err) => vec![Reply::Error(map_error(&err)); commands.len()],
         };
-        let label = self.addr.label();
-        let latency = sent.elapsed();
-        batch
-            .transmits
-            .into_iter()
-            .zip(replies)
-            .map(|(transmit, reply)| {
-                tracing::debug!(node = %label, ?reply, ?latency, "reply");
-                redlock_redis::telemetry::node_reply(label, latency, &reply);
-                (transmit.id, reply)
-            })
-            .collect()
+        redlock_redis::answered(self.addr.label(), sent.elapsed(), batch.transmits, replies)
     }
 }

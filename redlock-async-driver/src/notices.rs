@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 use redlock_core::Change;
+use redlock_redis::Subscribers;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::conn::Node;
@@ -19,40 +20,42 @@ pub(crate) struct Notices<R> {
     runtime: R,
     nodes: Arc<[Node]>,
     /// Each node's task, by the queue of changes it follows (closed once it ended).
-    links: Vec<Option<UnboundedSender<Change>>>,
+    subscribers: Subscribers<UnboundedSender<Change>>,
     /// Where the tasks deliver notices (the driver's inbox).
     heard: UnboundedSender<Vec<u8>>,
 }
 
 impl<R: Runtime> Notices<R> {
     pub(crate) fn new(runtime: R, nodes: Arc<[Node]>, heard: UnboundedSender<Vec<u8>>) -> Self {
-        let links = nodes.iter().map(|_| None).collect();
+        let subscribers = Subscribers::new(nodes.len());
         Self {
             runtime,
             nodes,
-            links,
+            subscribers,
             heard,
         }
     }
 
-    /// Applies `change` on every node; a node without a live task gets one that subscribes to
-    /// all of `channels` (the change included).
+    /// Applies `change` on every node (see [`Subscribers::apply`]).
     pub(crate) fn apply(&mut self, change: &Change, channels: impl Fn() -> Vec<Vec<u8>>) {
-        for (node, link) in self.links.iter_mut().enumerate() {
-            if let Some(tx) = link
-                && tx.send(change.clone()).is_ok()
-            {
-                continue;
-            }
-            *link = None;
-            if let Change::Subscribe(_) = change {
-                let (tx, rx) = unbounded_channel();
-                let task =
-                    follow::<R>(self.nodes.clone(), node, channels(), rx, self.heard.clone());
-                self.runtime.spawn(task);
-                *link = Some(tx);
-            }
-        }
+        let Self {
+            runtime,
+            nodes,
+            subscribers,
+            heard,
+        } = self;
+        let send = |tx: &UnboundedSender<Change>, change| tx.send(change).is_ok();
+        subscribers.apply(change, channels, send, |node, channels| {
+            let (tx, rx) = unbounded_channel();
+            runtime.spawn(follow::<R>(
+                nodes.clone(),
+                node,
+                channels,
+                rx,
+                heard.clone(),
+            ));
+            Some(tx)
+        });
     }
 }
 

@@ -38,7 +38,7 @@ impl Worker {
     pub(crate) fn send(&self, batch: Batch, driver: &Sender<Input>) {
         if let Err(mpsc::SendError(batch)) = self.batches.send(batch) {
             let failed = Reply::Error(NodeErrorKind::Connection);
-            let replies = batch.transmits.iter().map(|t| (t.id, failed.clone()));
+            let replies = batch.transmits.iter().map(|t| (t.id, failed));
             let _ = driver.send(Input::Replies(replies.collect()));
         }
     }
@@ -73,17 +73,8 @@ impl Connection {
             let started = Instant::now();
             let commands: Vec<&Command> = transmits.iter().map(|t| &t.command).collect();
             let replies = self.execute(&commands);
-            let latency = started.elapsed();
-            let label = self.addr.label();
-            let answered = transmits
-                .into_iter()
-                .zip(replies)
-                .map(|(transmit, reply)| {
-                    tracing::debug!(node = %label, ?reply, ?latency, "reply");
-                    redlock_redis::telemetry::node_reply(label, latency, &reply);
-                    (transmit.id, reply)
-                })
-                .collect();
+            let answered =
+                redlock_redis::answered(self.addr.label(), started.elapsed(), transmits, replies);
             if driver.send(Input::Replies(answered)).is_err() {
                 return;
             }

@@ -58,13 +58,3 @@ mod with_lock;
 pub use client::{Redlock, RedlockBuilder};
 pub use lock::Lock;
 pub use redlock_redis::api::*;
-
-// A lock is a handle that any task or thread may share, and the client is cheap to clone and
-// share: checked by the compiler.
-const _: fn() = || {
-    fn shared<T: Send + Sync>() {}
-    fn cloned<T: Send + Sync + Clone>() {}
-    shared::<Lock>();
-    shared::<LeaseWatch>();
-    cloned::<Redlock>();
-};

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::RedisResult;
 use redlock_core::Change;
-use redlock_redis::NodeAddr;
+use redlock_redis::{NodeAddr, Subscribers};
 
 use crate::driver::Input;
 
@@ -24,48 +24,39 @@ pub(crate) struct Notices {
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
     /// Each node's thread, by the queue of changes it follows (closed once it ended).
-    links: Vec<Option<Sender<Change>>>,
+    subscribers: Subscribers<Sender<Change>>,
     driver: Sender<Input>,
 }
 
 impl Notices {
     pub(crate) fn new(nodes: Vec<NodeAddr>, io_timeout: Duration, driver: Sender<Input>) -> Self {
-        let links = nodes.iter().map(|_| None).collect();
+        let subscribers = Subscribers::new(nodes.len());
         Self {
             nodes,
             io_timeout,
-            links,
+            subscribers,
             driver,
         }
     }
 
-    /// Applies `change` on every node; a node without a live thread gets one that subscribes
-    /// to all of `channels` (the change included).
+    /// Applies `change` on every node (see [`Subscribers::apply`]).
     pub(crate) fn apply(&mut self, change: &Change, channels: impl Fn() -> Vec<Vec<u8>>) {
-        for (node, link) in self.links.iter_mut().enumerate() {
-            if let Some(tx) = link
-                && tx.send(change.clone()).is_ok()
-            {
-                continue;
-            }
-            *link = None;
-            if let Change::Subscribe(_) = change {
-                let (tx, rx) = mpsc::channel();
-                let client = self.nodes[node].client().clone();
-                let (io_timeout, driver, channels) =
-                    (self.io_timeout, self.driver.clone(), channels());
-                let spawned = thread::Builder::new()
-                    .name(format!("redlock-notices-{}", self.nodes[node].label()))
-                    .spawn(move || {
-                        if let Err(err) = follow(&client, io_timeout, channels, &rx, &driver) {
-                            tracing::debug!(node, %err, "release notices: subscriber connection lost; pauses run out");
-                        }
-                    });
-                if spawned.is_ok() {
-                    *link = Some(tx);
-                }
-            }
-        }
+        let send = |tx: &Sender<Change>, change| tx.send(change).is_ok();
+        let (nodes, io_timeout, driver) = (&self.nodes, self.io_timeout, &self.driver);
+        self.subscribers.apply(change, channels, send, |node, channels| {
+            let (tx, rx) = mpsc::channel();
+            let client = nodes[node].client().clone();
+            let driver = driver.clone();
+            thread::Builder::new()
+                .name(format!("redlock-notices-{}", nodes[node].label()))
+                .spawn(move || {
+                    if let Err(err) = follow(&client, io_timeout, channels, &rx, &driver) {
+                        tracing::debug!(node, %err, "release notices: subscriber connection lost; pauses run out");
+                    }
+                })
+                .ok()
+                .map(|_| tx)
+        });
     }
 }
 

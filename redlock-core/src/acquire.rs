@@ -7,6 +7,8 @@
 //! round releases on **all** nodes (a request that timed out may still have set its key), then
 //! pauses `delay + U[0, jitter]` and tries again, as the [`RetryPolicy`] allows.
 
+#![cfg_attr(not(any(test, feature = "testing")), allow(unreachable_pub))]
+
 use std::time::{Duration, Instant};
 
 use rand_core::CryptoRng;
@@ -164,6 +166,7 @@ impl Acquire {
     }
 
     /// Rounds started so far.
+    #[cfg(any(test, feature = "testing"))]
     pub fn attempts(&self) -> u32 {
         self.attempts
     }

@@ -6,6 +6,8 @@
 //! validity either. A lease whose validity has passed is not extended at all (a lock that lapsed
 //! may have had another holder meanwhile).
 
+#![cfg_attr(not(any(test, feature = "testing")), allow(unreachable_pub))]
+
 use std::time::{Duration, Instant};
 
 use crate::command::Op;

@@ -81,12 +81,24 @@
 //! # Ok::<(), redlock_core::ConfigError>(())
 //! ```
 //!
-//! The operation machines it runs — [`Acquire`], [`Extend`], [`Release`] — are public building
-//! blocks with the same contract ([`Machine`]), for tests and special cases.
+//! **[`Lifecycle`] is the one engine API.** Everything it decides (rounds, retries,
+//! auto-extension, loss, release) is in it; the per-operation machines it is built from are
+//! private building blocks (exposed only with the `testing` feature, for the project's own
+//! tests). For a network stack of your own, [`resp`] encodes commands and parses replies; the
+//! `tcp_lock` example drives a lock over `std::net::TcpStream`.
 //!
-//! Auto-extension is a policy too: [`Renewal`] says when to start an [`Extend`] and when the
-//! lock must be given up as lost; the lifecycle follows it. For a network stack of your own, [`resp`] encodes commands and
-//! parses replies; the `tcp_lock` example drives a lock over `std::net::TcpStream`.
+//! # Many locks: the [`Multiplexer`]
+//! As soon as a client holds more than one lock, its driver needs what every adapter of this
+//! project runs: the [`Multiplexer`] owns many lifecycles by [`LockId`], queues each one's
+//! requests per node (at most one request per lock in flight on a node, so a release never
+//! overtakes its own acquire), hands out one [`Batch`] per node across locks, answers caller
+//! extensions one by one, keeps release-notice subscriptions, and says when to wake next. An
+//! async or blocking shell around it only moves batches, replies and time.
+//!
+//! # Names
+//! [`Lifecycle`]: the engine's lock, first round to release. [`Lease`]: a held lock's
+//! validity, votes and fence. [`Multiplexer`]: a client's many lifecycles over one set of
+//! nodes. The adapters add `Lock`, the user's handle on a lock their driver owns.
 //!
 //! # Safety model
 //! A lease is valid until `t0 + ttl − drift` where `t0` is when its winning round started, by the
@@ -178,7 +190,9 @@ mod token;
 mod trust;
 mod validity;
 
-pub use acquire::{Acquire, AcquireFailure, AcquireOutcome};
+#[cfg(any(test, feature = "testing"))]
+pub use acquire::Acquire;
+pub use acquire::{AcquireFailure, AcquireOutcome};
 pub use command::{
     ACQUIRE_CHECKED_SCRIPT, ACQUIRE_FENCED_SCRIPT, ACQUIRE_SCRIPT, COMMIT_FENCE_SCRIPT, Command,
     EPOCH_KEY, EXTEND_NEVER_SHORTENS, EXTEND_SCRIPT, FENCE_KEY_PREFIX, FENCE_RETENTION_MS, Op,
@@ -192,16 +206,25 @@ pub use config::{
 pub use epoch::Epoch;
 pub use error::ConfigError;
 pub use event::{LockEvent, LockOutput, Operation, Trigger, WakeReason};
-pub use extend::{Extend, ExtendFailure, ExtendOutcome};
+#[cfg(any(test, feature = "testing"))]
+pub use extend::Extend;
+pub use extend::{ExtendFailure, ExtendOutcome};
 pub use id::{Origin, RequestId};
 pub use lease::Lease;
 pub use lifecycle::Lifecycle;
+#[cfg(any(test, feature = "testing"))]
 pub use machine::Machine;
 pub use multiplexer::{Batch, Change, LINGER, LockId, Multiplexer, Timeout, TimeoutReason};
-pub use output::{Output, Transmit};
+#[cfg(any(test, feature = "testing"))]
+pub use output::Output;
+pub use output::Transmit;
 pub use quorum::{FailureReason, majority};
-pub use release::{Release, ReleaseReport};
-pub use renewal::{LossCause, Renewal, RenewalStep};
+#[cfg(any(test, feature = "testing"))]
+pub use release::Release;
+pub use release::ReleaseReport;
+pub use renewal::LossCause;
+#[cfg(any(test, feature = "testing"))]
+pub use renewal::{Renewal, RenewalStep};
 pub use reply::{NodeErrorKind, Reply};
 pub use request::LockRequest;
 pub use retry::{
@@ -211,6 +234,7 @@ pub use retry::{
 pub use round::{NodeRelease, Vote};
 pub use spec::{LockSpec, MAX_KEY_LEN, MAX_RESOURCES};
 pub use token::{MAX_TOKEN_LEN, TOKEN_ENTROPY_BYTES, Token};
+#[cfg(any(test, feature = "testing"))]
 pub use trust::Trust;
 pub use validity::{Drift, MAX_TTL};
 

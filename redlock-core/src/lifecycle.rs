@@ -206,6 +206,16 @@ impl Lifecycle {
         Self::start(now, config, origin, Stage::Trusting(trust))
     }
 
+    /// A lifecycle that holds `lease` as if it had just acquired it (no auto-extension): for
+    /// tests of extensions and releases that start from a lease of their own.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn holding(now: Instant, config: &Config, lease: Lease) -> Self {
+        let mut lifecycle = Self::start(now, config, Origin::new(0, 1), Stage::Ended);
+        lifecycle.hold(now, lease, false);
+        lifecycle.ready = None;
+        lifecycle
+    }
+
     /// A lifecycle at its first operation (`origin`, already given to the stage's machine).
     fn start(now: Instant, config: &Config, origin: Origin, stage: Stage) -> Self {
         Self {

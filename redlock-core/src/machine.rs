@@ -1,14 +1,14 @@
 //! The contract every operation machine offers its driver.
 
-use std::time::Instant;
+#![cfg_attr(not(any(test, feature = "testing")), allow(unreachable_pub))]
 
-use crate::id::RequestId;
-use crate::output::Output;
-use crate::reply::Reply;
+#[cfg(any(test, feature = "testing"))]
+use {crate::id::RequestId, crate::output::Output, crate::reply::Reply, std::time::Instant};
 
 /// What every operation machine ([`Acquire`](crate::Acquire), [`Extend`](crate::Extend),
 /// [`Release`](crate::Release)) offers its driver, so that one loop runs them all. The
 /// [`Lifecycle`](crate::Lifecycle) runs them in turn; drive a lock through it.
+#[cfg(any(test, feature = "testing"))]
 pub trait Machine {
     /// What the operation ends with.
     type Outcome;
@@ -27,6 +27,7 @@ pub trait Machine {
 /// Implements [`Machine`] for a type whose inherent methods of the same names do the work.
 macro_rules! impl_machine {
     ($machine:ty, $outcome:ty) => {
+        #[cfg(any(test, feature = "testing"))]
         impl $crate::machine::Machine for $machine {
             type Outcome = $outcome;
             fn handle_reply(

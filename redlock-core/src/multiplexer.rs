@@ -266,9 +266,9 @@ impl<R: CryptoRng> Multiplexer<R> {
         id: LockId,
         request: &LockRequest,
     ) -> Result<(), ConfigError> {
-        self.check_free(id)?;
-        let lifecycle = Lifecycle::acquire(now, &self.config, request, &mut self.rng)?;
-        self.insert(now, id, lifecycle)
+        self.start(now, id, |config, rng| {
+            Lifecycle::acquire(now, config, request, rng)
+        })
     }
 
     /// Starts resuming a lock by its token as lock `id` ([`Lifecycle::resume`]).
@@ -278,9 +278,9 @@ impl<R: CryptoRng> Multiplexer<R> {
         id: LockId,
         request: &LockRequest,
     ) -> Result<(), ConfigError> {
-        self.check_free(id)?;
-        let lifecycle = Lifecycle::resume(now, &self.config, request, &mut self.rng)?;
-        self.insert(now, id, lifecycle)
+        self.start(now, id, |config, rng| {
+            Lifecycle::resume(now, config, request, rng)
+        })
     }
 
     /// Starts releasing a lock by its token as lock `id` ([`Lifecycle::release_by_token`]).
@@ -290,9 +290,9 @@ impl<R: CryptoRng> Multiplexer<R> {
         id: LockId,
         request: &LockRequest,
     ) -> Result<(), ConfigError> {
-        self.check_free(id)?;
-        let lifecycle = Lifecycle::release_by_token(now, &self.config, request, &mut self.rng)?;
-        self.insert(now, id, lifecycle)?;
+        self.start(now, id, |config, rng| {
+            Lifecycle::release_by_token(now, config, request, rng)
+        })?;
         if let Some(slot) = self.locks.get_mut(&id) {
             slot.releasing = true;
         }
@@ -301,9 +301,9 @@ impl<R: CryptoRng> Multiplexer<R> {
 
     /// Starts marking every node trusted as lock `id` ([`Lifecycle::trust`]).
     pub fn trust(&mut self, now: Instant, id: LockId) -> Result<(), ConfigError> {
-        self.check_free(id)?;
-        let lifecycle = Lifecycle::trust(now, &self.config, &mut self.rng);
-        self.insert(now, id, lifecycle)
+        self.start(now, id, |config, rng| {
+            Ok(Lifecycle::trust(now, config, rng))
+        })
     }
 
     /// Extends held lock `id` to `ttl` from now. Answered by exactly one
@@ -497,19 +497,17 @@ impl<R: CryptoRng> Multiplexer<R> {
         }
     }
 
-    fn check_free(&self, id: LockId) -> Result<(), ConfigError> {
-        if self.locks.contains_key(&id) {
-            return Err(ConfigError::LockIdInUse { id: id.get() });
-        }
-        Ok(())
-    }
-
-    fn insert(
+    /// Makes lock `id`'s lifecycle with `make` and starts driving it.
+    fn start(
         &mut self,
         now: Instant,
         id: LockId,
-        lifecycle: Lifecycle,
+        make: impl FnOnce(&Config, &mut R) -> Result<Lifecycle, ConfigError>,
     ) -> Result<(), ConfigError> {
+        if self.locks.contains_key(&id) {
+            return Err(ConfigError::LockIdInUse { id: id.get() });
+        }
+        let lifecycle = make(&self.config, &mut self.rng)?;
         let origin = lifecycle.id();
         if self.routes.contains_key(&origin) {
             // Two lifecycles drew the same 64-bit id: refuse rather than mix their replies.

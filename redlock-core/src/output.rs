@@ -1,5 +1,7 @@
 //! What a machine asks its driver to do next.
 
+#![cfg_attr(not(any(test, feature = "testing")), allow(unreachable_pub))]
+
 use std::time::Instant;
 
 use crate::command::Command;

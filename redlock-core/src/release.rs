@@ -5,6 +5,8 @@
 //! deadline passed; a key held by another token is never touched. Releasing a lock that expired
 //! is an ordinary report (`Absent` or `HeldByOther`), not an error.
 
+#![cfg_attr(not(any(test, feature = "testing")), allow(unreachable_pub))]
+
 use std::time::{Duration, Instant};
 
 use crate::broadcast::Broadcast;

@@ -6,6 +6,8 @@
 //! as keeping it is no longer possible — always at or before `valid_until`, never after.
 //! The adapter only runs the timers and the [`Extend`](crate::Extend) machines this asks for.
 
+#![cfg_attr(not(any(test, feature = "testing")), allow(unreachable_pub))]
+
 use std::time::{Duration, Instant};
 
 use crate::extend::{ExtendFailure, ExtendOutcome};
@@ -61,6 +63,7 @@ impl Renewal {
     }
 
     /// The end of validity as far as this tracker knows.
+    #[cfg(any(test, feature = "testing"))]
     pub fn valid_until(&self) -> Instant {
         self.valid_until
     }

@@ -6,6 +6,8 @@
 //! nodes vote at once. Trusting a node while a lock may be live on it gives up the protection
 //! restart-aware voting exists for: it is an operator's decision, never the engine's.
 
+#![cfg_attr(not(any(test, feature = "testing")), allow(unreachable_pub))]
+
 use std::time::{Duration, Instant};
 
 use crate::broadcast::Broadcast;

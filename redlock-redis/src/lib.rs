@@ -30,6 +30,7 @@ mod lease_watch;
 mod node;
 mod reply;
 mod request;
+mod subscribers;
 pub mod telemetry;
 #[cfg(feature = "tls")]
 mod tls;
@@ -45,7 +46,8 @@ pub use node::NodeAddr;
 pub use reply::{map_error, map_result, needs_new_connection};
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub use request::run_batch_async;
-pub use request::{BatchReplies, Request, run_batch};
+pub use request::{BatchReplies, Request, answered, run_batch};
+pub use subscribers::Subscribers;
 #[cfg(feature = "tls")]
 pub use tls::Tls;
 

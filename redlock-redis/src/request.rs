@@ -164,9 +164,24 @@ impl BatchReplies {
         }
     }
 
-    /// Maps a pipeline's answer; a command the node answered `NOSCRIPT` is left as
-    /// `Err(index)` for the caller to run again on its own (which loads the script).
-    fn mapped(values: Vec<redis::Value>, count: usize) -> Result<Vec<Result<Reply, ()>>, Self> {
+    /// The reply of one request run on its own.
+    fn single(result: Result<redis::Value, redis::RedisError>) -> Self {
+        match result {
+            Err(err) => Self::failed(&err, 1),
+            ok => Self {
+                replies: vec![map_result(ok)],
+                reconnect: false,
+            },
+        }
+    }
+
+    /// Maps a pipeline's answer; a command the node answered `NOSCRIPT` is left open for the
+    /// caller to run again on its own (which loads the script).
+    fn pipelined(
+        values: Result<Vec<redis::Value>, redis::RedisError>,
+        count: usize,
+    ) -> Result<Partial, Self> {
+        let values = values.map_err(|err| Self::failed(&err, count))?;
         if values.len() != count {
             // Not one answer per command: the connection cannot be trusted any more.
             return Err(Self {
@@ -174,13 +189,17 @@ impl BatchReplies {
                 reconnect: true,
             });
         }
-        Ok(values
+        let replies = values
             .into_iter()
             .map(|value| match &value {
-                redis::Value::ServerError(err) if err.code() == "NOSCRIPT" => Err(()),
-                _ => Ok(map_result(Ok(value))),
+                redis::Value::ServerError(err) if err.code() == "NOSCRIPT" => None,
+                _ => Some(map_result(Ok(value))),
             })
-            .collect())
+            .collect();
+        Ok(Partial {
+            replies,
+            reconnect: false,
+        })
     }
 }
 
@@ -198,39 +217,15 @@ fn pipeline<'a>(commands: impl Iterator<Item = &'a Command>) -> redis::Pipeline 
 /// node did not know.
 pub fn run_batch(conn: &mut dyn redis::ConnectionLike, commands: &[&Command]) -> BatchReplies {
     if let [command] = commands {
-        let result = Request::new(command).run(conn);
-        return match result {
-            Err(err) => BatchReplies::failed(&err, 1),
-            ok => BatchReplies {
-                replies: vec![map_result(ok)],
-                reconnect: false,
-            },
-        };
+        return BatchReplies::single(Request::new(command).run(conn));
     }
-    let values: Result<Vec<redis::Value>, _> = pipeline(commands.iter().copied()).query(conn);
-    let mapped = match values {
-        Ok(values) => BatchReplies::mapped(values, commands.len()),
-        Err(err) => return BatchReplies::failed(&err, commands.len()),
-    };
-    match mapped {
-        Ok(replies) => {
-            let mut reconnect = false;
-            let replies = replies
-                .into_iter()
-                .zip(commands)
-                .map(|(reply, command)| {
-                    reply.unwrap_or_else(|()| {
-                        let again = run_batch(conn, &[command]);
-                        reconnect |= again.reconnect;
-                        again
-                            .replies
-                            .into_iter()
-                            .next()
-                            .unwrap_or(Reply::Error(NodeErrorKind::Protocol))
-                    })
-                })
-                .collect();
-            BatchReplies { replies, reconnect }
+    let values = pipeline(commands.iter().copied()).query(conn);
+    match BatchReplies::pipelined(values, commands.len()) {
+        Ok(mut replies) => {
+            for (index, command) in replies.to_rerun(commands) {
+                replies.rerun(index, Request::new(command).run(conn));
+            }
+            replies.done()
         }
         Err(failed) => failed,
     }
@@ -243,41 +238,72 @@ pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
     commands: &[&Command],
 ) -> BatchReplies {
     if let [command] = commands {
-        return match Request::new(command).run_async(conn).await {
-            Err(err) => BatchReplies::failed(&err, 1),
-            ok => BatchReplies {
-                replies: vec![map_result(ok)],
-                reconnect: false,
-            },
-        };
+        return BatchReplies::single(Request::new(command).run_async(conn).await);
     }
-    let values: Result<Vec<redis::Value>, _> =
-        pipeline(commands.iter().copied()).query_async(conn).await;
-    let mapped = match values {
-        Ok(values) => BatchReplies::mapped(values, commands.len()),
-        Err(err) => return BatchReplies::failed(&err, commands.len()),
-    };
-    match mapped {
-        Ok(replies) => {
-            let mut reconnect = false;
-            let mut out = Vec::with_capacity(replies.len());
-            for (reply, command) in replies.into_iter().zip(commands) {
-                out.push(match reply {
-                    Ok(reply) => reply,
-                    Err(()) => match Request::new(command).run_async(conn).await {
-                        Err(err) => {
-                            reconnect |= BatchReplies::failed(&err, 1).reconnect;
-                            Reply::Error(map_error(&err))
-                        }
-                        ok => map_result(ok),
-                    },
-                });
+    let values = pipeline(commands.iter().copied()).query_async(conn).await;
+    match BatchReplies::pipelined(values, commands.len()) {
+        Ok(mut replies) => {
+            for (index, command) in replies.to_rerun(commands) {
+                let result = Request::new(command).run_async(conn).await;
+                replies.rerun(index, result);
             }
-            BatchReplies {
-                replies: out,
-                reconnect,
-            }
+            replies.done()
         }
         Err(failed) => failed,
     }
+}
+
+/// A pipeline's replies while the commands the node answered `NOSCRIPT` run again on their own.
+struct Partial {
+    replies: Vec<Option<Reply>>,
+    reconnect: bool,
+}
+
+impl Partial {
+    /// The commands to run again, with their positions.
+    fn to_rerun<'a>(&self, commands: &[&'a Command]) -> Vec<(usize, &'a Command)> {
+        self.replies
+            .iter()
+            .zip(commands)
+            .enumerate()
+            .filter(|(_, (reply, _))| reply.is_none())
+            .map(|(index, (_, command))| (index, *command))
+            .collect()
+    }
+
+    fn rerun(&mut self, index: usize, result: Result<redis::Value, redis::RedisError>) {
+        let again = BatchReplies::single(result);
+        self.reconnect |= again.reconnect;
+        self.replies[index] = again.replies.into_iter().next();
+    }
+
+    fn done(self) -> BatchReplies {
+        BatchReplies {
+            replies: self
+                .replies
+                .into_iter()
+                .map(|reply| reply.unwrap_or(Reply::Error(NodeErrorKind::Protocol)))
+                .collect(),
+            reconnect: self.reconnect,
+        }
+    }
+}
+
+/// Each reply of a batch with its request's id, traced and counted as `node`'s answer after
+/// `latency`.
+pub fn answered(
+    node: &str,
+    latency: std::time::Duration,
+    transmits: Vec<redlock_core::Transmit>,
+    replies: Vec<Reply>,
+) -> Vec<(redlock_core::RequestId, Reply)> {
+    transmits
+        .into_iter()
+        .zip(replies)
+        .map(|(transmit, reply)| {
+            tracing::debug!(node, ?reply, ?latency, "reply");
+            crate::telemetry::node_reply(node, latency, &reply);
+            (transmit.id, reply)
+        })
+        .collect()
 }

@@ -82,13 +82,3 @@ pub type RedlockBuilder = redlock_async_driver::RedlockBuilder<Tokio>;
 pub use redlock_async_driver::Lock;
 
 pub use redlock_redis::api::*;
-
-// A lock is a handle that any task or thread may share, and the client is cheap to clone and
-// share: checked by the compiler.
-const _: fn() = || {
-    fn shared<T: Send + Sync>() {}
-    fn cloned<T: Send + Sync + Clone>() {}
-    shared::<Lock>();
-    shared::<LeaseWatch>();
-    cloned::<Redlock>();
-};

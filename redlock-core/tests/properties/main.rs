@@ -1,4 +1,5 @@
-//! Properties of the engine, checked by driving the real machines against in-memory nodes over a
+//! Properties of the engine, checked by driving its one API, [`Lifecycle`](redlock_core::Lifecycle)
+//! (through the views in `engine`), against in-memory nodes over a
 //! simulated network whose faults come from `redlock_core::strategies`.
 //!
 //! Time is virtual: each case reads `Instant::now()` once as its base, and every instant after
@@ -19,6 +20,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod acquire;
+mod engine;
 mod extend;
 mod reference;
 mod release;
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use redlock_core::strategies::{self, Schedule};
-use redlock_core::{Acquire, AcquireOutcome, Config, Extend, ExtendOutcome, Release, RetryPolicy};
+use redlock_core::{AcquireOutcome, Config, ExtendOutcome, RetryPolicy};
 
 use acquire::{AcquireSpec, Acquired, check_acquire};
 use extend::{ExtendSpec, check_extend};
@@ -113,8 +115,8 @@ proptest! {
         let base = Instant::now();
         let mut world = World::new(base, config.nodes());
         world.schedule = schedule.clone();
-        let a = Acquire::new(base, &config, &request, &mut rng(seed)).expect("valid");
-        let b = Acquire::new(base, &config, &request, &mut rng(seed ^ 1)).expect("valid");
+        let a = engine::acquire(base, &config, &request, &mut rng(seed)).expect("valid");
+        let b = engine::acquire(base, &config, &request, &mut rng(seed ^ 1)).expect("valid");
         prop_assert_ne!(a.spec().token(), b.spec().token());
         let mut clients = [Client::new(a), Client::new(b)];
         let starts = [Duration::ZERO, second_start];
@@ -165,7 +167,7 @@ proptest! {
         let run = |seed| -> Outcome<(Acquired, Vec<Rec<AcquireOutcome>>)> {
             let mut world = World::new(base, config.nodes());
             world.schedule = schedule.clone();
-            let machine = Acquire::new(base, &config, &request, &mut rng(seed)).expect("valid");
+            let machine = engine::acquire(base, &config, &request, &mut rng(seed)).expect("valid");
             for node in &mut world.nodes {
                 hold(node, machine.spec(), 0, MAX_TIME);
             }
@@ -219,7 +221,7 @@ proptest! {
         world.schedule = schedule;
         world.sent = 0;
         world.fifo.clear();
-        let machine = Extend::new(base + start, &config, &lease, ttl).expect("a valid ttl");
+        let machine = engine::extend(base + start, &config, &lease, ttl).expect("a valid ttl");
         let mut clients = [Client::new(machine)];
         world.run(&mut clients, &[start])?;
         let x = ExtendSpec {
@@ -283,7 +285,7 @@ proptest! {
         world.schedule = schedule;
         world.sent = 0;
         world.fifo.clear();
-        let machine = Release::new(base + start, &config, &lease);
+        let machine = engine::release(base + start, &config, &lease);
         let mut clients = [Client::new(machine)];
         world.run(&mut clients, &[start])?;
         let deadline = start + config.node_timeout(lease.ttl());
@@ -316,7 +318,7 @@ proptest! {
         let start = (request.ttl() * later) / 1_000;
         world.now = start;
         world.schedule = schedule.clone();
-        let machine = Extend::new(base + start, &config, &lease, ttl).expect("a valid ttl");
+        let machine = engine::extend(base + start, &config, &lease, ttl).expect("a valid ttl");
         let mut holder = [Client::new(machine)];
         world.run(&mut holder, &[start])?;
         let Some((_, outcome)) = holder[0].outcome() else {
@@ -327,7 +329,7 @@ proptest! {
 
         let start = world.now + (request.ttl() * wait) / 1_000;
         world.now = start;
-        let machine = Acquire::new(base + start, &config, &request, &mut rng(seed ^ 1))
+        let machine = engine::acquire(base + start, &config, &request, &mut rng(seed ^ 1))
             .expect("valid");
         let mut rival = [Client::new(machine)];
         world.run(&mut rival, &[start])?;

@@ -8,7 +8,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
 use rand_core::SeedableRng;
 use redlock_core::strategies::{self, Schedule};
-use redlock_core::{Acquire, AcquireOutcome, Config, Lease, LockRequest, LockSpec};
+use redlock_core::{AcquireOutcome, Config, Lease, LockRequest, LockSpec};
+
+use crate::engine;
 
 use crate::acquire::{AcquireSpec, Acquired, check_acquire};
 use crate::world::{Client, Rec, World};
@@ -57,7 +59,7 @@ pub(crate) fn acquire_at_once(
     seed: u64,
 ) -> Outcome<Lease> {
     let machine =
-        Acquire::new(world.base, config, request, &mut rng(seed)).expect("a valid request");
+        engine::acquire(world.base, config, request, &mut rng(seed)).expect("a valid request");
     let mut clients = [Client::new(machine)];
     world.run(&mut clients, &[Duration::ZERO])?;
     match clients[0].outcome() {
@@ -79,7 +81,7 @@ pub(crate) fn acquire_once(
 ) -> Outcome<(Acquired, Vec<Rec<AcquireOutcome>>)> {
     let mut world = World::new(base, config.nodes());
     world.schedule = schedule.clone();
-    let machine = Acquire::new(base, config, request, &mut rng(seed)).expect("a valid request");
+    let machine = engine::acquire(base, config, request, &mut rng(seed)).expect("a valid request");
     for (node, holder) in world.nodes.iter_mut().zip(contention) {
         if let Some((key, until)) = holder {
             hold(node, machine.spec(), *key, *until);

@@ -16,3 +16,17 @@ pub use async_adapter::{
     AsyncAdapter, AsyncLock, AsyncStd, AsyncStdLock, Smol, SmolLock, TestExecutor, Tokio, TokioLock,
 };
 pub use blocking::{Blocking, BlockingLock};
+
+// Every adapter's lock is a handle any task or thread may share, and every client is cheap to
+// clone and share: checked by the compiler.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    fn cloned<T: Send + Sync + Clone>() {}
+    shared::<redlock_tokio::Lock>();
+    shared::<redlock_async_std::Lock>();
+    shared::<redlock_blocking::Lock>();
+    shared::<redlock_redis::LeaseWatch>();
+    cloned::<redlock_tokio::Redlock>();
+    cloned::<redlock_async_std::Redlock>();
+    cloned::<redlock_blocking::Redlock>();
+};
