@@ -4,8 +4,10 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redlock_core::{Config, LockRequest, ReleaseReport, RetryPolicy, Vote};
-use redlock_redis::{Builder, Error, FromSettings, LockIds, NodeReport, Post, Settings};
+use redlock_core::{LockRequest, ReleaseReport, RetryPolicy, Vote};
+use redlock_redis::{
+    Builder, Deployment, Error, FromSettings, LockIds, NodeReport, Post, Settings,
+};
 
 use crate::conn::Node;
 use crate::driver::{Mailbox, start};
@@ -29,8 +31,7 @@ pub struct Redlock<R: Runtime> {
 }
 
 struct Inner {
-    config: Config,
-    labels: Arc<[Arc<str>]>,
+    deployment: Deployment,
     nodes: Arc<[Node]>,
     ids: LockIds,
     driver: Mutex<Option<Arc<Mailbox>>>,
@@ -48,6 +49,15 @@ impl Drop for Inner {
     }
 }
 
+impl<R: Runtime> std::ops::Deref for Redlock<R> {
+    type Target = Deployment;
+
+    /// The nodes and settings: [`config`](Deployment::config), [`nodes`](Deployment::nodes).
+    fn deref(&self) -> &Deployment {
+        &self.inner.deployment
+    }
+}
+
 impl<R: Runtime> Clone for Redlock<R> {
     fn clone(&self) -> Self {
         Self {
@@ -59,10 +69,7 @@ impl<R: Runtime> Clone for Redlock<R> {
 
 impl<R: Runtime> std::fmt::Debug for Redlock<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Redlock")
-            .field("nodes", &self.inner.labels)
-            .field("quorum", &self.inner.config.quorum())
-            .finish()
+        self.inner.deployment.fmt(f)
     }
 }
 
@@ -88,16 +95,6 @@ impl<R: Runtime> Redlock<R> {
         Builder::new(urls)
     }
 
-    /// The checked settings.
-    pub fn config(&self) -> &Config {
-        &self.inner.config
-    }
-
-    /// The nodes, as `host:port` (never with credentials).
-    pub fn nodes(&self) -> &[Arc<str>] {
-        &self.inner.labels
-    }
-
     /// The driver's mailbox; starts the driver on the calling task's runtime if none runs.
     fn driver(&self) -> Result<Arc<Mailbox>, Error> {
         let mut slot = self
@@ -110,10 +107,11 @@ impl<R: Runtime> Redlock<R> {
         {
             return Ok(driver.clone());
         }
+        let deployment = &self.inner.deployment;
         let driver = start(
             R::current(),
-            self.inner.config.clone(),
-            self.inner.labels.clone(),
+            deployment.config().clone(),
+            deployment.labels(),
             self.inner.nodes.clone(),
         )?;
         *slot = Some(driver.clone());
@@ -212,8 +210,7 @@ impl<R: Runtime> FromSettings for Redlock<R> {
         Ok(Redlock {
             runtime: PhantomData,
             inner: Arc::new(Inner {
-                config: settings.config,
-                labels,
+                deployment: Deployment::new(settings.config, labels),
                 nodes,
                 ids: LockIds::default(),
                 driver: Mutex::new(None),

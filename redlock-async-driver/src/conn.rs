@@ -4,8 +4,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redlock_core::{Batch, Command, Reply, RequestId};
-use redlock_redis::{NodeAddr, map_error, run_batch_async};
+use redlock_core::Batch;
+use redlock_redis::Answers;
+use redlock_redis::{BatchReplies, NodeAddr, run_batch_async};
 
 /// A node and its connection, made on first use (a node that is down at start is not an error:
 /// its requests fail until it comes back).
@@ -55,19 +56,16 @@ impl Node {
     /// Writes `batch` as one pipeline and reads its replies, one per request. The connection's
     /// response timeout (the I/O timeout) bounds every read and its connection timeout bounds
     /// connecting: no timer of ours. A failed transport is an error reply for each request.
-    pub(crate) async fn run(&self, batch: Batch) -> Vec<(RequestId, Reply)> {
+    pub(crate) async fn run(&self, batch: Batch) -> Answers {
         let sent = Instant::now();
-        let commands: Vec<&Command> = batch.transmits.iter().map(|t| &t.command).collect();
         let replies = match self.connection() {
-            Ok(mut conn) => {
-                let replies = run_batch_async(&mut conn, &commands).await;
-                if replies.reconnect {
-                    self.forget_connection();
-                }
-                replies.replies
-            }
-            Err(err) => vec![Reply::Error(map_error(&err)); commands.len()],
+            Ok(mut conn) => run_batch_async(&mut conn, &batch.transmits).await,
+            Err(err) => BatchReplies::failed(&batch.transmits, &err),
         };
-        redlock_redis::answered(self.addr.label(), sent.elapsed(), batch.transmits, replies)
+        if replies.reconnect {
+            self.forget_connection();
+        }
+        replies.trace(self.addr.label(), sent.elapsed());
+        replies.answers
     }
 }

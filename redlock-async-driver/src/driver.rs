@@ -8,22 +8,19 @@
 //! subscriber per node, started on first contention), and holds no lock state outside
 //! [`DriverState`].
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use redlock_core::{Reply, RequestId};
+use redlock_core::Batch;
+use redlock_redis::Answers;
 use redlock_redis::{Call, DriverState, Post};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::conn::Node;
 use crate::notices::Notices;
 use crate::runtime::Runtime;
-
-type Replies = Pin<Box<dyn Future<Output = Vec<(RequestId, Reply)>> + Send>>;
 
 /// How calls reach the driver task.
 pub(crate) struct Mailbox(UnboundedSender<Call>);
@@ -66,11 +63,16 @@ async fn run<R: Runtime>(
     mut notices: Notices<R>,
     mut heard: UnboundedReceiver<Vec<u8>>,
 ) {
-    let mut in_flight: FuturesUnordered<Replies> = FuturesUnordered::new();
+    let mut in_flight = FuturesUnordered::new();
     loop {
+        if state
+            .poll_timeout()
+            .is_some_and(|timeout| timeout.at <= Instant::now())
+        {
+            state.handle_timeout(Instant::now());
+        }
         while let Some(batch) = state.poll_transmit() {
-            let nodes = nodes.clone();
-            in_flight.push(Box::pin(async move { nodes[batch.node].run(batch).await }));
+            in_flight.push(write(nodes.clone(), batch));
         }
         while let Some(change) = state.poll_subscription() {
             notices.apply(&change, || state.channels());
@@ -103,6 +105,11 @@ async fn run<R: Runtime>(
             }
         }
     }
+}
+
+/// Writes `batch` to its node; the replies, one per request.
+async fn write(nodes: Arc<[Node]>, batch: Batch) -> Answers {
+    nodes[batch.node].run(batch).await
 }
 
 /// Resolves at `at`, or never.

@@ -3,8 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_core::{Config, LockRequest, ReleaseReport, RetryPolicy, Vote};
-use redlock_redis::{Builder, Error, FromSettings, LockIds, NodeReport, Post, Settings};
+use redlock_core::{LockRequest, ReleaseReport, RetryPolicy, Vote};
+use redlock_redis::{
+    Builder, Deployment, Error, FromSettings, LockIds, NodeReport, Post, Settings,
+};
 
 use crate::driver::{Mailbox, start};
 use crate::lock::Lock;
@@ -24,8 +26,7 @@ pub struct Redlock {
 }
 
 struct Inner {
-    config: Config,
-    labels: Arc<[Arc<str>]>,
+    deployment: Deployment,
     ids: LockIds,
     driver: Arc<Mailbox>,
 }
@@ -36,12 +37,18 @@ impl Drop for Inner {
     }
 }
 
+impl std::ops::Deref for Redlock {
+    type Target = Deployment;
+
+    /// The nodes and settings: [`config`](Deployment::config), [`nodes`](Deployment::nodes).
+    fn deref(&self) -> &Deployment {
+        &self.inner.deployment
+    }
+}
+
 impl std::fmt::Debug for Redlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Redlock")
-            .field("nodes", &self.inner.labels)
-            .field("quorum", &self.inner.config.quorum())
-            .finish()
+        self.inner.deployment.fmt(f)
     }
 }
 
@@ -59,8 +66,7 @@ impl FromSettings for Redlock {
         )?;
         Ok(Redlock {
             inner: Arc::new(Inner {
-                config: settings.config,
-                labels,
+                deployment: Deployment::new(settings.config, labels),
                 ids: LockIds::default(),
                 driver,
             }),
@@ -89,16 +95,6 @@ impl Redlock {
         S: AsRef<str>,
     {
         Builder::new(urls)
-    }
-
-    /// The checked settings.
-    pub fn config(&self) -> &Config {
-        &self.inner.config
-    }
-
-    /// The nodes, as `host:port` (never with credentials).
-    pub fn nodes(&self) -> &[Arc<str>] {
-        &self.inner.labels
     }
 
     fn driver(&self) -> Arc<dyn Post> {

@@ -5,8 +5,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlock_core::{Batch, Command, NodeErrorKind, Reply};
-use redlock_redis::{NodeAddr, map_error, run_batch};
+use redlock_core::{Batch, NodeErrorKind, Reply, Transmit};
+use redlock_redis::{BatchReplies, NodeAddr, run_batch};
 
 use crate::driver::Input;
 
@@ -71,32 +71,27 @@ impl Connection {
                 transmits.extend(more.transmits);
             }
             let started = Instant::now();
-            let commands: Vec<&Command> = transmits.iter().map(|t| &t.command).collect();
-            let replies = self.execute(&commands);
-            let answered =
-                redlock_redis::answered(self.addr.label(), started.elapsed(), transmits, replies);
+            let replies = self.execute(&transmits);
+            replies.trace(self.addr.label(), started.elapsed());
+            let answered = replies.answers;
             if driver.send(Input::Replies(answered)).is_err() {
                 return;
             }
         }
     }
 
-    /// Runs `commands`, never for longer than about two I/O timeouts (connect, then reply). A
+    /// Runs `batch`, never for longer than about two I/O timeouts (connect, then reply). A
     /// connection that failed or timed out is dropped, never reused: a late reply would be read
     /// as the answer to the next command.
-    fn execute(&mut self, commands: &[&Command]) -> Vec<Reply> {
-        let conn = match self.connect() {
-            Ok(conn) => conn,
-            Err(err) => {
-                self.conn = None;
-                return vec![Reply::Error(map_error(&err)); commands.len()];
-            }
+    fn execute(&mut self, batch: &[Transmit]) -> BatchReplies {
+        let replies = match self.connect() {
+            Ok(conn) => run_batch(conn, batch),
+            Err(err) => BatchReplies::failed(batch, &err),
         };
-        let replies = run_batch(conn, commands);
         if replies.reconnect {
             self.conn = None;
         }
-        replies.replies
+        replies
     }
 
     fn connect(&mut self) -> Result<&mut redis::Connection, redis::RedisError> {

@@ -12,7 +12,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlock_core::{Reply, RequestId};
+use redlock_redis::Answers;
 use redlock_redis::{Call, DriverState, Error, NodeAddr, Post};
 
 use crate::conn::Worker;
@@ -23,7 +23,7 @@ pub(crate) enum Input {
     /// From a handle or the client.
     Call(Call),
     /// A node worker's replies to a batch.
-    Replies(Vec<(RequestId, Reply)>),
+    Replies(Answers),
     /// A release notice on a channel.
     Notice(Vec<u8>),
 }

@@ -214,7 +214,7 @@ pub use lease::Lease;
 pub use lifecycle::Lifecycle;
 #[cfg(any(test, feature = "testing"))]
 pub use machine::Machine;
-pub use multiplexer::{Batch, Change, LINGER, LockId, Multiplexer, Timeout, TimeoutReason};
+pub use multiplexer::{Batch, Change, LINGER, LockId, Multiplexer, Start, Timeout, TimeoutReason};
 #[cfg(any(test, feature = "testing"))]
 pub use output::Output;
 pub use output::Transmit;

@@ -25,7 +25,7 @@
 //! id: a reply for a lock that is gone only frees its node's slot.
 //!
 //! # Driving it
-//! Inputs are the caller's (`acquire`, `resume`, `release_by_token`, `trust`, `extend`,
+//! Inputs are the caller's (`start`, `trust`, `extend`,
 //! `release`, `abandon`, `detach`) and the world's (`handle_reply`, `handle_timeout`,
 //! `handle_notice`). After any input, drain the outputs: send every
 //! [`poll_transmit`](Multiplexer::poll_transmit) batch, pass on every
@@ -39,15 +39,15 @@
 //! use std::collections::HashMap;
 //! use std::time::{Duration, Instant};
 //! use rand_core::SeedableRng;
-//! use redlock_core::{Config, LockEvent, LockId, LockRequest, Multiplexer, Op, Reply};
+//! use redlock_core::{Config, LockEvent, LockId, LockRequest, Multiplexer, Op, Reply, Start};
 //!
 //! let mut nodes: Vec<HashMap<Vec<u8>, Vec<u8>>> = vec![HashMap::new(); 3];
 //! let rng = chacha20::ChaCha8Rng::seed_from_u64(7);
 //! let mut mux = Multiplexer::new(Config::new(3)?, rng);
 //! let now = Instant::now(); // the driver's clock; the engine never reads one
 //! // Two locks at once: each node gets one write carrying both acquisitions.
-//! mux.acquire(now, LockId::new(1), &LockRequest::new("a", Duration::from_secs(10)))?;
-//! mux.acquire(now, LockId::new(2), &LockRequest::new("b", Duration::from_secs(10)))?;
+//! mux.start(now, LockId::new(1), Start::Acquire, &LockRequest::new("a", Duration::from_secs(10)))?;
+//! mux.start(now, LockId::new(2), Start::Acquire, &LockRequest::new("b", Duration::from_secs(10)))?;
 //! let mut held = Vec::new();
 //! while held.len() < 2 {
 //!     while let Some(batch) = mux.poll_transmit() {
@@ -71,7 +71,7 @@
 //! # Ok::<(), redlock_core::ConfigError>(())
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use rand_core::CryptoRng;
@@ -92,6 +92,17 @@ use crate::validity::Ttl;
 /// the same key again and again under contention is then already listening when its next round
 /// loses, instead of missing the release that comes while its `SUBSCRIBE` is on the way.
 pub const LINGER: Duration = Duration::from_secs(2);
+
+/// How a lock of a [`Multiplexer`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Acquire it ([`Lifecycle::acquire`]).
+    Acquire,
+    /// Resume it by its token ([`Lifecycle::resume`]).
+    Resume,
+    /// Release it by its token ([`Lifecycle::release_by_token`]).
+    ReleaseByToken,
+}
 
 /// A lock of a [`Multiplexer`], named by the driver (any value not in use).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -171,8 +182,9 @@ struct Slot {
 #[derive(Debug, Default)]
 struct NodeQueue {
     queued: VecDeque<Transmit>,
-    /// Locks (by the lifecycle's own id) with a request in flight on this node.
-    busy: BTreeSet<u64>,
+    /// Locks (by the lifecycle's own id) with a request in flight on this node. A vector: it
+    /// holds a few entries, and keeps its capacity, so steady traffic allocates nothing here.
+    busy: Vec<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -188,9 +200,11 @@ struct Channel {
 pub struct Multiplexer<R> {
     config: Config,
     rng: R,
-    locks: BTreeMap<LockId, Slot>,
+    /// Never iterated where the order could show (a count, a minimum), so a hash map keeps a
+    /// run deterministic; unlike a B-tree it keeps its capacity when it empties.
+    locks: HashMap<LockId, Slot>,
     /// The lifecycle's own id (in every request id) to the driver's.
-    routes: BTreeMap<u64, LockId>,
+    routes: HashMap<u64, LockId>,
     nodes: Vec<NodeQueue>,
     /// Where the next batch search starts (so no node starves the others).
     next_node: usize,
@@ -207,8 +221,8 @@ impl<R: CryptoRng> Multiplexer<R> {
         Self {
             config,
             rng,
-            locks: BTreeMap::new(),
-            routes: BTreeMap::new(),
+            locks: HashMap::new(),
+            routes: HashMap::new(),
             nodes,
             next_node: 0,
             timers: BTreeSet::new(),
@@ -259,41 +273,22 @@ impl<R: CryptoRng> Multiplexer<R> {
             .any(|node| !node.queued.is_empty() || !node.busy.is_empty())
     }
 
-    /// Starts acquiring `request` as lock `id` ([`Lifecycle::acquire`]).
-    pub fn acquire(
+    /// Starts lock `id` the way `start` says ([`Lifecycle::acquire`], [`Lifecycle::resume`],
+    /// [`Lifecycle::release_by_token`]); a release by token is answered like a
+    /// [`release`](Multiplexer::release).
+    pub fn start(
         &mut self,
         now: Instant,
         id: LockId,
+        start: Start,
         request: &LockRequest,
     ) -> Result<(), ConfigError> {
-        self.start(now, id, |config, rng| {
-            Lifecycle::acquire(now, config, request, rng)
-        })
-    }
-
-    /// Starts resuming a lock by its token as lock `id` ([`Lifecycle::resume`]).
-    pub fn resume(
-        &mut self,
-        now: Instant,
-        id: LockId,
-        request: &LockRequest,
-    ) -> Result<(), ConfigError> {
-        self.start(now, id, |config, rng| {
-            Lifecycle::resume(now, config, request, rng)
-        })
-    }
-
-    /// Starts releasing a lock by its token as lock `id` ([`Lifecycle::release_by_token`]).
-    pub fn release_by_token(
-        &mut self,
-        now: Instant,
-        id: LockId,
-        request: &LockRequest,
-    ) -> Result<(), ConfigError> {
-        self.start(now, id, |config, rng| {
-            Lifecycle::release_by_token(now, config, request, rng)
+        self.insert(now, id, |config, rng| match start {
+            Start::Acquire => Lifecycle::acquire(now, config, request, rng),
+            Start::Resume => Lifecycle::resume(now, config, request, rng),
+            Start::ReleaseByToken => Lifecycle::release_by_token(now, config, request, rng),
         })?;
-        if let Some(slot) = self.locks.get_mut(&id) {
+        if let (Start::ReleaseByToken, Some(slot)) = (start, self.locks.get_mut(&id)) {
             slot.releasing = true;
         }
         Ok(())
@@ -301,7 +296,7 @@ impl<R: CryptoRng> Multiplexer<R> {
 
     /// Starts marking every node trusted as lock `id` ([`Lifecycle::trust`]).
     pub fn trust(&mut self, now: Instant, id: LockId) -> Result<(), ConfigError> {
-        self.start(now, id, |config, rng| {
+        self.insert(now, id, |config, rng| {
             Ok(Lifecycle::trust(now, config, rng))
         })
     }
@@ -378,7 +373,9 @@ impl<R: CryptoRng> Multiplexer<R> {
     pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
         let origin = id.origin().lock();
         if let Some(node) = self.nodes.get_mut(id.node()) {
-            node.busy.remove(&origin);
+            if let Some(at) = node.busy.iter().position(|lock| *lock == origin) {
+                node.busy.swap_remove(at);
+            }
         }
         let Some(&lock) = self.routes.get(&origin) else {
             return;
@@ -431,16 +428,21 @@ impl<R: CryptoRng> Multiplexer<R> {
                 continue;
             }
             let mut transmits = Vec::new();
-            let mut kept = VecDeque::new();
-            while let Some(transmit) = node.queued.pop_front() {
+            // One pass over the queue, in order; what stays goes round to the back (the queue
+            // keeps its buffer).
+            for _ in 0..node.queued.len() {
+                let Some(transmit) = node.queued.pop_front() else {
+                    break;
+                };
                 // `busy` also holds the locks taken into this batch: one request per lock.
-                if node.busy.insert(transmit.id.origin().lock()) {
-                    transmits.push(transmit);
+                let lock = transmit.id.origin().lock();
+                if node.busy.contains(&lock) {
+                    node.queued.push_back(transmit);
                 } else {
-                    kept.push_back(transmit);
+                    node.busy.push(lock);
+                    transmits.push(transmit);
                 }
             }
-            node.queued = kept;
             if !transmits.is_empty() {
                 self.next_node = (index + 1) % count;
                 return Some(Batch {
@@ -498,7 +500,7 @@ impl<R: CryptoRng> Multiplexer<R> {
     }
 
     /// Makes lock `id`'s lifecycle with `make` and starts driving it.
-    fn start(
+    fn insert(
         &mut self,
         now: Instant,
         id: LockId,

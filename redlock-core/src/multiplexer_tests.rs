@@ -91,7 +91,12 @@ fn locks_share_one_batch_per_node_and_each_is_acquired() {
     let mut w = World::new(5);
     for (id, resource) in [(1, "a"), (2, "b"), (3, "c")] {
         w.mux
-            .acquire(w.now, LockId::new(id), &LockRequest::new(resource, TTL))
+            .start(
+                w.now,
+                LockId::new(id),
+                Start::Acquire,
+                &LockRequest::new(resource, TTL),
+            )
             .expect("valid");
     }
     w.send();
@@ -108,7 +113,7 @@ fn a_lock_has_one_request_per_node_in_flight_and_the_next_goes_out_on_its_reply(
     let mut w = World::new(3);
     let (a, b) = (LockId::new(1), LockId::new(2));
     w.mux
-        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
         .expect("valid");
     w.send();
     // Nodes 0 and 1 answer; node 2's SET is still on the wire when the lock is released.
@@ -116,7 +121,7 @@ fn a_lock_has_one_request_per_node_in_flight_and_the_next_goes_out_on_its_reply(
     assert_eq!(count(&w.events(), is_acquired), 1);
     w.mux.release(w.now, a);
     w.mux
-        .acquire(w.now, b, &LockRequest::new("b", TTL))
+        .start(w.now, b, Start::Acquire, &LockRequest::new("b", TTL))
         .expect("valid");
     w.batches.clear();
     w.send();
@@ -156,7 +161,7 @@ fn caller_extensions_run_one_by_one_and_each_gets_its_own_answer() {
     let mut w = World::new(3);
     let a = LockId::new(7);
     w.mux
-        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
         .expect("valid");
     w.settle();
     w.events();
@@ -190,7 +195,7 @@ fn extensions_not_run_before_a_release_are_answered_and_never_sent() {
     let mut w = World::new(3);
     let a = LockId::new(1);
     w.mux
-        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
         .expect("valid");
     w.settle();
     w.events();
@@ -225,7 +230,12 @@ fn auto_extension_runs_with_nobody_calling() {
     let a = LockId::new(1);
     let ttl = Duration::from_secs(1);
     w.mux
-        .acquire(w.now, a, &LockRequest::new("a", ttl).auto_extend())
+        .start(
+            w.now,
+            a,
+            Start::Acquire,
+            &LockRequest::new("a", ttl).auto_extend(),
+        )
         .expect("valid");
     w.settle();
     let start = w.now;
@@ -260,7 +270,7 @@ fn an_abandoned_acquisition_releases_what_it_set_and_says_nothing() {
     let mut w = World::new(3);
     let a = LockId::new(1);
     w.mux
-        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
         .expect("valid");
     w.send();
     w.answer(|t| t.id.node() == 0);
@@ -271,7 +281,7 @@ fn an_abandoned_acquisition_releases_what_it_set_and_says_nothing() {
     assert!(w.mux.is_idle());
     // A held lock is left alone.
     w.mux
-        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
         .expect("the id is free again");
     w.settle();
     w.mux.abandon(w.now, a);
@@ -284,9 +294,10 @@ fn a_detached_lock_stays_on_the_nodes_and_goes_quiet() {
     let mut w = World::new(3);
     let a = LockId::new(1);
     w.mux
-        .acquire(
+        .start(
             w.now,
             a,
+            Start::Acquire,
             &LockRequest::new("a", Duration::from_secs(1)).auto_extend(),
         )
         .expect("valid");
@@ -316,7 +327,7 @@ fn a_paused_lock_listens_and_a_notice_starts_its_next_round() {
     }
     let a = LockId::new(1);
     w.mux
-        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
         .expect("valid");
     w.settle();
     let channel = w.mux.channels().next().expect("listening").to_vec();
@@ -357,11 +368,11 @@ fn replies_for_gone_or_unknown_locks_only_free_their_node() {
     let mut w = World::new(3);
     let a = LockId::new(1);
     w.mux
-        .acquire(w.now, a, &LockRequest::new("a", TTL))
+        .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
         .expect("valid");
     assert!(
         w.mux
-            .acquire(w.now, a, &LockRequest::new("b", TTL))
+            .start(w.now, a, Start::Acquire, &LockRequest::new("b", TTL))
             .is_err(),
         "an id in use is refused"
     );

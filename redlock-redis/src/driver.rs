@@ -6,14 +6,14 @@
 //! It never does I/O, never reads the clock (every input takes `now`), never blocks and never
 //! spawns: answering a caller is filling an [`Answer`](crate::Answer) slot.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redlock_core::{
     Batch, Change, ExtendOutcome, Lease, LockEvent, LockId, LockRequest, Multiplexer,
-    ReleaseReport, Reply, RequestId, Timeout, Trigger, Vote,
+    ReleaseReport, Reply, RequestId, Start, Timeout, Trigger, Vote,
 };
 
 use crate::answer::{Responder, answer};
@@ -184,7 +184,8 @@ pub struct DriverState {
     labels: Arc<[Arc<str>]>,
     /// Handed to every lock handle, so that it can reach this driver.
     post: Arc<dyn Post>,
-    waiting: BTreeMap<LockId, Waiting>,
+    /// Only looked up, never iterated; keeps its capacity when it empties.
+    waiting: HashMap<LockId, Waiting>,
     flushes: Vec<Responder<()>>,
     client_gone: bool,
     /// Locks listening for release notices, as last told to the metrics.
@@ -202,7 +203,7 @@ impl DriverState {
             mux: Multiplexer::new(config, crate::seeded_rng()?),
             labels,
             post,
-            waiting: BTreeMap::new(),
+            waiting: HashMap::new(),
             flushes: Vec::new(),
             client_gone: false,
             listening: 0,
@@ -223,11 +224,12 @@ impl DriverState {
                 resume,
                 answer,
             } => {
-                let started = if resume {
-                    self.mux.resume(now, id, &request)
+                let start = if resume {
+                    Start::Resume
                 } else {
-                    self.mux.acquire(now, id, &request)
+                    Start::Acquire
                 };
+                let started = self.mux.start(now, id, start, &request);
                 match started {
                     Ok(()) => {
                         self.waiting.insert(
@@ -248,7 +250,7 @@ impl DriverState {
                 id,
                 request,
                 answer,
-            } => match self.mux.release_by_token(now, id, &request) {
+            } => match self.mux.start(now, id, Start::ReleaseByToken, &request) {
                 Ok(()) => {
                     self.waiting.insert(id, Waiting::ReleaseByToken(answer));
                 }

@@ -22,6 +22,7 @@
 
 mod answer;
 mod builder;
+mod deployment;
 mod driver;
 mod entropy;
 mod error;
@@ -37,6 +38,7 @@ mod tls;
 
 pub use answer::{Answer, Responder, answer};
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
+pub use deployment::Deployment;
 pub use driver::{Call, DriverState, LockIds, Post, acquire, flush, release_by_token, trust};
 pub use entropy::seeded_rng;
 pub use error::{Error, LockFailure, NodeReport};
@@ -46,7 +48,7 @@ pub use node::NodeAddr;
 pub use reply::{map_error, map_result, needs_new_connection};
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub use request::run_batch_async;
-pub use request::{BatchReplies, Request, answered, run_batch};
+pub use request::{Answers, BatchReplies, Request, run_batch};
 pub use subscribers::Subscribers;
 #[cfg(feature = "tls")]
 pub use tls::Tls;
@@ -56,6 +58,7 @@ pub use tls::Tls;
 /// list and users never need to name `redlock-core` or this crate.
 pub mod api {
     pub use crate::builder::DEFAULT_IO_TIMEOUT;
+    pub use crate::deployment::Deployment;
     pub use crate::error::{Error, LockFailure, NodeReport};
     pub use crate::lease_watch::LeaseWatch;
     #[cfg(feature = "tls")]

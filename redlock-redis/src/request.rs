@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use redlock_core::{Command, NodeErrorKind, RedisForm, Reply, Script};
+use redlock_core::{Command, NodeErrorKind, RedisForm, Reply, RequestId, Script, Transmit};
 
 use crate::reply::{map_error, map_result, needs_new_connection};
 
@@ -81,15 +81,28 @@ impl Request {
     /// put in a pipeline. A node that does not know the script answers `NOSCRIPT` to it: run
     /// that one again as a [`Request`], which loads the script.
     pub fn pipelined(command: &Command) -> redis::Cmd {
+        // Room for every argument up front: one allocation each for the data and the offsets.
+        const NUMBER: usize = 20;
         match command.redis_form() {
             RedisForm::Set { key, token, ttl_ms } => {
-                let mut cmd = redis::cmd("SET");
-                cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+                let mut cmd = redis::Cmd::with_capacity(6, 9 + key.len() + token.len() + NUMBER);
+                cmd.arg("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms);
                 cmd
             }
             RedisForm::Script { script, keys, args } => {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(compiled(script).get_hash()).arg(keys.len());
+                let mut key_bytes = 0;
+                keys.for_each(|key| key_bytes += key.len());
+                let count = 3 + keys.len() + args.len();
+                let size = 7 + 40 + NUMBER + key_bytes + args.token.len() + NUMBER * args.len();
+                let mut cmd = redis::Cmd::with_capacity(count, size);
+                cmd.arg("EVALSHA")
+                    .arg(compiled(script).get_hash())
+                    .arg(keys.len());
                 keys.for_each(|key| {
                     cmd.arg(key);
                 });
@@ -146,164 +159,153 @@ impl Request {
     }
 }
 
-/// The replies of a batch, one per command in order, and whether the connection must be
-/// dropped (its transport failed or timed out: a late reply would be read as the answer to the
-/// next command).
+/// The answers to a batch: each request's id and reply, in order.
+pub type Answers = smallvec::SmallVec<[(RequestId, Reply); 1]>;
+
+/// The answers to a batch, one per request in order with its id, and whether the connection
+/// must be dropped (its transport failed or timed out: a late reply would be read as the answer
+/// to the next command).
 pub struct BatchReplies {
-    /// One reply per command.
-    pub replies: Vec<Reply>,
+    /// One answer per request (inline for a batch of one, the common case of an uncontended
+    /// client: no allocation).
+    pub answers: Answers,
     /// Whether to reconnect before the next request.
     pub reconnect: bool,
 }
 
 impl BatchReplies {
-    fn failed(err: &redis::RedisError, count: usize) -> Self {
+    /// Every request of `batch` failed with `err`.
+    pub fn failed(batch: &[Transmit], err: &redis::RedisError) -> Self {
+        Self::all(batch, Reply::Error(map_error(err)), is_broken(err))
+    }
+
+    fn all(batch: &[Transmit], reply: Reply, reconnect: bool) -> Self {
         Self {
-            replies: vec![Reply::Error(map_error(err)); count],
-            reconnect: err.is_io_error() || err.is_timeout() || needs_new_connection(err),
+            answers: batch.iter().map(|t| (t.id, reply)).collect(),
+            reconnect,
         }
     }
 
-    /// The reply of one request run on its own.
-    fn single(result: Result<redis::Value, redis::RedisError>) -> Self {
-        match result {
-            Err(err) => Self::failed(&err, 1),
-            ok => Self {
-                replies: vec![map_result(ok)],
-                reconnect: false,
-            },
-        }
-    }
-
-    /// Maps a pipeline's answer; a command the node answered `NOSCRIPT` is left open for the
-    /// caller to run again on its own (which loads the script).
-    fn pipelined(
-        values: Result<Vec<redis::Value>, redis::RedisError>,
-        count: usize,
-    ) -> Result<Partial, Self> {
-        let values = values.map_err(|err| Self::failed(&err, count))?;
-        if values.len() != count {
+    /// The answer to a request run on its own, or to a pipeline, before any `NOSCRIPT` re-run;
+    /// returns the positions to run again.
+    fn read(
+        batch: &[Transmit],
+        result: Result<Vec<redis::Value>, redis::RedisError>,
+    ) -> (Self, Vec<usize>) {
+        let values = match result {
+            Ok(values) if values.len() == batch.len() => values,
             // Not one answer per command: the connection cannot be trusted any more.
-            return Err(Self {
-                replies: vec![Reply::Error(NodeErrorKind::Protocol); count],
-                reconnect: true,
-            });
-        }
-        let replies = values
+            Ok(_) => {
+                return (
+                    Self::all(batch, Reply::Error(NodeErrorKind::Protocol), true),
+                    vec![],
+                );
+            }
+            Err(err) => return (Self::failed(batch, &err), Vec::new()),
+        };
+        let mut again = Vec::new();
+        let answers = values
             .into_iter()
-            .map(|value| match &value {
-                redis::Value::ServerError(err) if err.code() == "NOSCRIPT" => None,
-                _ => Some(map_result(Ok(value))),
+            .zip(batch)
+            .enumerate()
+            .map(|(index, (value, transmit))| match &value {
+                redis::Value::ServerError(err) if err.code() == "NOSCRIPT" => {
+                    again.push(index);
+                    (transmit.id, Reply::Error(NodeErrorKind::NoScript))
+                }
+                _ => (transmit.id, map_result(Ok(value))),
             })
             .collect();
-        Ok(Partial {
-            replies,
+        let replies = Self {
+            answers,
             reconnect: false,
-        })
+        };
+        (replies, again)
+    }
+
+    /// The answer to the one request of `batch`, sent as a plain command (`EVALSHA` for a
+    /// script, one packed command, few allocations); `NOSCRIPT` asks for a re-run.
+    fn one(batch: &[Transmit], result: Result<redis::Value, redis::RedisError>) -> (Self, bool) {
+        if let Err(err) = &result
+            && err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        {
+            return (Self::all(batch, Reply::Nil, false), true);
+        }
+        let mut replies = Self::all(batch, Reply::Nil, false);
+        replies.rerun(0, result);
+        (replies, false)
+    }
+
+    /// The answer of request `index`, run again on its own.
+    fn rerun(&mut self, index: usize, result: Result<redis::Value, redis::RedisError>) {
+        if let Err(err) = &result {
+            self.reconnect |= is_broken(err);
+        }
+        if let Some((_, reply)) = self.answers.get_mut(index) {
+            *reply = map_result(result);
+        }
+    }
+
+    /// Traces and counts each answer as `node`'s after `latency`.
+    pub fn trace(&self, node: &str, latency: std::time::Duration) {
+        for (_, reply) in &self.answers {
+            tracing::debug!(node, ?reply, ?latency, "reply");
+            crate::telemetry::node_reply(node, latency, reply);
+        }
     }
 }
 
-fn pipeline<'a>(commands: impl Iterator<Item = &'a Command>) -> redis::Pipeline {
+/// Whether a connection whose request failed so must be dropped.
+fn is_broken(err: &redis::RedisError) -> bool {
+    err.is_io_error() || err.is_timeout() || needs_new_connection(err)
+}
+
+fn pipeline(batch: &[Transmit]) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for command in commands {
-        pipe.add_command(Request::pipelined(command));
+    for transmit in batch {
+        pipe.add_command(Request::pipelined(&transmit.command));
     }
     pipe
 }
 
-/// Runs `commands` on a blocking connection as one pipeline (one round trip, in order; a
-/// single command as a plain request), running again on its own each command whose script the
-/// node did not know.
-pub fn run_batch(conn: &mut dyn redis::ConnectionLike, commands: &[&Command]) -> BatchReplies {
-    if let [command] = commands {
-        return BatchReplies::single(Request::new(command).run(conn));
-    }
-    let values = pipeline(commands.iter().copied()).query(conn);
-    match BatchReplies::pipelined(values, commands.len()) {
-        Ok(mut replies) => {
-            for (index, command) in replies.to_rerun(commands) {
-                replies.rerun(index, Request::new(command).run(conn));
-            }
-            replies.done()
+/// Runs `batch` on a blocking connection as one pipeline (one round trip, in order; a single
+/// request as a plain request, which loads its script if the node does not know it), running
+/// again on its own each request whose script the node did not know.
+pub fn run_batch(conn: &mut dyn redis::ConnectionLike, batch: &[Transmit]) -> BatchReplies {
+    let (mut replies, again) = match batch {
+        [transmit] => {
+            let (replies, again) =
+                BatchReplies::one(batch, Request::pipelined(&transmit.command).query(conn));
+            (replies, if again { vec![0] } else { Vec::new() })
         }
-        Err(failed) => failed,
+        _ => BatchReplies::read(batch, pipeline(batch).query(conn)),
+    };
+    for index in again {
+        replies.rerun(index, Request::new(&batch[index].command).run(conn));
     }
+    replies
 }
 
 /// [`run_batch`] on an async connection.
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
     conn: &mut C,
-    commands: &[&Command],
+    batch: &[Transmit],
 ) -> BatchReplies {
-    if let [command] = commands {
-        return BatchReplies::single(Request::new(command).run_async(conn).await);
-    }
-    let values = pipeline(commands.iter().copied()).query_async(conn).await;
-    match BatchReplies::pipelined(values, commands.len()) {
-        Ok(mut replies) => {
-            for (index, command) in replies.to_rerun(commands) {
-                let result = Request::new(command).run_async(conn).await;
-                replies.rerun(index, result);
-            }
-            replies.done()
+    let (mut replies, again) = match batch {
+        [transmit] => {
+            let result = Request::pipelined(&transmit.command)
+                .query_async(conn)
+                .await;
+            let (replies, again) = BatchReplies::one(batch, result);
+            (replies, if again { vec![0] } else { Vec::new() })
         }
-        Err(failed) => failed,
+        _ => BatchReplies::read(batch, pipeline(batch).query_async(conn).await),
+    };
+    for index in again {
+        let result = Request::new(&batch[index].command).run_async(conn).await;
+        replies.rerun(index, result);
     }
-}
-
-/// A pipeline's replies while the commands the node answered `NOSCRIPT` run again on their own.
-struct Partial {
-    replies: Vec<Option<Reply>>,
-    reconnect: bool,
-}
-
-impl Partial {
-    /// The commands to run again, with their positions.
-    fn to_rerun<'a>(&self, commands: &[&'a Command]) -> Vec<(usize, &'a Command)> {
-        self.replies
-            .iter()
-            .zip(commands)
-            .enumerate()
-            .filter(|(_, (reply, _))| reply.is_none())
-            .map(|(index, (_, command))| (index, *command))
-            .collect()
-    }
-
-    fn rerun(&mut self, index: usize, result: Result<redis::Value, redis::RedisError>) {
-        let again = BatchReplies::single(result);
-        self.reconnect |= again.reconnect;
-        self.replies[index] = again.replies.into_iter().next();
-    }
-
-    fn done(self) -> BatchReplies {
-        BatchReplies {
-            replies: self
-                .replies
-                .into_iter()
-                .map(|reply| reply.unwrap_or(Reply::Error(NodeErrorKind::Protocol)))
-                .collect(),
-            reconnect: self.reconnect,
-        }
-    }
-}
-
-/// Each reply of a batch with its request's id, traced and counted as `node`'s answer after
-/// `latency`.
-pub fn answered(
-    node: &str,
-    latency: std::time::Duration,
-    transmits: Vec<redlock_core::Transmit>,
-    replies: Vec<Reply>,
-) -> Vec<(redlock_core::RequestId, Reply)> {
-    transmits
-        .into_iter()
-        .zip(replies)
-        .map(|(transmit, reply)| {
-            tracing::debug!(node, ?reply, ?latency, "reply");
-            crate::telemetry::node_reply(node, latency, &reply);
-            (transmit.id, reply)
-        })
-        .collect()
+    replies
 }

@@ -1,0 +1,34 @@
+//! What a client runs against: its nodes and its checked settings, the same in every adapter.
+
+use std::sync::Arc;
+
+use redlock_core::Config;
+
+/// A client's nodes and checked settings; every adapter's `Redlock` derefs to it.
+#[derive(Debug)]
+pub struct Deployment {
+    config: Config,
+    labels: Arc<[Arc<str>]>,
+}
+
+impl Deployment {
+    /// `config` for the nodes named `labels` (`host:port`).
+    pub fn new(config: Config, labels: Arc<[Arc<str>]>) -> Self {
+        Self { config, labels }
+    }
+
+    /// The checked settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The nodes, as `host:port` (never with credentials).
+    pub fn nodes(&self) -> &[Arc<str>] {
+        &self.labels
+    }
+
+    /// The node labels, to share with a driver.
+    pub fn labels(&self) -> Arc<[Arc<str>]> {
+        self.labels.clone()
+    }
+}
