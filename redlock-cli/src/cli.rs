@@ -233,7 +233,8 @@ pub(crate) struct TokenArgs {
     pub(crate) ttl: Duration,
     /// The name of the lock.
     pub(crate) resource: String,
-    /// The token `acquire` printed.
+    /// The token `acquire` printed (it may start with `-`, as a caller-chosen token can).
+    #[arg(allow_hyphen_values = true)]
     pub(crate) token: String,
 }
 
@@ -241,7 +242,8 @@ pub(crate) struct TokenArgs {
 pub(crate) struct ReleaseArgs {
     /// The name of the lock.
     pub(crate) resource: String,
-    /// The token `acquire` printed.
+    /// The token `acquire` printed (it may start with `-`, as a caller-chosen token can).
+    #[arg(allow_hyphen_values = true)]
     pub(crate) token: String,
 }
 
@@ -254,6 +256,46 @@ pub(crate) enum NodesCmd {
     /// Mark every node trusted for restart-aware voting: a fresh (or restarted) node then votes
     /// at once instead of waiting out --max-ttl. Only when you know no lock is live on them.
     Trust,
+}
+
+/// What a command-line parse error becomes: `--help` and `--version` print and exit 0; every
+/// other one is a usage error, exit 64 with one line on stderr (clap's own report is several
+/// lines and exit 2, which scripts reading the README's table would not expect).
+pub(crate) fn parse_error(err: &clap::Error) -> std::process::ExitCode {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = err.print();
+            std::process::ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("redlock: {}", usage_line(err));
+            std::process::ExitCode::from(crate::USAGE)
+        }
+    }
+}
+
+/// A parse error as one line: what is wrong, and the usage of the (sub)command.
+pub(crate) fn usage_line(err: &clap::Error) -> String {
+    let rendered = err.render().to_string();
+    let usage = rendered
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Usage: "))
+        .map(str::trim);
+    let what = if err.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        "a subcommand is missing".to_owned()
+    } else {
+        rendered
+            .lines()
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .map(|line| line.strip_prefix("error: ").unwrap_or(line).to_owned())
+            .unwrap_or_else(|| err.kind().to_string())
+    };
+    match usage {
+        Some(usage) => format!("{what}; usage: {usage} (more with --help)"),
+        None => format!("{what} (more with --help)"),
+    }
 }
 
 /// The arguments, with `run` inserted first when the first word is not a subcommand (the short
@@ -298,6 +340,56 @@ mod tests {
     fn the_command_line_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    fn parse(words: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(args_with_run(words.iter().map(OsString::from)))
+    }
+
+    #[test]
+    fn tokens_may_start_with_a_hyphen() {
+        for words in [
+            &["redlock", "release", "deploy", "-Vx9"][..],
+            &["redlock", "release", "deploy", "--", "-Vx9"],
+            &["redlock", "extend", "deploy", "-Vx9", "--ttl", "10s"],
+            &["redlock", "extend", "--ttl", "10s", "deploy", "-Vx9"],
+        ] {
+            let cli = parse(words).unwrap_or_else(|err| panic!("{words:?}: {err}"));
+            let token = match cli.command {
+                Cmd::Release(args) => args.token,
+                Cmd::Extend(args) => args.token,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(token, "-Vx9", "{words:?}");
+        }
+    }
+
+    #[test]
+    fn a_usage_error_is_one_line_with_the_usage() {
+        for words in [
+            &["redlock", "release", "deploy"][..],
+            &["redlock", "acquire", "deploy", "--bogus"],
+            &["redlock", "nodes"],
+        ] {
+            let err = parse(words).expect_err("a usage error");
+            let line = usage_line(&err);
+            assert!(!line.contains('\n'), "{words:?}: {line}");
+            assert!(line.contains("usage: redlock"), "{words:?}: {line}");
+        }
+        let err = parse(&["redlock", "--ttl", "soon", "job", "--", "true"]).expect_err("bad ttl");
+        assert_eq!(
+            usage_line(&err),
+            "invalid value 'soon' for '--ttl <TTL>': `soon` is not a duration; use e.g. 500ms, \
+             30s, 2m, 1h (more with --help)"
+        );
+        let err = parse(&["redlock", "nodes"]).expect_err("no subcommand");
+        assert!(usage_line(&err).starts_with("a subcommand is missing"));
+        let err = parse(&["redlock", "acquire", "deploy", "--bogus"]).expect_err("bad flag");
+        assert!(
+            usage_line(&err).starts_with("unexpected argument '--bogus' found"),
+            "{}",
+            usage_line(&err)
+        );
     }
 
     #[test]

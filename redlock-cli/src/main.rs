@@ -49,7 +49,10 @@ const NOT_STARTED: u8 = 127;
 type Failure = (u8, String);
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(cli::args_with_run(std::env::args_os()));
+    let cli = match Cli::try_parse_from(cli::args_with_run(std::env::args_os())) {
+        Ok(cli) => cli,
+        Err(err) => return cli::parse_error(&err),
+    };
     let result = match &cli.command {
         Cmd::Run(args) => run::run(&cli.global, args),
         Cmd::Acquire(args) => steps::acquire(&cli.global, args),
