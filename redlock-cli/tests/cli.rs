@@ -262,6 +262,12 @@ fn nodes_trust_lets_a_restarted_node_vote_at_once() {
         "{}",
         stderr(&output)
     );
+    assert!(
+        stderr(&output).contains("`redlock nodes trust`")
+            && stderr(&output).contains("if no lock can be live"),
+        "the error names the remedy and when it is safe: {}",
+        stderr(&output)
+    );
     let output = redlock(&nodes, &["nodes", "trust"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(
