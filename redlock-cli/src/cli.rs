@@ -110,7 +110,9 @@ pub(crate) enum Format {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Cmd {
     /// Run a command while holding the lock (extended while it runs; the command is terminated
-    /// if the lock is lost). `redlock NAME -- CMD` is short for `redlock run NAME -- CMD`.
+    /// if the lock is lost). A guard process sits between redlock and the command: if redlock
+    /// itself dies, even by kill -9, the command still gets the --on-lost treatment before the
+    /// lock's validity ends. `redlock NAME -- CMD` is short for `redlock run NAME -- CMD`.
     #[command(
         after_help = "Examples:\n  redlock run nightly-report -- ./make-report.sh\n  redlock run --wait 5m --ttl 30s --on-lost kill backup -- ./backup.sh\n  redlock run --fenced ledger -- sh -c 'write-with-fence \"$REDLOCK_FENCE\"'"
     )]
@@ -153,6 +155,9 @@ pub(crate) enum Cmd {
         after_help = "Example:\n  redlock demo            # needs redis-server on PATH (or REDIS_SERVER=/path)"
     )]
     Demo(crate::demo::DemoArgs),
+    /// The guard process `run` puts between itself and the command (internal).
+    #[command(name = "__guard", hide = true)]
+    Guard(crate::guard::GuardArgs),
 }
 
 #[derive(Debug, Args)]
@@ -194,9 +199,11 @@ pub(crate) struct RunArgs {
     /// Also mint a fencing token, passed to the command as REDLOCK_FENCE.
     #[arg(long)]
     pub(crate) fenced: bool,
-    /// What to do to the command when the lock is lost: `term` (SIGTERM, then SIGKILL if it
-    /// is still running when the validity ends), `kill` (SIGKILL at once), or `ignore` (let it
-    /// finish unprotected; redlock still exits 76).
+    /// What to do to the command when the lock is lost, or when redlock itself dies (even by
+    /// kill -9; its guard process then acts): `term` (SIGTERM, then SIGKILL if it is still
+    /// running when the validity ends), `kill` (SIGKILL at once), or `ignore` (let it finish
+    /// unprotected; redlock still exits 76). A redlock killed this way releases nothing: the
+    /// lock stays until its TTL.
     #[arg(long, value_enum, default_value = "term")]
     pub(crate) on_lost: OnLost,
     /// The name of the lock.
@@ -304,6 +311,7 @@ pub(crate) fn args_with_run(args: impl IntoIterator<Item = OsString>) -> Vec<OsS
     let mut args: Vec<OsString> = args.into_iter().collect();
     let subcommands = [
         "run", "acquire", "extend", "release", "status", "nodes", "bench", "demo", "help",
+        "__guard",
     ];
     // Options that take a value, to skip over when looking for the first word.
     let with_value = [

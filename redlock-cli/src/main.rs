@@ -22,6 +22,7 @@ mod bench;
 mod cli;
 mod demo;
 mod duration;
+mod guard;
 mod histogram;
 mod nodes;
 mod output;
@@ -63,6 +64,7 @@ fn main() -> ExitCode {
         Cmd::Nodes(NodesCmd::Trust) => nodes::trust(&cli.global),
         Cmd::Bench(args) => bench::bench(&cli.global, args),
         Cmd::Demo(args) => demo::demo(&cli.global, args),
+        Cmd::Guard(args) => guard::guard(args),
     };
     match result {
         Ok(code) => code,
