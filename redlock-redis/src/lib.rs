@@ -12,6 +12,7 @@
 //! `redlock-core`), never spawns, never sleeps and holds no connection.
 
 mod builder;
+mod clock;
 mod entropy;
 mod error;
 mod lease_watch;
@@ -25,6 +26,7 @@ pub mod telemetry;
 mod tls;
 
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
+pub use clock::{Clock, Readings, suspend_adjusted};
 pub use entropy::seeded_rng;
 pub use error::{Error, LockFailure, NodeReport};
 pub use lease_watch::{LeaseKeeper, LeaseWatch, lease_watch, lease_watch_at};
