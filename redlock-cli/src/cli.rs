@@ -12,7 +12,8 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit status:
   0    success (for `run`: the command's own status)
   64   bad arguments or settings (EX_USAGE)
-  69   a node did not answer or failed a check (`status`, `nodes`) (EX_UNAVAILABLE)
+  69   a node did not answer or failed a check (`status`, `nodes`; `nodes check --strict`:
+       any warning too) (EX_UNAVAILABLE)
   75   the lock was not acquired (held by another, or too few nodes) (EX_TEMPFAIL)
   76   the lock was lost while the command ran; the command was terminated
   77   the token does not hold the lock (`extend`, `release`) (EX_NOPERM)
@@ -26,7 +27,7 @@ Examples:
   redlock extend deploy \"$TOKEN\" --ttl 10m            # a later one keeps it,
   redlock release deploy \"$TOKEN\"                     # and another releases it
   redlock status deploy nightly-report --json          # who holds what, per node (a snapshot)
-  redlock nodes check                                  # reachable, version, login, scripts
+  redlock nodes check --strict                         # reachable, version, login, scripts, warnings
   redlock nodes trust                                  # fresh deployment: no lock is live
   redlock demo                                         # a tour on 5 local redis-servers";
 
@@ -257,9 +258,14 @@ pub(crate) struct ReleaseArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum NodesCmd {
     /// Check every node: reachable, server and version, login, script support, round-trip
-    /// latency, and its restart-aware voting state. Exit 69 if any check fails.
-    #[command(after_help = "Example:\n  redlock nodes check --json")]
-    Check,
+    /// latency, and its restart-aware voting state. Exit 69 if any check fails. Then warn, one
+    /// line each, about what can put a held lock at risk: eviction (maxmemory with a policy
+    /// other than noeviction), a clock far from the others', a replica or cluster mode, two URLs
+    /// that reach the same server, and persistence settings that matter to restart-aware voting.
+    #[command(
+        after_help = "Examples:\n  redlock nodes check --json\n  redlock nodes check --strict   # exit 69 on any warning too"
+    )]
+    Check(CheckArgs),
     /// Mark every node trusted for restart-aware voting: a fresh (or restarted) node then votes
     /// at once instead of waiting out --max-ttl. Only when you know no lock is live on them.
     Trust,
@@ -303,6 +309,13 @@ pub(crate) fn usage_line(err: &clap::Error) -> String {
         Some(usage) => format!("{what}; usage: {usage} (more with --help)"),
         None => format!("{what} (more with --help)"),
     }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// Exit 69 if there is any warning, not only if a node failed a check.
+    #[arg(long)]
+    pub(crate) strict: bool,
 }
 
 /// The arguments, with `run` inserted first when the first word is not a subcommand (the short

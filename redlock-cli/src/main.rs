@@ -30,6 +30,7 @@ mod probe;
 mod run;
 mod status;
 mod steps;
+mod warnings;
 
 use cli::{Cli, Cmd, Global, NodesCmd};
 
@@ -60,7 +61,7 @@ fn main() -> ExitCode {
         Cmd::Extend(args) => steps::extend(&cli.global, args),
         Cmd::Release(args) => steps::release(&cli.global, args),
         Cmd::Status(args) => status::status(&cli.global, args),
-        Cmd::Nodes(NodesCmd::Check) => nodes::check(&cli.global),
+        Cmd::Nodes(NodesCmd::Check(args)) => nodes::check(&cli.global, args),
         Cmd::Nodes(NodesCmd::Trust) => nodes::trust(&cli.global),
         Cmd::Bench(args) => bench::bench(&cli.global, args),
         Cmd::Demo(args) => demo::demo(&cli.global, args),
