@@ -28,6 +28,18 @@ fn is_gone(pid: i32) -> bool {
         .unwrap_or(true)
 }
 
+/// When `pid` is seen gone, polling every 2 ms for up to `limit`.
+fn wait_gone(pid: i32, limit: Duration) -> Option<Instant> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if is_gone(pid) {
+            return Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
 fn read_pid(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
@@ -218,4 +230,46 @@ fn the_command_keeps_the_callers_stdin_and_stdout_under_the_guard() {
         0,
         "released after each"
     );
+}
+
+#[test]
+fn a_stopped_run_cannot_carry_the_command_past_the_validity() {
+    let nodes = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pidfile = dir.path().join("pid");
+    let script = format!(
+        "trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        pidfile.display()
+    );
+    let mut run = start_run(
+        &nodes,
+        &["run", "--ttl", "4s", "job", "--", "sh", "-c", &script],
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || read_pid(&pidfile).is_some()),
+        "the command started"
+    );
+    let command = read_pid(&pidfile).expect("pid");
+    let pid = Pid::from_raw(i32::try_from(run.id()).expect("pid"));
+    // Stopped, `run` neither extends the lock nor closes the socket: only the guard's own
+    // deadline protects the lock now.
+    kill(pid, Signal::SIGSTOP).expect("SIGSTOP redlock run");
+    let pttls: Vec<i64> = nodes
+        .servers()
+        .iter()
+        .map(|s| s.pttl("redlock:job"))
+        .collect();
+    let after = Instant::now();
+    let shortest = u64::try_from(*pttls.iter().min().expect("3")).expect("held on every node");
+    let keys_expire = after + Duration::from_millis(shortest);
+    let stopped = wait_gone(command, Duration::from_secs(20));
+    let _ = kill(pid, Signal::SIGKILL);
+    let _ = run.wait();
+    let at = stopped.expect("the guard stopped the command");
+    assert!(
+        at < keys_expire,
+        "stopped {:?} after the lock's keys expired",
+        at.duration_since(keys_expire)
+    );
+    assert!(guard_said(&mut run).contains("no extension arrived"));
 }
