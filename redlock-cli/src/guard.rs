@@ -129,7 +129,7 @@ enum State {
 pub(crate) fn guard(args: &GuardArgs) -> Result<ExitCode, Failure> {
     // Connected before the command starts: if `run` is gone already, the command never runs.
     let stream = UnixStream::connect(&args.socket)
-        .map_err(|err| (USAGE, format!("guard: cannot reach redlock run: {err}")))?;
+        .map_err(|err| (NOT_STARTED, format!("guard: cannot reach redlock run: {err}")))?;
     let signal = catch_signals()?;
     let mut deadline = from_monotonic_ns(args.until_ns);
     let mut child = spawn(&args.command)?;
