@@ -128,10 +128,20 @@ enum State {
 /// Runs the guard: connects to `run`, starts the command, and guards it until it ends.
 pub(crate) fn guard(args: &GuardArgs) -> Result<ExitCode, Failure> {
     // Connected before the command starts: if `run` is gone already, the command never runs.
-    let stream = UnixStream::connect(&args.socket)
-        .map_err(|err| (NOT_STARTED, format!("guard: cannot reach redlock run: {err}")))?;
+    let stream = UnixStream::connect(&args.socket).map_err(|err| {
+        (
+            NOT_STARTED,
+            format!("guard: cannot reach redlock run: {err}"),
+        )
+    })?;
     let signal = catch_signals()?;
     let mut deadline = from_monotonic_ns(args.until_ns);
+    if args.on_lost != OnLost::Ignore && Instant::now() + KILL_MARGIN >= deadline {
+        return Err((
+            crate::LOST,
+            "guard: the lock's validity ended before the command could start".to_owned(),
+        ));
+    }
     let mut child = spawn(&args.command)?;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {

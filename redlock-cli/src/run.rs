@@ -131,6 +131,14 @@ fn spawn_guard(
                         "the guard ended before starting the command".to_owned(),
                     ));
                 }
+                if Instant::now() >= valid_until {
+                    // It never called back; it starts no command past the validity either.
+                    terminate(&mut guard);
+                    return Err((
+                        NOT_STARTED,
+                        "the guard did not start before the lock's validity ended".to_owned(),
+                    ));
+                }
                 std::thread::sleep(Duration::from_millis(2));
             }
             Err(err) => {
