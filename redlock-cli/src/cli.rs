@@ -298,12 +298,19 @@ pub(crate) fn usage_line(err: &clap::Error) -> String {
     let what = if err.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
         "a subcommand is missing".to_owned()
     } else {
-        rendered
+        // The first paragraph (e.g. "the following required arguments were not provided:"
+        // and the indented names below it), joined into one line; tips and usage follow a
+        // blank line.
+        let first: Vec<&str> = rendered
             .lines()
             .map(str::trim)
-            .find(|line| !line.is_empty())
-            .map(|line| line.strip_prefix("error: ").unwrap_or(line).to_owned())
-            .unwrap_or_else(|| err.kind().to_string())
+            .skip_while(|line| line.is_empty())
+            .take_while(|line| !line.is_empty())
+            .collect();
+        match first.join(" ") {
+            what if what.is_empty() => err.kind().to_string(),
+            what => what.strip_prefix("error: ").unwrap_or(&what).to_owned(),
+        }
     };
     match usage {
         Some(usage) => format!("{what}; usage: {usage} (more with --help)"),
@@ -402,6 +409,12 @@ mod tests {
             usage_line(&err),
             "invalid value 'soon' for '--ttl <TTL>': `soon` is not a duration; use e.g. 500ms, \
              30s, 2m, 1h (more with --help)"
+        );
+        let err = parse(&["redlock", "release", "deploy"]).expect_err("no token");
+        assert_eq!(
+            usage_line(&err),
+            "the following required arguments were not provided: <TOKEN>; usage: redlock \
+             release <RESOURCE> <TOKEN> (more with --help)"
         );
         let err = parse(&["redlock", "nodes"]).expect_err("no subcommand");
         assert!(usage_line(&err).starts_with("a subcommand is missing"));
