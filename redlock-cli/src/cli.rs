@@ -12,7 +12,8 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit status:
   0    success (for `run`: the command's own status)
   64   bad arguments or settings (EX_USAGE)
-  69   a node did not answer or failed a check (`status`, `nodes`) (EX_UNAVAILABLE)
+  69   a node did not answer or failed a check (`status`, `nodes`; `nodes check --strict`:
+       any warning too) (EX_UNAVAILABLE)
   75   the lock was not acquired (held by another, or too few nodes) (EX_TEMPFAIL)
   76   the lock was lost while the command ran; the command was terminated
   77   the token does not hold the lock (`extend`, `release`) (EX_NOPERM)
@@ -26,7 +27,7 @@ Examples:
   redlock extend deploy \"$TOKEN\" --ttl 10m            # a later one keeps it,
   redlock release deploy \"$TOKEN\"                     # and another releases it
   redlock status deploy nightly-report --json          # who holds what, per node (a snapshot)
-  redlock nodes check                                  # reachable, version, login, scripts
+  redlock nodes check --strict                         # reachable, version, login, scripts, warnings
   redlock nodes trust                                  # fresh deployment: no lock is live
   redlock demo                                         # a tour on 5 local redis-servers";
 
@@ -110,7 +111,9 @@ pub(crate) enum Format {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Cmd {
     /// Run a command while holding the lock (extended while it runs; the command is terminated
-    /// if the lock is lost). `redlock NAME -- CMD` is short for `redlock run NAME -- CMD`.
+    /// if the lock is lost). A guard process sits between redlock and the command: if redlock
+    /// itself dies, even by kill -9, the command still gets the --on-lost treatment before the
+    /// lock's validity ends. `redlock NAME -- CMD` is short for `redlock run NAME -- CMD`.
     #[command(
         after_help = "Examples:\n  redlock run nightly-report -- ./make-report.sh\n  redlock run --wait 5m --ttl 30s --on-lost kill backup -- ./backup.sh\n  redlock run --fenced ledger -- sh -c 'write-with-fence \"$REDLOCK_FENCE\"'"
     )]
@@ -153,6 +156,9 @@ pub(crate) enum Cmd {
         after_help = "Example:\n  redlock demo            # needs redis-server on PATH (or REDIS_SERVER=/path)"
     )]
     Demo(crate::demo::DemoArgs),
+    /// The guard process `run` puts between itself and the command (internal).
+    #[command(name = "__guard", hide = true)]
+    Guard(crate::guard::GuardArgs),
 }
 
 #[derive(Debug, Args)]
@@ -194,9 +200,11 @@ pub(crate) struct RunArgs {
     /// Also mint a fencing token, passed to the command as REDLOCK_FENCE.
     #[arg(long)]
     pub(crate) fenced: bool,
-    /// What to do to the command when the lock is lost: `term` (SIGTERM, then SIGKILL if it
-    /// is still running when the validity ends), `kill` (SIGKILL at once), or `ignore` (let it
-    /// finish unprotected; redlock still exits 76).
+    /// What to do to the command when the lock is lost, or when redlock itself dies (even by
+    /// kill -9; its guard process then acts): `term` (SIGTERM, then SIGKILL if it is still
+    /// running when the validity ends), `kill` (SIGKILL at once), or `ignore` (let it finish
+    /// unprotected; redlock still exits 76). A redlock killed this way releases nothing: the
+    /// lock stays until its TTL.
     #[arg(long, value_enum, default_value = "term")]
     pub(crate) on_lost: OnLost,
     /// The name of the lock.
@@ -233,7 +241,8 @@ pub(crate) struct TokenArgs {
     pub(crate) ttl: Duration,
     /// The name of the lock.
     pub(crate) resource: String,
-    /// The token `acquire` printed.
+    /// The token `acquire` printed (it may start with `-`, as a caller-chosen token can).
+    #[arg(allow_hyphen_values = true)]
     pub(crate) token: String,
 }
 
@@ -241,19 +250,79 @@ pub(crate) struct TokenArgs {
 pub(crate) struct ReleaseArgs {
     /// The name of the lock.
     pub(crate) resource: String,
-    /// The token `acquire` printed.
+    /// The token `acquire` printed (it may start with `-`, as a caller-chosen token can).
+    #[arg(allow_hyphen_values = true)]
     pub(crate) token: String,
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum NodesCmd {
     /// Check every node: reachable, server and version, login, script support, round-trip
-    /// latency, and its restart-aware voting state. Exit 69 if any check fails.
-    #[command(after_help = "Example:\n  redlock nodes check --json")]
-    Check,
+    /// latency, and its restart-aware voting state. Exit 69 if any check fails. Then warn, one
+    /// line each, about what can put a held lock at risk: eviction (maxmemory with a policy
+    /// other than noeviction), a clock far from the others', a replica or cluster mode, two URLs
+    /// that reach the same server, and persistence settings that matter to restart-aware voting.
+    #[command(
+        after_help = "Examples:\n  redlock nodes check --json\n  redlock nodes check --strict   # exit 69 on any warning too"
+    )]
+    Check(CheckArgs),
     /// Mark every node trusted for restart-aware voting: a fresh (or restarted) node then votes
     /// at once instead of waiting out --max-ttl. Only when you know no lock is live on them.
     Trust,
+}
+
+/// What a command-line parse error becomes: `--help` and `--version` print and exit 0; every
+/// other one is a usage error, exit 64 with one line on stderr (clap's own report is several
+/// lines and exit 2, which scripts reading the README's table would not expect).
+pub(crate) fn parse_error(err: &clap::Error) -> std::process::ExitCode {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = err.print();
+            std::process::ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("redlock: {}", usage_line(err));
+            std::process::ExitCode::from(crate::USAGE)
+        }
+    }
+}
+
+/// A parse error as one line: what is wrong, and the usage of the (sub)command.
+pub(crate) fn usage_line(err: &clap::Error) -> String {
+    let rendered = err.render().to_string();
+    let usage = rendered
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Usage: "))
+        .map(str::trim);
+    let what = if err.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        "a subcommand is missing".to_owned()
+    } else {
+        // The first paragraph (e.g. "the following required arguments were not provided:"
+        // and the indented names below it), joined into one line; tips and usage follow a
+        // blank line.
+        let first: Vec<&str> = rendered
+            .lines()
+            .map(str::trim)
+            .skip_while(|line| line.is_empty())
+            .take_while(|line| !line.is_empty())
+            .collect();
+        match first.join(" ") {
+            what if what.is_empty() => err.kind().to_string(),
+            what => what.strip_prefix("error: ").unwrap_or(&what).to_owned(),
+        }
+    };
+    match usage {
+        Some(usage) => format!("{what}; usage: {usage} (more with --help)"),
+        None => format!("{what} (more with --help)"),
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// Exit 69 if there is any warning, not only if a node failed a check.
+    #[arg(long)]
+    pub(crate) strict: bool,
 }
 
 /// The arguments, with `run` inserted first when the first word is not a subcommand (the short
@@ -262,6 +331,7 @@ pub(crate) fn args_with_run(args: impl IntoIterator<Item = OsString>) -> Vec<OsS
     let mut args: Vec<OsString> = args.into_iter().collect();
     let subcommands = [
         "run", "acquire", "extend", "release", "status", "nodes", "bench", "demo", "help",
+        "__guard",
     ];
     // Options that take a value, to skip over when looking for the first word.
     let with_value = [
@@ -298,6 +368,62 @@ mod tests {
     fn the_command_line_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    fn parse(words: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(args_with_run(words.iter().map(OsString::from)))
+    }
+
+    #[test]
+    fn tokens_may_start_with_a_hyphen() {
+        for words in [
+            &["redlock", "release", "deploy", "-Vx9"][..],
+            &["redlock", "release", "deploy", "--", "-Vx9"],
+            &["redlock", "extend", "deploy", "-Vx9", "--ttl", "10s"],
+            &["redlock", "extend", "--ttl", "10s", "deploy", "-Vx9"],
+        ] {
+            let cli = parse(words).unwrap_or_else(|err| panic!("{words:?}: {err}"));
+            let token = match cli.command {
+                Cmd::Release(args) => args.token,
+                Cmd::Extend(args) => args.token,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(token, "-Vx9", "{words:?}");
+        }
+    }
+
+    #[test]
+    fn a_usage_error_is_one_line_with_the_usage() {
+        for words in [
+            &["redlock", "release", "deploy"][..],
+            &["redlock", "acquire", "deploy", "--bogus"],
+            &["redlock", "nodes"],
+        ] {
+            let err = parse(words).expect_err("a usage error");
+            let line = usage_line(&err);
+            assert!(!line.contains('\n'), "{words:?}: {line}");
+            assert!(line.contains("usage: redlock"), "{words:?}: {line}");
+        }
+        let err = parse(&["redlock", "--ttl", "soon", "job", "--", "true"]).expect_err("bad ttl");
+        assert_eq!(
+            usage_line(&err),
+            "invalid value 'soon' for '--ttl <TTL>': `soon` is not a duration; use e.g. 500ms, \
+             30s, 2m, 1h (more with --help)"
+        );
+        let err = parse(&["redlock", "release", "deploy"]).expect_err("no token");
+        assert_eq!(
+            usage_line(&err),
+            "the following required arguments were not provided: <TOKEN>; usage: redlock \
+             release <RESOURCE> <TOKEN> (more with --help)"
+        );
+        let err = parse(&["redlock", "nodes"]).expect_err("no subcommand");
+        assert!(usage_line(&err).starts_with("a subcommand is missing"));
+        let err = parse(&["redlock", "acquire", "deploy", "--bogus"]).expect_err("bad flag");
+        assert!(
+            usage_line(&err).starts_with("unexpected argument '--bogus' found"),
+            "{}",
+            usage_line(&err)
+        );
     }
 
     #[test]

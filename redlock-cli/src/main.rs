@@ -22,6 +22,7 @@ mod bench;
 mod cli;
 mod demo;
 mod duration;
+mod guard;
 mod histogram;
 mod nodes;
 mod output;
@@ -29,6 +30,7 @@ mod probe;
 mod run;
 mod status;
 mod steps;
+mod warnings;
 
 use cli::{Cli, Cmd, Global, NodesCmd};
 
@@ -49,17 +51,21 @@ const NOT_STARTED: u8 = 127;
 type Failure = (u8, String);
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(cli::args_with_run(std::env::args_os()));
+    let cli = match Cli::try_parse_from(cli::args_with_run(std::env::args_os())) {
+        Ok(cli) => cli,
+        Err(err) => return cli::parse_error(&err),
+    };
     let result = match &cli.command {
         Cmd::Run(args) => run::run(&cli.global, args),
         Cmd::Acquire(args) => steps::acquire(&cli.global, args),
         Cmd::Extend(args) => steps::extend(&cli.global, args),
         Cmd::Release(args) => steps::release(&cli.global, args),
         Cmd::Status(args) => status::status(&cli.global, args),
-        Cmd::Nodes(NodesCmd::Check) => nodes::check(&cli.global),
+        Cmd::Nodes(NodesCmd::Check(args)) => nodes::check(&cli.global, args),
         Cmd::Nodes(NodesCmd::Trust) => nodes::trust(&cli.global),
         Cmd::Bench(args) => bench::bench(&cli.global, args),
         Cmd::Demo(args) => demo::demo(&cli.global, args),
+        Cmd::Guard(args) => guard::guard(args),
     };
     match result {
         Ok(code) => code,

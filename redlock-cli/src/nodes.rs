@@ -3,15 +3,16 @@
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redlock_blocking::Vote;
 use redlock_redis::NodeAddr;
 use serde_json::{Value, json};
 
-use crate::cli::Global;
+use crate::cli::{CheckArgs, Global};
 use crate::output::Out;
 use crate::probe::{self, Eligibility, Probe};
+use crate::warnings::{self, Facts, info_field};
 use crate::{Failure, UNAVAILABLE, client, failure};
 
 /// PINGs per latency measurement.
@@ -20,6 +21,8 @@ const PINGS: usize = 5;
 /// What `nodes check` found on one node.
 struct Checked {
     label: String,
+    /// What the warnings look at (`None` if the node did not get as far as `INFO`).
+    facts: Option<Facts>,
     result: Result<Report, String>,
 }
 
@@ -30,16 +33,25 @@ struct Report {
     eligibility: Eligibility,
 }
 
-/// Checks every node; exit 69 if any failed a check.
-pub(crate) fn check(global: &Global) -> Result<ExitCode, Failure> {
+/// Checks every node, then warns about settings that put a held lock at risk; exit 69 if any
+/// node failed a check, or with `--strict` if there is any warning.
+pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failure> {
     let nodes = probe::nodes(global)?;
+    let reference = Instant::now();
     let checked: Vec<Checked> = nodes
         .iter()
-        .map(|node| Checked {
-            label: node.label().to_string(),
-            result: check_node(node, global.max_ttl),
+        .map(|node| {
+            let (facts, result) = check_node(node, global.max_ttl, reference);
+            Checked {
+                label: node.label().to_string(),
+                facts,
+                result,
+            }
         })
         .collect();
+    let labels: Vec<String> = checked.iter().map(|c| c.label.clone()).collect();
+    let facts: Vec<Option<Facts>> = checked.iter().map(|c| c.facts.clone()).collect();
+    let warnings = warnings::warnings(&labels, &facts, global.max_ttl);
     let advice = advice(nodes.len());
     Out::new(global).report(
         || {
@@ -57,6 +69,9 @@ pub(crate) fn check(global: &Global) -> Result<ExitCode, Failure> {
                     Err(why) => format!("FAILED  {why}"),
                 };
                 let _ = writeln!(text, "{:width$}  {line}", node.label);
+            }
+            for warning in &warnings {
+                let _ = writeln!(text, "warning: {}: {}", warning.node, warning.message);
             }
             if let Some(advice) = &advice {
                 let _ = writeln!(text, "note: {advice}");
@@ -78,7 +93,11 @@ pub(crate) fn check(global: &Global) -> Result<ExitCode, Failure> {
                     Err(why) => json!({"node": node.label, "ok": false, "error": why}),
                 })
                 .collect();
-            json!({"nodes": nodes, "advice": advice})
+            let warnings: Vec<Value> = warnings
+                .iter()
+                .map(|w| json!({"node": w.node, "kind": w.kind, "message": w.message}))
+                .collect();
+            json!({"nodes": nodes, "warnings": warnings, "advice": advice})
         },
     );
     let failed = checked.iter().filter(|node| node.result.is_err()).count();
@@ -88,19 +107,45 @@ pub(crate) fn check(global: &Global) -> Result<ExitCode, Failure> {
             format!("{failed} of {} node(s) failed a check", checked.len()),
         ));
     }
+    if args.strict && !warnings.is_empty() {
+        return Err((
+            UNAVAILABLE,
+            format!(
+                "{} warning(s) about the nodes, and --strict makes any warning a failure",
+                warnings.len()
+            ),
+        ));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Connect and log in, read the server's name and version, run a script, time PINGs, read
-/// the voting state. The first failure is the answer.
-fn check_node(node: &NodeAddr, max_ttl: Duration) -> Result<Report, String> {
-    let mut probe = Probe::connect(node)?;
-    let info: String = probe.query(node, redis::cmd("INFO").arg("server"))?;
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-            .map(|value| value.trim().to_owned())
+/// Connect and log in, read the server's name, version and the facts the warnings need, run a
+/// script, time PINGs, read the voting state. The first failure is the answer; the facts are
+/// kept if `INFO` got that far.
+fn check_node(
+    node: &NodeAddr,
+    max_ttl: Duration,
+    reference: Instant,
+) -> (Option<Facts>, Result<Report, String>) {
+    let mut probe = match Probe::connect(node) {
+        Ok(probe) => probe,
+        Err(why) => return (None, Err(why)),
     };
+    let info: String = match probe.query(node, &redis::cmd("INFO")) {
+        Ok(info) => info,
+        Err(why) => return (None, Err(why)),
+    };
+    let facts = Facts::read(&mut probe, node, &info, reference);
+    (Some(facts), check_rest(&mut probe, node, &info, max_ttl))
+}
+
+fn check_rest(
+    probe: &mut Probe,
+    node: &NodeAddr,
+    info: &str,
+    max_ttl: Duration,
+) -> Result<Report, String> {
+    let field = |name: &str| info_field(info, name).map(str::to_owned);
     let (server, version) = match field("server_name") {
         Some(name) if name != "redis" => {
             let version = field(&format!("{name}_version")).or_else(|| field("redis_version"));
@@ -118,7 +163,7 @@ fn check_node(node: &NodeAddr, max_ttl: Duration) -> Result<Report, String> {
         server,
         version: version.unwrap_or_else(|| "(version unknown)".to_owned()),
         latency: probe.latency(node, PINGS)?,
-        eligibility: Eligibility::read(&mut probe, node, max_ttl)?,
+        eligibility: Eligibility::read(probe, node, max_ttl)?,
     })
 }
 

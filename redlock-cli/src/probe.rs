@@ -1,5 +1,5 @@
 //! Direct reads of the nodes, past the lock client: what `status` and `nodes check` show. A probe
-//! only reads (`PING`, `INFO`, `TIME`, `GET`, `PTTL`, a script that returns 1); it never changes a
+//! only reads (`PING`, `INFO`, `CONFIG GET`, `TIME`, `GET`, `PTTL`, a script that returns 1); it never changes a
 //! key, and its messages never carry a password.
 
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
 //! `redlock run NAME -- CMD`: run a command while holding the lock.
 
+use std::os::unix::net::UnixListener;
 use std::process::{Child, Command, ExitCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,11 +13,13 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use redlock_blocking::LockRequest;
 
 use crate::cli::{Global, OnLost, RunArgs};
+use crate::guard::{Link, Message, to_monotonic_ns};
 use crate::{Failure, LOST, NOT_STARTED, USAGE, client, failure};
 
-/// Takes the lock (auto-extended), runs the command, and passes its exit status on; terminates
-/// it if the lock is lost. SIGTERM, SIGINT and SIGHUP sent to `redlock` are passed on to the
-/// command; the lock is released once the command has ended (so it never runs unlocked).
+/// Takes the lock (auto-extended), runs the command under a guard process ([`crate::guard`]),
+/// and passes its exit status on; stops it if the lock is lost, and the guard stops it if this
+/// process dies. SIGTERM, SIGINT and SIGHUP sent to `redlock` are passed on to the command; the
+/// lock is released once the command has ended (so it never runs unlocked).
 pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> {
     let redlock = client(global, args.taking.wait())?;
     let mut request = LockRequest::new(args.resource.as_bytes(), args.taking.ttl);
@@ -24,74 +27,135 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> 
         request = request.fenced();
     }
     // A signal to `redlock` goes to the command; the lock is released once the command ended.
-    let signal = Arc::new(AtomicUsize::new(0));
-    for sig in [SIGTERM, SIGINT, SIGHUP] {
-        signal_hook::flag::register_usize(sig, signal.clone(), usize::try_from(sig).unwrap_or(0))
-            .map_err(|err| (USAGE, format!("cannot catch signal {sig}: {err}")))?;
-    }
+    let signal = catch_signals()?;
     let outcome = redlock.with_lock_request(request, |lease| {
         let token = String::from_utf8_lossy(lease.token().as_bytes()).into_owned();
-        let mut child = spawn(args, &token, lease.fence())?;
+        let mut valid_until = lease.valid_until();
+        let (mut guard, mut link) = spawn_guard(args, &token, lease.fence(), valid_until)?;
         if global.verbose {
             eprintln!(
-                "redlock: holding {} (fence {:?}, pid {} running)",
+                "redlock: holding {} (fence {:?}; guard pid {} runs the command)",
                 args.resource,
                 lease.fence(),
-                child.id()
+                guard.id()
             );
         }
         loop {
-            if let Some(status) = child
+            if let Some(status) = guard
                 .try_wait()
                 .map_err(|err| (NOT_STARTED, err.to_string()))?
             {
                 return Ok(exit_code(status));
             }
-            forward(&signal, &child);
+            forward(&signal, &guard);
+            if lease.valid_until() != valid_until {
+                valid_until = lease.valid_until();
+                link.send(Message::Until(to_monotonic_ns(valid_until)));
+            }
             if lease.wait_lost(Duration::from_millis(50)) {
-                return lost(args, &mut child, lease.valid_until());
+                return lost(args, &mut guard, &mut link);
             }
         }
     });
     outcome.map_err(|err| failure(&args.resource, err))?
 }
 
-fn spawn(args: &RunArgs, token: &str, fence: Option<u64>) -> Result<Child, Failure> {
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or((USAGE, "no command given after --".to_owned()))?;
-    let mut command = Command::new(program);
+/// Catches SIGTERM, SIGINT and SIGHUP into a flag (to pass them on instead of dying).
+pub(crate) fn catch_signals() -> Result<Arc<AtomicUsize>, Failure> {
+    let signal = Arc::new(AtomicUsize::new(0));
+    for sig in [SIGTERM, SIGINT, SIGHUP] {
+        signal_hook::flag::register_usize(sig, signal.clone(), usize::try_from(sig).unwrap_or(0))
+            .map_err(|err| (USAGE, format!("cannot catch signal {sig}: {err}")))?;
+    }
+    Ok(signal)
+}
+
+/// Starts `redlock __guard` (this binary), which starts the command once it reached us over a
+/// Unix socket in a private temp dir.
+fn spawn_guard(
+    args: &RunArgs,
+    token: &str,
+    fence: Option<u64>,
+    valid_until: Instant,
+) -> Result<(Child, Link), Failure> {
+    let cannot = |what: &str, err: std::io::Error| (NOT_STARTED, format!("{what}: {err}"));
+    let dir = tempfile::Builder::new()
+        .prefix("redlock-guard-")
+        .tempdir()
+        .map_err(|err| cannot("cannot make the guard's socket dir", err))?;
+    let path = dir.path().join("guard.sock");
+    let listener =
+        UnixListener::bind(&path).map_err(|err| cannot("cannot listen for the guard", err))?;
+    let exe = std::env::current_exe().map_err(|err| cannot("cannot find redlock itself", err))?;
+    let mut command = Command::new(exe);
     command
-        .args(rest)
+        .arg("__guard")
+        .arg("--socket")
+        .arg(&path)
+        .arg("--until-ns")
+        .arg(to_monotonic_ns(valid_until).to_string())
+        .arg("--on-lost")
+        .arg(match args.on_lost {
+            OnLost::Term => "term",
+            OnLost::Kill => "kill",
+            OnLost::Ignore => "ignore",
+        })
+        .arg("--")
+        .args(&args.command)
         .env("REDLOCK_RESOURCE", &args.resource)
         .env("REDLOCK_TOKEN", token);
     if let Some(fence) = fence {
         command.env("REDLOCK_FENCE", fence.to_string());
     }
-    command
+    let mut guard = command
         .spawn()
-        .map_err(|err| (NOT_STARTED, format!("cannot run {program}: {err}")))
+        .map_err(|err| cannot("cannot start the guard", err))?;
+    // Wait for the guard to connect (it does before it starts the command), or to end.
+    listener
+        .set_nonblocking(true)
+        .map_err(|err| cannot("guard socket", err))?;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream
+                    .set_nonblocking(false)
+                    .map_err(|err| cannot("guard socket", err))?;
+                // The socket file is no longer needed once connected.
+                drop(dir);
+                return Ok((guard, Link(stream)));
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                if let Some(status) = guard.try_wait().map_err(|err| cannot("guard", err))? {
+                    return Err((
+                        exit_code_number(status),
+                        "the guard ended before starting the command".to_owned(),
+                    ));
+                }
+                if Instant::now() >= valid_until {
+                    // It never called back; it starts no command past the validity either.
+                    terminate(&mut guard);
+                    return Err((
+                        NOT_STARTED,
+                        "the guard did not start before the lock's validity ended".to_owned(),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(err) => {
+                terminate(&mut guard);
+                return Err(cannot("guard socket", err));
+            }
+        }
+    }
 }
 
-/// The lock is lost: stop the command as `--on-lost` says (before the validity ends), or let
-/// it finish.
-fn lost(args: &RunArgs, child: &mut Child, valid_until: Instant) -> Result<ExitCode, Failure> {
+/// The lock is lost: the guard stops the command as `--on-lost` says (before the validity
+/// ends), or lets it finish.
+fn lost(args: &RunArgs, guard: &mut Child, link: &mut Link) -> Result<ExitCode, Failure> {
+    link.send(Message::Lost);
     let what = match args.on_lost {
-        OnLost::Kill => {
-            terminate(child);
-            "the command was killed"
-        }
+        OnLost::Kill => "the command was killed",
         OnLost::Term => {
-            send_signal(child, Signal::SIGTERM);
-            // Until the validity ends, the command may clean up; then it must stop.
-            while Instant::now() < valid_until {
-                if matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            terminate(child);
             "the command was stopped (SIGTERM, then SIGKILL at the end of the validity)"
         }
         OnLost::Ignore => {
@@ -99,21 +163,21 @@ fn lost(args: &RunArgs, child: &mut Child, valid_until: Instant) -> Result<ExitC
                 "redlock: lost the lock on {}; the command goes on unprotected (--on-lost ignore)",
                 args.resource
             );
-            let _ = child.wait();
             "the command ran to its end unprotected"
         }
     };
+    let _ = guard.wait();
     Err((LOST, format!("lost the lock on {}; {what}", args.resource)))
 }
 
-fn send_signal(child: &Child, sig: Signal) {
+pub(crate) fn send_signal(child: &Child, sig: Signal) {
     if let Ok(pid) = i32::try_from(child.id()) {
         let _ = kill(Pid::from_raw(pid), sig);
     }
 }
 
 /// Passes a signal `redlock` received on to the command (once per signal received).
-fn forward(signal: &AtomicUsize, child: &Child) {
+pub(crate) fn forward(signal: &AtomicUsize, child: &Child) {
     let received = signal.swap(0, Ordering::SeqCst);
     if received == 0 {
         return;
@@ -124,23 +188,26 @@ fn forward(signal: &AtomicUsize, child: &Child) {
 }
 
 /// Stops the command: it must not go on without the lock.
-fn terminate(child: &mut Child) {
+pub(crate) fn terminate(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
 }
 
-fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+pub(crate) fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    ExitCode::from(exit_code_number(status))
+}
+
+/// The command's status as a number: its exit code, or 128+N if signal N killed it.
+fn exit_code_number(status: std::process::ExitStatus) -> u8 {
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt;
         if let Some(signal) = status.signal() {
-            return ExitCode::from(128u8.saturating_add(u8::try_from(signal).unwrap_or(127)));
+            return 128u8.saturating_add(u8::try_from(signal).unwrap_or(127));
         }
     }
-    ExitCode::from(
-        status
-            .code()
-            .and_then(|c| u8::try_from(c).ok())
-            .unwrap_or(1),
-    )
+    status
+        .code()
+        .and_then(|c| u8::try_from(c).ok())
+        .unwrap_or(1)
 }

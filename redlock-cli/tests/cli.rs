@@ -262,6 +262,12 @@ fn nodes_trust_lets_a_restarted_node_vote_at_once() {
         "{}",
         stderr(&output)
     );
+    assert!(
+        stderr(&output).contains("`redlock nodes trust`")
+            && stderr(&output).contains("if no lock can be live"),
+        "the error names the remedy and when it is safe: {}",
+        stderr(&output)
+    );
     let output = redlock(&nodes, &["nodes", "trust"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(
@@ -486,4 +492,98 @@ fn quiet_keeps_the_token_and_json_reports_every_step() {
     assert_eq!(output.status.code(), Some(77));
     assert!(stdout(&output).is_empty());
     assert!(!stderr(&output).is_empty(), "errors still go to stderr");
+}
+
+#[test]
+fn a_token_that_starts_with_a_hyphen_extends_and_releases() {
+    let nodes = Cluster::start(3);
+    // A caller-chosen token may start with `-`; clap took `-Vx…` for the `-V` flag (exit 2).
+    let token = "-Vx-caller-chosen-token";
+    let holder = redlock_blocking::Redlock::builder(nodes.urls())
+        .key_prefix("redlock:")
+        .build()
+        .expect("client");
+    let lock = holder
+        .acquire(redlock_blocking::LockRequest::new("deploy", Duration::from_secs(20)).token(token))
+        .expect("lock");
+    // Held by its token from now on, not by this handle (dropping it would release it).
+    std::mem::forget(lock);
+    assert!(holder.flush(Duration::from_secs(10)), "every node answered");
+    assert_eq!(nodes.count_holding("redlock:deploy", token), 3);
+
+    let output = redlock(&nodes, &["extend", "deploy", token, "--ttl", "40s"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let raised = nodes
+        .servers()
+        .iter()
+        .filter(|s| s.pttl("redlock:deploy") > 20_000)
+        .count();
+    assert_eq!(raised, 3, "extended on every node");
+
+    let output = redlock(&nodes, &["release", "deploy", token]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(nodes.count_with_key("redlock:deploy"), 0, "released");
+}
+
+#[test]
+fn generated_tokens_never_start_with_a_hyphen() {
+    let nodes = Cluster::start(3);
+    // 1 in 64 URL-safe base64 tokens started with `-`: 200 acquisitions would see ~3.
+    let holder = redlock_blocking::Redlock::builder(nodes.urls())
+        .key_prefix("redlock:")
+        .build()
+        .expect("client");
+    for round in 0..200 {
+        let lock = holder
+            .lock(format!("t{round}"), Duration::from_secs(5))
+            .expect("lock");
+        let token = lock.token().as_bytes().to_vec();
+        assert!(
+            !token.contains(&b'-'),
+            "{}",
+            String::from_utf8_lossy(&token)
+        );
+        lock.release();
+    }
+}
+
+#[test]
+fn every_usage_error_is_exit_64_with_one_line_and_help_is_exit_0() {
+    let nodes = Cluster::start(3);
+    for args in [
+        &["release", "deploy"][..],
+        &["acquire", "deploy", "--bogus"],
+        &["nodes"],
+        &["nodes", "check", "--strict", "--no-such-flag"],
+        &["--ttl", "soon", "job", "--", "true"],
+        &["run", "job"],
+        &["--format", "yaml", "status", "job"],
+    ] {
+        let output = redlock(&nodes, args);
+        assert_eq!(
+            output.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        let err = stderr(&output);
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.starts_with("redlock: "), "{args:?}: {err}");
+        assert!(stdout(&output).is_empty(), "{args:?}: {}", stdout(&output));
+    }
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["release", "--help"],
+        &["help"],
+    ] {
+        let output = redlock(&nodes, args);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(!stdout(&output).is_empty(), "{args:?}");
+    }
 }

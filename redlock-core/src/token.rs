@@ -12,11 +12,18 @@ pub const TOKEN_ENTROPY_BYTES: usize = 24;
 /// The longest caller-chosen token.
 pub const MAX_TOKEN_LEN: usize = 512;
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+/// The 64 characters of a generated token: base64's letters and digits, then `_` and `.`.
+/// Every one is URL-safe (RFC 3986 "unreserved") and none is `-`: a token that began with `-`
+/// would be taken for an option by command lines (`redlock release deploy "$TOKEN"`), and
+/// URL-safe base64 (`-_`) would start 1 token in 64 that way. The mapping is still one byte
+/// pattern per character, so every generated token keeps all [`TOKEN_ENTROPY_BYTES`] of entropy.
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.";
 
 /// The value a lock writes under its keys. Generated tokens are 24 bytes from the injected
-/// CSPRNG, printed as 32 URL-safe base64 characters; caller-chosen tokens are any 1 to
-/// [`MAX_TOKEN_LEN`] bytes. `Debug` shows only the length: a token is a capability.
+/// CSPRNG, printed as 32 base64 characters from an alphabet of letters, digits, `_` and `.`
+/// (URL-safe, and never a `-`, so a generated token never looks like a command-line option);
+/// caller-chosen tokens are any 1 to [`MAX_TOKEN_LEN`] bytes. `Debug` shows only the length: a
+/// token is a capability.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Token(Box<[u8]>);
 
@@ -92,6 +99,44 @@ mod tests {
             Token::generate(&mut rng(7)),
             "a seed reproduces its tokens"
         );
+    }
+
+    /// The first random byte `generate` would encode.
+    fn first_byte<R: CryptoRng>(rng: &mut R) -> u8 {
+        let mut raw = [0u8; TOKEN_ENTROPY_BYTES];
+        rng.fill_bytes(&mut raw);
+        raw[0]
+    }
+
+    #[test]
+    fn a_generated_token_never_starts_with_a_hyphen() {
+        // Seeds whose first 6 random bits are 62: URL-safe base64 would start those tokens
+        // with `-` (1 in 64), which a command line takes for an option.
+        let mut would_have_been_a_flag = 0;
+        for seed in 0..2_000 {
+            if first_byte(&mut rng(seed)) >> 2 == 62 {
+                would_have_been_a_flag += 1;
+            }
+            let token = Token::generate(&mut rng(seed));
+            assert_ne!(token.as_bytes()[0], b'-', "seed {seed}: {:?}", token.0);
+            assert!(!token.as_bytes().contains(&b'-'), "seed {seed}");
+            assert!(token.as_bytes().iter().all(|c| c.is_ascii_graphic()));
+        }
+        assert!(
+            would_have_been_a_flag > 10,
+            "the seeds cover the case: {would_have_been_a_flag}"
+        );
+    }
+
+    #[test]
+    fn the_encoding_keeps_every_bit_of_entropy() {
+        // 64 distinct characters: 6 bits each, 32 of them = 24 bytes.
+        let mut seen = ALPHABET.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 64);
+        assert!(!ALPHABET.contains(&b'-'));
+        assert_eq!(TOKEN_ENTROPY_BYTES * 8, 32 * 6);
     }
 
     #[test]

@@ -76,9 +76,24 @@ impl fmt::Display for LockFailure {
                 ),
             }?;
         }
+        if self
+            .nodes
+            .iter()
+            .any(|report| matches!(report.result, Vote::Ineligible { .. }))
+        {
+            f.write_str(INELIGIBLE_REMEDY)?;
+        }
         Ok(())
     }
 }
+
+/// What to do about nodes that refuse to vote because they lost their memory, and when it is
+/// safe: said once, after the per-node list, so that a fresh deployment's first error tells the
+/// operator the way out and its one condition.
+const INELIGIBLE_REMEDY: &str = "; if no lock can be live on those nodes (a fresh deployment, \
+    or every holder stopped and its TTL passed), `redlock nodes trust` (or `trust_nodes()`) lets \
+    them vote at once; otherwise wait: trusting a node that lost a live lock's key breaks mutual \
+    exclusion";
 
 /// Milliseconds for people: `850 ms`, `26 s`, `2 min 5 s`.
 struct HumanMs(u64);
@@ -214,7 +229,15 @@ mod tests {
         assert_eq!(
             Error::acquire_failed(&labels, &ineligible).to_string(),
             "not enough nodes answered: 1 round; 127.0.0.1:1 lost its memory recently (restart, \
-             flush or failover), not voting for 26 s more, 127.0.0.1:2 granted, 127.0.0.1:3 granted"
+             flush or failover), not voting for 26 s more, 127.0.0.1:2 granted, 127.0.0.1:3 granted\
+             ; if no lock can be live on those nodes (a fresh deployment, or every holder stopped \
+             and its TTL passed), `redlock nodes trust` (or `trust_nodes()`) lets them vote at \
+             once; otherwise wait: trusting a node that lost a live lock's key breaks mutual \
+             exclusion"
+        );
+        assert!(
+            !err.to_string().contains("trust"),
+            "no remedy without an ineligible node"
         );
         assert_eq!(
             err.to_string(),

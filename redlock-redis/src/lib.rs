@@ -22,6 +22,7 @@
 
 mod answer;
 mod builder;
+mod clock;
 mod deployment;
 mod driver;
 mod entropy;
@@ -38,6 +39,7 @@ mod tls;
 
 pub use answer::{Answer, Responder, answer};
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
+pub use clock::{Clock, Readings, suspend_adjusted};
 pub use deployment::Deployment;
 pub use driver::{Call, DriverState, LockIds, Post, acquire, flush, release_by_token, trust};
 pub use entropy::seeded_rng;

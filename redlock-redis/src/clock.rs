@@ -1,0 +1,269 @@
+//! A clock that counts the time the machine was suspended, for lock validity.
+//!
+//! On Linux, std's [`Instant`] reads `CLOCK_MONOTONIC`, which stops while the machine is
+//! suspended (rust-lang/rust#87907), while Redis keeps counting every key's TTL on the nodes. A
+//! holder whose laptop or VM sleeps through its validity would wake up believing it still holds
+//! the lock. [`Clock::now`] is `Instant::now()` plus the suspend time accumulated since the clock
+//! was created, so validity deadlines taken from it end on time across a suspend: it follows
+//! `CLOCK_BOOTTIME`, as an `Instant` that compares with every other `Instant`.
+//!
+//! It never reads anything but the clocks, never sleeps and never fails: a clock that cannot be
+//! read counts as no suspend.
+//!
+//! # Implementation note
+//! The suspend time is `(BOOTTIME − MONOTONIC)` now minus the same gap when the clock was
+//! created: both clocks advance together while the machine runs, and only `CLOCK_BOOTTIME`
+//! advances during a suspend. That is the one assumption, and it is what the Linux clocks
+//! promise (`clock_gettime(2)`: `CLOCK_BOOTTIME` "is identical to `CLOCK_MONOTONIC`, except that
+//! it also includes any time that the system is suspended"). Each gap comes from two readings
+//! that are not taken at the same instant, so the readings are ordered to err on the side of
+//! *more* suspend (a clock ahead only shortens a validity): at creation `BOOTTIME` is read
+//! before `MONOTONIC`, in [`Clock::now`] after; and a pair whose reads were far apart (the
+//! thread was preempted between them) is read again, so the error stays near a microsecond. The suspend time only grows: a gap that reads
+//! smaller than before (reading jitter, odd values) changes nothing, so [`Clock::now`] never
+//! moves backwards and is never earlier than `Instant::now()`. [`suspend_adjusted`] is that
+//! conversion as a pure function, unit-tested; a real suspend cannot be produced in a test here.
+//!
+//! Elsewhere (not Linux), [`Clock::now`] is plain `Instant::now()`, with whatever that
+//! platform's `Instant` does during a suspend (see std's documentation of `Instant`; on macOS it
+//! does not count sleep either).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// One reading of both clocks, in nanoseconds (any values: odd ones never panic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readings {
+    /// `CLOCK_MONOTONIC`: stops during a suspend.
+    pub monotonic_ns: i128,
+    /// `CLOCK_BOOTTIME`: counts a suspend.
+    pub boottime_ns: i128,
+}
+
+impl Readings {
+    /// How far `CLOCK_BOOTTIME` is ahead of `CLOCK_MONOTONIC`: the suspend time since boot.
+    fn gap_ns(self) -> i128 {
+        self.boottime_ns.saturating_sub(self.monotonic_ns)
+    }
+}
+
+/// The conversion behind [`Clock::now`], pure: `instant_now` (an `Instant::now()` reading) plus
+/// the suspend time between the readings `at_start` and `now`, never less than
+/// `suspended_before` (what an earlier call returned as suspend time).
+///
+/// Returns the instant and the suspend time it counts. A gap that shrank counts as no suspend;
+/// nothing here panics or overflows (a sum past what `Instant` can hold, which real clocks
+/// never reach, gives `instant_now`).
+pub fn suspend_adjusted(
+    instant_now: Instant,
+    at_start: Readings,
+    now: Readings,
+    suspended_before: Duration,
+) -> (Instant, Duration) {
+    let grown = now.gap_ns().saturating_sub(at_start.gap_ns()).max(0);
+    let grown = Duration::from_nanos(u64::try_from(grown).unwrap_or(u64::MAX));
+    let suspended = grown.max(suspended_before);
+    match instant_now.checked_add(suspended) {
+        Some(instant) => (instant, suspended),
+        None => (instant_now, suspended_before.min(suspended)),
+    }
+}
+
+/// A clock whose [`Clock::now`] counts suspend time on Linux (see the module docs). Cheap to
+/// clone (one `Arc`); clones share what they have seen, so none of them moves backwards.
+#[derive(Debug, Clone)]
+pub struct Clock {
+    /// The readings when the clock was created (`None`: no suspend-aware clock here).
+    at_start: Option<Readings>,
+    /// The largest suspend time returned so far, in ns.
+    suspended_ns: Arc<AtomicU64>,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock {
+    /// A clock that counts suspend time from now on.
+    pub fn new() -> Self {
+        Self {
+            at_start: read(Order::BoottimeFirst),
+            suspended_ns: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The current instant: `Instant::now()` plus the suspend time since [`Clock::new`]
+    /// (Linux), or `Instant::now()` (elsewhere). Never earlier than `Instant::now()` read
+    /// before the call, and never earlier than an earlier result of this clock or its clones.
+    pub fn now(&self) -> Instant {
+        let instant_now = Instant::now();
+        let (Some(at_start), Some(now)) = (self.at_start, read(Order::MonotonicFirst)) else {
+            return instant_now;
+        };
+        let before = Duration::from_nanos(self.suspended_ns.load(Ordering::Acquire));
+        let (instant, suspended) = suspend_adjusted(instant_now, at_start, now, before);
+        let ns = u64::try_from(suspended.as_nanos()).unwrap_or(u64::MAX);
+        self.suspended_ns.fetch_max(ns, Ordering::AcqRel);
+        instant
+    }
+
+    /// The suspend time counted so far (zero where the clock does not count it).
+    pub fn suspended(&self) -> Duration {
+        Duration::from_nanos(self.suspended_ns.load(Ordering::Acquire))
+    }
+}
+
+/// Which clock to read first (see the module's implementation note).
+#[derive(Debug, Clone, Copy)]
+enum Order {
+    BoottimeFirst,
+    MonotonicFirst,
+}
+
+/// Readings further apart than this are taken again (a preemption between two reads would
+/// otherwise count as suspend, for good: the suspend time only grows).
+#[cfg(target_os = "linux")]
+const TIGHT_NS: i128 = 50_000;
+/// How many times to try for readings within [`TIGHT_NS`]; the tightest is kept.
+#[cfg(target_os = "linux")]
+const ATTEMPTS: usize = 4;
+
+/// Reads both clocks, the first one again after the second, and keeps the pair from the
+/// tightest of a few attempts: the error of a pair is at most the time between its reads.
+#[cfg(target_os = "linux")]
+fn read(order: Order) -> Option<Readings> {
+    use nix::time::{ClockId, clock_gettime};
+    let ns = |clock: ClockId| {
+        clock_gettime(clock).ok().map(|ts| {
+            i128::from(ts.tv_sec())
+                .saturating_mul(1_000_000_000)
+                .saturating_add(i128::from(ts.tv_nsec()))
+        })
+    };
+    let (first, second) = match order {
+        Order::BoottimeFirst => (ClockId::CLOCK_BOOTTIME, ClockId::CLOCK_MONOTONIC),
+        Order::MonotonicFirst => (ClockId::CLOCK_MONOTONIC, ClockId::CLOCK_BOOTTIME),
+    };
+    let mut best: Option<(i128, Readings)> = None;
+    for _ in 0..ATTEMPTS {
+        let (a, b, again) = (ns(first)?, ns(second)?, ns(first)?);
+        let span = again.saturating_sub(a);
+        let readings = match order {
+            Order::BoottimeFirst => Readings {
+                monotonic_ns: b,
+                boottime_ns: a,
+            },
+            Order::MonotonicFirst => Readings {
+                monotonic_ns: a,
+                boottime_ns: b,
+            },
+        };
+        if best.is_none_or(|(tightest, _)| span < tightest) {
+            best = Some((span, readings));
+        }
+        if span < TIGHT_NS {
+            break;
+        }
+    }
+    best.map(|(_, readings)| readings)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read(_order: Order) -> Option<Readings> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i128 = 1_000_000_000;
+
+    fn at(monotonic_s: i128, boottime_s: i128) -> Readings {
+        Readings {
+            monotonic_ns: monotonic_s * S,
+            boottime_ns: boottime_s * S,
+        }
+    }
+
+    #[test]
+    fn without_a_suspend_it_is_instant_now() {
+        let now = Instant::now();
+        let (instant, suspended) =
+            suspend_adjusted(now, at(100, 130), at(160, 190), Duration::ZERO);
+        assert_eq!(instant, now);
+        assert_eq!(suspended, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_suspend_of_x_moves_now_by_x() {
+        let now = Instant::now();
+        // 60 s of running, and 45 s asleep: BOOTTIME ran 45 s further than MONOTONIC.
+        let (instant, suspended) =
+            suspend_adjusted(now, at(100, 130), at(160, 235), Duration::ZERO);
+        assert_eq!(suspended, Duration::from_secs(45));
+        assert_eq!(instant, now + Duration::from_secs(45));
+        // A validity of 30 s taken before the suspend has ended by this clock.
+        let valid_until = now + Duration::from_secs(30);
+        assert!(instant > valid_until);
+    }
+
+    #[test]
+    fn it_never_goes_backwards_nor_before_instant_now() {
+        let now = Instant::now();
+        // The gap shrank (reading jitter, odd values): no suspend, not a negative one.
+        let (instant, suspended) =
+            suspend_adjusted(now, at(100, 130), at(160, 120), Duration::ZERO);
+        assert_eq!((instant, suspended), (now, Duration::ZERO));
+        // A suspend counted before stays counted.
+        let before = Duration::from_secs(10);
+        let (instant, suspended) = suspend_adjusted(now, at(100, 130), at(160, 195), before);
+        assert_eq!(suspended, before);
+        assert_eq!(instant, now + before);
+    }
+
+    #[test]
+    fn extreme_readings_never_panic() {
+        let now = Instant::now();
+        let extremes = [i128::MIN, -1, 0, 1, i128::from(i64::MAX), i128::MAX];
+        for &a in &extremes {
+            for &b in &extremes {
+                let start = Readings {
+                    monotonic_ns: a,
+                    boottime_ns: b,
+                };
+                let later = Readings {
+                    monotonic_ns: b,
+                    boottime_ns: a,
+                };
+                for before in [Duration::ZERO, Duration::MAX] {
+                    let (instant, _) = suspend_adjusted(now, start, later, before);
+                    assert!(instant >= now);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_real_clock_is_never_behind_instant_now_and_never_goes_backwards() {
+        let clock = Clock::new();
+        let copy = clock.clone();
+        let mut last = clock.now();
+        for i in 0..10_000 {
+            let before = Instant::now();
+            let now = if i % 2 == 0 { clock.now() } else { copy.now() };
+            assert!(now >= before, "never behind Instant::now()");
+            assert!(now >= last, "never backwards");
+            last = now;
+        }
+        // No suspend happens during a test run; only reading jitter could show, and it is tiny.
+        assert!(
+            clock.suspended() < Duration::from_millis(100),
+            "{:?}",
+            clock.suspended()
+        );
+    }
+}
