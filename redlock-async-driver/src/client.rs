@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redlock_core::{LockRequest, ReleaseReport, RetryPolicy, Vote};
 use redlock_redis::{
-    Builder, Deployment, Error, FromSettings, LockIds, NodeReport, Post, Settings,
+    Builder, Clock, Deployment, Error, FromSettings, LockIds, NodeReport, Post, Settings,
 };
 
 use crate::conn::Node;
@@ -33,6 +33,8 @@ pub struct Redlock<R: Runtime> {
 struct Inner {
     deployment: Deployment,
     nodes: Arc<[Node]>,
+    /// Counts machine suspends (Linux): shared by every driver and lock of the client.
+    clock: Clock,
     ids: LockIds,
     driver: Mutex<Option<Arc<Mailbox>>>,
 }
@@ -113,6 +115,7 @@ impl<R: Runtime> Redlock<R> {
             deployment.config().clone(),
             deployment.labels(),
             self.inner.nodes.clone(),
+            self.inner.clock.clone(),
         )?;
         *slot = Some(driver.clone());
         Ok(driver)
@@ -212,6 +215,7 @@ impl<R: Runtime> FromSettings for Redlock<R> {
             inner: Arc::new(Inner {
                 deployment: Deployment::new(settings.config, labels),
                 nodes,
+                clock: Clock::new(),
                 ids: LockIds::default(),
                 driver: Mutex::new(None),
             }),

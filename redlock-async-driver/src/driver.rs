@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redlock_core::Batch;
 use redlock_redis::Answers;
-use redlock_redis::{Call, DriverState, Post};
+use redlock_redis::{Call, Clock, DriverState, Post};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::conn::Node;
@@ -46,10 +46,11 @@ pub(crate) fn start<R: Runtime>(
     config: redlock_core::Config,
     labels: Arc<[Arc<str>]>,
     nodes: Arc<[Node]>,
+    clock: Clock,
 ) -> Result<Arc<Mailbox>, redlock_redis::Error> {
     let (tx, rx) = unbounded_channel();
     let mailbox = Arc::new(Mailbox(tx));
-    let state = DriverState::new(config, labels, mailbox.clone())?;
+    let state = DriverState::new(config, labels, mailbox.clone(), clock)?;
     let (heard_tx, heard_rx) = unbounded_channel();
     let notices = Notices::new(runtime.clone(), nodes.clone(), heard_tx);
     runtime.spawn(run::<R>(state, rx, nodes, notices, heard_rx));
@@ -64,12 +65,13 @@ async fn run<R: Runtime>(
     mut heard: UnboundedReceiver<Vec<u8>>,
 ) {
     let mut in_flight = FuturesUnordered::new();
+    let clock = state.clock().clone();
     loop {
         if state
             .poll_timeout()
-            .is_some_and(|timeout| timeout.at <= Instant::now())
+            .is_some_and(|timeout| timeout.at <= clock.now())
         {
-            state.handle_timeout(Instant::now());
+            state.handle_timeout(clock.now());
         }
         while let Some(batch) = state.poll_transmit() {
             in_flight.push(write(nodes.clone(), batch));
@@ -85,23 +87,23 @@ async fn run<R: Runtime>(
         tokio::select! {
             biased;
             Some(replies) = in_flight.next(), if !in_flight.is_empty() => {
-                state.handle_replies(Instant::now(), replies);
+                state.handle_replies(clock.now(), replies);
             }
             call = calls.recv() => {
                 // The driver's state holds a sender itself: the channel never closes under it.
                 let Some(call) = call else { return };
-                state.handle_call(Instant::now(), call);
+                state.handle_call(clock.now(), call);
                 while let Ok(call) = calls.try_recv() {
-                    state.handle_call(Instant::now(), call);
+                    state.handle_call(clock.now(), call);
                 }
             }
             Some(channel) = heard.recv() => {
                 tracing::trace!("release notice");
-                state.handle_notice(Instant::now(), &channel);
+                state.handle_notice(clock.now(), &channel);
             }
-            () = sleep_until::<R>(timeout.map(|t| t.at)) => {
+            () = sleep_until::<R>(timeout.map(|t| state.sleep_target(t.at))) => {
                 tracing::trace!(reason = ?timeout.map(|t| t.reason), "wake-up");
-                state.handle_timeout(Instant::now());
+                state.handle_timeout(clock.now());
             }
         }
     }

@@ -10,10 +10,10 @@
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redlock_redis::Answers;
-use redlock_redis::{Call, DriverState, Error, NodeAddr, Post};
+use redlock_redis::{Call, Clock, DriverState, Error, NodeAddr, Post};
 
 use crate::conn::Worker;
 use crate::notices::Notices;
@@ -48,7 +48,8 @@ pub(crate) fn start(
 ) -> Result<Arc<Mailbox>, Error> {
     let (tx, rx) = mpsc::channel();
     let mailbox = Arc::new(Mailbox(tx.clone()));
-    let state = DriverState::new(config, labels, mailbox.clone())?;
+    // Counts machine suspends (Linux), for every `now` of the driver and its locks.
+    let state = DriverState::new(config, labels, mailbox.clone(), Clock::new())?;
     let workers = nodes
         .iter()
         .map(|addr| Worker::spawn(addr.clone(), io_timeout, tx.clone()))
@@ -71,12 +72,13 @@ fn run(
     workers: Vec<Worker>,
     mut notices: Notices,
 ) {
+    let clock = state.clock().clone();
     loop {
         if state
             .poll_timeout()
-            .is_some_and(|timeout| timeout.at <= Instant::now())
+            .is_some_and(|timeout| timeout.at <= clock.now())
         {
-            state.handle_timeout(Instant::now());
+            state.handle_timeout(clock.now());
         }
         while let Some(batch) = state.poll_transmit() {
             workers[batch.node].send(batch, outbox);
@@ -89,9 +91,7 @@ fn run(
             return;
         }
         let input = match state.poll_timeout() {
-            Some(timeout) => {
-                inbox.recv_timeout(timeout.at.saturating_duration_since(Instant::now()))
-            }
+            Some(timeout) => inbox.recv_timeout(timeout.at.saturating_duration_since(clock.now())),
             None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         match input {
@@ -103,7 +103,7 @@ fn run(
                     handle(&mut state, input);
                 }
             }
-            Err(RecvTimeoutError::Timeout) => state.handle_timeout(Instant::now()),
+            Err(RecvTimeoutError::Timeout) => state.handle_timeout(clock.now()),
             // The state holds a sender itself: this does not happen while it lives.
             Err(RecvTimeoutError::Disconnected) => return,
         }
@@ -111,7 +111,7 @@ fn run(
 }
 
 fn handle(state: &mut DriverState, input: Input) {
-    let now = Instant::now();
+    let now = state.clock().now();
     match input {
         Input::Call(call) => state.handle_call(now, call),
         Input::Replies(replies) => state.handle_replies(now, replies),

@@ -110,6 +110,21 @@ impl Clock {
         instant
     }
 
+    /// A clock that has already counted `suspended` of suspend (Linux): for tests of what a
+    /// suspend does to a lock.
+    #[cfg(all(test, target_os = "linux"))]
+    pub(crate) fn after_suspend(suspended: Duration) -> Self {
+        let clock = Self::new();
+        let ns = i128::try_from(suspended.as_nanos()).unwrap_or(i128::MAX);
+        let at_start = clock.at_start.map(|r| Readings {
+            boottime_ns: r.boottime_ns - ns,
+            ..r
+        });
+        let clock = Self { at_start, ..clock };
+        clock.now();
+        clock
+    }
+
     /// The suspend time counted so far (zero where the clock does not count it).
     pub fn suspended(&self) -> Duration {
         Duration::from_nanos(self.suspended_ns.load(Ordering::Acquire))

@@ -17,6 +17,7 @@ use redlock_core::{
 };
 
 use crate::answer::{Responder, answer};
+use crate::clock::Clock;
 use crate::error::{Error, LockFailure, NodeReport};
 use crate::handle::{LockHandle, Pending};
 use crate::lease_watch::LeaseWatch;
@@ -188,16 +189,20 @@ pub struct DriverState {
     waiting: HashMap<LockId, Waiting>,
     flushes: Vec<Responder<()>>,
     client_gone: bool,
+    /// The client's clock (every `now` handed in comes from it), for the lock handles.
+    clock: Clock,
     /// Locks listening for release notices, as last told to the metrics.
     listening: usize,
 }
 
 impl DriverState {
-    /// A driver's state for `config`'s nodes named `labels`; `post` reaches this driver.
+    /// A driver's state for `config`'s nodes named `labels`; `post` reaches this driver, and
+    /// every `now` handed in must come from `clock`.
     pub fn new(
         config: redlock_core::Config,
         labels: Arc<[Arc<str>]>,
         post: Arc<dyn Post>,
+        clock: Clock,
     ) -> Result<Self, Error> {
         Ok(Self {
             mux: Multiplexer::new(config, crate::seeded_rng()?),
@@ -206,6 +211,7 @@ impl DriverState {
             waiting: HashMap::new(),
             flushes: Vec::new(),
             client_gone: false,
+            clock,
             listening: 0,
         })
     }
@@ -340,6 +346,17 @@ impl DriverState {
     /// When to call [`handle_timeout`](DriverState::handle_timeout) next, and why.
     pub fn poll_timeout(&self) -> Option<Timeout> {
         self.mux.poll_timeout()
+    }
+
+    /// The clock every `now` handed in comes from.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The instant in `Instant::now()`'s timeline when the clock will read `at` (earlier by the
+    /// suspend time counted so far): what to sleep until.
+    pub fn sleep_target(&self, at: Instant) -> Instant {
+        at.checked_sub(self.clock.suspended()).unwrap_or(at)
     }
 
     /// The nodes, as `host:port`.
@@ -479,7 +496,7 @@ impl DriverState {
         resume: bool,
         answer: Responder<Result<LockHandle, Error>>,
     ) {
-        let watch = LeaseWatch::new(lease);
+        let watch = LeaseWatch::new(lease, self.clock.clone());
         self.waiting.insert(
             id,
             Waiting::Held {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use redlock_core::{ExtendOutcome, Lease, LockSpec, Token};
 
+use crate::clock::Clock;
 use crate::error::Error;
 
 #[derive(Debug)]
@@ -49,14 +50,17 @@ pub struct LeaseWatch {
     shared: Arc<Shared>,
     spec: LockSpec,
     fence: Option<u64>,
+    /// The driver's clock: counts the time the machine was suspended (Linux).
+    clock: Clock,
 }
 
 impl LeaseWatch {
-    /// A watch on `lease`, for the driver to keep current.
-    pub(crate) fn new(lease: Lease) -> Self {
+    /// A watch on `lease`, whose instants are `clock`'s, for the driver to keep current.
+    pub(crate) fn new(lease: Lease, clock: Clock) -> Self {
         Self {
             spec: lease.spec().clone(),
             fence: lease.fence(),
+            clock,
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     lease,
@@ -92,26 +96,35 @@ impl LeaseWatch {
         self.shared.state().lease.clone()
     }
 
-    /// The end of validity (monotonic clock): moves forward with each extension, never
-    /// backwards.
+    /// The end of validity, as an [`Instant`] to compare with `Instant::now()`: it moves
+    /// forward with each extension. **After the machine was suspended it moves backwards** by
+    /// the time the machine slept (Linux): the nodes kept counting the keys' TTL while
+    /// `Instant::now()` stood still, so less validity is left than before — that is the truth,
+    /// and this reports it. (The clock counts the few µs between its readings as suspend too,
+    /// erring on the side of less validity, so it may also move back by that much.) Prefer [`remaining`](LeaseWatch::remaining) and
+    /// [`is_valid`](LeaseWatch::is_valid), which count a suspend themselves.
     pub fn valid_until(&self) -> Instant {
-        self.shared.state().lease.valid_until()
+        let until = self.shared.state().lease.valid_until();
+        until.checked_sub(self.clock.suspended()).unwrap_or(until)
     }
 
-    /// Validity left now (zero once it has passed, or once the lock was lost).
+    /// Validity left now (zero once it has passed, or once the lock was lost), counting any
+    /// time the machine was suspended (Linux). The check to make before each step that must
+    /// not overlap another holder's, with [`is_valid`](LeaseWatch::is_valid).
     pub fn remaining(&self) -> Duration {
         let state = self.shared.state();
         if state.lost.is_some() {
             return Duration::ZERO;
         }
-        state.lease.remaining(Instant::now())
+        state.lease.remaining(self.clock.now())
     }
 
-    /// Whether the lock may be trusted now: not lost, and inside its validity. Check it before
-    /// each step that must not overlap another holder's.
+    /// Whether the lock may be trusted now: not lost, and inside its validity, counting any
+    /// time the machine was suspended (Linux). Check it before each step that must not overlap
+    /// another holder's.
     pub fn is_valid(&self) -> bool {
         let state = self.shared.state();
-        state.lost.is_none() && state.lease.is_valid(Instant::now())
+        state.lost.is_none() && state.lease.is_valid(self.clock.now())
     }
 
     /// Whether the lock has been lost (an auto-extended lock that could not be kept): stop the
@@ -176,12 +189,18 @@ impl Future for Lost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Equal but for the clock's reading jitter (a few µs, counted as suspend: it errs on the
+    /// side of less validity).
+    fn close(a: Instant, b: Instant) -> bool {
+        a.max(b).duration_since(a.min(b)) < Duration::from_millis(1)
+    }
     use redlock_core::fake::lease as testing_lease;
 
     #[test]
     fn the_watch_sees_what_the_driver_reports() {
         let t0 = Instant::now() + Duration::from_secs(60);
-        let watch = LeaseWatch::new(testing_lease(t0, Some(7)));
+        let watch = LeaseWatch::new(testing_lease(t0, Some(7)), Clock::new());
         assert!(watch.is_valid() && !watch.is_lost());
         assert_eq!(watch.fence(), Some(7));
         let extended = |until| ExtendOutcome::Extended {
@@ -191,7 +210,7 @@ mod tests {
         };
         watch.extended(&extended(t0 + Duration::from_secs(5)));
         watch.extended(&extended(t0)); // never backwards
-        assert_eq!(watch.valid_until(), t0 + Duration::from_secs(5));
+        assert!(close(watch.valid_until(), t0 + Duration::from_secs(5)));
         assert!(!watch.wait_lost(Duration::from_millis(1)));
         let waiter = std::thread::spawn({
             let watch = watch.clone();
@@ -203,9 +222,40 @@ mod tests {
         assert_eq!(watch.remaining(), Duration::ZERO);
     }
 
+    /// A machine that slept through part of the validity: the nodes kept counting, so less is
+    /// left. `remaining` and `is_valid` count the suspend; `valid_until` moves backwards by it
+    /// (in `Instant::now()`'s timeline, which stood still).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_suspend_shortens_the_validity_left() {
+        let until = Instant::now() + Duration::from_secs(60);
+        let slept = LeaseWatch::new(
+            testing_lease(until, None),
+            Clock::after_suspend(Duration::from_secs(20)),
+        );
+        let left = slept.remaining();
+        assert!(
+            left <= Duration::from_secs(40) && left > Duration::from_secs(35),
+            "{left:?}"
+        );
+        assert!(close(slept.valid_until(), until - Duration::from_secs(20)));
+        assert!(slept.is_valid());
+        let overslept = LeaseWatch::new(
+            testing_lease(until, None),
+            Clock::after_suspend(Duration::from_secs(90)),
+        );
+        assert!(!overslept.is_valid(), "slept through the validity");
+        assert_eq!(overslept.remaining(), Duration::ZERO);
+        assert!(overslept.valid_until() < Instant::now());
+        // The control: without a suspend, the same lease has its full validity.
+        let awake = LeaseWatch::new(testing_lease(until, None), Clock::new());
+        assert!(awake.remaining() > Duration::from_secs(55));
+        assert!(close(awake.valid_until(), until));
+    }
+
     #[test]
     fn lost_resolves_when_the_driver_reports_it() {
-        let watch = LeaseWatch::new(testing_lease(Instant::now(), None));
+        let watch = LeaseWatch::new(testing_lease(Instant::now(), None), Clock::new());
         let mut lost = Box::pin(watch.lost());
         let mut cx = Context::from_waker(Waker::noop());
         assert!(lost.as_mut().poll(&mut cx).is_pending());
