@@ -62,7 +62,7 @@ impl Node {
             Ok(mut conn) => run_batch_async(&mut conn, &batch.transmits).await,
             Err(err) => BatchReplies::failed(&batch.transmits, &err),
         };
-        if replies.reconnect {
+        if replies.rebuild {
             self.forget_connection();
         }
         replies.trace(self.addr.label(), sent.elapsed());

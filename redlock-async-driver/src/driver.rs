@@ -84,8 +84,9 @@ async fn run<R: Runtime>(
             return;
         }
         let timeout = state.poll_timeout();
+        // Not biased: under a steady stream of replies, calls (a dropped lock's release, a new
+        // acquisition) and notices still get their turn.
         tokio::select! {
-            biased;
             Some(replies) = in_flight.next(), if !in_flight.is_empty() => {
                 state.handle_replies(clock.now(), replies);
             }

@@ -45,8 +45,7 @@ impl Lock {
     /// Releases the lock on every node and reports what each did. Keys under another token are
     /// never touched; releasing an expired lock is a normal report.
     pub fn release(self) -> ReleaseReport {
-        let report = self.0.release().wait();
-        report.unwrap_or(ReleaseReport { nodes: Vec::new() })
+        self.0.release().wait()
     }
 
     /// Stops driving the lock and leaves it held on the nodes until its TTL (for a lock another

@@ -287,6 +287,14 @@ impl Lifecycle {
         }
     }
 
+    /// Marks a held lock lost (its validity ended without auto-extension, as the driver saw):
+    /// it is not held any more, and is not extended; it can still be released.
+    pub(crate) fn mark_lost(&mut self) {
+        if let Stage::Held(held) = &mut self.stage {
+            held.lost = true;
+        }
+    }
+
     /// Hands in the reply to request `id`. Replies of an earlier operation or round, of another
     /// lock, duplicates, late ones and unknown ids are ignored.
     pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {

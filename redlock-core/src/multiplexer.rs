@@ -76,14 +76,17 @@ use std::time::{Duration, Instant};
 
 use rand_core::CryptoRng;
 
+use crate::command::Op;
 use crate::config::Config;
 use crate::error::ConfigError;
 use crate::event::{LockEvent, LockOutput, Trigger, WakeReason};
 use crate::extend::{ExtendFailure, ExtendOutcome};
 use crate::id::RequestId;
+use crate::lease::Lease;
 use crate::lifecycle::Lifecycle;
 use crate::output::Transmit;
 use crate::release::ReleaseReport;
+use crate::renewal::LossCause;
 use crate::reply::Reply;
 use crate::request::LockRequest;
 use crate::validity::Ttl;
@@ -160,6 +163,12 @@ pub enum TimeoutReason {
     },
     /// A release channel lingered long enough to be unsubscribed.
     Linger,
+    /// A held lock without auto-extension reaches the end of its validity: its loss is
+    /// reported then ([`LockEvent::Lost`] with [`LossCause::Expired`]).
+    Expiry {
+        /// Which lock.
+        lock: LockId,
+    },
 }
 
 #[derive(Debug)]
@@ -177,6 +186,8 @@ struct Slot {
     releasing: bool,
     /// Abandoned: its events are nobody's business.
     silent: bool,
+    /// The end of validity it is in `expiries` with (held without auto-extension).
+    expiry: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -209,9 +220,13 @@ pub struct Multiplexer<R> {
     /// Where the next batch search starts (so no node starves the others).
     next_node: usize,
     timers: BTreeSet<(Instant, LockId)>,
+    /// When each held lock without auto-extension reaches the end of its validity.
+    expiries: BTreeSet<(Instant, LockId)>,
     events: VecDeque<(LockId, LockEvent)>,
     channels: BTreeMap<Vec<u8>, Channel>,
     changes: VecDeque<Change>,
+    /// How many locks listen (kept as they start and stop, not counted per call).
+    listening: usize,
 }
 
 impl<R: CryptoRng> Multiplexer<R> {
@@ -226,9 +241,11 @@ impl<R: CryptoRng> Multiplexer<R> {
             nodes,
             next_node: 0,
             timers: BTreeSet::new(),
+            expiries: BTreeSet::new(),
             events: VecDeque::new(),
             channels: BTreeMap::new(),
             changes: VecDeque::new(),
+            listening: 0,
         }
     }
 
@@ -250,10 +267,7 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// How many locks listen for release notices (they pause between rounds of a contended
     /// acquisition).
     pub fn listening(&self) -> usize {
-        self.locks
-            .values()
-            .filter(|slot| !slot.listening.is_empty())
-            .count()
+        self.listening
     }
 
     /// Whether no lock runs.
@@ -354,6 +368,13 @@ impl<R: CryptoRng> Multiplexer<R> {
             return;
         }
         slot.silent = true;
+        // Requests still queued never left: dropping them changes nothing on the nodes (a
+        // resumption's unsent extensions never lengthen a key; an acquisition's clean-up goes
+        // to every node anyway).
+        let origin = slot.lifecycle.id();
+        for node in &mut self.nodes {
+            node.queued.retain(|t| t.id.origin().lock() != origin);
+        }
         slot.lifecycle.release(now);
         self.drive(now, id);
     }
@@ -399,7 +420,42 @@ impl<R: CryptoRng> Multiplexer<R> {
                 self.drive(now, lock);
             }
         }
+        while let Some(&(at, lock)) = self.expiries.first() {
+            if at > now {
+                break;
+            }
+            self.expiries.pop_first();
+            self.expire(now, lock);
+        }
         self.sweep(now);
+    }
+
+    /// Lock `id`'s validity may have ended: reports its loss if it did (an extension may have
+    /// moved it since), or waits for the new end.
+    fn expire(&mut self, now: Instant, id: LockId) {
+        let Some(slot) = self.locks.get_mut(&id) else {
+            return;
+        };
+        slot.expiry = None;
+        if !slot.lifecycle.is_held() || slot.releasing {
+            return;
+        }
+        let Some(until) = slot.lifecycle.lease().map(Lease::valid_until) else {
+            return;
+        };
+        if until > now {
+            slot.expiry = Some(until);
+            self.expiries.insert((until, id));
+            return;
+        }
+        slot.lifecycle.mark_lost();
+        if !slot.silent {
+            let lost = LockEvent::Lost {
+                cause: LossCause::Expired,
+                votes: Vec::new(),
+            };
+            self.events.push_back((id, lost));
+        }
     }
 
     /// A release notice came on `channel`: every lock pausing for it starts its next round
@@ -493,10 +549,14 @@ impl<R: CryptoRng> Multiplexer<R> {
                 at: since + LINGER,
                 reason: TimeoutReason::Linger,
             });
-        match (lock, linger) {
-            (Some(a), Some(b)) => Some(if b.at < a.at { b } else { a }),
-            (a, b) => a.or(b),
-        }
+        let expiry = self.expiries.first().map(|&(at, lock)| Timeout {
+            at,
+            reason: TimeoutReason::Expiry { lock },
+        });
+        [lock, linger, expiry]
+            .into_iter()
+            .flatten()
+            .min_by_key(|t| t.at)
     }
 
     /// Makes lock `id`'s lifecycle with `make` and starts driving it.
@@ -526,6 +586,7 @@ impl<R: CryptoRng> Multiplexer<R> {
                 listening: Vec::new(),
                 releasing: false,
                 silent: false,
+                expiry: None,
             },
         );
         self.drive(now, id);
@@ -541,6 +602,15 @@ impl<R: CryptoRng> Multiplexer<R> {
             match slot.lifecycle.poll_output(now) {
                 LockOutput::Send(transmit) => {
                     if let Some(node) = self.nodes.get_mut(transmit.id.node()) {
+                        if transmit.command.op() == Op::ExpireIfEquals {
+                            // A newer extension supersedes one of the same lock still queued
+                            // behind a slow node (it has timed out there): the queue of a
+                            // stuck node never grows with every renewal.
+                            let lock = transmit.id.origin().lock();
+                            node.queued.retain(|t| {
+                                t.id.origin().lock() != lock || t.command.op() != Op::ExpireIfEquals
+                            });
+                        }
                         node.queued.push_back(transmit);
                     }
                 }
@@ -587,7 +657,15 @@ impl<R: CryptoRng> Multiplexer<R> {
             return;
         };
         match &event {
-            LockEvent::Acquired(_) | LockEvent::NotAcquired(_) => self.unlisten(now, id),
+            LockEvent::Acquired(lease) => {
+                if !slot.lifecycle.is_auto_extended() {
+                    // Its loss is reported when its validity ends, like a renewed lock's.
+                    slot.expiry = Some(lease.valid_until());
+                    self.expiries.insert((lease.valid_until(), id));
+                }
+                self.unlisten(now, id);
+            }
+            LockEvent::NotAcquired(_) => self.unlisten(now, id),
             LockEvent::Released(_) => slot.releasing = false,
             LockEvent::Extended {
                 trigger: Trigger::Caller,
@@ -625,6 +703,9 @@ impl<R: CryptoRng> Multiplexer<R> {
         if let Some((at, _)) = slot.wait {
             self.timers.remove(&(at, id));
         }
+        if let Some(at) = slot.expiry {
+            self.expiries.remove(&(at, id));
+        }
         self.routes.remove(&slot.lifecycle.id());
         self.leave(now, id, &slot.listening);
     }
@@ -637,6 +718,7 @@ impl<R: CryptoRng> Multiplexer<R> {
             return;
         };
         slot.listening = spec.released_channels().collect();
+        self.listening += 1;
         for channel in &slot.listening {
             let entry = self.channels.entry(channel.clone()).or_insert_with(|| {
                 self.changes.push_back(Change::Subscribe(channel.clone()));
@@ -657,6 +739,9 @@ impl<R: CryptoRng> Multiplexer<R> {
 
     /// Lock `id` stops waiting on `channels`; a channel left without waiters lingers from `now`.
     fn leave(&mut self, now: Instant, id: LockId, channels: &[Vec<u8>]) {
+        if !channels.is_empty() {
+            self.listening = self.listening.saturating_sub(1);
+        }
         for channel in channels {
             if let Some(entry) = self.channels.get_mut(channel) {
                 entry.waiters.remove(&id);

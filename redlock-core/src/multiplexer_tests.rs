@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::command::Op;
+use crate::renewal::LossCause;
 use crate::retry::RetryPolicy;
 use crate::testing::{FakeNode, epoch, rng};
 
@@ -384,4 +385,119 @@ fn replies_for_gone_or_unknown_locks_only_free_their_node() {
     w.settle();
     w.mux.handle_reply(w.now, stale, Reply::Ok);
     assert!(w.mux.is_idle());
+}
+
+#[test]
+fn a_lock_without_auto_extension_reports_its_loss_when_its_validity_ends() {
+    let mut w = World::new(3);
+    let (a, b) = (LockId::new(1), LockId::new(2));
+    let ttl = Duration::from_secs(1);
+    for id in [a, b] {
+        w.mux
+            .start(
+                w.now,
+                id,
+                Start::Acquire,
+                &LockRequest::new(format!("r{}", id.get()), ttl),
+            )
+            .expect("valid");
+    }
+    w.settle();
+    w.events();
+    // Lock b is extended on time: its end moves, and only lock a is lost at first.
+    w.mux.extend(w.now, b, ttl * 3).expect("valid");
+    w.settle();
+    w.events();
+    let first = w.tick();
+    assert_eq!(first.reason, TimeoutReason::Expiry { lock: a });
+    let events = w.events();
+    assert!(
+        matches!(
+            &events[..],
+            [(lock, LockEvent::Lost { cause: LossCause::Expired, .. })] if *lock == a
+        ),
+        "{events:?}"
+    );
+    assert!(!w.mux.lock(a).is_some_and(Lifecycle::is_held));
+    let second = w.tick();
+    assert_eq!(second.reason, TimeoutReason::Expiry { lock: b });
+    assert!(
+        second.at >= first.at + ttl,
+        "b's end moved with its extension"
+    );
+    assert_eq!(w.events().len(), 1);
+    // A released lock is never reported lost.
+    let c = LockId::new(3);
+    w.mux
+        .start(w.now, c, Start::Acquire, &LockRequest::new("c", ttl))
+        .expect("valid");
+    w.settle();
+    w.mux.release(w.now, c);
+    w.settle();
+    w.events();
+    w.now += ttl * 2;
+    w.mux.handle_timeout(w.now);
+    assert!(w.events().is_empty());
+}
+
+#[test]
+fn a_stuck_node_queues_one_extension_per_lock_however_many_renewals_pass() {
+    let mut w = World::new(3);
+    let a = LockId::new(1);
+    let ttl = Duration::from_secs(1);
+    w.mux
+        .start(
+            w.now,
+            a,
+            Start::Acquire,
+            &LockRequest::new("a", ttl).auto_extend(),
+        )
+        .expect("valid");
+    w.send();
+    // Node 2 never answers its SET: every renewal's extension queues behind it there.
+    w.answer(|t| t.id.node() != 2);
+    for _ in 0..10 {
+        w.tick();
+        w.send();
+        w.answer(|t| t.id.node() != 2);
+    }
+    assert_eq!(
+        w.mux.nodes[2].queued.len(),
+        1,
+        "only the newest extension waits on the stuck node"
+    );
+    assert!(
+        w.mux.lock(a).is_some_and(Lifecycle::is_held),
+        "kept by nodes 0 and 1"
+    );
+}
+
+#[test]
+fn an_abandoned_resumption_never_sends_what_was_still_queued() {
+    let mut w = World::new(3);
+    let (a, b) = (LockId::new(1), LockId::new(2));
+    w.mux
+        .start(w.now, a, Start::Acquire, &LockRequest::new("r", TTL))
+        .expect("valid");
+    w.settle();
+    let token = w.events().iter().find_map(|(_, e)| match e {
+        LockEvent::Acquired(lease) => Some(lease.token().as_bytes().to_vec()),
+        _ => None,
+    });
+    let token = token.expect("acquired");
+    w.mux
+        .start(
+            w.now,
+            b,
+            Start::Resume,
+            &LockRequest::new("r", TTL * 3).token(token),
+        )
+        .expect("valid");
+    // The driver has not turned yet: the resumption's requests are queued, not sent.
+    let queued_before: usize = w.mux.nodes.iter().map(|n| n.queued.len()).sum();
+    assert_eq!(queued_before, 3);
+    w.mux.abandon(w.now, b);
+    let queued_after: usize = w.mux.nodes.iter().map(|n| n.queued.len()).sum();
+    assert_eq!(queued_after, 0, "never sent, so never lengthening a key");
+    assert!(w.events().is_empty());
 }

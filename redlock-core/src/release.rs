@@ -20,7 +20,7 @@ use crate::round::NodeRelease;
 use crate::spec::LockSpec;
 
 /// What each node did with a release.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ReleaseReport {
     /// One entry per node, in node order.
     pub nodes: Vec<NodeRelease>,

@@ -453,6 +453,7 @@ impl DriverState {
                             unreachable = report.unreachable(),
                             "released"
                         );
+                        watch.set_ended();
                         if let Some(answer) = release {
                             let _ = answer.send(report);
                         }
@@ -509,6 +510,18 @@ impl DriverState {
         let handle = LockHandle::new(id, self.post.clone(), watch, resume);
         if let Err(Ok(handle)) = answer.send(Ok(handle)) {
             drop(handle);
+        }
+    }
+}
+
+impl Drop for DriverState {
+    /// The driver is gone (its runtime shut down, or it ended): no held lock is kept any more,
+    /// so every holder learns it lost its lock now rather than at the end of its validity.
+    fn drop(&mut self) {
+        for waiting in self.waiting.values() {
+            if let Waiting::Held { watch, .. } = waiting {
+                watch.set_lost(Error::Stopped);
+            }
         }
     }
 }

@@ -84,14 +84,17 @@ impl LockHandle {
 
     /// Asks the driver to release the lock on every node; the report comes in the answer, which
     /// may be dropped (the release still runs).
-    pub fn release(self) -> Answer<ReleaseReport> {
+    pub fn release(self) -> Releasing {
         self.on_drop.store(ON_DROP_NOTHING, Ordering::Release);
         let (responder, answer) = answer();
         self.driver.post(Call::Release {
             id: self.id,
             answer: Some(responder),
         });
-        answer
+        Releasing {
+            answer,
+            unanswered: Some(self.watch.unanswered_release()),
+        }
     }
 
     /// Stops driving the lock without releasing it: no more extensions; its keys stay on the
@@ -115,6 +118,35 @@ impl Drop for LockHandle {
             }
             ON_DROP_DETACH => self.driver.post(Call::Detach { id: self.id }),
             _ => {}
+        }
+    }
+}
+
+/// A release on its way: `.await` it or [`wait`](Releasing::wait) for its report. If the
+/// driver stopped before answering, the report says every node was unreachable (never clean).
+#[derive(Debug)]
+pub struct Releasing {
+    answer: Answer<ReleaseReport>,
+    unanswered: Option<ReleaseReport>,
+}
+
+impl Releasing {
+    /// Blocks the calling thread until the report comes.
+    pub fn wait(self) -> ReleaseReport {
+        let Self { answer, unanswered } = self;
+        answer.wait().or(unanswered).unwrap_or_default()
+    }
+}
+
+impl Future for Releasing {
+    type Output = ReleaseReport;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ReleaseReport> {
+        match Pin::new(&mut self.answer).poll(cx) {
+            Poll::Ready(report) => {
+                Poll::Ready(report.or(self.unanswered.take()).unwrap_or_default())
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -7,7 +7,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use redlock_core::{ExtendOutcome, Lease, LockSpec, Token};
+use redlock_core::{
+    ExtendOutcome, Lease, LockSpec, NodeErrorKind, NodeRelease, ReleaseReport, Token,
+};
 
 use crate::clock::Clock;
 use crate::error::Error;
@@ -17,6 +19,8 @@ struct State {
     lease: Lease,
     /// Why the lock was lost, once it was.
     lost: Option<Error>,
+    /// Released (or given up): no longer held, whatever it was before.
+    ended: bool,
     wakers: Vec<Waker>,
 }
 
@@ -65,6 +69,7 @@ impl LeaseWatch {
                 state: Mutex::new(State {
                     lease,
                     lost: None,
+                    ended: false,
                     wakers: Vec::new(),
                 }),
                 changed: Condvar::new(),
@@ -113,7 +118,7 @@ impl LeaseWatch {
     /// not overlap another holder's, with [`is_valid`](LeaseWatch::is_valid).
     pub fn remaining(&self) -> Duration {
         let state = self.shared.state();
-        if state.lost.is_some() {
+        if state.lost.is_some() || state.ended {
             return Duration::ZERO;
         }
         state.lease.remaining(self.clock.now())
@@ -124,11 +129,12 @@ impl LeaseWatch {
     /// another holder's.
     pub fn is_valid(&self) -> bool {
         let state = self.shared.state();
-        state.lost.is_none() && state.lease.is_valid(self.clock.now())
+        state.lost.is_none() && !state.ended && state.lease.is_valid(self.clock.now())
     }
 
-    /// Whether the lock has been lost (an auto-extended lock that could not be kept): stop the
-    /// protected work then.
+    /// Whether the lock has been lost — an auto-extended lock that could not be kept, a lock
+    /// without auto-extension whose validity ended, or a lock whose client's driver stopped:
+    /// stop the protected work then.
     pub fn is_lost(&self) -> bool {
         self.shared.state().lost.is_some()
     }
@@ -138,18 +144,22 @@ impl LeaseWatch {
         self.shared.state().lost.clone()
     }
 
-    /// Blocks the calling thread until the lock is lost or `timeout` passes; returns whether it
-    /// was lost. For blocking code; async code awaits [`lost`](LeaseWatch::lost) instead.
+    /// Blocks the calling thread until the lock is lost (or released) or `timeout` passes;
+    /// returns whether it is no longer held. For blocking code; async code awaits
+    /// [`lost`](LeaseWatch::lost) instead.
     pub fn wait_lost(&self, timeout: Duration) -> bool {
         let (state, _) = self
             .shared
             .changed
-            .wait_timeout_while(self.shared.state(), timeout, |s| s.lost.is_none())
+            .wait_timeout_while(self.shared.state(), timeout, |s| {
+                s.lost.is_none() && !s.ended
+            })
             .unwrap_or_else(PoisonError::into_inner);
-        state.lost.is_some()
+        state.lost.is_some() || state.ended
     }
 
-    /// Resolves once the lock is lost (never, if it is kept until released).
+    /// Resolves once the lock is lost (see [`is_lost`](LeaseWatch::is_lost)), or released:
+    /// once it is not held any more. Never while it is kept.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         Lost {
             shared: self.shared.clone(),
@@ -161,9 +171,25 @@ impl LeaseWatch {
         self.shared.update(|s| s.lease.apply(outcome));
     }
 
-    /// The lock is lost, for this reason.
+    /// The lock is lost, for this reason (the first reason stays).
     pub(crate) fn set_lost(&self, error: Error) {
-        self.shared.update(|s| s.lost = Some(error));
+        self.shared.update(|s| {
+            s.lost.get_or_insert(error);
+        });
+    }
+
+    /// The lock was released: whoever waits for its loss can stop waiting.
+    pub(crate) fn set_ended(&self) {
+        self.shared.update(|s| s.ended = true);
+    }
+
+    /// What a release that got no answer reports: every node unreachable (the driver stopped
+    /// before it could say), never a clean report.
+    pub(crate) fn unanswered_release(&self) -> ReleaseReport {
+        let nodes = self.shared.state().lease.votes().len();
+        ReleaseReport {
+            nodes: vec![NodeRelease::Failed(NodeErrorKind::Connection); nodes],
+        }
     }
 }
 
@@ -176,7 +202,7 @@ impl Future for Lost {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = self.shared.state();
-        if state.lost.is_some() {
+        if state.lost.is_some() || state.ended {
             return Poll::Ready(());
         }
         if !state.wakers.iter().any(|w| w.will_wake(cx.waker())) {

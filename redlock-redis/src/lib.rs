@@ -44,7 +44,7 @@ pub use deployment::Deployment;
 pub use driver::{Call, DriverState, LockIds, Post, acquire, flush, release_by_token, trust};
 pub use entropy::seeded_rng;
 pub use error::{Error, LockFailure, NodeReport};
-pub use handle::{LockHandle, Pending};
+pub use handle::{LockHandle, Pending, Releasing};
 pub use lease_watch::LeaseWatch;
 pub use node::NodeAddr;
 pub use reply::{map_error, map_result, needs_new_connection};

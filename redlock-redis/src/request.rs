@@ -169,20 +169,30 @@ pub struct BatchReplies {
     /// One answer per request (inline for a batch of one, the common case of an uncontended
     /// client: no allocation).
     pub answers: Answers,
-    /// Whether to reconnect before the next request.
+    /// Whether a blocking connection must be dropped before the next request: its transport
+    /// failed or timed out (a late reply would be read as the answer to the next command).
     pub reconnect: bool,
+    /// Whether even a multiplexed, reconnecting connection must be rebuilt: a setup error it
+    /// keeps failing with ([`needs_new_connection`]). A timeout is not one: a multiplexed
+    /// connection matches replies to requests in order and drops a late one, so keeping it
+    /// keeps each node's requests in order (a new connection could let a release overtake a
+    /// `SET` still on its way on the old one).
+    pub rebuild: bool,
 }
 
 impl BatchReplies {
     /// Every request of `batch` failed with `err`.
     pub fn failed(batch: &[Transmit], err: &redis::RedisError) -> Self {
-        Self::all(batch, Reply::Error(map_error(err)), is_broken(err))
+        let mut replies = Self::all(batch, Reply::Error(map_error(err)), is_broken(err));
+        replies.rebuild = needs_new_connection(err);
+        replies
     }
 
     fn all(batch: &[Transmit], reply: Reply, reconnect: bool) -> Self {
         Self {
             answers: batch.iter().map(|t| (t.id, reply)).collect(),
             reconnect,
+            rebuild: false,
         }
     }
 
@@ -196,10 +206,9 @@ impl BatchReplies {
             Ok(values) if values.len() == batch.len() => values,
             // Not one answer per command: the connection cannot be trusted any more.
             Ok(_) => {
-                return (
-                    Self::all(batch, Reply::Error(NodeErrorKind::Protocol), true),
-                    vec![],
-                );
+                let mut replies = Self::all(batch, Reply::Error(NodeErrorKind::Protocol), true);
+                replies.rebuild = true;
+                return (replies, Vec::new());
             }
             Err(err) => return (Self::failed(batch, &err), Vec::new()),
         };
@@ -219,6 +228,7 @@ impl BatchReplies {
         let replies = Self {
             answers,
             reconnect: false,
+            rebuild: false,
         };
         (replies, again)
     }
@@ -240,6 +250,7 @@ impl BatchReplies {
     fn rerun(&mut self, index: usize, result: Result<redis::Value, redis::RedisError>) {
         if let Err(err) = &result {
             self.reconnect |= is_broken(err);
+            self.rebuild |= needs_new_connection(err);
         }
         if let Some((_, reply)) = self.answers.get_mut(index) {
             *reply = map_result(result);

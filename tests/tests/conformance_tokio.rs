@@ -31,3 +31,30 @@ fn a_panic_in_with_lock_propagates_and_releases() {
         });
     assert!(released, "the lock was released on the way out");
 }
+
+/// A driver that stops (its runtime shut down) tells every holder at once: the lock is lost
+/// (`Error::Stopped`), and its release reports every node unreachable, never a clean release.
+/// A later call on another runtime starts a new driver.
+#[test]
+fn a_stopped_driver_is_every_holders_loss() {
+    use std::time::Duration;
+
+    let nodes = redlock_tests::Cluster::start(3);
+    let redlock = redlock_tokio::Redlock::new(nodes.urls()).expect("client");
+    let first = tokio::runtime::Runtime::new().expect("runtime");
+    let lock = first
+        .block_on(redlock.lock("stopped", Duration::from_secs(60)))
+        .expect("lock");
+    assert!(!lock.is_lost());
+    drop(first);
+    assert!(lock.is_lost(), "the holder learns it at once");
+    assert!(matches!(lock.loss(), Some(redlock_tokio::Error::Stopped)));
+    assert!(!lock.is_valid());
+    let second = tokio::runtime::Runtime::new().expect("runtime");
+    let report = second.block_on(lock.release());
+    assert!(!report.is_clean(), "{report:?}");
+    assert_eq!(report.unreachable(), 3, "{report:?}");
+    // The client works on, through a new driver on this runtime.
+    let again = second.block_on(redlock.try_lock("again", Duration::from_secs(10)));
+    assert!(again.is_ok(), "{again:?}");
+}

@@ -22,8 +22,8 @@ fn total_keys(nodes: &Cluster) -> i64 {
 
 /// A lock acquired with auto-extension and left idle for 5× its TTL — nobody awaiting anything
 /// — is still held on a quorum, while the same lock without auto-extension (the control) is on
-/// no node. Taking a quorum away (its key deleted on three of five nodes) is reported as its
-/// loss.
+/// no node, and has reported its loss when its validity ended. Taking a quorum away (its key
+/// deleted on three of five nodes) is reported as the kept lock's loss.
 pub fn an_idle_auto_extended_lock_is_kept_and_reports_its_loss<A: Adapter>() {
     let nodes = Cluster::start(5);
     let redlock: A = client(&nodes, &Options::default());
@@ -42,6 +42,11 @@ pub fn an_idle_auto_extended_lock_is_kept_and_reports_its_loss<A: Adapter>() {
         A::NAME
     );
     assert!(!plain.is_valid());
+    assert!(
+        plain.wait_lost(Duration::ZERO),
+        "{}: every lock reports its loss: one without auto-extension when its validity ended",
+        A::NAME
+    );
     let holding = nodes.count_holding("kept", kept.token());
     assert!(
         holding >= 3,

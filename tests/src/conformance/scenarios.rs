@@ -345,6 +345,10 @@ pub fn wrong_type_and_script_flush<A: Adapter>() {
     ));
 
     let lock = redlock.lock("res", TTL).expect("lock");
+    // The lock call returns on a quorum: let the other SETs land before the keys are replaced.
+    assert!(eventually(Duration::from_secs(5), || nodes
+        .count_with_key("res")
+        == 5));
     for server in &nodes.servers()[..2] {
         let mut conn = server.client();
         let _: () = conn.del("res").expect("del");
