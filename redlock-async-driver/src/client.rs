@@ -23,8 +23,13 @@ use crate::runtime::Runtime;
 /// starts a lock (`Redlock::new` is not async and may run outside a runtime). It extends the
 /// locks that asked for it, finishes every operation whose future was dropped, and releases
 /// dropped locks, whether or not anyone awaits anything. It ends once every clone of the client
-/// is dropped and every lock is over. If its runtime shuts down first, the locks it held
-/// expire by their TTL, and the next call starts a new driver on the caller's runtime.
+/// is dropped and every lock is over.
+///
+/// Make that first call on the runtime that will use the client: the driver runs where it was
+/// started. On a current-thread runtime it runs only while that runtime is driven (a
+/// `block_on` on a throwaway runtime would leave it parked once `block_on` returns). If its
+/// runtime shuts down, every lock it held reports its loss at once (`Error::Stopped`), their
+/// keys expire by their TTL, and the next call starts a new driver on the caller's runtime.
 pub struct Redlock<R: Runtime> {
     inner: Arc<Inner>,
     runtime: PhantomData<fn() -> R>,

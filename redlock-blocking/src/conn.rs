@@ -71,7 +71,15 @@ impl Connection {
                 transmits.extend(more.transmits);
             }
             let started = Instant::now();
-            let replies = self.execute(&transmits);
+            // A panic inside the redis crate must not leave these requests unanswered (their
+            // locks would stay busy on this node for good): they fail, and the connection goes.
+            let run =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute(&transmits)));
+            let replies = run.unwrap_or_else(|_| {
+                tracing::error!(node = %self.addr.label(), "a request panicked: answered as failed");
+                self.conn = None;
+                BatchReplies::panicked(&transmits)
+            });
             replies.trace(self.addr.label(), started.elapsed());
             let answered = replies.answers;
             if driver.send(Input::Replies(answered)).is_err() {

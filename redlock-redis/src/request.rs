@@ -188,6 +188,13 @@ impl BatchReplies {
         replies
     }
 
+    /// Every request of `batch` failed because running it panicked.
+    pub fn panicked(batch: &[Transmit]) -> Self {
+        let mut replies = Self::all(batch, Reply::Error(NodeErrorKind::Protocol), true);
+        replies.rebuild = true;
+        replies
+    }
+
     fn all(batch: &[Transmit], reply: Reply, reconnect: bool) -> Self {
         Self {
             answers: batch.iter().map(|t| (t.id, reply)).collect(),
