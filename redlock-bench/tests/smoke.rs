@@ -6,8 +6,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const CONTENDERS: [&str; 6] = [
+const CONTENDERS: [&str; 8] = [
     "raw",
+    "raw-async-std",
+    "raw-blocking",
     "tokio-ct",
     "tokio-mt",
     "async-std",
