@@ -83,6 +83,18 @@ impl Contender {
         matches!(self, Self::Raw | Self::RawAsyncStd | Self::RawBlocking)
     }
 
+    /// The floor on the same runtime or threads, for the `×own floor` ratio: `raw-async-std`
+    /// for async-std, `raw-blocking` for blocking, and each floor for itself. The tokio rows
+    /// have none: their reference is `raw`, which `×raw` already is.
+    pub(crate) fn own_floor(self) -> Option<Self> {
+        match self {
+            Self::Raw => Some(Self::Raw),
+            Self::RawAsyncStd | Self::AsyncStd => Some(Self::RawAsyncStd),
+            Self::RawBlocking | Self::Blocking => Some(Self::RawBlocking),
+            Self::TokioCt | Self::TokioMt | Self::Rslock => None,
+        }
+    }
+
     /// Runs `scenario` once with this contender against the nodes at `urls`.
     pub(crate) fn run<S: Scenario>(self, scenario: &S, urls: &[String]) -> S::Run {
         match self {

@@ -8,8 +8,8 @@
 //! 64-way throughput, 8-way contention on one key — is repeated with the contenders
 //! alternating, so that load drifting on a shared machine hits them all alike; the memory
 //! scenario runs `redlock-tokio` in a child process of its own. It prints Markdown tables
-//! (median, min–max, ratio to the tokio raw floor) and writes `bench.json`, `latency.svg` and
-//! `throughput.svg`.
+//! (median, min–max, ratio to the tokio raw floor, ratio to the floor on the same runtime or
+//! threads) and writes `bench.json`, `latency.svg` and `throughput.svg`.
 //!
 //! ```text
 //! cargo run --release -p redlock-bench              # the full run (about 2½ minutes)
