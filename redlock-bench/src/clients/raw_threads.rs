@@ -212,7 +212,13 @@ impl Node {
             calls.iter().for_each(|call| call.answer(false));
             return false;
         };
-        for (call, reply) in calls.iter().zip(replies) {
+        let mut replies = replies.into_iter();
+        for call in calls {
+            // One reply per command; a missing one is a refusal, never a caller left waiting.
+            let Some(reply) = replies.next() else {
+                call.answer(false);
+                continue;
+            };
             if call.release {
                 if matches!(&reply, Value::ServerError(err) if err.code() == "NOSCRIPT") {
                     // As `invoke` does alone: load the script, run it again.
