@@ -46,7 +46,7 @@ pub(crate) struct Args {
     /// workspace].
     #[arg(long, value_name = "DIR")]
     pub(crate) out_dir: Option<PathBuf>,
-    /// Run only these contenders (comma-separated); the raw floor always runs, as the reference.
+    /// Run only these contenders (comma-separated); the raw floors always run, as the references.
     #[arg(long, value_delimiter = ',', value_name = "CONTENDERS")]
     pub(crate) only: Vec<Contender>,
     /// Internal: run the memory scenario in this process and print its JSON (the parent starts
@@ -75,7 +75,7 @@ pub(crate) struct Plan {
     pub(crate) memory_first: u64,
     /// The memory scenario's total cycles.
     pub(crate) memory_total: u64,
-    /// Contenders, in the order of the first repetition; the raw floor first.
+    /// Contenders, in the order of the first repetition; the raw floors first.
     pub(crate) contenders: Vec<Contender>,
     /// Where the JSON and the charts go.
     pub(crate) out_dir: PathBuf,
@@ -86,7 +86,7 @@ impl Plan {
     pub(crate) fn from_args(args: &Args) -> Self {
         let mut contenders: Vec<Contender> = Contender::ALL
             .into_iter()
-            .filter(|c| *c == Contender::Raw || args.only.is_empty() || args.only.contains(c))
+            .filter(|c| c.is_floor() || args.only.is_empty() || args.only.contains(c))
             .collect();
         contenders.dedup();
         let out_dir = args.out_dir.clone().unwrap_or_else(default_out_dir);
@@ -173,12 +173,18 @@ mod tests {
     }
 
     #[test]
-    fn only_keeps_the_raw_floor() {
+    fn only_keeps_the_raw_floors() {
         let args = Args::parse_from(["redlock-bench", "--only", "rslock,blocking"]);
         let plan = Plan::from_args(&args);
         assert_eq!(
             plan.contenders,
-            [Contender::Raw, Contender::Blocking, Contender::Rslock]
+            [
+                Contender::Raw,
+                Contender::RawAsyncStd,
+                Contender::RawBlocking,
+                Contender::Blocking,
+                Contender::Rslock
+            ]
         );
     }
 }

@@ -13,9 +13,12 @@ use crate::report::{Entry, Report};
 use crate::scenarios::latency::LatencyRun;
 use crate::stats::{CURVE, Spread};
 
-/// One colour per contender, in [`crate::contender::Contender::ALL`] order.
-const COLOURS: [RGBColor; 6] = [
+/// One colour per contender, in [`crate::contender::Contender::ALL`] order: each floor a pale
+/// shade of its adapter's colour (raw grey; async-std purple; blocking orange).
+const COLOURS: [RGBColor; 8] = [
     RGBColor(90, 90, 90),
+    RGBColor(197, 176, 213),
+    RGBColor(255, 187, 120),
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
@@ -143,9 +146,10 @@ fn bars(report: &Report, path: &Path) -> Drawn {
         .iter()
         .map(|e| (e.contender, spread_of(&e.summary, "handover_p50_us")))
         .collect();
-    let root = SVGBackend::new(path, (1440, 520)).into_drawing_area();
+    // One panel above the other: eight contenders' names fit under their bars.
+    let root = SVGBackend::new(path, (1100, 1260)).into_drawing_area();
     root.fill(&WHITE)?;
-    let panels = root.split_evenly((1, 3));
+    let panels = root.split_evenly((3, 1));
     let meta = &report.meta;
     panel(
         &panels[0],

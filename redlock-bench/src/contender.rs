@@ -8,15 +8,23 @@ use std::fmt;
 
 use clap::ValueEnum;
 
-use crate::clients::raw::RawClient;
+use crate::clients::raw::{Multiplexed, RawClient};
+use crate::clients::raw_threads::NodeThreads;
 use crate::exec::{AsyncStdExec, Executor, TokioExec};
 use crate::scenarios::Scenario;
 
-/// One way of taking the lock (or, for [`Contender::Raw`], of sending its commands).
+/// One way of taking the lock (or, for the raw floors, of sending its commands).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 pub(crate) enum Contender {
-    /// The floor: `SET NX PX` then the release script, fanned out with the redis crate.
+    /// The floor: `SET NX PX` then the release script, fanned out with the redis crate, on a
+    /// multi-thread tokio runtime. Every `×raw` ratio is against it.
     Raw,
+    /// The same floor on the async-std executor (the redis crate's smol connections): the
+    /// reference of `redlock-async-std`.
+    RawAsyncStd,
+    /// The same floor on threads (one blocking connection and thread per node): the reference
+    /// of `redlock-blocking`.
+    RawBlocking,
     /// `redlock-tokio` on a current-thread runtime.
     TokioCt,
     /// `redlock-tokio` on a multi-thread runtime.
@@ -30,9 +38,11 @@ pub(crate) enum Contender {
 }
 
 impl Contender {
-    /// Every contender, the reference first.
-    pub(crate) const ALL: [Self; 6] = [
+    /// Every contender, the floors first (the reference of `×raw` at the top).
+    pub(crate) const ALL: [Self; 8] = [
         Self::Raw,
+        Self::RawAsyncStd,
+        Self::RawBlocking,
         Self::TokioCt,
         Self::TokioMt,
         Self::AsyncStd,
@@ -44,6 +54,8 @@ impl Contender {
     pub(crate) fn id(self) -> &'static str {
         match self {
             Self::Raw => "raw",
+            Self::RawAsyncStd => "raw-async-std",
+            Self::RawBlocking => "raw-blocking",
             Self::TokioCt => "tokio-ct",
             Self::TokioMt => "tokio-mt",
             Self::AsyncStd => "async-std",
@@ -56,6 +68,8 @@ impl Contender {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Raw => "raw floor (redis crate, tokio mt)",
+            Self::RawAsyncStd => "raw floor (redis crate, async-std)",
+            Self::RawBlocking => "raw floor (redis crate, threads)",
             Self::TokioCt => "redlock-tokio, current-thread",
             Self::TokioMt => "redlock-tokio, multi-thread",
             Self::AsyncStd => "redlock-async-std",
@@ -64,13 +78,39 @@ impl Contender {
         }
     }
 
+    /// Whether it is a raw floor: a reference that always runs, also with `--only`.
+    pub(crate) fn is_floor(self) -> bool {
+        matches!(self, Self::Raw | Self::RawAsyncStd | Self::RawBlocking)
+    }
+
+    /// The floor on the same runtime or threads, for the `×own floor` ratio: `raw-async-std`
+    /// for async-std, `raw-blocking` for blocking, and each floor for itself. The tokio rows
+    /// have none: their reference is `raw`, which `×raw` already is.
+    pub(crate) fn own_floor(self) -> Option<Self> {
+        match self {
+            Self::Raw => Some(Self::Raw),
+            Self::RawAsyncStd | Self::AsyncStd => Some(Self::RawAsyncStd),
+            Self::RawBlocking | Self::Blocking => Some(Self::RawBlocking),
+            Self::TokioCt | Self::TokioMt | Self::Rslock => None,
+        }
+    }
+
     /// Runs `scenario` once with this contender against the nodes at `urls`.
     pub(crate) fn run<S: Scenario>(self, scenario: &S, urls: &[String]) -> S::Run {
         match self {
             Self::Raw => {
                 let exec = TokioExec::multi_thread();
-                let client = exec.block_on(RawClient::connect(urls));
+                let client = RawClient::new(exec.block_on(Multiplexed::connect(urls)));
                 scenario.run_async(&exec, &client)
+            }
+            Self::RawAsyncStd => {
+                // Connected outside any tokio runtime: the redis crate picks smol's.
+                let client = RawClient::new(AsyncStdExec.block_on(Multiplexed::connect(urls)));
+                scenario.run_async(&AsyncStdExec, &client)
+            }
+            Self::RawBlocking => {
+                let client = RawClient::new(NodeThreads::connect(urls));
+                scenario.run_blocking(&client)
             }
             Self::TokioCt | Self::TokioMt => {
                 let exec = if self == Self::TokioCt {

@@ -1,13 +1,15 @@
 //! `redlock-bench`: the whole redlock-rs benchmark in one command.
 //!
 //! It starts its own 5 local `redis-server` nodes (`redlock_local::Cluster`) and measures, in the
-//! same run and against the same nodes, six contenders: the raw floor (the lock's Redis commands
-//! fanned out with the `redis` crate, no lock logic), `redlock-tokio` on a current-thread and on
-//! a multi-thread runtime, `redlock-async-std`, `redlock-blocking` and `rslock`. Each scenario —
-//! sequential latency, 64-way throughput, 8-way contention on one key — is repeated with the
-//! contenders alternating, so that load drifting on a shared machine hits them all alike; the
-//! memory scenario runs `redlock-tokio` in a child process of its own. It prints Markdown tables
-//! (median, min–max, ratio to raw) and writes `bench.json`, `latency.svg` and `throughput.svg`.
+//! same run and against the same nodes, eight contenders: three raw floors (the lock's Redis
+//! commands fanned out with the `redis` crate, no lock logic) — on tokio multi-thread, on
+//! async-std and on threads —, `redlock-tokio` on a current-thread and on a multi-thread runtime,
+//! `redlock-async-std`, `redlock-blocking` and `rslock`. Each scenario — sequential latency,
+//! 64-way throughput, 8-way contention on one key — is repeated with the contenders
+//! alternating, so that load drifting on a shared machine hits them all alike; the memory
+//! scenario runs `redlock-tokio` in a child process of its own. It prints Markdown tables
+//! (median, min–max, ratio to the tokio raw floor, ratio to the floor on the same runtime or
+//! threads) and writes `bench.json`, `latency.svg` and `throughput.svg`.
 //!
 //! ```text
 //! cargo run --release -p redlock-bench              # the full run (about 2½ minutes)

@@ -1,6 +1,6 @@
 //! The report of a run: every repetition's numbers, and per contender and metric the median,
-//! min–max and ratio to the raw floor — what `bench.json` holds and the tables and charts are
-//! drawn from.
+//! min–max, ratio to the raw floor and ratio to the floor on its own runtime or threads — what
+//! `bench.json` holds and the tables and charts are drawn from.
 //!
 //! It never measures and never formats for humans (that is `table.rs` and `chart.rs`).
 
@@ -78,9 +78,11 @@ pub(crate) struct Entry<R> {
     pub(crate) contender: &'static str,
     /// Long name.
     pub(crate) label: &'static str,
+    /// Short name of the floor on the same runtime or threads (`vs_own_floor`'s reference).
+    pub(crate) own_floor: Option<&'static str>,
     /// Every repetition, in order.
     pub(crate) runs: Vec<R>,
-    /// Per metric: median, min–max, ratio to raw.
+    /// Per metric: median, min–max, ratio to raw, ratio to the own floor.
     pub(crate) summary: BTreeMap<&'static str, Stat>,
 }
 
@@ -90,8 +92,11 @@ pub(crate) struct Stat {
     /// Median, min, max over the repetitions.
     #[serde(flatten)]
     pub(crate) spread: Spread,
-    /// The median divided by the raw floor's median.
+    /// The median divided by the raw floor's median (tokio multi-thread).
     pub(crate) vs_raw: Option<f64>,
+    /// The median divided by the median of the floor on the same runtime or threads, measured
+    /// in the same run (`None` for the tokio rows: `vs_raw` is theirs).
+    pub(crate) vs_own_floor: Option<f64>,
     /// The sum over the repetitions (for counts such as violations).
     pub(crate) total: f64,
 }
@@ -108,7 +113,7 @@ pub(crate) enum Better {
 /// How a metric is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Shown {
-    /// Median (min–max) and the ratio to raw.
+    /// Median (min–max), the ratio to raw and the ratio to the own floor.
     Spread,
     /// The sum over the repetitions, no ratio.
     Total,
@@ -223,20 +228,26 @@ impl Measured for ContentionRun {
 }
 
 impl<R: Measured> Section<R> {
-    /// Summarises every contender's runs; the ratios are against [`Contender::Raw`].
+    /// Summarises every contender's runs; the ratios are against [`Contender::Raw`] and
+    /// against each one's [`Contender::own_floor`].
     pub(crate) fn new(what: String, runs: Vec<(Contender, Vec<R>)>) -> Self {
-        let medians = |runs: &[R], metric: &Metric<R>| {
-            Spread::of(runs.iter().filter_map(metric.get)).map(|s| s.median)
-        };
-        let raw: BTreeMap<&'static str, f64> = runs
+        // Every floor's median of every metric.
+        let floors: BTreeMap<(Contender, &'static str), f64> = runs
             .iter()
-            .filter(|(contender, _)| *contender == Contender::Raw)
-            .flat_map(|(_, runs)| {
-                R::METRICS
-                    .iter()
-                    .filter_map(|m| medians(runs, m).map(|median| (m.key, median)))
+            .filter(|(contender, _)| contender.is_floor())
+            .flat_map(|(contender, runs)| {
+                R::METRICS.iter().filter_map(move |metric| {
+                    let spread = Spread::of(runs.iter().filter_map(metric.get))?;
+                    Some(((*contender, metric.key), spread.median))
+                })
             })
             .collect();
+        let ratio = |median: f64, floor: Option<Contender>, key: &'static str| {
+            floors
+                .get(&(floor?, key))
+                .filter(|floor| **floor != 0.0)
+                .map(|floor| median / floor)
+        };
         let results = runs
             .into_iter()
             .map(|(contender, runs)| {
@@ -244,16 +255,17 @@ impl<R: Measured> Section<R> {
                     .iter()
                     .filter_map(|metric| {
                         let spread = Spread::of(runs.iter().filter_map(metric.get))?;
-                        let vs_raw = raw
-                            .get(metric.key)
-                            .filter(|raw| **raw != 0.0)
-                            .map(|raw| spread.median / raw);
                         let total = runs.iter().filter_map(metric.get).sum();
                         Some((
                             metric.key,
                             Stat {
                                 spread,
-                                vs_raw,
+                                vs_raw: ratio(spread.median, Some(Contender::Raw), metric.key),
+                                vs_own_floor: ratio(
+                                    spread.median,
+                                    contender.own_floor(),
+                                    metric.key,
+                                ),
                                 total,
                             },
                         ))
@@ -262,6 +274,7 @@ impl<R: Measured> Section<R> {
                 Entry {
                     contender: contender.id(),
                     label: contender.label(),
+                    own_floor: contender.own_floor().map(Contender::id),
                     runs,
                     summary,
                 }
@@ -279,5 +292,54 @@ impl Section<ContentionRun> {
             .flat_map(|entry| &entry.runs)
             .map(|run| run.violations)
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn throughput(cycles_per_sec: f64) -> ThroughputRun {
+        ThroughputRun {
+            tasks: 1,
+            seconds: 1.0,
+            cycles: 0,
+            failures: 0,
+            cycles_per_sec,
+        }
+    }
+
+    #[test]
+    fn ratios_are_against_raw_and_against_the_floor_on_the_same_runtime() {
+        let section = Section::new(
+            String::new(),
+            vec![
+                (Contender::Raw, vec![throughput(1000.0)]),
+                (Contender::RawAsyncStd, vec![throughput(800.0)]),
+                (Contender::RawBlocking, vec![throughput(500.0)]),
+                (Contender::TokioMt, vec![throughput(900.0)]),
+                (Contender::AsyncStd, vec![throughput(600.0)]),
+                (Contender::Blocking, vec![throughput(400.0)]),
+            ],
+        );
+        let ratios: Vec<(&str, Option<f64>, Option<f64>)> = section
+            .results
+            .iter()
+            .map(|entry| {
+                let stat = entry.summary["cycles_per_sec"];
+                (entry.contender, stat.vs_raw, stat.vs_own_floor)
+            })
+            .collect();
+        assert_eq!(
+            ratios,
+            [
+                ("raw", Some(1.0), Some(1.0)),
+                ("raw-async-std", Some(0.8), Some(1.0)),
+                ("raw-blocking", Some(0.5), Some(1.0)),
+                ("tokio-mt", Some(0.9), None),
+                ("async-std", Some(0.6), Some(0.75)),
+                ("blocking", Some(0.4), Some(0.8)),
+            ]
+        );
     }
 }

@@ -69,9 +69,9 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
     let window = plan.duration.as_secs_f64();
     let contention = Section::new(
         format!(
-            "{CONTENTION_TASKS} tasks (threads for redlock-blocking) share one client and compete \
-             for ONE key for {window:.1} s per run, each library with its default retry policy \
-             (raw: tries again at once). Hand-over = a holder starting its release → another \
+            "{CONTENTION_TASKS} tasks (threads for redlock-blocking and its floor) share one \
+             client and compete for ONE key for {window:.1} s per run, each library with its \
+             default retry policy (the raw floors: try again at once). Hand-over = a holder starting its release → another \
              task's lock call returning the lock."
         ),
         contention,
@@ -103,8 +103,8 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
         ),
         throughput: Section::new(
             format!(
-                "{THROUGHPUT_TASKS} tasks (threads for redlock-blocking) share one client, each \
-                 locking and releasing a key of its own, for {window:.1} s per run."
+                "{THROUGHPUT_TASKS} tasks (threads for redlock-blocking and its floor) share one \
+                 client, each locking and releasing a key of its own, for {window:.1} s per run."
             ),
             throughput,
         ),
@@ -150,7 +150,7 @@ fn repeat<S: Scenario>(
             let start = Instant::now();
             let run = contender.run(&make(contender, rep), urls);
             eprintln!(
-                "[{name} {}/{}] {contender:<9} {:>5.1} s",
+                "[{name} {}/{}] {contender:<13} {:>5.1} s",
                 rep + 1,
                 plan.reps,
                 start.elapsed().as_secs_f64()

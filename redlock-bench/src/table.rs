@@ -14,7 +14,10 @@ pub(crate) fn render(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Each cell: median (min–max) over {} run(s); ×raw = median ÷ the raw floor's median.\n",
+        "Each cell: median (min–max) over {} run(s). ×raw = median ÷ the median of the raw \
+         floor on tokio multi-thread; ×own floor = median ÷ the median of the raw floor on the \
+         same runtime or threads, from the same run (raw floor (async-std) for redlock-async-std, \
+         raw floor (threads) for redlock-blocking; for the tokio rows ×raw is that ratio).\n",
         meta.reps
     );
     out += &section("(a) Sequential latency", &report.latency);
@@ -42,8 +45,8 @@ fn section<R: Measured>(title: &str, section: &Section<R>) -> String {
         let _ = write!(header, " {} {arrow} |", metric.header);
         rule += "---:|";
         if metric.shown == Shown::Spread {
-            header += " ×raw |";
-            rule += "---:|";
+            header += " ×raw | ×own floor |";
+            rule += "---:|---:|";
         }
     }
     let _ = writeln!(out, "{header}\n{rule}");
@@ -54,10 +57,11 @@ fn section<R: Measured>(title: &str, section: &Section<R>) -> String {
             match metric.shown {
                 Shown::Spread => {
                     let cell = stat.map_or_else(|| "–".to_owned(), |s| spread(&s.spread));
-                    let ratio = stat
-                        .and_then(|s| s.vs_raw)
-                        .map_or_else(|| "–".to_owned(), |r| format!("{r:.2}"));
-                    let _ = write!(row, " {cell} | {ratio} |");
+                    let ratio =
+                        |r: Option<f64>| r.map_or_else(|| "–".to_owned(), |r| format!("{r:.2}"));
+                    let vs_raw = ratio(stat.and_then(|s| s.vs_raw));
+                    let vs_own = ratio(stat.and_then(|s| s.vs_own_floor));
+                    let _ = write!(row, " {cell} | {vs_raw} | {vs_own} |");
                 }
                 Shown::Total => {
                     let total = stat.map_or(0.0, |s| s.total);

@@ -6,8 +6,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const CONTENDERS: [&str; 6] = [
+const CONTENDERS: [&str; 8] = [
     "raw",
+    "raw-async-std",
+    "raw-blocking",
     "tokio-ct",
     "tokio-mt",
     "async-std",
@@ -48,6 +50,29 @@ fn smoke_run_reports_every_scenario_and_no_violation() {
             let runs = entry["runs"].as_array().expect("runs");
             assert_eq!(runs.len(), 1, "{scenario}: smoke runs each contender once");
         }
+        // async-std and blocking are also compared with the floor on their own runtime/threads.
+        for (contender, floor) in [
+            ("async-std", "raw-async-std"),
+            ("blocking", "raw-blocking"),
+            ("raw-async-std", "raw-async-std"),
+            ("raw-blocking", "raw-blocking"),
+        ] {
+            let entry = results
+                .iter()
+                .find(|entry| entry["contender"] == contender)
+                .expect("the contender");
+            assert_eq!(
+                entry["own_floor"], floor,
+                "{scenario}: {contender}'s own floor"
+            );
+            let summary = entry["summary"].as_object().expect("a summary");
+            assert!(
+                summary
+                    .values()
+                    .any(|stat| stat["vs_own_floor"].as_f64().is_some()),
+                "{scenario}: {contender} has a ratio to its own floor"
+            );
+        }
     }
     for entry in report["contention"]["results"].as_array().expect("results") {
         for run in entry["runs"].as_array().expect("runs") {
@@ -70,7 +95,7 @@ fn smoke_run_reports_every_scenario_and_no_violation() {
         let svg = std::fs::read_to_string(out.path().join(chart)).expect("a chart");
         assert!(svg.contains("<svg"), "{chart} is an SVG");
     }
-    for heading in ["(a)", "(b)", "(c)", "(d)", "violation"] {
+    for heading in ["(a)", "(b)", "(c)", "(d)", "violation", "×own floor"] {
         assert!(stdout.contains(heading), "the tables show {heading}");
     }
 }

@@ -1,10 +1,12 @@
-//! The lock clients the async scenarios drive, behind one [`AsyncClient`] trait: take a key
-//! with the client's default retry policy, give it back.
+//! The lock clients the scenarios drive, behind one [`AsyncClient`] trait for tasks and one
+//! [`BlockingClient`] trait for threads: take a key with the client's default retry policy,
+//! give it back.
 //!
 //! Clients never measure, never retry beyond their own library's policy, and never choose a
 //! runtime (the contender does).
 
 pub(crate) mod raw;
+pub(crate) mod raw_threads;
 mod redlock;
 mod rslock;
 
@@ -26,4 +28,17 @@ pub(crate) trait AsyncClient: Clone + Send + Sync + 'static {
 
     /// Releases `held` on every node and waits for the answers.
     fn unlock(&self, held: Self::Held) -> impl Future<Output = ()> + Send;
+}
+
+/// A lock client as the blocking scenarios see it: shared by many threads.
+pub(crate) trait BlockingClient: Sync {
+    /// A held lock.
+    type Held: Send;
+
+    /// Locks `key` for [`TTL`], retrying as the library's default policy says. A lock that
+    /// was not acquired is an `Err` with the library's reason.
+    fn lock_key(&self, key: &str) -> Result<Self::Held, String>;
+
+    /// Releases `held` on every node and waits for the answers.
+    fn unlock(&self, held: Self::Held);
 }

@@ -1,20 +1,27 @@
-//! The raw floor: the Redis commands a lock sends, with no lock logic around them.
+//! The raw floors: the Redis commands a lock sends, with no lock logic around them.
 //!
 //! Acquire is `SET key token NX PX ttl` sent to all 5 nodes at once; release is the library's
-//! own compare-and-delete script ([`redlock_core::RELEASE_SCRIPT`], `EVALSHA` through
-//! `redis::Script`) sent to all 5 at once. One reconnecting multiplexed connection per node
-//! (`redis::aio::ConnectionManager`, the kind redlock-tokio uses), shared by every task.
+//! own compare-and-delete script ([`redlock_core::RELEASE_SCRIPT`], `EVALSHA`) sent to all 5
+//! at once. That logic is written once, in [`RawClient`]; how the commands reach the nodes is
+//! its [`Nodes`]:
+//! - [`Multiplexed`]: one reconnecting multiplexed connection per node
+//!   (`redis::aio::ConnectionManager`, the kind redlock-tokio and redlock-async-std use), shared
+//!   by every task. The redis crate runs it on the runtime it was made on: tokio for the raw
+//!   floor, smol's async-io for the async-std floor.
+//! - [`NodeThreads`](super::raw_threads::NodeThreads): one thread and one blocking
+//!   `redis::Connection` per node, for the blocking floor.
 //!
 //! The only decision it makes is the one mutual exclusion cannot do without: a key is held
 //! when a majority answered OK; otherwise its SETs are deleted again and the caller may try
 //! at once. It never waits for a validity, never retries by itself, never sleeps, and its
 //! token is a counter, not 20 random bytes.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis::aio::ConnectionManager;
-use redis::{Script, Value};
+use redis::{Cmd, Script, ScriptInvocation, Value};
 
 use super::{AsyncClient, TTL};
 
@@ -25,14 +32,28 @@ const QUORUM: usize = NODES / 2 + 1;
 /// [`TTL`] in ms, as `PX` takes it.
 const TTL_MS: u64 = TTL.as_secs() * 1000;
 
-/// The raw floor's client: one connection per node, the release script, a token counter.
-#[derive(Clone)]
-pub(crate) struct RawClient(Arc<Inner>);
+/// How a raw floor reaches its [`NODES`] nodes: each command goes to all of them at once, and
+/// its future ends when every node answered.
+pub(crate) trait Nodes: Send + Sync + 'static {
+    /// `SET key token NX PX ttl` on every node at once; how many answered OK.
+    fn set_all(&self, key: &str, token: &str) -> impl Future<Output = usize> + Send;
 
-struct Inner {
-    conns: [ConnectionManager; NODES],
-    release: Script,
+    /// The release script on every node at once.
+    fn release_all(&self, key: &str, token: &str) -> impl Future<Output = ()> + Send;
+}
+
+/// A raw floor's client: its nodes and a token counter.
+pub(crate) struct RawClient<N>(Arc<Inner<N>>);
+
+struct Inner<N> {
+    nodes: N,
     next_token: AtomicU64,
+}
+
+impl<N> Clone for RawClient<N> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
 }
 
 /// A key a majority of nodes set.
@@ -42,8 +63,76 @@ pub(crate) struct RawHeld {
     token: String,
 }
 
-impl RawClient {
-    /// Connects to every node at `urls`.
+impl<N: Nodes> RawClient<N> {
+    /// A client over `nodes`.
+    pub(crate) fn new(nodes: N) -> Self {
+        Self(Arc::new(Inner {
+            nodes,
+            next_token: AtomicU64::new(0),
+        }))
+    }
+}
+
+impl<N: Nodes> AsyncClient for RawClient<N> {
+    type Held = RawHeld;
+
+    async fn lock_key(&self, key: &str) -> Result<RawHeld, String> {
+        let token = format!("raw:{}", self.0.next_token.fetch_add(1, Ordering::Relaxed));
+        let granted = self.0.nodes.set_all(key, &token).await;
+        if granted >= QUORUM {
+            Ok(RawHeld {
+                key: key.to_owned(),
+                token,
+            })
+        } else {
+            self.0.nodes.release_all(key, &token).await;
+            Err(format!("{granted} of {NODES} nodes granted"))
+        }
+    }
+
+    async fn unlock(&self, held: RawHeld) {
+        self.0.nodes.release_all(&held.key, &held.token).await;
+    }
+}
+
+/// The acquire command: `SET key token NX PX ttl`.
+pub(crate) fn set_command(key: &str, token: &str) -> Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(key).arg(token).arg("NX").arg("PX").arg(TTL_MS);
+    cmd
+}
+
+/// Whether a node set the key.
+pub(crate) fn granted(reply: &redis::RedisResult<Value>) -> bool {
+    matches!(reply, Ok(Value::Okay))
+}
+
+/// The release script, ready to run on `key` with `token` (`EVALSHA`, loading the script on
+/// `NOSCRIPT`).
+pub(crate) fn release_invocation<'a>(
+    script: &'a Script,
+    key: &str,
+    token: &str,
+) -> ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    invocation.key(key).arg(token);
+    invocation
+}
+
+/// The release script.
+pub(crate) fn release_script() -> Script {
+    Script::new(redlock_core::RELEASE_SCRIPT)
+}
+
+/// One multiplexed, reconnecting connection per node, shared by every task.
+pub(crate) struct Multiplexed {
+    conns: [ConnectionManager; NODES],
+    release: Script,
+}
+
+impl Multiplexed {
+    /// Connects to every node at `urls`, on the runtime this future runs on (the redis crate
+    /// picks tokio inside a tokio runtime, smol's async-io elsewhere).
     ///
     /// # Panics
     /// Unless there are exactly [`NODES`] reachable nodes: the bench starts them itself.
@@ -61,16 +150,17 @@ impl RawClient {
         let conns: [ConnectionManager; NODES] = conns
             .try_into()
             .unwrap_or_else(|_| panic!("the raw floor needs {NODES} nodes, got {count}"));
-        Self(Arc::new(Inner {
+        Self {
             conns,
-            release: Script::new(redlock_core::RELEASE_SCRIPT),
-            next_token: AtomicU64::new(0),
-        }))
+            release: release_script(),
+        }
     }
+}
 
-    /// `SET key token NX PX ttl` on every node at once; how many answered OK.
+impl Nodes for Multiplexed {
     async fn set_all(&self, key: &str, token: &str) -> usize {
-        let [a, b, c, d, e] = self.0.conns.clone();
+        let [a, b, c, d, e] = self.conns.clone();
+        // `tokio::join!` only polls: it needs no tokio runtime, and runs on async-std alike.
         let (a, b, c, d, e) = tokio::join!(
             set(a, key, token),
             set(b, key, token),
@@ -81,57 +171,26 @@ impl RawClient {
         [a, b, c, d, e].into_iter().filter(|ok| *ok).count()
     }
 
-    /// The release script on every node at once.
-    async fn delete_all(&self, key: &str, token: &str) {
-        let [a, b, c, d, e] = self.0.conns.clone();
-        let script = &self.0.release;
+    async fn release_all(&self, key: &str, token: &str) {
+        let [a, b, c, d, e] = self.conns.clone();
+        let script = &self.release;
         tokio::join!(
-            delete(script, a, key, token),
-            delete(script, b, key, token),
-            delete(script, c, key, token),
-            delete(script, d, key, token),
-            delete(script, e, key, token),
+            release(script, a, key, token),
+            release(script, b, key, token),
+            release(script, c, key, token),
+            release(script, d, key, token),
+            release(script, e, key, token),
         );
     }
 }
 
 async fn set(mut conn: ConnectionManager, key: &str, token: &str) -> bool {
-    let reply: redis::RedisResult<Value> = redis::cmd("SET")
-        .arg(key)
-        .arg(token)
-        .arg("NX")
-        .arg("PX")
-        .arg(TTL_MS)
-        .query_async(&mut conn)
-        .await;
-    matches!(reply, Ok(Value::Okay))
+    granted(&set_command(key, token).query_async(&mut conn).await)
 }
 
-async fn delete(script: &Script, mut conn: ConnectionManager, key: &str, token: &str) {
-    let mut invocation = script.prepare_invoke();
-    invocation.key(key).arg(token);
+async fn release(script: &Script, mut conn: ConnectionManager, key: &str, token: &str) {
     // Deleted (1) or not ours (0): the floor does nothing with the answer.
-    let _: redis::RedisResult<Value> = invocation.invoke_async(&mut conn).await;
-}
-
-impl AsyncClient for RawClient {
-    type Held = RawHeld;
-
-    async fn lock_key(&self, key: &str) -> Result<RawHeld, String> {
-        let token = format!("raw:{}", self.0.next_token.fetch_add(1, Ordering::Relaxed));
-        let granted = self.set_all(key, &token).await;
-        if granted >= QUORUM {
-            Ok(RawHeld {
-                key: key.to_owned(),
-                token,
-            })
-        } else {
-            self.delete_all(key, &token).await;
-            Err(format!("{granted} of {NODES} nodes granted"))
-        }
-    }
-
-    async fn unlock(&self, held: RawHeld) {
-        self.delete_all(&held.key, &held.token).await;
-    }
+    let _: redis::RedisResult<Value> = release_invocation(script, key, token)
+        .invoke_async(&mut conn)
+        .await;
 }

@@ -1,11 +1,12 @@
 //! `redlock-tokio` and `redlock-async-std` (both `redlock_async_driver::Redlock<R>`) as an
-//! [`AsyncClient`]: `lock(key, ttl)` and `release()`, nothing else.
+//! [`AsyncClient`], and `redlock-blocking` as a [`BlockingClient`]: `lock(key, ttl)` and
+//! `release()`, nothing else.
 
 use std::future::Future;
 
 use redlock_async_driver::{Lock, Redlock, Runtime};
 
-use super::{AsyncClient, TTL};
+use super::{AsyncClient, BlockingClient, TTL};
 
 impl<R: Runtime> AsyncClient for Redlock<R> {
     type Held = Lock;
@@ -17,5 +18,17 @@ impl<R: Runtime> AsyncClient for Redlock<R> {
 
     async fn unlock(&self, held: Lock) {
         held.release().await;
+    }
+}
+
+impl BlockingClient for redlock_blocking::Redlock {
+    type Held = redlock_blocking::Lock;
+
+    fn lock_key(&self, key: &str) -> Result<redlock_blocking::Lock, String> {
+        self.lock(key, TTL).map_err(|err| err.to_string())
+    }
+
+    fn unlock(&self, held: redlock_blocking::Lock) {
+        held.release();
     }
 }

@@ -1,11 +1,11 @@
-//! Scenario (c), contention: 8 tasks (threads for the blocking adapter) share one client and
-//! compete for ONE key, each with its library's default retry policy, for a fixed time. A
-//! holder releases at once and competes again. Measures acquisitions per second, the
+//! Scenario (c), contention: 8 tasks (threads for the blocking adapter and its floor) share one
+//! client and compete for ONE key, each with its library's default retry policy, for a fixed
+//! time. A holder releases at once and competes again. Measures acquisitions per second, the
 //! hand-over gap — from a holder starting its release to *another* task's lock call returning
 //! the lock — and checks mutual exclusion with an "inside" counter.
 //!
-//! The raw floor has no retry policy: its tasks try again at once (a spin), which is the
-//! fastest hand-over possible, not a sensible client.
+//! The raw floors have no retry policy: their tasks (threads) try again at once (a spin), which
+//! is the fastest hand-over possible, not a sensible client.
 //!
 //! When the time is up, async tasks are cancelled wherever they are (a lock call in its retry
 //! pause included); blocking threads cannot be, so they finish the lock call they are in (up to
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{Scenario, warm_up, warm_up_blocking};
-use crate::clients::{AsyncClient, TTL};
+use crate::clients::{AsyncClient, BlockingClient};
 use crate::exec::Executor;
 use crate::stats;
 
@@ -167,7 +167,7 @@ impl Scenario for Contention {
         arena.into_run(self.tasks, self.duration)
     }
 
-    fn run_blocking(&self, client: &redlock_blocking::Redlock) -> ContentionRun {
+    fn run_blocking<C: BlockingClient>(&self, client: &C) -> ContentionRun {
         warm_up_blocking(client, &format!("{}:warm", self.key), self.warmup);
         let deadline = Instant::now() + self.duration;
         let arena = Arena::new(deadline);
@@ -176,10 +176,10 @@ impl Scenario for Contention {
                 let arena = &arena;
                 scope.spawn(move || {
                     while Instant::now() < deadline {
-                        match client.lock(self.key.as_str(), TTL) {
+                        match client.lock_key(&self.key) {
                             Ok(held) => {
                                 arena.hold(me);
-                                held.release();
+                                client.unlock(held);
                             }
                             Err(_) => arena.gave_up(),
                         }

@@ -1,5 +1,5 @@
 //! Scenario (a), sequential latency: one client, one task (one thread for the blocking
-//! adapter), lock+release cycles on one key one after the other. Measures the acquire alone
+//! adapter and its floor), lock+release cycles on one key one after the other. Measures the acquire alone
 //! and the whole cycle of every cycle, and the heap allocations per cycle of the whole process.
 //!
 //! Nobody else uses the key, so every acquisition wins its first round: this is the cost of
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{Scenario, warm_up, warm_up_blocking};
-use crate::clients::{AsyncClient, TTL};
+use crate::clients::{AsyncClient, BlockingClient};
 use crate::exec::Executor;
 use crate::memory::{self, HeapDelta};
 use crate::stats::{self, CURVE};
@@ -114,17 +114,17 @@ impl Scenario for Latency {
             .expect("one task, one result")
     }
 
-    fn run_blocking(&self, client: &redlock_blocking::Redlock) -> LatencyRun {
+    fn run_blocking<C: BlockingClient>(&self, client: &C) -> LatencyRun {
         warm_up_blocking(client, &self.key, self.warmup);
         let mut samples = Samples::with_capacity(self.cycles);
         let before = memory::heap();
         for _ in 0..self.cycles {
             let start = Instant::now();
             let held = client
-                .lock(self.key.as_str(), TTL)
+                .lock_key(&self.key)
                 .unwrap_or_else(|why| panic!("uncontended lock failed: {why}"));
             let acquired = start.elapsed();
-            held.release();
+            client.unlock(held);
             samples.record(acquired, start.elapsed());
         }
         samples.into_run(before.until(memory::heap()))

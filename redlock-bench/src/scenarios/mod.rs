@@ -9,7 +9,7 @@ pub(crate) mod latency;
 pub(crate) mod memory;
 pub(crate) mod throughput;
 
-use crate::clients::AsyncClient;
+use crate::clients::{AsyncClient, BlockingClient};
 use crate::exec::Executor;
 
 /// One run of a scenario with one client.
@@ -20,8 +20,8 @@ pub(crate) trait Scenario {
     /// Runs with an async client on `exec`.
     fn run_async<E: Executor, C: AsyncClient>(&self, exec: &E, client: &C) -> Self::Run;
 
-    /// Runs with the blocking adapter, on threads.
-    fn run_blocking(&self, client: &redlock_blocking::Redlock) -> Self::Run;
+    /// Runs with a blocking client, on threads.
+    fn run_blocking<C: BlockingClient>(&self, client: &C) -> Self::Run;
 }
 
 /// Lock+release cycles on `key` that are not measured: connections, script caches and the
@@ -36,12 +36,12 @@ async fn warm_up<C: AsyncClient>(client: &C, key: &str, cycles: u32) {
     }
 }
 
-/// [`warm_up`] for the blocking adapter.
-fn warm_up_blocking(client: &redlock_blocking::Redlock, key: &str, cycles: u32) {
+/// [`warm_up`] for a blocking client.
+fn warm_up_blocking<C: BlockingClient>(client: &C, key: &str, cycles: u32) {
     for _ in 0..cycles {
         let held = client
-            .lock(key, crate::clients::TTL)
+            .lock_key(key)
             .unwrap_or_else(|why| panic!("warm-up lock on an uncontended key failed: {why}"));
-        held.release();
+        client.unlock(held);
     }
 }

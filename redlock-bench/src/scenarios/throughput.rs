@@ -1,5 +1,5 @@
-//! Scenario (b), throughput: 64 tasks (threads for the blocking adapter) share one client, each
-//! locking and releasing a key of its own in a loop for a fixed time. Measures completed
+//! Scenario (b), throughput: 64 tasks (threads for the blocking adapter and its floor) share one
+//! client, each locking and releasing a key of its own in a loop for a fixed time. Measures completed
 //! cycles per second.
 //!
 //! No key is contended, so no acquisition waits for another: this is the client's own cost
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{Scenario, warm_up, warm_up_blocking};
-use crate::clients::{AsyncClient, TTL};
+use crate::clients::{AsyncClient, BlockingClient};
 use crate::exec::Executor;
 use crate::stats;
 
@@ -91,7 +91,7 @@ impl Scenario for Throughput {
         ThroughputRun::new(self.tasks, start.elapsed(), counts)
     }
 
-    fn run_blocking(&self, client: &redlock_blocking::Redlock) -> ThroughputRun {
+    fn run_blocking<C: BlockingClient>(&self, client: &C) -> ThroughputRun {
         warm_up_blocking(client, &format!("{}:warm", self.prefix), self.warmup);
         let start = Instant::now();
         let deadline = start + self.duration;
@@ -102,9 +102,9 @@ impl Scenario for Throughput {
                     scope.spawn(move || {
                         let (mut cycles, mut failures) = (0, 0);
                         while Instant::now() < deadline {
-                            match client.lock(key.as_str(), TTL) {
+                            match client.lock_key(&key) {
                                 Ok(held) => {
-                                    held.release();
+                                    client.unlock(held);
                                     cycles += 1;
                                 }
                                 Err(_) => failures += 1,
