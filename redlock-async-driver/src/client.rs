@@ -143,7 +143,8 @@ impl<R: Runtime> Redlock<R> {
 
     /// Locks as `request` says: several resources, a retry policy, a deadline, a token of its
     /// own, auto-extension (the driver extends the lock until it is released or dropped, and
-    /// [`Lock::lost`] resolves if it cannot).
+    /// [`LeaseWatch::lost`](redlock_redis::LeaseWatch::lost), on the lock, resolves if it
+    /// cannot).
     ///
     /// # Cancellation
     /// Dropping the future before it completes abandons the acquisition at the driver, which

@@ -4,8 +4,8 @@
 /// [`Lifecycle`](crate::Lifecycle) is made) and the operation's number within that lock
 /// (1 for the acquisition, then one more for each extension, the release, …).
 ///
-/// Standalone machines ([`Acquire`](crate::Acquire), [`Extend`](crate::Extend),
-/// [`Release`](crate::Release)) use the zero origin unless a lifecycle gives them one.
+/// The per-operation machines a lifecycle is built from use the zero origin when they run on
+/// their own (tests, with the `testing` feature).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Origin {
     lock: u64,

@@ -196,9 +196,9 @@ impl Lifecycle {
         Ok(Self::start(now, config, origin, Stage::Releasing(release)))
     }
 
-    /// Marks every node trusted for restart-aware voting (see [`Trust`]): for an operator who
-    /// knows that no lock is live on the nodes. Each node's answer comes out as
-    /// [`LockEvent::Trusted`]. Never part of acquiring a lock.
+    /// Marks every node trusted for restart-aware voting ([`TRUST_SCRIPT`](crate::TRUST_SCRIPT)):
+    /// for an operator who knows that no lock is live on the nodes. Each node's answer comes
+    /// out as [`LockEvent::Trusted`]. Never part of acquiring a lock.
     pub fn trust<R: CryptoRng + ?Sized>(now: Instant, config: &Config, rng: &mut R) -> Self {
         let origin = Origin::new(rng.next_u64(), 1);
         let mut trust = Trust::new(now, config);

@@ -1,75 +1,4 @@
-//! Many locks over one set of nodes: the part of a client driver that is not I/O.
-//!
-//! A [`Multiplexer`] owns every [`Lifecycle`] of a client, keyed by a [`LockId`] the driver
-//! chooses, and decides what goes to each node and when:
-//! - **One FIFO per node.** Every request a lifecycle wants sent is queued on its node. At most
-//!   one request per lock is in flight on a node, so a lock's release can never overtake its own
-//!   acquire there (a late `SET` would otherwise leave the key for its TTL); requests of other
-//!   locks behind it are not held up.
-//! - **One write per node.** [`poll_transmit`](Multiplexer::poll_transmit) hands out, per node,
-//!   everything that may go now as one [`Batch`] (one pipeline, one round trip), across locks.
-//! - **No stalled queue.** A request queued behind another of its lock goes out in the first
-//!   batch after that one's reply (or transport error) is handed in: the driver needs no timer
-//!   of its own for it.
-//! - **Timers and notices.** The next wake-up is the earliest of every lifecycle's
-//!   ([`poll_timeout`](Multiplexer::poll_timeout), with its reason), and release notices are
-//!   bookkept here: which channels the nodes' subscriber connections must listen on
-//!   ([`poll_subscription`](Multiplexer::poll_subscription)), and whom a notice wakes.
-//! - **Caller extensions in order.** Each [`extend`](Multiplexer::extend) call is answered by
-//!   exactly one [`LockEvent::Extended`] with [`Trigger::Caller`], in call order: calls are never
-//!   merged, so an outcome never answers a later call.
-//!
-//! # What it never does
-//! It never reads a clock, never sleeps, never does I/O, and never decides anything about a lock:
-//! every decision stays with the lock's [`Lifecycle`]. It never panics on an unknown or stale
-//! id: a reply for a lock that is gone only frees its node's slot.
-//!
-//! # Driving it
-//! Inputs are the caller's (`start`, `trust`, `extend`,
-//! `release`, `abandon`, `detach`) and the world's (`handle_reply`, `handle_timeout`,
-//! `handle_notice`). After any input, drain the outputs: send every
-//! [`poll_transmit`](Multiplexer::poll_transmit) batch, pass on every
-//! [`poll_event`](Multiplexer::poll_event), apply every
-//! [`poll_subscription`](Multiplexer::poll_subscription); then sleep until
-//! [`poll_timeout`](Multiplexer::poll_timeout) or the next input. Every request handed out must
-//! come back exactly once through `handle_reply` — its reply, or an error reply when the
-//! transport failed or timed out — or its node stays busy for that lock.
-//!
-//! ```
-//! use std::collections::HashMap;
-//! use std::time::{Duration, Instant};
-//! use rand_core::SeedableRng;
-//! use redlock_core::{Config, LockEvent, LockId, LockRequest, Multiplexer, Op, Reply, Start};
-//!
-//! let mut nodes: Vec<HashMap<Vec<u8>, Vec<u8>>> = vec![HashMap::new(); 3];
-//! let rng = chacha20::ChaCha8Rng::seed_from_u64(7);
-//! let mut mux = Multiplexer::new(Config::new(3)?, rng);
-//! let now = Instant::now(); // the driver's clock; the engine never reads one
-//! // Two locks at once: each node gets one write carrying both acquisitions.
-//! mux.start(now, LockId::new(1), Start::Acquire, &LockRequest::new("a", Duration::from_secs(10)))?;
-//! mux.start(now, LockId::new(2), Start::Acquire, &LockRequest::new("b", Duration::from_secs(10)))?;
-//! let mut held = Vec::new();
-//! while held.len() < 2 {
-//!     while let Some(batch) = mux.poll_transmit() {
-//!         assert_eq!(batch.transmits.len(), 2);
-//!         for transmit in batch.transmits {
-//!             let node = &mut nodes[batch.node];
-//!             let key = transmit.command.spec().keys().next().unwrap().to_vec();
-//!             let token = transmit.command.spec().token().as_bytes().to_vec();
-//!             let reply = match transmit.command.op() {
-//!                 Op::SetIfAbsent if !node.contains_key(&key) => { node.insert(key, token); Reply::Ok }
-//!                 _ => Reply::Nil,
-//!             };
-//!             mux.handle_reply(now, transmit.id, reply);
-//!         }
-//!     }
-//!     while let Some((lock, event)) = mux.poll_event() {
-//!         if let LockEvent::Acquired(_) = event { held.push(lock) }
-//!     }
-//! }
-//! assert!(nodes.iter().all(|node| node.len() == 2));
-//! # Ok::<(), redlock_core::ConfigError>(())
-//! ```
+//! Many locks over one set of nodes: [`Multiplexer`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -205,8 +134,78 @@ struct Channel {
     idle_since: Option<Instant>,
 }
 
-/// Many [`Lifecycle`]s over one set of nodes: per-node FIFO queues, one batch per node, the
-/// next wake-up, release-notice bookkeeping. See the [module docs](self).
+/// Many locks over one set of nodes: the part of a client driver that is not I/O.
+///
+/// A [`Multiplexer`] owns every [`Lifecycle`] of a client, keyed by a [`LockId`] the driver
+/// chooses, and decides what goes to each node and when:
+/// - **One FIFO per node.** Every request a lifecycle wants sent is queued on its node. At most
+///   one request per lock is in flight on a node, so a lock's release can never overtake its own
+///   acquire there (a late `SET` would otherwise leave the key for its TTL); requests of other
+///   locks behind it are not held up.
+/// - **One write per node.** [`poll_transmit`](Multiplexer::poll_transmit) hands out, per node,
+///   everything that may go now as one [`Batch`] (one pipeline, one round trip), across locks.
+/// - **No stalled queue.** A request queued behind another of its lock goes out in the first
+///   batch after that one's reply (or transport error) is handed in: the driver needs no timer
+///   of its own for it.
+/// - **Timers and notices.** The next wake-up is the earliest of every lifecycle's
+///   ([`poll_timeout`](Multiplexer::poll_timeout), with its reason), and release notices are
+///   bookkept here: which channels the nodes' subscriber connections must listen on
+///   ([`poll_subscription`](Multiplexer::poll_subscription)), and whom a notice wakes.
+/// - **Caller extensions in order.** Each [`extend`](Multiplexer::extend) call is answered by
+///   exactly one [`LockEvent::Extended`] with [`Trigger::Caller`], in call order: calls are never
+///   merged, so an outcome never answers a later call.
+///
+/// # What it never does
+/// It never reads a clock, never sleeps, never does I/O, and never decides anything about a lock:
+/// every decision stays with the lock's [`Lifecycle`]. It never panics on an unknown or stale
+/// id: a reply for a lock that is gone only frees its node's slot.
+///
+/// # Driving it
+/// Inputs are the caller's (`start`, `trust`, `extend`,
+/// `release`, `abandon`, `detach`) and the world's (`handle_reply`, `handle_timeout`,
+/// `handle_notice`). After any input, drain the outputs: send every
+/// [`poll_transmit`](Multiplexer::poll_transmit) batch, pass on every
+/// [`poll_event`](Multiplexer::poll_event), apply every
+/// [`poll_subscription`](Multiplexer::poll_subscription); then sleep until
+/// [`poll_timeout`](Multiplexer::poll_timeout) or the next input. Every request handed out must
+/// come back exactly once through `handle_reply` — its reply, or an error reply when the
+/// transport failed or timed out — or its node stays busy for that lock.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::time::{Duration, Instant};
+/// use rand_core::SeedableRng;
+/// use redlock_core::{Config, LockEvent, LockId, LockRequest, Multiplexer, Op, Reply, Start};
+///
+/// let mut nodes: Vec<HashMap<Vec<u8>, Vec<u8>>> = vec![HashMap::new(); 3];
+/// let rng = chacha20::ChaCha8Rng::seed_from_u64(7);
+/// let mut mux = Multiplexer::new(Config::new(3)?, rng);
+/// let now = Instant::now(); // the driver's clock; the engine never reads one
+/// // Two locks at once: each node gets one write carrying both acquisitions.
+/// mux.start(now, LockId::new(1), Start::Acquire, &LockRequest::new("a", Duration::from_secs(10)))?;
+/// mux.start(now, LockId::new(2), Start::Acquire, &LockRequest::new("b", Duration::from_secs(10)))?;
+/// let mut held = Vec::new();
+/// while held.len() < 2 {
+///     while let Some(batch) = mux.poll_transmit() {
+///         assert_eq!(batch.transmits.len(), 2);
+///         for transmit in batch.transmits {
+///             let node = &mut nodes[batch.node];
+///             let key = transmit.command.spec().keys().next().unwrap().to_vec();
+///             let token = transmit.command.spec().token().as_bytes().to_vec();
+///             let reply = match transmit.command.op() {
+///                 Op::SetIfAbsent if !node.contains_key(&key) => { node.insert(key, token); Reply::Ok }
+///                 _ => Reply::Nil,
+///             };
+///             mux.handle_reply(now, transmit.id, reply);
+///         }
+///     }
+///     while let Some((lock, event)) = mux.poll_event() {
+///         if let LockEvent::Acquired(_) = event { held.push(lock) }
+///     }
+/// }
+/// assert!(nodes.iter().all(|node| node.len() == 2));
+/// # Ok::<(), redlock_core::ConfigError>(())
+/// ```
 #[derive(Debug)]
 pub struct Multiplexer<R> {
     config: Config,
