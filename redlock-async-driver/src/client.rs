@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redlock_core::{LockRequest, ReleaseReport, RetryPolicy, Vote};
 use redlock_redis::{
-    Builder, Clock, Deployment, Error, FromSettings, LockIds, NodeReport, Post, Settings,
+    Builder, Clock, Deployment, Error, FromSettings, LockIds, NodeAddr, NodeReport, Post, Settings,
 };
 
 use crate::conn::Node;
@@ -37,7 +37,10 @@ pub struct Redlock<R: Runtime> {
 
 struct Inner {
     deployment: Deployment,
-    nodes: Arc<[Node]>,
+    /// The nodes' addresses; each driver makes its own connections to them (a connection is
+    /// bound to the runtime it was made on).
+    nodes: Vec<NodeAddr>,
+    io_timeout: Duration,
     /// Counts machine suspends (Linux): shared by every driver and lock of the client.
     clock: Clock,
     ids: LockIds,
@@ -119,7 +122,11 @@ impl<R: Runtime> Redlock<R> {
             R::current(),
             deployment.config().clone(),
             deployment.labels(),
-            self.inner.nodes.clone(),
+            self.inner
+                .nodes
+                .iter()
+                .map(|addr| Node::new(addr.clone(), self.inner.io_timeout))
+                .collect(),
             self.inner.clock.clone(),
         )?;
         *slot = Some(driver.clone());
@@ -210,17 +217,12 @@ pub type RedlockBuilder<R> = Builder<Redlock<R>>;
 impl<R: Runtime> FromSettings for Redlock<R> {
     fn from_settings(settings: Settings) -> Result<Self, Error> {
         let labels = settings.nodes.iter().map(|a| a.label().clone()).collect();
-        let io_timeout = settings.io_timeout;
-        let nodes = settings
-            .nodes
-            .into_iter()
-            .map(|addr| Node::new(addr, io_timeout))
-            .collect();
         Ok(Redlock {
             runtime: PhantomData,
             inner: Arc::new(Inner {
                 deployment: Deployment::new(settings.config, labels),
-                nodes,
+                nodes: settings.nodes,
+                io_timeout: settings.io_timeout,
                 clock: Clock::new(),
                 ids: LockIds::default(),
                 driver: Mutex::new(None),

@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redlock_core::Batch;
 use redlock_redis::Answers;
-use redlock_redis::{Call, Clock, DriverState, Post};
+use redlock_redis::{Call, Clock, DriverState, Output, Post};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::conn::Node;
@@ -67,21 +67,12 @@ async fn run<R: Runtime>(
     let mut in_flight = FuturesUnordered::new();
     let clock = state.clock().clone();
     loop {
-        if state
-            .poll_timeout()
-            .is_some_and(|timeout| timeout.at <= clock.now())
-        {
-            state.handle_timeout(clock.now());
-        }
-        while let Some(batch) = state.poll_transmit() {
-            in_flight.push(write(nodes.clone(), batch));
-        }
-        while let Some(change) = state.poll_subscription() {
-            notices.apply(&change, || state.channels());
-        }
-        if state.is_done() {
-            tracing::debug!("client gone and every lock over: the driver ends");
-            return;
+        while let Some(output) = state.poll_output() {
+            match output {
+                Output::Transmit(batch) => in_flight.push(write(nodes.clone(), batch)),
+                Output::Subscription(change) => notices.apply(&change, || state.channels()),
+                Output::Done => return,
+            }
         }
         let timeout = state.poll_timeout();
         // Not biased: under a steady stream of replies, calls (a dropped lock's release, a new

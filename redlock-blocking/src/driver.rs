@@ -13,7 +13,7 @@ use std::thread;
 use std::time::Duration;
 
 use redlock_redis::Answers;
-use redlock_redis::{Call, Clock, DriverState, Error, NodeAddr, Post};
+use redlock_redis::{Call, Clock, DriverState, Error, NodeAddr, Output, Post};
 
 use crate::conn::Worker;
 use crate::notices::Notices;
@@ -74,21 +74,12 @@ fn run(
 ) {
     let clock = state.clock().clone();
     loop {
-        if state
-            .poll_timeout()
-            .is_some_and(|timeout| timeout.at <= clock.now())
-        {
-            state.handle_timeout(clock.now());
-        }
-        while let Some(batch) = state.poll_transmit() {
-            workers[batch.node].send(batch, outbox);
-        }
-        while let Some(change) = state.poll_subscription() {
-            notices.apply(&change, || state.channels());
-        }
-        if state.is_done() {
-            tracing::debug!("client gone and every lock over: the driver ends");
-            return;
+        while let Some(output) = state.poll_output() {
+            match output {
+                Output::Transmit(batch) => workers[batch.node].send(batch, outbox),
+                Output::Subscription(change) => notices.apply(&change, || state.channels()),
+                Output::Done => return,
+            }
         }
         let input = match state.poll_timeout() {
             Some(timeout) => inbox.recv_timeout(timeout.at.saturating_duration_since(clock.now())),

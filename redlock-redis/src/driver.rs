@@ -98,6 +98,17 @@ pub trait Post: Send + Sync + 'static {
     fn post(&self, call: Call);
 }
 
+/// What a driver's shell must do next ([`DriverState::poll_output`]).
+#[derive(Debug)]
+pub enum Output {
+    /// Write this batch to its node, as one pipeline; hand every reply back.
+    Transmit(Batch),
+    /// Make every node's release-notice subscriber apply this change.
+    Subscription(Change),
+    /// The client is gone and every lock is over: the driver ends.
+    Done,
+}
+
 /// What a caller waits for, by lock id.
 enum Waiting {
     Acquire {
@@ -328,14 +339,25 @@ impl DriverState {
         self.deliver(now);
     }
 
-    /// The next batch to write to its node.
-    pub fn poll_transmit(&mut self) -> Option<Batch> {
-        self.mux.poll_transmit()
-    }
-
-    /// The next change to the release channels.
-    pub fn poll_subscription(&mut self) -> Option<Change> {
-        self.mux.poll_subscription()
+    /// The next thing the shell must do, after letting a deadline that is due pass (by the
+    /// clock): write a batch, apply a change of release channels, or end. Call until `None`
+    /// after every input; then wait for the next input or [`poll_timeout`](Self::poll_timeout).
+    pub fn poll_output(&mut self) -> Option<Output> {
+        let now = self.clock.now();
+        if self.poll_timeout().is_some_and(|timeout| timeout.at <= now) {
+            self.handle_timeout(now);
+        }
+        if let Some(batch) = self.mux.poll_transmit() {
+            return Some(Output::Transmit(batch));
+        }
+        if let Some(change) = self.mux.poll_subscription() {
+            return Some(Output::Subscription(change));
+        }
+        if self.is_done() {
+            tracing::debug!("client gone and every lock over: the driver ends");
+            return Some(Output::Done);
+        }
+        None
     }
 
     /// Every release channel to listen on, for a subscriber connection that (re)starts.
