@@ -99,6 +99,8 @@ pub trait HeldLock: Send + std::fmt::Debug {
     fn fence(&self) -> Option<u64>;
     /// `extend(ttl)`.
     fn extend(&mut self, ttl: Duration) -> Result<(), Error>;
+    /// `extend(ttl)` through a shared reference (the lock shared between threads).
+    fn extend_shared(&self, ttl: Duration) -> Result<(), Error>;
     /// `release()`.
     fn release(self) -> ReleaseReport;
     /// Starts the release and waits for nothing (async: the release future is dropped at

@@ -196,6 +196,10 @@ impl<E: TestExecutor> HeldLock for AsyncLock<E> {
         executor.block_on(lock.release())
     }
 
+    fn extend_shared(&self, ttl: Duration) -> Result<(), Error> {
+        self.executor.block_on(self.lock.extend(ttl))
+    }
+
     fn release_unawaited(self) {
         drop(self.lock.release());
     }

@@ -126,6 +126,10 @@ impl HeldLock for BlockingLock {
         self.lock.release()
     }
 
+    fn extend_shared(&self, ttl: Duration) -> Result<(), Error> {
+        self.lock.extend(ttl)
+    }
+
     fn release_unawaited(self) {
         drop(self.lock);
     }

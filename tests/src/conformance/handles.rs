@@ -181,3 +181,36 @@ pub fn pipelined_requests_survive_a_script_flush<A: Adapter>() {
         .collect();
     assert!(clean, "{}: keys left behind: {left:?}", A::NAME);
 }
+
+/// A lock shared between threads (`Arc<Lock>`): concurrent extensions from eight threads each
+/// get their own answer (they run one after another, never merged), the validity only moves
+/// forward, and the lock is still held on every node afterwards.
+pub fn a_shared_lock_answers_every_concurrent_extension<A: Adapter>()
+where
+    A::Lock: Sync,
+{
+    let nodes = Cluster::start(5);
+    let redlock: A = client(&nodes, &Options::default());
+    let lock = redlock
+        .lock("shared", Duration::from_secs(5))
+        .expect("lock");
+    let before = lock.valid_until();
+    let answered = AtomicUsize::new(0);
+    thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                for _ in 0..3 {
+                    lock.extend_shared(Duration::from_secs(20))
+                        .unwrap_or_else(|err| panic!("{}: extend: {err}", A::NAME));
+                    answered.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    assert_eq!(answered.into_inner(), 24, "every call answered");
+    assert!(lock.valid_until() > before, "{}: validity moved", A::NAME);
+    assert!(lock.is_valid());
+    let token = lock.token();
+    assert_eq!(nodes.count_holding("shared", token), 5);
+    lock.release();
+}

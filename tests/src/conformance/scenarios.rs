@@ -761,7 +761,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@handles $adapter;
             an_idle_auto_extended_lock_is_kept_and_reports_its_loss,
             a_frozen_node_gets_every_queued_request_after_it_thaws,
-            pipelined_requests_survive_a_script_flush);
+            pipelined_requests_survive_a_script_flush,
+            a_shared_lock_answers_every_concurrent_extension);
         $crate::conformance_tests!(@notices $adapter;
             a_release_wakes_a_waiter_long_before_its_pause_ends,
             a_key_gone_without_a_release_wakes_nobody);
