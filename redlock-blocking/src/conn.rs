@@ -89,11 +89,13 @@ impl Connection {
     }
 
     /// Runs `batch`, never for longer than about two I/O timeouts (connect, then reply). A
-    /// connection that failed or timed out is dropped, never reused: a late reply would be read
-    /// as the answer to the next command.
+    /// connection whose transport broke is dropped; one whose reply timed out is kept, and the
+    /// late reply is skipped when it comes (never read as another request's answer), so that
+    /// every request of this node still runs in the order it was sent ([`run_batch`]).
     fn execute(&mut self, batch: &[Transmit]) -> BatchReplies {
+        let io_timeout = self.io_timeout;
         let replies = match self.connect() {
-            Ok(conn) => run_batch(conn, batch),
+            Ok(conn) => run_batch(conn, batch, io_timeout),
             Err(err) => BatchReplies::failed(batch, &err),
         };
         if replies.reconnect {

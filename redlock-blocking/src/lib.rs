@@ -32,8 +32,10 @@
 //! - A slow or dead node never holds up a decision the other nodes already settled, nor delays
 //!   anything past the engine's per-node deadline: the driver thread waits on its inbox with
 //!   the engine's deadline, while each node's worker thread waits on its socket.
-//! - A connection whose request failed or timed out is never reused (a late reply would be read
-//!   as the answer to the next command); the worker reconnects on its next request.
+//! - A late reply is never read as the answer to another request: a connection whose transport
+//!   broke is dropped (the worker reconnects on its next request), and one whose reply timed
+//!   out is kept with that reply counted to be skipped when it comes — so a release never
+//!   overtakes, through a new connection, a `SET` still on its way on the old one.
 //! - `Drop` never blocks: an unreleased lock's release is a message to the driver.
 //! - A lock never depends on a thread waiting on it: the driver extends the locks that asked
 //!   for it and releases dropped ones.

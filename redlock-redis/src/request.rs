@@ -170,7 +170,8 @@ pub struct BatchReplies {
     /// client: no allocation).
     pub answers: Answers,
     /// Whether a blocking connection must be dropped before the next request: its transport
-    /// failed or timed out (a late reply would be read as the answer to the next command).
+    /// broke (a write failed, the peer closed it, a reply did not parse) or it failed to set up.
+    /// A read timeout is not a reason: see [`run_batch`].
     pub reconnect: bool,
     /// Whether even a multiplexed, reconnecting connection must be rebuilt: a setup error it
     /// keeps failing with ([`needs_new_connection`]). A timeout is not one: a multiplexed
@@ -273,9 +274,11 @@ impl BatchReplies {
     }
 }
 
-/// Whether a connection whose request failed so must be dropped.
+/// Whether a blocking connection whose request failed so must be dropped: a broken transport
+/// or a setup error. Not a read timeout: the `redis` crate skips the late reply when it comes
+/// (see [`run_batch`]).
 fn is_broken(err: &redis::RedisError) -> bool {
-    err.is_io_error() || err.is_timeout() || needs_new_connection(err)
+    (err.is_io_error() && !err.is_timeout()) || needs_new_connection(err)
 }
 
 fn pipeline(batch: &[Transmit]) -> redis::Pipeline {
@@ -287,18 +290,59 @@ fn pipeline(batch: &[Transmit]) -> redis::Pipeline {
     pipe
 }
 
-/// Runs `batch` on a blocking connection as one pipeline (one round trip, in order; a single
-/// request as a plain request, which loads its script if the node does not know it), running
-/// again on its own each request whose script the node did not know.
-pub fn run_batch(conn: &mut dyn redis::ConnectionLike, batch: &[Transmit]) -> BatchReplies {
-    let (mut replies, again) = match batch {
-        [transmit] => {
-            let (replies, again) =
-                BatchReplies::one(batch, Request::pipelined(&transmit.command).query(conn));
-            (replies, if again { vec![0] } else { Vec::new() })
-        }
-        _ => BatchReplies::read(batch, pipeline(batch).query(conn)),
+/// Runs `batch` on a blocking connection as one write (one round trip, in order), running again
+/// on its own each request whose script the node did not know.
+///
+/// # Implementation note
+/// A reply that does not come within the connection's read timeout (`read_timeout`) fails its
+/// request, and the connection is **kept**: the `redis` crate counts each reply it gave up on
+/// and skips it when it comes, so a late reply is never read as another request's answer, and
+/// everything sent later on this connection still runs after what was sent before — a release
+/// can never overtake its own `SET` through a new connection. Once one reply of a batch timed
+/// out, the rest are given up on with a 1 ms wait each instead of a full timeout each. A write
+/// that failed, or any other broken transport, drops the connection ([`BatchReplies::reconnect`]).
+pub fn run_batch(
+    conn: &mut redis::Connection,
+    batch: &[Transmit],
+    read_timeout: std::time::Duration,
+) -> BatchReplies {
+    let packed = match batch {
+        [transmit] => Request::pipelined(&transmit.command).get_packed_command(),
+        _ => pipeline(batch).get_packed_pipeline(),
     };
+    if let Err(err) = conn.send_packed_command(&packed) {
+        // Part of the write may have gone out: the stream is not to be trusted.
+        let mut replies = BatchReplies::failed(batch, &err);
+        replies.reconnect = true;
+        return replies;
+    }
+    let mut gave_up = false;
+    let mut results = Vec::with_capacity(batch.len());
+    for _ in batch {
+        let result = conn.recv_response();
+        if let Err(err) = &result
+            && err.is_timeout()
+            && !gave_up
+        {
+            gave_up = true;
+            let _ = conn.set_read_timeout(Some(std::time::Duration::from_millis(1)));
+        }
+        results.push(result);
+    }
+    if gave_up {
+        let _ = conn.set_read_timeout(Some(read_timeout));
+    }
+    let mut replies = BatchReplies::all(batch, Reply::Nil, false);
+    let mut again = Vec::new();
+    for (index, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(redis::Value::ServerError(err)) if err.code() == "NOSCRIPT" => again.push(index),
+            Err(err) if err.is_timeout() => {
+                replies.answers[index].1 = Reply::Error(map_error(&err));
+            }
+            result => replies.rerun(index, result),
+        }
+    }
     for index in again {
         replies.rerun(index, Request::new(&batch[index].command).run(conn));
     }
