@@ -93,7 +93,7 @@ async fn run<R: Runtime>(
                 tracing::trace!("release notice");
                 state.handle_notice(clock.now(), &channel);
             }
-            () = sleep_until::<R>(timeout.map(|t| state.sleep_target(t.at))) => {
+            () = sleep_until::<R>(wake_at(&state, timeout.map(|t| t.at))) => {
                 tracing::trace!(reason = ?timeout.map(|t| t.reason), "wake-up");
                 state.handle_timeout(clock.now());
             }
@@ -104,6 +104,17 @@ async fn run<R: Runtime>(
 /// Writes `batch` to its node; the replies, one per request.
 async fn write(nodes: Arc<[Node]>, batch: Batch) -> Answers {
     nodes[batch.node].run(batch).await
+}
+
+/// When to wake for the state's next deadline `at` (see [`DriverState::sleep_target`]); with no
+/// deadline, never — unless a lock runs, which is checked for a suspend every
+/// [`SUSPEND_CHECK`](redlock_redis::SUSPEND_CHECK).
+fn wake_at(state: &DriverState, at: Option<Instant>) -> Option<Instant> {
+    match at {
+        Some(at) => Some(state.sleep_target(at)),
+        None if state.has_locks() => Some(Instant::now() + redlock_redis::SUSPEND_CHECK),
+        None => None,
+    }
 }
 
 /// Resolves at `at`, or never.

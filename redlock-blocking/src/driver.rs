@@ -81,8 +81,14 @@ fn run(
                 Output::Done => return,
             }
         }
+        // Deadlines are the suspend-aware clock's; the wait is `Instant`'s, at most
+        // SUSPEND_CHECK while a lock runs (see `DriverState::sleep_target`).
         let input = match state.poll_timeout() {
-            Some(timeout) => inbox.recv_timeout(timeout.at.saturating_duration_since(clock.now())),
+            Some(timeout) => {
+                let wake = state.sleep_target(timeout.at);
+                inbox.recv_timeout(wake.saturating_duration_since(std::time::Instant::now()))
+            }
+            None if state.has_locks() => inbox.recv_timeout(redlock_redis::SUSPEND_CHECK),
             None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         match input {

@@ -16,9 +16,11 @@
 //! and the workspace forbids `unsafe`; util-linux's `setpriv --pdeathsig` would make Linux and
 //! util-linux a requirement and could not apply the SIGKILL deadline. The socket is created by
 //! std with close-on-exec, so the command never inherits it and its stdin, stdout and stderr
-//! stay the caller's. Deadlines cross the process boundary as `CLOCK_MONOTONIC` readings in
-//! nanoseconds (the clock `Instant` reads on Linux), converted on each side so that the error
-//! is on the early side. The guard itself can still be killed (`kill -9` of the guard's pid):
+//! stay the caller's. Deadlines cross the process boundary as `CLOCK_BOOTTIME` readings in
+//! nanoseconds (Linux; `CLOCK_MONOTONIC` elsewhere), and the guard compares them with that
+//! clock directly: it counts the time the machine was suspended, as the nodes' TTLs do, so a
+//! laptop or VM that sleeps through the validity wakes to a guard that stops the command at
+//! once. `run` sends the end as `now + remaining()` by the client's suspend-aware clock. The guard itself can still be killed (`kill -9` of the guard's pid):
 //! that is the one case it does not cover.
 
 use std::io::{BufRead, BufReader, Write};
@@ -26,7 +28,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use nix::sys::signal::Signal;
@@ -48,7 +50,7 @@ pub(crate) struct GuardArgs {
     /// The Unix socket `run` listens on.
     #[arg(long)]
     pub(crate) socket: PathBuf,
-    /// The lock's validity end, as a `CLOCK_MONOTONIC` reading in nanoseconds.
+    /// The lock's validity end, as a `CLOCK_BOOTTIME` reading in nanoseconds.
     #[arg(long)]
     pub(crate) until_ns: u64,
     /// What to do to the command when the lock is lost or `run` is gone.
@@ -62,7 +64,7 @@ pub(crate) struct GuardArgs {
 /// One message from `run` to the guard, one line each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Message {
-    /// The validity now ends at this `CLOCK_MONOTONIC` reading (ns).
+    /// The validity now ends at this `CLOCK_BOOTTIME` reading (ns).
     Until(u64),
     /// The lock is lost: apply `--on-lost`.
     Lost,
@@ -87,9 +89,16 @@ impl Message {
     }
 }
 
-/// `CLOCK_MONOTONIC` now, in ns (0 if it cannot be read, which Linux never does).
-fn monotonic_ns() -> u64 {
-    clock_gettime(ClockId::CLOCK_MONOTONIC)
+/// The clock both processes read: `CLOCK_BOOTTIME` on Linux (it counts a suspend), else
+/// `CLOCK_MONOTONIC`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const CLOCK: ClockId = ClockId::CLOCK_BOOTTIME;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const CLOCK: ClockId = ClockId::CLOCK_MONOTONIC;
+
+/// [`CLOCK`] now, in ns (0 if it cannot be read, which Linux never does).
+pub(crate) fn boot_ns() -> u64 {
+    clock_gettime(CLOCK)
         .ok()
         .and_then(|ts| {
             let secs = u64::try_from(ts.tv_sec()).ok()?;
@@ -99,20 +108,14 @@ fn monotonic_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// `instant` as a `CLOCK_MONOTONIC` reading, for the other process. The clock is read before
-/// `Instant::now()`, so the result is, if anything, early.
-pub(crate) fn to_monotonic_ns(instant: Instant) -> u64 {
-    let mono = monotonic_ns();
-    let left = instant.saturating_duration_since(Instant::now());
-    mono.saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX))
+/// The [`CLOCK`] reading at which `left` from now has passed.
+pub(crate) fn boot_ns_after(left: Duration) -> u64 {
+    boot_ns().saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// A `CLOCK_MONOTONIC` reading from the other process as an `Instant` here. `Instant::now()`
-/// is read before the clock, so the result is, if anything, early.
-pub(crate) fn from_monotonic_ns(ns: u64) -> Instant {
-    let now = Instant::now();
-    let left = ns.saturating_sub(monotonic_ns());
-    now.checked_add(Duration::from_nanos(left)).unwrap_or(now)
+/// Whether the [`CLOCK`] reading `deadline_ns` is less than `margin` away (or past).
+fn due(deadline_ns: u64, margin: Duration) -> bool {
+    boot_ns_after(margin) >= deadline_ns
 }
 
 /// What the guard does now.
@@ -135,8 +138,8 @@ pub(crate) fn guard(args: &GuardArgs) -> Result<ExitCode, Failure> {
         )
     })?;
     let signal = catch_signals()?;
-    let mut deadline = from_monotonic_ns(args.until_ns);
-    if args.on_lost != OnLost::Ignore && Instant::now() + KILL_MARGIN >= deadline {
+    let mut deadline = args.until_ns;
+    if args.on_lost != OnLost::Ignore && due(deadline, KILL_MARGIN) {
         return Err((
             crate::LOST,
             "guard: the lock's validity ended before the command could start".to_owned(),
@@ -175,13 +178,13 @@ pub(crate) fn guard(args: &GuardArgs) -> Result<ExitCode, Failure> {
         };
         if state == State::Guarding {
             match heard {
-                Some(Heard::Said(Message::Until(ns))) => deadline = from_monotonic_ns(ns),
+                Some(Heard::Said(Message::Until(ns))) => deadline = ns,
                 Some(Heard::Said(Message::Lost)) => state = treat(args.on_lost, &mut child, false),
                 Some(Heard::Gone) => state = treat(args.on_lost, &mut child, true),
                 None => {}
             }
         }
-        if args.on_lost != OnLost::Ignore && Instant::now() + KILL_MARGIN >= deadline {
+        if args.on_lost != OnLost::Ignore && due(deadline, KILL_MARGIN) {
             // The validity ends: the command must not run on without the lock.
             if state == State::Guarding {
                 eprintln!(
@@ -275,17 +278,18 @@ mod tests {
     }
 
     #[test]
-    fn deadlines_cross_processes_on_the_early_side() {
-        let until = Instant::now() + Duration::from_secs(5);
-        let back = from_monotonic_ns(to_monotonic_ns(until));
-        assert!(back <= until, "never later than the validity end");
+    fn deadlines_are_due_by_the_shared_clock() {
+        let until = boot_ns_after(Duration::from_secs(5));
+        assert!(!due(until, KILL_MARGIN), "5 s away is not due");
         assert!(
-            until.duration_since(back) < Duration::from_secs(1),
-            "and close to it: {:?}",
-            until.duration_since(back)
+            due(until, Duration::from_secs(6)),
+            "within the margin is due"
         );
-        // A deadline already past stays in the past (never panics).
-        let past = from_monotonic_ns(0);
-        assert!(past <= Instant::now());
+        assert!(
+            due(0, Duration::ZERO),
+            "a past deadline is due (never panics)"
+        );
+        assert!(!due(u64::MAX, KILL_MARGIN));
+        assert!(boot_ns() > 0, "the clock reads");
     }
 }

@@ -4,7 +4,7 @@ use std::os::unix::net::UnixListener;
 use std::process::{Child, Command, ExitCode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -13,7 +13,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use redlock_blocking::LockRequest;
 
 use crate::cli::{Global, OnLost, RunArgs};
-use crate::guard::{Link, Message, to_monotonic_ns};
+use crate::guard::{Link, Message, boot_ns, boot_ns_after};
 use crate::{Failure, LOST, NOT_STARTED, USAGE, client, failure};
 
 /// Takes the lock (auto-extended), runs the command under a guard process ([`crate::guard`]),
@@ -30,8 +30,10 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> 
     let signal = catch_signals()?;
     let outcome = redlock.with_lock_request(request, |lease| {
         let token = String::from_utf8_lossy(lease.token().as_bytes()).into_owned();
-        let mut valid_until = lease.valid_until();
-        let (mut guard, mut link) = spawn_guard(args, &token, lease.fence(), valid_until)?;
+        // The validity end as the guard reads it: `CLOCK_BOOTTIME` now + what is left, by the
+        // client's suspend-aware clock.
+        let mut until = boot_ns_after(lease.remaining());
+        let (mut guard, mut link) = spawn_guard(args, &token, lease.fence(), until)?;
         if global.verbose {
             eprintln!(
                 "redlock: holding {} (fence {:?}; guard pid {} runs the command)",
@@ -48,9 +50,15 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> 
                 return Ok(exit_code(status));
             }
             forward(&signal, &guard);
-            if lease.valid_until() != valid_until {
-                valid_until = lease.valid_until();
-                link.send(Message::Until(to_monotonic_ns(valid_until)));
+            // Checked on every pass: after the machine slept, the validity may have ended
+            // without the driver having woken to say so yet.
+            if !lease.is_valid() {
+                return lost(args, &mut guard, &mut link);
+            }
+            let now_until = boot_ns_after(lease.remaining());
+            if now_until.abs_diff(until) > 1_000_000 {
+                until = now_until;
+                link.send(Message::Until(until));
             }
             if lease.wait_lost(Duration::from_millis(50)) {
                 return lost(args, &mut guard, &mut link);
@@ -71,16 +79,17 @@ pub(crate) fn catch_signals() -> Result<Arc<AtomicUsize>, Failure> {
 }
 
 /// Starts `redlock __guard` (this binary), which starts the command once it reached us over a
-/// Unix socket in a private temp dir.
+/// Unix socket in a temp dir only this user can enter.
 fn spawn_guard(
     args: &RunArgs,
     token: &str,
     fence: Option<u64>,
-    valid_until: Instant,
+    until_ns: u64,
 ) -> Result<(Child, Link), Failure> {
     let cannot = |what: &str, err: std::io::Error| (NOT_STARTED, format!("{what}: {err}"));
     let dir = tempfile::Builder::new()
         .prefix("redlock-guard-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir()
         .map_err(|err| cannot("cannot make the guard's socket dir", err))?;
     let path = dir.path().join("guard.sock");
@@ -93,7 +102,7 @@ fn spawn_guard(
         .arg("--socket")
         .arg(&path)
         .arg("--until-ns")
-        .arg(to_monotonic_ns(valid_until).to_string())
+        .arg(until_ns.to_string())
         .arg("--on-lost")
         .arg(match args.on_lost {
             OnLost::Term => "term",
@@ -131,7 +140,7 @@ fn spawn_guard(
                         "the guard ended before starting the command".to_owned(),
                     ));
                 }
-                if Instant::now() >= valid_until {
+                if boot_ns() >= until_ns {
                     // It never called back; it starts no command past the validity either.
                     terminate(&mut guard);
                     return Err((

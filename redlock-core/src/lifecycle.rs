@@ -346,6 +346,16 @@ impl Lifecycle {
     pub fn extend(&mut self, now: Instant, ttl: Duration) -> Result<(), ConfigError> {
         Ttl::for_config(now, &self.config, ttl)?;
         match &mut self.stage {
+            // Given up (lost): not extended any more, as for a lock no longer held.
+            Stage::Held(held) if held.lost => {
+                self.ready = Some(LockEvent::Extended {
+                    outcome: ExtendOutcome::NotExtended {
+                        reason: ExtendFailure::Expired,
+                        votes: Vec::new(),
+                    },
+                    trigger: Trigger::Caller,
+                });
+            }
             Stage::Held(held) if held.extending.is_some() => held.queued = Some(ttl),
             Stage::Held(_) => self.start_extend(now, ttl, Trigger::Caller),
             _ => {

@@ -501,3 +501,34 @@ fn an_abandoned_resumption_never_sends_what_was_still_queued() {
     assert_eq!(queued_after, 0, "never sent, so never lengthening a key");
     assert!(w.events().is_empty());
 }
+
+#[test]
+fn a_lock_reported_lost_is_not_extended_any_more() {
+    let mut w = World::new(3);
+    let a = LockId::new(1);
+    let ttl = Duration::from_secs(1);
+    w.mux
+        .start(w.now, a, Start::Acquire, &LockRequest::new("a", ttl))
+        .expect("valid");
+    w.settle();
+    w.events();
+    w.tick();
+    assert!(matches!(&w.events()[..], [(_, LockEvent::Lost { .. })]));
+    w.batches.clear();
+    w.mux.extend(w.now, a, ttl).expect("valid");
+    w.send();
+    assert!(w.batches.is_empty(), "nothing sent for a lost lock");
+    assert!(matches!(
+        &w.events()[..],
+        [(
+            _,
+            LockEvent::Extended {
+                outcome: ExtendOutcome::NotExtended {
+                    reason: ExtendFailure::Expired,
+                    ..
+                },
+                trigger: Trigger::Caller,
+            }
+        )]
+    ));
+}

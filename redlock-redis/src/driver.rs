@@ -23,6 +23,10 @@ use crate::handle::{LockHandle, Pending};
 use crate::lease_watch::LeaseWatch;
 use crate::telemetry;
 
+/// The longest a driver sleeps while any lock runs: how soon after a machine suspend it sees
+/// the time that passed (see [`DriverState::sleep_target`]).
+pub const SUSPEND_CHECK: Duration = Duration::from_secs(1);
+
 /// How long a release by token waits for answers: the node timeout of a lock with this TTL
 /// (1 s with the default settings).
 const RELEASE_BY_TOKEN_TTL: Duration = Duration::from_secs(10);
@@ -375,10 +379,22 @@ impl DriverState {
         &self.clock
     }
 
-    /// The instant in `Instant::now()`'s timeline when the clock will read `at` (earlier by the
-    /// suspend time counted so far): what to sleep until.
+    /// What to sleep until, in `Instant::now()`'s timeline, for a deadline `at` of the clock:
+    /// earlier by the suspend time counted so far, and, while any lock runs, at most
+    /// [`SUSPEND_CHECK`] away — a timer of `Instant`'s clock stands still while the machine
+    /// sleeps, so after a suspend the driver wakes within that, sees the time that passed, and
+    /// reports a lock whose validity ran out.
     pub fn sleep_target(&self, at: Instant) -> Instant {
-        at.checked_sub(self.clock.suspended()).unwrap_or(at)
+        let at = at.checked_sub(self.clock.suspended()).unwrap_or(at);
+        if self.mux.is_empty() {
+            return at;
+        }
+        at.min(Instant::now() + SUSPEND_CHECK)
+    }
+
+    /// Whether any lock runs (the driver then wakes at least every [`SUSPEND_CHECK`]).
+    pub fn has_locks(&self) -> bool {
+        !self.mux.is_empty()
     }
 
     /// The nodes, as `host:port`.

@@ -110,6 +110,8 @@ impl LeaseWatch {
     /// [`is_valid`](LeaseWatch::is_valid), which count a suspend themselves.
     pub fn valid_until(&self) -> Instant {
         let until = self.shared.state().lease.valid_until();
+        // Reading the clock brings its count of suspend time up to date.
+        self.clock.now();
         until.checked_sub(self.clock.suspended()).unwrap_or(until)
     }
 

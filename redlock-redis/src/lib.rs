@@ -42,7 +42,8 @@ pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
 pub use clock::{Clock, Readings, suspend_adjusted};
 pub use deployment::Deployment;
 pub use driver::{
-    Call, DriverState, LockIds, Output, Post, acquire, flush, release_by_token, trust,
+    Call, DriverState, LockIds, Output, Post, SUSPEND_CHECK, acquire, flush, release_by_token,
+    trust,
 };
 pub use entropy::seeded_rng;
 pub use error::{Error, LockFailure, NodeReport};
