@@ -33,6 +33,11 @@ impl Lock {
         Self(handle)
     }
 
+    /// A watch on the lock for other threads (cheap; see [`LeaseWatch::wait_lost`]).
+    pub fn watch(&self) -> LeaseWatch {
+        self.0.watch().clone()
+    }
+
     /// Extends the lock to `ttl` from now, blocking until the outcome. On success the validity
     /// moves forward; on failure it is unchanged and nothing is deleted. An expired lock, or one
     /// that too few nodes still hold, fails with [`Error::Lost`]. Concurrent calls run one after

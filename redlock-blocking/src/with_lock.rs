@@ -33,7 +33,7 @@ impl Redlock {
         work: impl FnOnce(LeaseWatch) -> T,
     ) -> Result<T, Error> {
         let lock = self.acquire(request.auto_extend())?;
-        let value = work((*lock).clone());
+        let value = work(lock.watch());
         let loss = lock.loss();
         lock.release();
         loss.map_or(Ok(value), Err)

@@ -28,44 +28,92 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> 
     }
     // A signal to `redlock` goes to the command; the lock is released once the command ended.
     let signal = catch_signals()?;
-    let outcome = redlock.with_lock_request(request, |lease| {
-        let token = String::from_utf8_lossy(lease.token().as_bytes()).into_owned();
-        // The validity end as the guard reads it: `CLOCK_BOOTTIME` now + what is left, by the
-        // client's suspend-aware clock.
-        let mut until = boot_ns_after(lease.remaining());
-        let (mut guard, mut link) = spawn_guard(args, &token, lease.fence(), until)?;
-        if global.verbose {
-            eprintln!(
-                "redlock: holding {} (fence {:?}; guard pid {} runs the command)",
-                args.resource,
-                lease.fence(),
-                guard.id()
-            );
+    let lock = redlock
+        .acquire(request.auto_extend())
+        .map_err(|err| failure(&args.resource, err))?;
+    let lease = lock.watch();
+    let outcome = guard_command(args, &lease, &signal, global.verbose);
+    match outcome {
+        Err(GuardKilled(signal)) => {
+            // The command may still run, and nobody can stop it at the validity end any more:
+            // leave the lock held until its TTL rather than let another host take it now.
+            lock.detach();
+            redlock.flush(redlock_blocking::DEFAULT_IO_TIMEOUT * 2);
+            Err((
+                LOST,
+                format!(
+                    "the guard process was killed (signal {signal}); the command may still be \
+                     running unguarded, so the lock on {} is left to expire by its TTL",
+                    args.resource
+                ),
+            ))
         }
-        loop {
-            if let Some(status) = guard
-                .try_wait()
-                .map_err(|err| (NOT_STARTED, err.to_string()))?
-            {
-                return Ok(exit_code(status));
-            }
-            forward(&signal, &guard);
-            // Checked on every pass: after the machine slept, the validity may have ended
-            // without the driver having woken to say so yet.
-            if !lease.is_valid() {
-                return lost(args, &mut guard, &mut link);
-            }
-            let now_until = boot_ns_after(lease.remaining());
-            if now_until.abs_diff(until) > 1_000_000 {
-                until = now_until;
-                link.send(Message::Until(until));
-            }
-            if lease.wait_lost(Duration::from_millis(50)) {
-                return lost(args, &mut guard, &mut link);
+        Ok(done) => {
+            let loss = lock.loss();
+            lock.release();
+            match (done, loss) {
+                (Ok(code), None) => Ok(code),
+                (Ok(_), Some(err)) => Err(failure(&args.resource, err)),
+                (Err(failed), _) => Err(failed),
             }
         }
-    });
-    outcome.map_err(|err| failure(&args.resource, err))?
+    }
+}
+
+/// The guard process was killed by this signal.
+struct GuardKilled(i32);
+
+/// Runs the command under its guard while `lease` is held: its exit status, or why it stopped.
+fn guard_command(
+    args: &RunArgs,
+    lease: &redlock_blocking::LeaseWatch,
+    signal: &AtomicUsize,
+    verbose: bool,
+) -> Result<Result<ExitCode, Failure>, GuardKilled> {
+    use std::os::unix::process::ExitStatusExt;
+    let token = String::from_utf8_lossy(lease.token().as_bytes()).into_owned();
+    // The validity end as the guard reads it: `CLOCK_BOOTTIME` now + what is left, by the
+    // client's suspend-aware clock.
+    let mut until = boot_ns_after(lease.remaining());
+    let (mut guard, mut link) = match spawn_guard(args, &token, lease.fence(), until) {
+        Ok(spawned) => spawned,
+        Err(failed) => return Ok(Err(failed)),
+    };
+    if verbose {
+        eprintln!(
+            "redlock: holding {} (fence {:?}; guard pid {} runs the command)",
+            args.resource,
+            lease.fence(),
+            guard.id()
+        );
+    }
+    loop {
+        match guard.try_wait() {
+            Ok(Some(status)) => {
+                // A guard never dies of a signal on its own: someone killed it.
+                if let Some(sig) = status.signal() {
+                    return Err(GuardKilled(sig));
+                }
+                return Ok(Ok(exit_code(status)));
+            }
+            Ok(None) => {}
+            Err(err) => return Ok(Err((NOT_STARTED, err.to_string()))),
+        }
+        forward(signal, &guard);
+        // Checked on every pass: after the machine slept, the validity may have ended
+        // without the driver having woken to say so yet.
+        if !lease.is_valid() {
+            return Ok(lost(args, &mut guard, &mut link));
+        }
+        let now_until = boot_ns_after(lease.remaining());
+        if now_until.abs_diff(until) > 1_000_000 {
+            until = now_until;
+            link.send(Message::Until(until));
+        }
+        if lease.wait_lost(Duration::from_millis(50)) {
+            return Ok(lost(args, &mut guard, &mut link));
+        }
+    }
 }
 
 /// Catches SIGTERM, SIGINT and SIGHUP into a flag (to pass them on instead of dying).

@@ -273,3 +273,45 @@ fn a_stopped_run_cannot_carry_the_command_past_the_validity() {
     );
     assert!(guard_said(&mut run).contains("no extension arrived"));
 }
+
+/// The guard itself killed (`kill -9` of its pid): the command may run on unguarded, so `run`
+/// does not release the lock under it — it exits 76 and leaves the lock to its TTL, so no other
+/// host takes it while the orphaned command runs.
+#[test]
+fn a_killed_guard_leaves_the_lock_held_under_the_orphaned_command() {
+    let nodes = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pidfile = dir.path().join("pid");
+    let script = format!(
+        "echo $$ > {}; while :; do sleep 0.05; done",
+        pidfile.display()
+    );
+    let mut run = start_run(
+        &nodes,
+        &["run", "--ttl", "60s", "orphan", "--", "sh", "-c", &script],
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || read_pid(&pidfile).is_some()),
+        "the command started"
+    );
+    let command = read_pid(&pidfile).expect("pid");
+    let guard: i32 = std::fs::read_to_string(format!("/proc/{command}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace().nth(1)?.parse().ok()
+        })
+        .expect("the command's parent, the guard");
+    kill(Pid::from_raw(guard), Signal::SIGKILL).expect("SIGKILL the guard");
+    let status = run.wait().expect("run ends");
+    assert_eq!(status.code(), Some(76), "{status:?}");
+    assert!(
+        nodes.count_with_key("redlock:orphan") >= 2,
+        "the lock stays held while the orphaned command may run"
+    );
+    assert!(!is_gone(command), "the command was orphaned, not stopped");
+    // The orphan holds run's stderr open: stop it before reading what run said.
+    kill(Pid::from_raw(command), Signal::SIGKILL).expect("clean up the command");
+    let said = guard_said(&mut run);
+    assert!(said.contains("guard process was killed"), "{said}");
+}
