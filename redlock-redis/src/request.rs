@@ -206,6 +206,7 @@ impl BatchReplies {
 
     /// The answer to a request run on its own, or to a pipeline, before any `NOSCRIPT` re-run;
     /// returns the positions to run again.
+    #[cfg(any(feature = "tokio", feature = "smol"))]
     fn read(
         batch: &[Transmit],
         result: Result<Vec<redis::Value>, redis::RedisError>,
@@ -241,6 +242,7 @@ impl BatchReplies {
         (replies, again)
     }
 
+    #[cfg(any(feature = "tokio", feature = "smol"))]
     /// The answer to the one request of `batch`, sent as a plain command (`EVALSHA` for a
     /// script, one packed command, few allocations); `NOSCRIPT` asks for a re-run.
     fn one(batch: &[Transmit], result: Result<redis::Value, redis::RedisError>) -> (Self, bool) {
