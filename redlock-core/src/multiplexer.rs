@@ -325,11 +325,12 @@ impl<R: CryptoRng> Multiplexer<R> {
             self.events.push_back((id, expired()));
             return Ok(());
         };
-        if slot.extending || slot.releasing {
+        if slot.releasing {
+            self.events.push_back((id, expired()));
+            return Ok(());
+        }
+        if slot.extending {
             slot.extends.push_back(ttl);
-            if slot.releasing {
-                self.answer_extends(id);
-            }
             return Ok(());
         }
         slot.lifecycle.extend(now, ttl)?;

@@ -3,8 +3,9 @@
 //! carries calls in, batches out, replies and notices in, and time.
 //!
 //! # What it never does
-//! It never does I/O, never reads the clock (every input takes `now`), never blocks and never
-//! spawns: answering a caller is filling an [`Answer`](crate::Answer) slot.
+//! It never does I/O, never blocks and never spawns: answering a caller is filling an
+//! [`Answer`](crate::Answer) slot. The only clock it reads is the client's [`Clock`] it was
+//! given (to let a due deadline pass, and to say how long to sleep); every input takes `now`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -347,21 +348,25 @@ impl DriverState {
     /// clock): write a batch, apply a change of release channels, or end. Call until `None`
     /// after every input; then wait for the next input or [`poll_timeout`](Self::poll_timeout).
     pub fn poll_output(&mut self) -> Option<Output> {
-        let now = self.clock.now();
-        if self.poll_timeout().is_some_and(|timeout| timeout.at <= now) {
+        loop {
+            if let Some(batch) = self.mux.poll_transmit() {
+                return Some(Output::Transmit(batch));
+            }
+            if let Some(change) = self.mux.poll_subscription() {
+                return Some(Output::Subscription(change));
+            }
+            if self.is_done() {
+                tracing::debug!("client gone and every lock over: the driver ends");
+                return Some(Output::Done);
+            }
+            // Before the shell sleeps (once a turn, not per output): a deadline already due —
+            // inputs kept the shell busy past it — passes now.
+            let now = self.clock.now();
+            if self.poll_timeout().is_none_or(|timeout| timeout.at > now) {
+                return None;
+            }
             self.handle_timeout(now);
         }
-        if let Some(batch) = self.mux.poll_transmit() {
-            return Some(Output::Transmit(batch));
-        }
-        if let Some(change) = self.mux.poll_subscription() {
-            return Some(Output::Subscription(change));
-        }
-        if self.is_done() {
-            tracing::debug!("client gone and every lock over: the driver ends");
-            return Some(Output::Done);
-        }
-        None
     }
 
     /// Every release channel to listen on, for a subscriber connection that (re)starts.
@@ -424,6 +429,54 @@ impl DriverState {
     }
 
     fn on_event(&mut self, now: Instant, id: LockId, event: LockEvent) {
+        if let Some(Waiting::Held {
+            watch,
+            since,
+            extends,
+            release,
+        }) = self.waiting.get_mut(&id)
+        {
+            match event {
+                LockEvent::Extended { outcome, trigger } => {
+                    let extended = matches!(outcome, ExtendOutcome::Extended { .. });
+                    telemetry::extension(trigger, extended);
+                    watch.extended(&outcome);
+                    if trigger == Trigger::Caller
+                        && let Some(answer) = extends.pop_front()
+                    {
+                        let _ = answer.send(match outcome {
+                            ExtendOutcome::Extended { .. } => Ok(()),
+                            ExtendOutcome::NotExtended { reason, votes } => {
+                                tracing::debug!(?reason, "not extended");
+                                Err(Error::extend_failed(&self.labels, reason, &votes))
+                            }
+                        });
+                    }
+                }
+                LockEvent::Lost { cause, votes } => {
+                    telemetry::lost(cause);
+                    tracing::warn!(?cause, "lock lost");
+                    watch.set_lost(Error::lost(&self.labels, cause, &votes));
+                }
+                LockEvent::Released(report) => {
+                    telemetry::release(Some(*since));
+                    tracing::debug!(
+                        released = report.released(),
+                        held_by_other = report.held_by_other(),
+                        unreachable = report.unreachable(),
+                        "released"
+                    );
+                    watch.set_ended();
+                    if let Some(answer) = release.take() {
+                        let _ = answer.send(report);
+                    }
+                    self.waiting.remove(&id);
+                }
+                LockEvent::Acquired(_) | LockEvent::NotAcquired(_) | LockEvent::Trusted(_) => {}
+            }
+            return;
+        }
+        // Every other wait ends with its event.
         let Some(waiting) = self.waiting.remove(&id) else {
             return;
         };
@@ -449,67 +502,6 @@ impl DriverState {
                 tracing::debug!(reason = ?failure.reason, attempts = failure.attempts, "not acquired");
                 telemetry::acquisition(started, failure.attempts, Some(failure.reason));
                 let _ = answer.send(Err(Error::acquire_failed(&self.labels, &failure)));
-            }
-            (
-                Waiting::Held {
-                    watch,
-                    since,
-                    mut extends,
-                    release,
-                },
-                event,
-            ) => {
-                let release = match event {
-                    LockEvent::Extended { outcome, trigger } => {
-                        let extended = matches!(outcome, ExtendOutcome::Extended { .. });
-                        telemetry::extension(trigger, extended);
-                        watch.extended(&outcome);
-                        if trigger == Trigger::Caller
-                            && let Some(answer) = extends.pop_front()
-                        {
-                            let _ = answer.send(match outcome {
-                                ExtendOutcome::Extended { .. } => Ok(()),
-                                ExtendOutcome::NotExtended { reason, votes } => {
-                                    tracing::debug!(?reason, "not extended");
-                                    Err(Error::extend_failed(&self.labels, reason, &votes))
-                                }
-                            });
-                        }
-                        release
-                    }
-                    LockEvent::Lost { cause, votes } => {
-                        telemetry::lost(cause);
-                        tracing::warn!(?cause, "lock lost");
-                        watch.set_lost(Error::lost(&self.labels, cause, &votes));
-                        release
-                    }
-                    LockEvent::Released(report) => {
-                        telemetry::release(Some(since));
-                        tracing::debug!(
-                            released = report.released(),
-                            held_by_other = report.held_by_other(),
-                            unreachable = report.unreachable(),
-                            "released"
-                        );
-                        watch.set_ended();
-                        if let Some(answer) = release {
-                            let _ = answer.send(report);
-                        }
-                        return;
-                    }
-                    LockEvent::Acquired(_) | LockEvent::NotAcquired(_) | LockEvent::Trusted(_) => {
-                        release
-                    }
-                };
-                self.waiting.insert(
-                    id,
-                    Waiting::Held {
-                        watch,
-                        since,
-                        extends,
-                        release,
-                    },
-                );
             }
             (Waiting::ReleaseByToken(answer), LockEvent::Released(report)) => {
                 let _ = answer.send(Ok(report));
@@ -545,10 +537,9 @@ impl DriverState {
                 release: None,
             },
         );
-        let handle = LockHandle::new(id, self.post.clone(), watch, resume);
-        if let Err(Ok(handle)) = answer.send(Ok(handle)) {
-            drop(handle);
-        }
+        // A caller that is gone gets nothing: the handle sent back is dropped here, which
+        // releases an acquired lock and detaches a resumed one.
+        let _ = answer.send(Ok(LockHandle::new(id, self.post.clone(), watch, resume)));
     }
 }
 

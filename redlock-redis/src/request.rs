@@ -204,56 +204,29 @@ impl BatchReplies {
         }
     }
 
-    /// The answer to a request run on its own, or to a pipeline, before any `NOSCRIPT` re-run;
-    /// returns the positions to run again.
-    #[cfg(any(feature = "tokio", feature = "smol"))]
+    /// Reads the results of `batch`'s requests, in order, before any `NOSCRIPT` re-run;
+    /// returns the positions of the requests to run again on their own (which loads the
+    /// script). The one mapping of raw results to answers, for blocking and async connections.
     fn read(
         batch: &[Transmit],
-        result: Result<Vec<redis::Value>, redis::RedisError>,
+        results: impl IntoIterator<Item = Result<redis::Value, redis::RedisError>>,
     ) -> (Self, Vec<usize>) {
-        let values = match result {
-            Ok(values) if values.len() == batch.len() => values,
-            // Not one answer per command: the connection cannot be trusted any more.
-            Ok(_) => {
-                let mut replies = Self::all(batch, Reply::Error(NodeErrorKind::Protocol), true);
-                replies.rebuild = true;
-                return (replies, Vec::new());
-            }
-            Err(err) => return (Self::failed(batch, &err), Vec::new()),
-        };
-        let mut again = Vec::new();
-        let answers = values
-            .into_iter()
-            .zip(batch)
-            .enumerate()
-            .map(|(index, (value, transmit))| match &value {
-                redis::Value::ServerError(err) if err.code() == "NOSCRIPT" => {
-                    again.push(index);
-                    (transmit.id, Reply::Error(NodeErrorKind::NoScript))
-                }
-                _ => (transmit.id, map_result(Ok(value))),
-            })
-            .collect();
-        let replies = Self {
-            answers,
-            reconnect: false,
-            rebuild: false,
-        };
-        (replies, again)
-    }
-
-    #[cfg(any(feature = "tokio", feature = "smol"))]
-    /// The answer to the one request of `batch`, sent as a plain command (`EVALSHA` for a
-    /// script, one packed command, few allocations); `NOSCRIPT` asks for a re-run.
-    fn one(batch: &[Transmit], result: Result<redis::Value, redis::RedisError>) -> (Self, bool) {
-        if let Err(err) = &result
-            && err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-        {
-            return (Self::all(batch, Reply::Nil, false), true);
-        }
         let mut replies = Self::all(batch, Reply::Nil, false);
-        replies.rerun(0, result);
-        (replies, false)
+        let mut again = Vec::new();
+        for (index, result) in results.into_iter().enumerate() {
+            match result {
+                Ok(redis::Value::ServerError(err)) if err.code() == "NOSCRIPT" => {
+                    again.push(index);
+                }
+                Err(err)
+                    if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    again.push(index);
+                }
+                result => replies.rerun(index, result),
+            }
+        }
+        (replies, again)
     }
 
     /// The answer of request `index`, run again on its own.
@@ -334,17 +307,7 @@ pub fn run_batch(
     if gave_up {
         let _ = conn.set_read_timeout(Some(read_timeout));
     }
-    let mut replies = BatchReplies::all(batch, Reply::Nil, false);
-    let mut again = Vec::new();
-    for (index, result) in results.into_iter().enumerate() {
-        match result {
-            Ok(redis::Value::ServerError(err)) if err.code() == "NOSCRIPT" => again.push(index),
-            Err(err) if err.is_timeout() => {
-                replies.answers[index].1 = Reply::Error(map_error(&err));
-            }
-            result => replies.rerun(index, result),
-        }
-    }
+    let (mut replies, again) = BatchReplies::read(batch, results);
     for index in again {
         replies.rerun(index, Request::new(&batch[index].command).run(conn));
     }
@@ -362,10 +325,21 @@ pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
             let result = Request::pipelined(&transmit.command)
                 .query_async(conn)
                 .await;
-            let (replies, again) = BatchReplies::one(batch, result);
-            (replies, if again { vec![0] } else { Vec::new() })
+            BatchReplies::read(batch, [result])
         }
-        _ => BatchReplies::read(batch, pipeline(batch).query_async(conn).await),
+        _ => match pipeline(batch).query_async::<Vec<redis::Value>>(conn).await {
+            Ok(values) if values.len() == batch.len() => {
+                BatchReplies::read(batch, values.into_iter().map(Ok))
+            }
+            // Not one answer per command: the connection cannot be trusted any more.
+            Ok(_) => {
+                let mut replies =
+                    BatchReplies::all(batch, Reply::Error(NodeErrorKind::Protocol), true);
+                replies.rebuild = true;
+                return replies;
+            }
+            Err(err) => return BatchReplies::failed(batch, &err),
+        },
     };
     for index in again {
         let result = Request::new(&batch[index].command).run_async(conn).await;
