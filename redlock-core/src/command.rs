@@ -5,6 +5,8 @@
 //! sets all keys or none on each node. Release and extend always run a script (compare-and-delete
 //! and compare-and-pexpire cannot be done atomically otherwise).
 
+use crate::dialect::{DeleteIfEq, Dialect};
+use crate::reply::{NodeErrorKind, Reply};
 use crate::spec::LockSpec;
 
 /// Sets every key to the token with a TTL, on one node, only if none of them exists.
@@ -267,6 +269,45 @@ pub enum RedisForm<'a> {
         /// The TTL in milliseconds.
         ttl_ms: u64,
     },
+    /// `MSETEX n key token … NX PX ttl_ms`: every key or none, in one command. Answers 1 or 0.
+    MSetEx {
+        /// The keys, with the token.
+        spec: &'a LockSpec,
+        /// The TTL in milliseconds.
+        ttl_ms: u64,
+    },
+    /// One compare-and-delete per key, in one pipeline: `DELIFEQ key token` or
+    /// `DELEX key IFEQ token`, each answering 1 (deleted) or 0 (absent, or another value). A 0
+    /// is told apart by a `GET key` after it ([`RedisForm::missed_delete`]), for the report
+    /// only: the decision was the delete's. When the release announces itself, a
+    /// `PUBLISH <release channel> 1` per key follows the deletes in the same pipeline (sent
+    /// whether or not the delete found the key: a notice is only a hint; its answer, even an
+    /// error such as an ACL without `PUBLISH`, never changes the release's).
+    DeleteEach {
+        /// The keys, with the token.
+        spec: &'a LockSpec,
+        /// Which command.
+        how: DeleteIfEq,
+        /// Whether each key's release channel hears of it ([`released_channel`]).
+        notify: bool,
+    },
+    /// `SET key token IFEQ token PX ttl_ms` per key, in one pipeline: sets the TTL exactly, so
+    /// only for an extension the engine marked safe ([`Command::sets_exact_ttl`]). Each answers
+    /// `OK` (ours: extended) or nil (not ours: untouched).
+    SetIfEqEach {
+        /// The keys, with the token.
+        spec: &'a LockSpec,
+        /// The TTL in milliseconds.
+        ttl_ms: u64,
+    },
+    /// `SET key 0`: marks the node trusted ([`EPOCH_KEY`]), as [`TRUST_SCRIPT`] does, on a
+    /// node that runs no script. Answers `OK`.
+    SetTrusted,
+    /// The node can run neither the script nor a native form that keeps this command's meaning
+    /// (a restart-aware or fenced acquire, a fence commit, or an extension of unknown TTL
+    /// history, on a node that runs no script): nothing is sent, and the node's answer is
+    /// [`NodeErrorKind::NoSafeForm`].
+    Unsupported,
     /// `EVAL script numkeys keys… args…` (or `EVALSHA` of the same script).
     Script {
         /// Which script (its Lua source is [`Script::source`]).
@@ -276,6 +317,175 @@ pub enum RedisForm<'a> {
         /// `ARGV`, in order.
         args: ScriptArgs<'a>,
     },
+}
+
+impl RedisForm<'_> {
+    /// How many Redis commands the form is on the wire (one per key for the per-key forms,
+    /// none when unsupported), each answered in order.
+    pub fn parts(&self) -> usize {
+        match self {
+            Self::DeleteEach { spec, notify, .. } => spec.len() * (1 + usize::from(*notify)),
+            Self::SetIfEqEach { spec, .. } => spec.len(),
+            Self::Unsupported => 0,
+            Self::Set { .. } | Self::MSetEx { .. } | Self::SetTrusted | Self::Script { .. } => 1,
+        }
+    }
+
+    /// How many of the form's first parts decide its answer: all of them, but for a
+    /// [`DeleteEach`](Self::DeleteEach) that announces itself, whose `PUBLISH`es come after
+    /// the deletes and decide nothing.
+    pub fn decisive_parts(&self) -> usize {
+        match self {
+            Self::DeleteEach { spec, .. } => spec.len(),
+            _ => self.parts(),
+        }
+    }
+
+    /// The engine's reply for the form's answers, one per part in order (a [`DeleteEach`]
+    /// zero already told apart by [`missed_delete`](Self::missed_delete)): what the script
+    /// of the same meaning would have answered. Only the [decisive](Self::decisive_parts)
+    /// parts count, and the answers may stop after them. A failed decisive part fails the
+    /// whole; a missing one is a protocol error.
+    ///
+    /// [`DeleteEach`]: Self::DeleteEach
+    pub fn answer(&self, parts: &[Reply]) -> Reply {
+        let decisive = self.decisive_parts();
+        let parts = parts.get(..decisive).unwrap_or(parts);
+        if let Some(failed) = parts.iter().find(|r| matches!(r, Reply::Error(_))) {
+            return *failed;
+        }
+        if parts.len() != decisive {
+            return match self {
+                Self::Unsupported => Reply::Error(NodeErrorKind::NoSafeForm),
+                _ => Reply::Error(NodeErrorKind::Protocol),
+            };
+        }
+        match self {
+            Self::Set { .. } | Self::MSetEx { .. } | Self::Script { .. } => parts[0],
+            Self::SetTrusted => match parts[0] {
+                Reply::Ok => Reply::Int(1),
+                _ => Reply::Other,
+            },
+            Self::SetIfEqEach { .. } => {
+                if parts.iter().all(|r| *r == Reply::Ok) {
+                    Reply::Int(1)
+                } else if parts.iter().all(|r| matches!(r, Reply::Ok | Reply::Nil)) {
+                    Reply::Int(0)
+                } else {
+                    Reply::Other
+                }
+            }
+            Self::DeleteEach { .. } => {
+                if !parts.iter().all(|r| matches!(r, Reply::Int(-1..=1))) {
+                    Reply::Other
+                } else if parts.contains(&Reply::Int(-1)) {
+                    Reply::Int(-1)
+                } else {
+                    Reply::Int(i64::from(parts.contains(&Reply::Int(1))))
+                }
+            }
+            Self::Unsupported => Reply::Error(NodeErrorKind::NoSafeForm),
+        }
+    }
+
+    /// A [`DeleteEach`](Self::DeleteEach) part that answered 0, told apart by what `GET key`
+    /// then read: `Int(-1)` when another token holds the key, `Int(0)` when it is absent.
+    pub fn missed_delete(value: Option<&[u8]>, token: &[u8]) -> Reply {
+        match value {
+            Some(held) if held != token => Reply::Int(-1),
+            _ => Reply::Int(0),
+        }
+    }
+}
+
+/// One argument of a native command: bytes, a number written in decimal, or a key's release
+/// channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arg<'a> {
+    /// Bytes as they are (a command name, a key, a token, an option).
+    Bytes(&'a [u8]),
+    /// A number, in decimal.
+    Number(u64),
+    /// The release channel of this key: [`RELEASED_CHANNEL_PREFIX`] then the key.
+    Channel(&'a [u8]),
+}
+
+impl<'a> RedisForm<'a> {
+    /// Calls `f` with each argument of part `part` (`0..parts()`) of a native form, the
+    /// command name first; a script form or an unsupported one has none (a script is sent by
+    /// `EVAL`/`EVALSHA` from [`Script`], which each transport spells its own way).
+    pub fn for_each_arg(&self, part: usize, mut f: impl FnMut(Arg<'a>)) {
+        use Arg::{Bytes, Channel, Number};
+        match *self {
+            Self::Set { key, token, ttl_ms } => {
+                [
+                    Bytes(b"SET"),
+                    Bytes(key),
+                    Bytes(token),
+                    Bytes(b"NX"),
+                    Bytes(b"PX"),
+                ]
+                .into_iter()
+                .for_each(&mut f);
+                f(Number(ttl_ms));
+            }
+            Self::MSetEx { spec, ttl_ms } => {
+                f(Bytes(b"MSETEX"));
+                f(Number(spec.len() as u64));
+                for key in spec.keys() {
+                    f(Bytes(key));
+                    f(Bytes(spec.token().as_bytes()));
+                }
+                [Bytes(b"NX"), Bytes(b"PX"), Number(ttl_ms)]
+                    .into_iter()
+                    .for_each(f);
+            }
+            Self::DeleteEach { spec, how, .. } => {
+                let Some(key) = spec.keys().nth(part) else {
+                    if let Some(key) = spec.keys().nth(part - spec.len()) {
+                        f(Bytes(b"PUBLISH"));
+                        f(Channel(key));
+                        f(Bytes(b"1"));
+                    }
+                    return;
+                };
+                let token = spec.token().as_bytes();
+                match how {
+                    DeleteIfEq::DelEx => {
+                        [Bytes(b"DELEX"), Bytes(key), Bytes(b"IFEQ"), Bytes(token)]
+                            .into_iter()
+                            .for_each(f)
+                    }
+                    DeleteIfEq::DelIfEq | DeleteIfEq::None => {
+                        [Bytes(b"DELIFEQ"), Bytes(key), Bytes(token)]
+                            .into_iter()
+                            .for_each(f)
+                    }
+                }
+            }
+            Self::SetIfEqEach { spec, ttl_ms } => {
+                let Some(key) = spec.keys().nth(part) else {
+                    return;
+                };
+                let token = spec.token().as_bytes();
+                [
+                    Bytes(b"SET"),
+                    Bytes(key),
+                    Bytes(token),
+                    Bytes(b"IFEQ"),
+                    Bytes(token),
+                    Bytes(b"PX"),
+                    Number(ttl_ms),
+                ]
+                .into_iter()
+                .for_each(f);
+            }
+            Self::SetTrusted => [Bytes(b"SET"), Bytes(EPOCH_KEY), Bytes(b"0")]
+                .into_iter()
+                .for_each(f),
+            Self::Script { .. } | Self::Unsupported => {}
+        }
+    }
 }
 
 /// A script's `KEYS`: the lock keys, then the epoch key and the fence keys when the script takes
@@ -355,6 +565,9 @@ pub(crate) struct Extras {
     /// of a lost round does not, or waiters fighting over a minority of nodes would wake each
     /// other in a loop while the holder keeps the majority).
     pub(crate) notify: bool,
+    /// Whether an extension may set its TTL exactly: it is at least every TTL this lock's
+    /// rounds have put on its keys, so no key can hold a longer one ([`Command::sets_exact_ttl`]).
+    pub(crate) exact_ttl: bool,
 }
 
 impl Command {
@@ -392,6 +605,21 @@ impl Command {
         self.op == Op::DeleteIfEquals && self.extras.notify
     }
 
+    /// Whether this extension may set the keys' TTL exactly instead of only ever raising it:
+    /// its TTL is at least every TTL the lock's own rounds have put on the keys, so on a node
+    /// where the keys hold the token no longer TTL can be there to shorten. False for an
+    /// extension of a lock resumed by token (its history is unknown) and for one to a shorter
+    /// TTL than before; those keep [`EXTEND_SCRIPT`].
+    pub fn sets_exact_ttl(&self) -> bool {
+        self.op == Op::ExpireIfEquals && self.extras.exact_ttl
+    }
+
+    /// Marks an extension exact whatever its history (negative controls only).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn force_exact_ttl_for_tests(&mut self) {
+        self.extras.exact_ttl = true;
+    }
+
     /// The TTL it sets, for `SetIfAbsent` and `ExpireIfEquals`.
     pub fn ttl_ms(&self) -> Option<u64> {
         match self.op {
@@ -400,8 +628,46 @@ impl Command {
         }
     }
 
-    /// How Redis runs it: plain `SET NX PX` for a one-key acquire without restart-aware voting
-    /// or fencing, a script otherwise.
+    /// How a node of `dialect` runs it: the cheapest form of the same meaning there (the table
+    /// in [`Dialect`]'s module docs), or [`RedisForm::Unsupported`] when the node has none —
+    /// never a weaker one.
+    pub fn redis_form_on(&self, dialect: &Dialect) -> RedisForm<'_> {
+        let native = match self.op {
+            Op::SetIfAbsent
+                if dialect.msetex
+                    && self.spec.len() > 1
+                    && self.extras.max_ttl_ms.is_none()
+                    && !self.extras.fenced =>
+            {
+                Some(RedisForm::MSetEx {
+                    spec: &self.spec,
+                    ttl_ms: self.ttl_ms,
+                })
+            }
+            Op::DeleteIfEquals if dialect.native_release() => Some(RedisForm::DeleteEach {
+                spec: &self.spec,
+                how: dialect.delete_if_eq,
+                notify: self.extras.notify,
+            }),
+            Op::ExpireIfEquals if dialect.set_if_eq && self.extras.exact_ttl => {
+                Some(RedisForm::SetIfEqEach {
+                    spec: &self.spec,
+                    ttl_ms: self.ttl_ms,
+                })
+            }
+            Op::Trust if !dialect.scripts => Some(RedisForm::SetTrusted),
+            _ => None,
+        };
+        match (native, self.redis_form()) {
+            (Some(form), _) => form,
+            (None, RedisForm::Script { .. }) if !dialect.scripts => RedisForm::Unsupported,
+            (None, form) => form,
+        }
+    }
+
+    /// How a node that runs scripts and nothing native runs it ([`Dialect::SCRIPTS`]): plain
+    /// `SET NX PX` for a one-key acquire without restart-aware voting or fencing, a script
+    /// otherwise.
     pub fn redis_form(&self) -> RedisForm<'_> {
         let token = self.spec.token().as_bytes();
         let max_ttl_ms = self.extras.max_ttl_ms;
@@ -489,5 +755,173 @@ mod tests {
         assert_eq!(Script::Trust.source(), TRUST_SCRIPT);
         assert_eq!(Script::AcquireFenced.source(), ACQUIRE_FENCED_SCRIPT);
         assert_eq!(Script::CommitFence.source(), COMMIT_FENCE_SCRIPT);
+    }
+
+    fn command(op: Op, resources: &[&str], extras: Extras) -> Command {
+        let token = crate::Token::new(b"tok".to_vec()).expect("token");
+        let spec = LockSpec::new(b"", resources.iter().map(|r| r.as_bytes().to_vec()), token)
+            .expect("spec");
+        Command::new(op, spec, 1500, extras)
+    }
+
+    const VALKEY_9_1: Dialect = Dialect {
+        scripts: true,
+        delete_if_eq: DeleteIfEq::DelIfEq,
+        set_if_eq: true,
+        msetex: true,
+    };
+    const NO_LUA: Dialect = Dialect {
+        scripts: false,
+        ..VALKEY_9_1
+    };
+
+    fn encoded(form: &RedisForm<'_>) -> String {
+        let mut out = Vec::new();
+        crate::resp::encode_form(form, &mut out);
+        String::from_utf8(out).expect("utf-8").replace("\r\n", " ")
+    }
+
+    #[test]
+    fn each_dialect_gets_the_cheapest_form_of_the_same_meaning() {
+        let exact = Extras {
+            exact_ttl: true,
+            ..Extras::default()
+        };
+        let restart_aware = Extras {
+            max_ttl_ms: Some(60_000),
+            ..Extras::default()
+        };
+        let two = command(Op::SetIfAbsent, &["a", "b"], Extras::default());
+        assert_eq!(
+            encoded(&two.redis_form_on(&VALKEY_9_1)),
+            "*9 $6 MSETEX $1 2 $1 a $3 tok $1 b $3 tok $2 NX $2 PX $4 1500 "
+        );
+        assert!(matches!(
+            two.redis_form_on(&Dialect::SCRIPTS),
+            RedisForm::Script {
+                script: Script::Acquire,
+                ..
+            }
+        ));
+        let release = command(Op::DeleteIfEquals, &["a", "b"], Extras::default());
+        assert_eq!(
+            encoded(&release.redis_form_on(&VALKEY_9_1)),
+            "*3 $7 DELIFEQ $1 a $3 tok *3 $7 DELIFEQ $1 b $3 tok "
+        );
+        let announced = command(
+            Op::DeleteIfEquals,
+            &["a", "b"],
+            Extras {
+                notify: true,
+                ..Extras::default()
+            },
+        );
+        let form = announced.redis_form_on(&VALKEY_9_1);
+        assert_eq!(
+            encoded(&form),
+            "*3 $7 DELIFEQ $1 a $3 tok *3 $7 DELIFEQ $1 b $3 tok \
+             *3 $7 PUBLISH $18 redlock:released:a $1 1 *3 $7 PUBLISH $18 redlock:released:b $1 1 "
+        );
+        // The notices decide nothing: not their counts, not their errors.
+        let denied = Reply::Error(NodeErrorKind::NoPermission);
+        assert_eq!(
+            form.answer(&[Reply::Int(1), Reply::Int(1), denied, Reply::Int(0)]),
+            Reply::Int(1)
+        );
+        assert_eq!(form.answer(&[Reply::Int(1), Reply::Int(0)]), Reply::Int(1));
+        let redis_8_4 = Dialect {
+            delete_if_eq: DeleteIfEq::DelEx,
+            ..VALKEY_9_1
+        };
+        assert_eq!(
+            encoded(&release.redis_form_on(&redis_8_4)),
+            "*4 $5 DELEX $1 a $4 IFEQ $3 tok *4 $5 DELEX $1 b $4 IFEQ $3 tok "
+        );
+        let extend = command(Op::ExpireIfEquals, &["a"], exact);
+        assert_eq!(
+            encoded(&extend.redis_form_on(&VALKEY_9_1)),
+            "*7 $3 SET $1 a $3 tok $4 IFEQ $3 tok $2 PX $4 1500 "
+        );
+        // Not marked exact: the script, which never shortens, on every dialect that has it.
+        let unsure = command(Op::ExpireIfEquals, &["a"], Extras::default());
+        assert!(matches!(
+            unsure.redis_form_on(&VALKEY_9_1),
+            RedisForm::Script {
+                script: Script::Extend,
+                ..
+            }
+        ));
+        // A restart-aware acquire keeps its script.
+        let checked = command(Op::SetIfAbsent, &["a", "b"], restart_aware);
+        assert!(matches!(
+            checked.redis_form_on(&VALKEY_9_1),
+            RedisForm::Script {
+                script: Script::AcquireChecked,
+                ..
+            }
+        ));
+        // With no Lua: native where the meaning allows, no form (never a weaker one) where not.
+        assert!(matches!(
+            release.redis_form_on(&NO_LUA),
+            RedisForm::DeleteEach { .. }
+        ));
+        assert!(matches!(
+            unsure.redis_form_on(&NO_LUA),
+            RedisForm::Unsupported
+        ));
+        assert!(matches!(
+            checked.redis_form_on(&NO_LUA),
+            RedisForm::Unsupported
+        ));
+        let trust = command(Op::Trust, &["a"], Extras::default());
+        assert_eq!(
+            encoded(&trust.redis_form_on(&NO_LUA)),
+            "*3 $3 SET $13 redlock:epoch $1 0 "
+        );
+        let no_native = Dialect {
+            scripts: false,
+            ..Dialect::SCRIPTS
+        };
+        assert!(matches!(
+            release.redis_form_on(&no_native),
+            RedisForm::Unsupported
+        ));
+        assert_eq!(
+            RedisForm::Unsupported.answer(&[]),
+            Reply::Error(NodeErrorKind::NoSafeForm)
+        );
+        // The scripts-only dialect is exactly the classic form.
+        for cmd in [&two, &release, &extend, &unsure, &checked, &trust] {
+            assert_eq!(
+                encoded(&cmd.redis_form_on(&Dialect::SCRIPTS)),
+                encoded(&cmd.redis_form())
+            );
+        }
+    }
+
+    #[test]
+    fn per_key_answers_make_the_scripts_reply() {
+        let release = command(Op::DeleteIfEquals, &["a", "b"], Extras::default());
+        let form = release.redis_form_on(&VALKEY_9_1);
+        let (ours, gone, other) = (Reply::Int(1), Reply::Int(0), Reply::Int(-1));
+        assert_eq!(form.answer(&[ours, ours]), Reply::Int(1));
+        assert_eq!(form.answer(&[ours, gone]), Reply::Int(1));
+        assert_eq!(form.answer(&[gone, gone]), Reply::Int(0));
+        assert_eq!(form.answer(&[ours, other]), Reply::Int(-1));
+        assert_eq!(form.answer(&[ours]), Reply::Error(NodeErrorKind::Protocol));
+        let timeout = Reply::Error(NodeErrorKind::Timeout);
+        assert_eq!(form.answer(&[ours, timeout]), timeout);
+        assert_eq!(RedisForm::missed_delete(Some(b"else"), b"tok"), other);
+        assert_eq!(RedisForm::missed_delete(None, b"tok"), gone);
+
+        let exact = Extras {
+            exact_ttl: true,
+            ..Extras::default()
+        };
+        let extend = command(Op::ExpireIfEquals, &["a", "b"], exact);
+        let form = extend.redis_form_on(&VALKEY_9_1);
+        assert_eq!(form.answer(&[Reply::Ok, Reply::Ok]), Reply::Int(1));
+        assert_eq!(form.answer(&[Reply::Ok, Reply::Nil]), Reply::Int(0));
+        assert_eq!(form.answer(&[Reply::Ok, Reply::Int(3)]), Reply::Other);
     }
 }

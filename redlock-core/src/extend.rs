@@ -126,6 +126,20 @@ impl Extend {
         self.round.set_origin(origin);
     }
 
+    /// The TTL it sets, in milliseconds as sent.
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        self.ttl.ms
+    }
+
+    /// Marks its commands safe to set the TTL exactly: the caller knows no key of the lock can
+    /// hold a longer TTL ([`Command::sets_exact_ttl`](crate::Command::sets_exact_ttl)).
+    pub(crate) fn allow_exact_ttl(&mut self) {
+        self.round.set_extras(crate::command::Extras {
+            exact_ttl: true,
+            ..crate::command::Extras::default()
+        });
+    }
+
     /// The keys and token being extended.
     pub(crate) fn spec(&self) -> &LockSpec {
         &self.spec

@@ -2,8 +2,10 @@
 //! tests and simulators — the one fake node of the project (the core's unit tests, its property
 //! tests and the `redlock-tests` simulator all use it).
 //!
-//! It reads each command the way a server receives it, through [`Command::redis_form`]: plain
-//! `SET key token NX PX ttl`, or one of the three scripts named by [`Script`]. Time is whatever
+//! It reads each command the way a server of its [`Dialect`] receives it, through
+//! [`Command::redis_form_on`]: plain `SET key token NX PX ttl`, one of the scripts named by
+//! [`Script`], or a native form (`MSETEX`, `DELIFEQ`/`DELEX` with the `GET` that tells a missed
+//! delete apart, `SET … IFEQ … PX`, which sets a TTL exactly), or no form at all. Time is whatever
 //! the caller says it is on this node's own clock (`now`, a `Duration` since any epoch the
 //! caller picks); a key is alive while `now` is before its expiry (real Redis keeps it up to a
 //! millisecond longer, which can only help safety). It never reads a clock, never does I/O, and
@@ -23,6 +25,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::command::{Command, EXTEND_NEVER_SHORTENS, RedisForm, Script};
+use crate::dialect::Dialect;
 use crate::reply::{NodeErrorKind, Reply};
 
 /// key → (token, expiry on the node's clock). A key planted with [`FakeNode::put`] never expires
@@ -77,6 +80,7 @@ pub struct FakeNode {
     epoch: Option<Epoch>,
     extend: ExtendSemantics,
     fence_fault: Option<FenceFault>,
+    dialect: Dialect,
 }
 
 impl Default for FakeNode {
@@ -99,7 +103,21 @@ impl FakeNode {
             epoch: Some(Epoch::Trusted),
             extend,
             fence_fault: None,
+            dialect: Dialect::SCRIPTS,
         }
+    }
+
+    /// The node runs each command in the form a node of `dialect` gets
+    /// ([`Command::redis_form_on`]): native commands where it has them, no script where it
+    /// runs none.
+    pub fn with_dialect(mut self, dialect: Dialect) -> Self {
+        self.dialect = dialect;
+        self
+    }
+
+    /// The dialect it speaks.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
     }
 
     /// Breaks the node's fence counters as `fault` says (negative controls only).
@@ -315,7 +333,55 @@ impl FakeNode {
     /// Runs `command` at `now` on the node's clock and returns Redis's answer.
     pub fn run(&mut self, now: Duration, command: &Command) -> Reply {
         self.keys.retain(|_, (_, expires)| now < *expires);
-        match command.redis_form() {
+        let dialect = self.dialect;
+        let form = command.redis_form_on(&dialect);
+        let token = command.spec().token().as_bytes();
+        match form {
+            RedisForm::MSetEx { spec, ttl_ms } => {
+                let keys: Vec<Vec<u8>> = spec.keys().map(<[u8]>::to_vec).collect();
+                self.acquire(now, &keys, token, ttl_ms)
+            }
+            // DELIFEQ / DELEX per key, then a GET for each that answered 0.
+            RedisForm::DeleteEach { spec, .. } => {
+                let parts: Vec<Reply> = spec
+                    .keys()
+                    .map(|key| match self.alive(key, now) {
+                        Some((held, _)) if held == token => {
+                            self.keys.remove(key);
+                            Reply::Int(1)
+                        }
+                        _ => RedisForm::missed_delete(self.holder(now, key), token),
+                    })
+                    .collect();
+                form.answer(&parts)
+            }
+            // SET key token IFEQ token PX ttl per key: the TTL is set exactly.
+            RedisForm::SetIfEqEach { spec, ttl_ms } => {
+                let expires = now.saturating_add(Duration::from_millis(ttl_ms));
+                let parts: Vec<Reply> = spec
+                    .keys()
+                    .map(|key| match self.keys.get_mut(key) {
+                        Some((held, at)) if held.as_slice() == token && now < *at => {
+                            *at = expires;
+                            Reply::Ok
+                        }
+                        _ => Reply::Nil,
+                    })
+                    .collect();
+                form.answer(&parts)
+            }
+            RedisForm::SetTrusted => {
+                self.trust();
+                form.answer(&[Reply::Ok])
+            }
+            RedisForm::Unsupported => form.answer(&[]),
+            RedisForm::Set { .. } | RedisForm::Script { .. } => self.run_scripted(now, form),
+        }
+    }
+
+    /// Runs the plain `SET NX PX` or a script.
+    fn run_scripted(&mut self, now: Duration, form: RedisForm<'_>) -> Reply {
+        match form {
             // SET key token NX PX ttl: OK, or nil when the key exists.
             RedisForm::Set { key, token, ttl_ms } => {
                 if self.alive(key, now).is_some() {
@@ -332,6 +398,7 @@ impl FakeNode {
                 self.script(now, script, &all, args.token, &numbers)
                     .unwrap_or(Reply::Error(NodeErrorKind::Other))
             }
+            _ => Reply::Error(NodeErrorKind::Protocol),
         }
     }
 }

@@ -63,6 +63,11 @@ struct Held {
     failed_votes: Vec<Vote>,
     /// Whether [`LockEvent::Lost`] was handed out.
     lost: bool,
+    /// The longest TTL (ms) this lifecycle's rounds have put on the keys, extensions still in
+    /// flight included; `None` for a lock resumed by token, whose keys may carry any TTL the
+    /// client that took it set. An extension to at least this TTL may set it exactly
+    /// ([`Command::sets_exact_ttl`](crate::Command::sets_exact_ttl)).
+    ttl_ceiling_ms: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -211,7 +216,7 @@ impl Lifecycle {
     #[cfg(any(test, feature = "testing"))]
     pub fn holding(now: Instant, config: &Config, lease: Lease) -> Self {
         let mut lifecycle = Self::start(now, config, Origin::new(0, 1), Stage::Ended);
-        lifecycle.hold(now, lease, false);
+        lifecycle.hold(now, lease, false, true);
         lifecycle.ready = None;
         lifecycle
     }
@@ -419,7 +424,7 @@ impl Lifecycle {
                     }
                     Output::Done(AcquireOutcome::Acquired(lease)) => {
                         let auto_extend = *auto_extend;
-                        self.hold(now, lease, auto_extend);
+                        self.hold(now, lease, auto_extend, true);
                     }
                     Output::Done(AcquireOutcome::Failed(failure)) => {
                         self.stage = Stage::Ended;
@@ -452,7 +457,7 @@ impl Lifecycle {
                             fence: None,
                         };
                         let auto_extend = *auto_extend;
-                        self.hold(now, lease, auto_extend);
+                        self.hold(now, lease, auto_extend, false);
                     }
                     Output::Done(ExtendOutcome::NotExtended { reason, votes }) => {
                         self.stage = Stage::Ended;
@@ -569,7 +574,12 @@ impl Lifecycle {
     }
 
     /// The lock is held: hand the lease out, and start the renewal schedule if asked.
-    fn hold(&mut self, now: Instant, lease: Lease, auto_extend: bool) {
+    /// `acquired`: this lifecycle set the keys itself (so it knows every TTL on them), rather
+    /// than resuming them by token.
+    fn hold(&mut self, now: Instant, lease: Lease, auto_extend: bool, acquired: bool) {
+        // The TTL as sent: whole milliseconds, rounded down (never above what the keys got).
+        let ttl_ceiling_ms =
+            acquired.then(|| u64::try_from(lease.ttl().as_millis()).unwrap_or(u64::MAX));
         let renewal =
             auto_extend.then(|| Renewal::new(now, &lease, self.config.node_timeout(lease.ttl())));
         self.ready = Some(LockEvent::Acquired(lease.clone()));
@@ -581,6 +591,7 @@ impl Lifecycle {
             queued: None,
             failed_votes: Vec::new(),
             lost: false,
+            ttl_ceiling_ms,
         }));
     }
 
@@ -593,6 +604,11 @@ impl Lifecycle {
             Ok(mut machine) => {
                 self.origin = self.origin.next();
                 machine.set_origin(self.origin);
+                let ttl_ms = machine.ttl_ms();
+                if held.ttl_ceiling_ms.is_some_and(|ceiling| ttl_ms >= ceiling) {
+                    machine.allow_exact_ttl();
+                }
+                held.ttl_ceiling_ms = held.ttl_ceiling_ms.map(|ceiling| ceiling.max(ttl_ms));
                 held.extending = Some((machine, trigger));
             }
             // Only an `Instant` at the end of its range makes a TTL that passed once fail now;

@@ -623,3 +623,100 @@ fn rounds_started_by_wakes_and_lost_announce_their_clean_up_and_widen_the_wake_w
         "after two lost woken rounds the window is 4x: {widest_after_three:?}"
     );
 }
+
+/// The exact-TTL flag of each extension command sent so far.
+fn exact_flags(net: &Net<'_>) -> Vec<bool> {
+    net.sent
+        .iter()
+        .filter(|(_, cmd)| cmd.op() == Op::ExpireIfEquals)
+        .map(|(_, cmd)| cmd.sets_exact_ttl())
+        .collect()
+}
+
+fn extended(event: Option<LockEvent>) {
+    match event {
+        Some(LockEvent::Extended {
+            outcome: ExtendOutcome::Extended { .. },
+            ..
+        }) => {}
+        other => panic!("expected Extended, got {other:?}"),
+    }
+}
+
+/// A node that runs `SET … IFEQ … PX` sets an extension's TTL exactly, so the engine lets an
+/// extension take that form only when no key of the lock can hold a longer TTL: never below
+/// the longest TTL its own rounds set, never for a lock resumed by token.
+#[test]
+fn an_extension_sets_its_ttl_exactly_only_when_no_key_can_hold_a_longer_one() {
+    let native = crate::Dialect {
+        set_if_eq: true,
+        ..crate::Dialect::SCRIPTS
+    };
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default().with_dialect(native); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    let mut lock =
+        Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(3)).expect("ok");
+    let lease = acquired(net.next_event(&mut lock, None));
+    // The nodes' clock stays at zero here: a key's expiry is the TTL it was last given.
+    let mut expiries = Vec::new();
+    for ttl in [TTL, 2 * TTL, TTL, 2 * TTL] {
+        net.now += Duration::from_millis(500);
+        lock.extend(net.now, ttl).expect("valid TTL");
+        extended(net.next_event(&mut lock, None));
+        expiries.push(net.nodes[0].keys[&b"r"[..]].1);
+    }
+    // Same TTL: exact. Longer: exact, and the ceiling rises. Shorter than the ceiling: the
+    // script, which never shortens (the key keeps 2 × TTL). Back at the ceiling: exact again.
+    assert_eq!(
+        exact_flags(&net),
+        [[true; 5], [true; 5], [false; 5], [true; 5]].concat()
+    );
+    assert_eq!(expiries, [TTL, 2 * TTL, 2 * TTL, 2 * TTL]);
+
+    // Resumed by token: the TTL history is unknown, so never exact.
+    let token = lease.token().as_bytes().to_vec();
+    drop(lock);
+    let sent_before = exact_flags(&net).len();
+    let request = LockRequest::new("r", TTL).token(token);
+    let mut resumed = Lifecycle::resume(net.now, &config, &request, &mut rng(4)).expect("ok");
+    acquired(net.next_event(&mut resumed, None));
+    net.now += Duration::from_millis(500);
+    resumed.extend(net.now, 3 * TTL).expect("valid TTL");
+    extended(net.next_event(&mut resumed, None));
+    assert!(exact_flags(&net)[sent_before..].iter().all(|exact| !exact));
+}
+
+/// Negative control for the flag: a shorter extension sent in the exact form would cut the
+/// keys below the validity the lease keeps — which is what the engine's refusal prevents.
+#[test]
+fn a_shorter_extension_in_the_exact_form_would_shorten_the_keys() {
+    let native = crate::Dialect {
+        set_if_eq: true,
+        ..crate::Dialect::SCRIPTS
+    };
+    let config = config(RetryPolicy::default());
+    let mut nodes = vec![FakeNode::default().with_dialect(native); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    let mut lock =
+        Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(5)).expect("ok");
+    acquired(net.next_event(&mut lock, None));
+    let before = net.nodes[0].keys[&b"r"[..]].1;
+    lock.extend(net.now, TTL / 4).expect("valid TTL");
+    extended(net.next_event(&mut lock, None));
+    assert_eq!(
+        net.nodes[0].keys[&b"r"[..]].1,
+        before,
+        "the script kept the longer TTL"
+    );
+    // The same command, forced into the exact form, shortens the key.
+    let (_, shorter) = net.sent.last().cloned().expect("sent");
+    let mut forced = shorter.clone();
+    forced.force_exact_ttl_for_tests();
+    let mut node = net.nodes[0].clone();
+    assert_eq!(node.run(Duration::ZERO, &forced), Reply::Int(1));
+    assert!(
+        node.keys[&b"r"[..]].1 < before,
+        "an exact shorter TTL cuts the key"
+    );
+}

@@ -47,6 +47,10 @@ pub enum NodeErrorKind {
     Protocol,
     /// Any other server error.
     Other,
+    /// The node can run neither the script this command needs nor a native command of the same
+    /// meaning (no Lua, and a restart-aware or fenced acquire, a fence commit, or an extension
+    /// of unknown TTL history): nothing was sent. The node needs scripting for this lock.
+    NoSafeForm,
     /// The TLS handshake failed: the node's certificate is not trusted (wrong CA, wrong name),
     /// or the node wants a client certificate this client does not show.
     Tls,
@@ -89,6 +93,7 @@ impl NodeErrorKind {
             Self::Loading => "loading",
             Self::Protocol => "protocol",
             Self::Other => "server error",
+            Self::NoSafeForm => "no safe form: the node runs no script, and this needs one",
             Self::Tls => "TLS handshake: certificate not accepted",
         }
     }

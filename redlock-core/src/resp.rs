@@ -5,7 +5,7 @@
 //! Never allocates while parsing, never reads past what it was given, and never trusts a length
 //! prefix beyond its limits: a malformed or hostile stream is an error, not a hang or a panic.
 
-use crate::command::{Command, RedisForm};
+use crate::command::{Arg, Command, RedisForm};
 use crate::reply::{NodeErrorKind, Reply};
 
 /// The longest status, error or integer line accepted (bytes, without CRLF).
@@ -36,27 +36,36 @@ pub enum RespError {
     TooDeep,
 }
 
-/// Appends `command` to `out` as a RESP array (`SET … NX PX …`, or `EVAL` of the script).
+/// Appends `command` to `out` as a RESP array (`SET … NX PX …`, or `EVAL` of the script), as a
+/// node that runs scripts and nothing native takes it ([`Command::redis_form`]).
 pub fn encode(command: &Command, out: &mut Vec<u8>) {
-    match command.redis_form() {
-        RedisForm::Set { key, token, ttl_ms } => {
-            array_header(out, 6);
-            for part in [&b"SET"[..], key, token, b"NX", b"PX"] {
-                bulk(out, part);
-            }
-            bulk(out, itoa(ttl_ms, &mut [0; 20]));
+    encode_form(&command.redis_form(), out);
+}
+
+/// Appends every part of `form` to `out`, one RESP array each ([`RedisForm::parts`]; a node
+/// answers each in order, and [`RedisForm::answer`] makes the engine's reply of them).
+pub fn encode_form(form: &RedisForm<'_>, out: &mut Vec<u8>) {
+    if let RedisForm::Script { script, keys, args } = *form {
+        array_header(out, 3 + keys.len() + args.len());
+        bulk(out, b"EVAL");
+        bulk(out, script.source().as_bytes());
+        bulk(out, itoa(keys.len() as u64, &mut [0; 20]));
+        keys.for_each(|key| bulk(out, key));
+        bulk(out, args.token);
+        for number in args.numbers() {
+            bulk(out, itoa(number, &mut [0; 20]));
         }
-        RedisForm::Script { script, keys, args } => {
-            array_header(out, 3 + keys.len() + args.len());
-            bulk(out, b"EVAL");
-            bulk(out, script.source().as_bytes());
-            bulk(out, itoa(keys.len() as u64, &mut [0; 20]));
-            keys.for_each(|key| bulk(out, key));
-            bulk(out, args.token);
-            for number in args.numbers() {
-                bulk(out, itoa(number, &mut [0; 20]));
-            }
-        }
+        return;
+    }
+    for part in 0..form.parts() {
+        let mut count = 0;
+        form.for_each_arg(part, |_| count += 1);
+        array_header(out, count);
+        form.for_each_arg(part, |arg| match arg {
+            Arg::Bytes(bytes) => bulk(out, bytes),
+            Arg::Number(n) => bulk(out, itoa(n, &mut [0; 20])),
+            Arg::Channel(key) => bulk(out, &crate::command::released_channel(key)),
+        });
     }
 }
 

@@ -153,6 +153,21 @@ fn extend_shorter() {
     explore(Scenario::extend_shorter(), 15);
 }
 
+/// Every fault at once on nodes that run Valkey 9.1's native commands (`MSETEX`, `DELIFEQ`,
+/// exact-TTL `SET … IFEQ`): the same safety as with the scripts.
+#[test]
+fn native_everything() {
+    explore(Scenario::native_everything(), 3);
+}
+
+/// `extend(shorter ttl)` on nodes that could set a TTL exactly: the engine keeps such an
+/// extension in the script, which never shortens (the control is `extend_shortens_keys`: an
+/// exact shorter TTL is caught).
+#[test]
+fn native_extend_shorter() {
+    explore(Scenario::native_extend_shorter(), 15);
+}
+
 /// Links that reorder one node's requests, with retries: the release of a lost round may reach a
 /// node after the next round's `SET`. It found that rounds sharing one token let that release
 /// delete the new round's key (seed 2); each round now has a token of its own.

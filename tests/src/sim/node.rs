@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redlock_core::fake::FakeNode;
 pub use redlock_core::fake::{ExtendSemantics, FenceFault};
-use redlock_core::{Command, Reply};
+use redlock_core::{Command, Dialect, Reply};
 
 use super::clock::{Clock, Nanos};
 
@@ -23,11 +23,18 @@ pub(crate) struct Node {
 
 impl Node {
     /// An empty, running node with this clock, whose fence counters break as `fault` says
-    /// (`None`: they work).
-    pub(crate) fn new(clock: Clock, extend: ExtendSemantics, fault: Option<FenceFault>) -> Self {
+    /// (`None`: they work), of `dialect`.
+    pub(crate) fn speaking(
+        clock: Clock,
+        extend: ExtendSemantics,
+        fault: Option<FenceFault>,
+        dialect: Dialect,
+    ) -> Self {
         Self {
             clock,
-            store: FakeNode::with_extend(extend).with_fence_fault(fault),
+            store: FakeNode::with_extend(extend)
+                .with_fence_fault(fault)
+                .with_dialect(dialect),
             up: true,
         }
     }
@@ -130,7 +137,12 @@ mod tests {
     #[test]
     fn set_nx_px_expires_on_the_node_clock() {
         // 10 % fast: a 100 ms key is gone after 90.9 ms of true time.
-        let mut node = Node::new(Clock::new(5 * MS, 100_000), ExtendSemantics::Pexpire, None);
+        let mut node = Node::speaking(
+            Clock::new(5 * MS, 100_000),
+            ExtendSemantics::Pexpire,
+            None,
+            Dialect::SCRIPTS,
+        );
         let (set, release, _) = commands(&["r"], "a", 100);
         let (other, _, _) = commands(&["r"], "b", 100);
         assert_eq!(node.run(0, &set), Reply::Ok);
@@ -148,7 +160,12 @@ mod tests {
 
     #[test]
     fn scripts_are_all_or_nothing_and_compare_tokens() {
-        let mut node = Node::new(Clock::new(0, 0), ExtendSemantics::Pexpire, None);
+        let mut node = Node::speaking(
+            Clock::new(0, 0),
+            ExtendSemantics::Pexpire,
+            None,
+            Dialect::SCRIPTS,
+        );
         let (set_ab, release_ab, extend_ab) = commands(&["a", "b"], "t1", 100);
         let (set_b, release_b, _) = commands(&["b"], "t2", 100);
         assert_eq!(node.run(0, &set_b), Reply::Ok);
@@ -185,7 +202,7 @@ mod tests {
             (ExtendSemantics::Pexpire, false),
             (ExtendSemantics::NeverShorten, true),
         ] {
-            let mut node = Node::new(Clock::new(0, 0), semantics, None);
+            let mut node = Node::speaking(Clock::new(0, 0), semantics, None, Dialect::SCRIPTS);
             assert_eq!(node.run(0, &set), Reply::Ok);
             assert_eq!(node.run(MS, &extend_short), Reply::Int(1));
             assert_eq!(

@@ -8,12 +8,20 @@
 
 use std::time::Duration;
 
-use redlock_core::RetryPolicy;
+use redlock_core::{Dialect, RetryPolicy};
 
 use super::clock::{Clock, Nanos, nanos};
 use super::network::{NetConfig, Partition};
 use super::node::{ExtendSemantics, FenceFault};
 use crate::rng::TestRng;
+
+/// What a Valkey 9.1 node with its Lua module runs.
+const VALKEY_9_1: Dialect = Dialect {
+    scripts: true,
+    delete_if_eq: redlock_core::DeleteIfEq::DelIfEq,
+    set_if_eq: true,
+    msetex: true,
+};
 
 /// How a client behaves while it holds a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +130,9 @@ pub struct Scenario {
     pub clocks: ClockConfig,
     /// How the nodes run the extend script.
     pub extend_semantics: ExtendSemantics,
+    /// What the nodes can run: each command reaches them in its form for this dialect
+    /// ([`Command::redis_form_on`](redlock_core::Command::redis_form_on)).
+    pub dialect: Dialect,
     /// Whether the engine refuses votes of nodes that lost their memory (restart-aware voting),
     /// with the scenario's [`max_ttl`](Scenario::max_ttl) as the longest TTL in use.
     pub restart_aware: bool,
@@ -191,6 +202,7 @@ impl Scenario {
                 max_offset: Duration::ZERO,
             },
             extend_semantics: ExtendSemantics::of_engine(),
+            dialect: Dialect::SCRIPTS,
             restart_aware: true,
             fenced: false,
             fence_fault: None,
@@ -380,6 +392,28 @@ impl Scenario {
                 ..base.hold
             },
             ..base
+        }
+    }
+
+    /// Inside the model: [`Scenario::everything`] on nodes that speak Valkey 9.1's native
+    /// commands — `MSETEX` for several keys, `DELIFEQ` releases, and `SET … IFEQ … PX`
+    /// extensions, which set a TTL exactly wherever the engine says no key can hold a longer one.
+    pub fn native_everything() -> Self {
+        Self {
+            name: "native_everything",
+            dialect: VALKEY_9_1,
+            ..Self::everything()
+        }
+    }
+
+    /// Inside the model: [`Scenario::extend_shorter`] on Valkey 9.1 nodes. A shorter extension
+    /// in the exact form would cut the keys ([`Scenario::extend_shortens_keys`] shows the
+    /// checker catches that): the engine must send it as the script.
+    pub fn native_extend_shorter() -> Self {
+        Self {
+            name: "native_extend_shorter",
+            dialect: VALKEY_9_1,
+            ..Self::extend_shorter()
         }
     }
 

@@ -109,7 +109,14 @@ impl<'s> World<'s> {
         let nodes = plan
             .node_clocks
             .iter()
-            .map(|&clock| Node::new(clock, scenario.extend_semantics, scenario.fence_fault))
+            .map(|&clock| {
+                Node::speaking(
+                    clock,
+                    scenario.extend_semantics,
+                    scenario.fence_fault,
+                    scenario.dialect,
+                )
+            })
             .collect();
         let mut world = Self {
             scenario,
