@@ -5,15 +5,17 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redlock_core::Batch;
+use redlock_core::Dialect;
 use redlock_redis::Answers;
-use redlock_redis::{BatchReplies, NodeAddr, run_batch_async};
+use redlock_redis::{BatchReplies, NodeAddr, detect_dialect_async, run_batch_async};
 
 /// A node and its connection, made on first use (a node that is down at start is not an error:
 /// its requests fail until it comes back).
 pub(crate) struct Node {
     addr: NodeAddr,
     io_timeout: Duration,
-    manager: Mutex<Option<ConnectionManager>>,
+    /// The connection and what its node can run, learnt when it was first made.
+    manager: Mutex<Option<(ConnectionManager, Dialect)>>,
 }
 
 impl Node {
@@ -34,19 +36,28 @@ impl Node {
     }
 
     /// The shared connection, made lazily: one TCP connection per node for the whole client.
-    fn connection(&self) -> Result<ConnectionManager, redis::RedisError> {
+    /// Its node's dialect is asked once, on its first use.
+    async fn connection(&self) -> Result<(ConnectionManager, Dialect), redis::RedisError> {
+        let made = {
+            let slot = self.manager.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(made) = &*slot {
+                return Ok(made.clone());
+            }
+            // One attempt per request (the engine decides about retries), bounded by the I/O
+            // timeout.
+            let config = ConnectionManagerConfig::new()
+                .set_number_of_retries(0)
+                .set_connection_timeout(Some(self.io_timeout))
+                .set_response_timeout(Some(self.io_timeout));
+            self.addr.client().get_connection_manager_lazy(config)?
+        };
+        let mut manager = made;
+        // A node that does not answer is asked again with the next batch (this one will most
+        // likely fail the same way).
+        let dialect = detect_dialect_async(&mut manager).await?;
+        tracing::debug!(node = %self.addr.label(), ?dialect, "connected");
         let mut slot = self.manager.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(manager) = &*slot {
-            return Ok(manager.clone());
-        }
-        // One attempt per request (the engine decides about retries), bounded by the I/O timeout.
-        let config = ConnectionManagerConfig::new()
-            .set_number_of_retries(0)
-            .set_connection_timeout(Some(self.io_timeout))
-            .set_response_timeout(Some(self.io_timeout));
-        let manager = self.addr.client().get_connection_manager_lazy(config)?;
-        *slot = Some(manager.clone());
-        Ok(manager)
+        Ok(slot.get_or_insert((manager, dialect)).clone())
     }
 
     fn forget_connection(&self) {
@@ -58,8 +69,8 @@ impl Node {
     /// connecting: no timer of ours. A failed transport is an error reply for each request.
     pub(crate) async fn run(&self, batch: Batch) -> Answers {
         let sent = Instant::now();
-        let replies = match self.connection() {
-            Ok(mut conn) => run_batch_async(&mut conn, &batch.transmits).await,
+        let replies = match self.connection().await {
+            Ok((mut conn, dialect)) => run_batch_async(&mut conn, &batch.transmits, &dialect).await,
             Err(err) => BatchReplies::failed(&batch.transmits, &err),
         };
         if replies.rebuild {

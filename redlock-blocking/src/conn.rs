@@ -5,8 +5,9 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use redlock_core::Dialect;
 use redlock_core::{Batch, NodeErrorKind, Reply, Transmit};
-use redlock_redis::{BatchReplies, NodeAddr, run_batch};
+use redlock_redis::{BatchReplies, NodeAddr, detect_dialect, run_batch};
 
 use crate::driver::Input;
 
@@ -47,7 +48,8 @@ impl Worker {
 struct Connection {
     addr: NodeAddr,
     io_timeout: Duration,
-    conn: Option<redis::Connection>,
+    /// The connection and what its node can run, learnt when it was made.
+    conn: Option<(redis::Connection, Dialect)>,
 }
 
 impl Connection {
@@ -95,7 +97,7 @@ impl Connection {
     fn execute(&mut self, batch: &[Transmit]) -> BatchReplies {
         let io_timeout = self.io_timeout;
         let replies = match self.connect() {
-            Ok(conn) => run_batch(conn, batch, io_timeout),
+            Ok((conn, dialect)) => run_batch(conn, batch, dialect, io_timeout),
             Err(err) => BatchReplies::failed(batch, &err),
         };
         if replies.reconnect {
@@ -104,19 +106,22 @@ impl Connection {
         replies
     }
 
-    fn connect(&mut self) -> Result<&mut redis::Connection, redis::RedisError> {
+    fn connect(&mut self) -> Result<(&mut redis::Connection, &Dialect), redis::RedisError> {
         let conn = match self.conn.take() {
             Some(conn) => conn,
             None => {
-                let conn = self
+                let mut conn = self
                     .addr
                     .client()
                     .get_connection_with_timeout(self.io_timeout)?;
                 conn.set_read_timeout(Some(self.io_timeout))?;
                 conn.set_write_timeout(Some(self.io_timeout))?;
-                conn
+                let dialect = detect_dialect(&mut conn)?;
+                tracing::debug!(node = %self.addr.label(), ?dialect, "connected");
+                (conn, dialect)
             }
         };
-        Ok(self.conn.insert(conn))
+        let (conn, dialect) = self.conn.insert(conn);
+        Ok((conn, dialect))
     }
 }

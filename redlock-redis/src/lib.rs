@@ -16,6 +16,15 @@
 //! - [`Lease`](redlock_core::Lease): a held lock's validity, votes and fence;
 //!   [`LeaseWatch`]: the view of it every holder shares, kept current by the driver.
 //!
+//! # Dialects
+//! Each connection learns its node's [`Dialect`](redlock_core::Dialect) when it is made
+//! ([`detect_dialect`]: `HELLO` and `COMMAND INFO`), and [`run_batch`] sends every command in
+//! that node's form ([`Command::redis_form_on`](redlock_core::Command::redis_form_on)): native
+//! `DELIFEQ`/`DELEX`, `MSETEX` and exact-TTL `SET … IFEQ` where the node has them and the
+//! engine allows them, the scripts otherwise. A node restarted as another server behind the
+//! same address keeps the dialect its async connection learnt until that connection is rebuilt:
+//! a command it lost then fails (never runs weaker), one it gained is not used yet.
+//!
 //! This crate never makes an algorithmic decision (no quorum, validity or retry math: that is
 //! `redlock-core`), never spawns, never sleeps and holds no connection. It is the adapters'
 //! shared code: use an adapter crate.
@@ -24,6 +33,7 @@ mod answer;
 mod builder;
 mod clock;
 mod deployment;
+mod dialect;
 mod driver;
 mod entropy;
 mod error;
@@ -41,6 +51,9 @@ pub use answer::{Answer, Responder, answer};
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
 pub use clock::{Clock, Readings, suspend_adjusted};
 pub use deployment::Deployment;
+pub use dialect::detect as detect_dialect;
+#[cfg(any(feature = "tokio", feature = "smol"))]
+pub use dialect::detect_async as detect_dialect_async;
 pub use driver::{
     Call, DriverState, LockIds, Output, Post, SUSPEND_CHECK, acquire, flush, release_by_token,
     trust,
@@ -53,7 +66,7 @@ pub use node::NodeAddr;
 pub use reply::{map_error, map_result, needs_new_connection};
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub use request::run_batch_async;
-pub use request::{Answers, BatchReplies, Request, run_batch};
+pub use request::{Answers, BatchReplies, run_batch};
 pub use subscribers::Subscribers;
 #[cfg(feature = "tls")]
 pub use tls::Tls;

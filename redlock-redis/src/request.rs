@@ -2,7 +2,10 @@
 
 use std::sync::LazyLock;
 
-use redlock_core::{Command, NodeErrorKind, RedisForm, Reply, RequestId, Script, Transmit};
+use redlock_core::{
+    Arg, Dialect, NodeErrorKind, RELEASED_CHANNEL_PREFIX, RedisForm, Reply, RequestId, Script,
+    Transmit, released_channel,
+};
 
 use crate::reply::{map_error, map_result, needs_new_connection};
 
@@ -29,7 +32,11 @@ const SCRIPT_ATTEMPTS: usize = 3;
 
 /// Whether a script call failed because the node did not know the script.
 fn is_noscript(result: &Result<redis::Value, redis::RedisError>) -> bool {
-    matches!(result, Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+    match result {
+        Ok(redis::Value::ServerError(err)) => err.code() == "NOSCRIPT",
+        Err(err) => err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript),
+        Ok(_) => false,
+    }
 }
 
 /// The compiled form of one of the engine's scripts.
@@ -45,117 +52,97 @@ fn compiled(script: Script) -> &'static redis::Script {
     }
 }
 
-/// A command ready to run: `SET … NX PX …`, or the script by `EVALSHA`, loading it on `NOSCRIPT`
-/// (after a `SCRIPT FLUSH` or on a fresh node).
-pub enum Request {
-    /// A plain command.
-    Cmd(redis::Cmd),
-    /// A script invocation.
-    Script(redis::ScriptInvocation<'static>),
+/// One part of a form as a plain `redis::Cmd` to put in a pipeline: a native command, or
+/// `EVALSHA <sha1> n keys… args…` for a script (a node that does not know the script answers
+/// `NOSCRIPT`: run that one again as a [`Request`], which loads it).
+fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
+    // Room for every argument up front: one allocation each for the data and the offsets.
+    const NUMBER: usize = 20;
+    if let RedisForm::Script { script, keys, args } = *form {
+        let mut key_bytes = 0;
+        keys.for_each(|key| key_bytes += key.len());
+        let count = 3 + keys.len() + args.len();
+        let size = 7 + 40 + NUMBER + key_bytes + args.token.len() + NUMBER * args.len();
+        let mut cmd = redis::Cmd::with_capacity(count, size);
+        cmd.arg("EVALSHA")
+            .arg(compiled(script).get_hash())
+            .arg(keys.len());
+        keys.for_each(|key| {
+            cmd.arg(key);
+        });
+        cmd.arg(args.token);
+        for number in args.numbers() {
+            cmd.arg(number);
+        }
+        return cmd;
+    }
+    let (mut count, mut size) = (0, 0);
+    form.for_each_arg(part, |arg| {
+        count += 1;
+        size += match arg {
+            Arg::Bytes(bytes) => bytes.len(),
+            Arg::Number(_) => NUMBER,
+            Arg::Channel(key) => RELEASED_CHANNEL_PREFIX.len() + key.len(),
+        };
+    });
+    let mut cmd = redis::Cmd::with_capacity(count, size);
+    form.for_each_arg(part, |arg| {
+        match arg {
+            Arg::Bytes(bytes) => cmd.arg(bytes),
+            Arg::Number(n) => cmd.arg(n),
+            Arg::Channel(key) => cmd.arg(released_channel(key)),
+        };
+    });
+    cmd
 }
 
-impl Request {
-    /// Builds the request for `command`, exactly as the engine's [`RedisForm`] says.
-    pub fn new(command: &Command) -> Self {
-        match command.redis_form() {
-            RedisForm::Set { key, token, ttl_ms } => {
-                let mut cmd = redis::cmd("SET");
-                cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
-                Self::Cmd(cmd)
-            }
-            RedisForm::Script { script, keys, args } => {
-                let mut invocation = compiled(script).prepare_invoke();
-                keys.for_each(|key| {
-                    invocation.key(key);
-                });
-                invocation.arg(args.token);
-                for number in args.numbers() {
-                    invocation.arg(number);
-                }
-                Self::Script(invocation)
-            }
-        }
-    }
+/// A script ready to run by `EVALSHA`, loading it on `NOSCRIPT` (after a `SCRIPT FLUSH` or on
+/// a fresh node).
+struct Request(redis::ScriptInvocation<'static>);
 
-    /// `command` as one plain `redis::Cmd` — `SET …`, or `EVALSHA <sha1> n keys… args…` — to
-    /// put in a pipeline. A node that does not know the script answers `NOSCRIPT` to it: run
-    /// that one again as a [`Request`], which loads the script.
-    pub fn pipelined(command: &Command) -> redis::Cmd {
-        // Room for every argument up front: one allocation each for the data and the offsets.
-        const NUMBER: usize = 20;
-        match command.redis_form() {
-            RedisForm::Set { key, token, ttl_ms } => {
-                let mut cmd = redis::Cmd::with_capacity(6, 9 + key.len() + token.len() + NUMBER);
-                cmd.arg("SET")
-                    .arg(key)
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms);
-                cmd
-            }
-            RedisForm::Script { script, keys, args } => {
-                let mut key_bytes = 0;
-                keys.for_each(|key| key_bytes += key.len());
-                let count = 3 + keys.len() + args.len();
-                let size = 7 + 40 + NUMBER + key_bytes + args.token.len() + NUMBER * args.len();
-                let mut cmd = redis::Cmd::with_capacity(count, size);
-                cmd.arg("EVALSHA")
-                    .arg(compiled(script).get_hash())
-                    .arg(keys.len());
-                keys.for_each(|key| {
-                    cmd.arg(key);
-                });
-                cmd.arg(args.token);
-                for number in args.numbers() {
-                    cmd.arg(number);
-                }
-                cmd
-            }
+impl Request {
+    /// The script invocation of a script form (`None` for any other form).
+    fn of(form: &RedisForm<'_>) -> Option<Self> {
+        let RedisForm::Script { script, keys, args } = *form else {
+            return None;
+        };
+        let mut invocation = compiled(script).prepare_invoke();
+        keys.for_each(|key| {
+            invocation.key(key);
+        });
+        invocation.arg(args.token);
+        for number in args.numbers() {
+            invocation.arg(number);
         }
+        Some(Self(invocation))
     }
 
     #[cfg(any(feature = "tokio", feature = "smol"))]
-    /// Runs the request on an async connection (map the result with
-    /// [`map_result`](crate::map_result)).
-    pub async fn run_async<C: redis::aio::ConnectionLike>(
+    /// Runs the script on an async connection.
+    async fn run_async<C: redis::aio::ConnectionLike>(
         &self,
         conn: &mut C,
     ) -> Result<redis::Value, redis::RedisError> {
-        match self {
-            Self::Cmd(cmd) => cmd.query_async(conn).await,
-            Self::Script(invocation) => {
-                let mut result = invocation.invoke_async(conn).await;
-                for _ in 1..SCRIPT_ATTEMPTS {
-                    if !is_noscript(&result) {
-                        break;
-                    }
-                    result = invocation.invoke_async(conn).await;
-                }
-                result
+        let mut result = self.0.invoke_async(conn).await;
+        for _ in 1..SCRIPT_ATTEMPTS {
+            if !is_noscript(&result) {
+                break;
             }
+            result = self.0.invoke_async(conn).await;
         }
+        result
     }
 
-    /// Runs the request on a blocking connection (map the result with
-    /// [`map_result`](crate::map_result)).
-    pub fn run(
-        &self,
-        conn: &mut dyn redis::ConnectionLike,
-    ) -> Result<redis::Value, redis::RedisError> {
-        match self {
-            Self::Cmd(cmd) => cmd.query(conn),
-            Self::Script(invocation) => {
-                let mut result = invocation.invoke(conn);
-                for _ in 1..SCRIPT_ATTEMPTS {
-                    if !is_noscript(&result) {
-                        break;
-                    }
-                    result = invocation.invoke(conn);
-                }
-                result
+    /// Runs the script on a blocking connection.
+    fn run(&self, conn: &mut dyn redis::ConnectionLike) -> Result<redis::Value, redis::RedisError> {
+        let mut result = self.0.invoke(conn);
+        for _ in 1..SCRIPT_ATTEMPTS {
+            if !is_noscript(&result) {
+                break;
             }
+            result = self.0.invoke(conn);
         }
+        result
     }
 }
 
@@ -204,42 +191,6 @@ impl BatchReplies {
         }
     }
 
-    /// Reads the results of `batch`'s requests, in order, before any `NOSCRIPT` re-run;
-    /// returns the positions of the requests to run again on their own (which loads the
-    /// script). The one mapping of raw results to answers, for blocking and async connections.
-    fn read(
-        batch: &[Transmit],
-        results: impl IntoIterator<Item = Result<redis::Value, redis::RedisError>>,
-    ) -> (Self, Vec<usize>) {
-        let mut replies = Self::all(batch, Reply::Nil, false);
-        let mut again = Vec::new();
-        for (index, result) in results.into_iter().enumerate() {
-            match result {
-                Ok(redis::Value::ServerError(err)) if err.code() == "NOSCRIPT" => {
-                    again.push(index);
-                }
-                Err(err)
-                    if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    again.push(index);
-                }
-                result => replies.rerun(index, result),
-            }
-        }
-        (replies, again)
-    }
-
-    /// The answer of request `index`, run again on its own.
-    fn rerun(&mut self, index: usize, result: Result<redis::Value, redis::RedisError>) {
-        if let Err(err) = &result {
-            self.reconnect |= is_broken(err);
-            self.rebuild |= needs_new_connection(err);
-        }
-        if let Some((_, reply)) = self.answers.get_mut(index) {
-            *reply = map_result(result);
-        }
-    }
-
     /// Traces and counts each answer as `node`'s after `latency`.
     pub fn trace(&self, node: &str, latency: std::time::Duration) {
         for (_, reply) in &self.answers {
@@ -256,17 +207,173 @@ fn is_broken(err: &redis::RedisError) -> bool {
     (err.is_io_error() && !err.is_timeout()) || needs_new_connection(err)
 }
 
-fn pipeline(batch: &[Transmit]) -> redis::Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for transmit in batch {
-        pipe.add_command(Request::pipelined(&transmit.command));
-    }
-    pipe
+/// A batch on its way: each request's form on this node, and the answers of its parts so far.
+/// The one mapping of raw results to answers, for blocking and async connections.
+struct Reading<'a> {
+    batch: &'a [Transmit],
+    forms: smallvec::SmallVec<[RedisForm<'a>; 1]>,
+    /// Each request's part answers, in order.
+    parts: smallvec::SmallVec<[smallvec::SmallVec<[Reply; 1]>; 1]>,
+    /// Requests whose script the node did not know: run again on their own (loading it).
+    again: Vec<usize>,
+    /// `(request, part)` of each compare-and-delete that answered 0: a `GET` tells absent from
+    /// held by another, for the report only.
+    lookups: Vec<(usize, usize)>,
+    reconnect: bool,
+    rebuild: bool,
 }
 
-/// Runs `batch` on a blocking connection as one write (one round trip, in order), running again
-/// on its own each request whose script the node did not know.
+impl<'a> Reading<'a> {
+    fn new(batch: &'a [Transmit], dialect: &Dialect) -> Self {
+        Self {
+            batch,
+            forms: batch
+                .iter()
+                .map(|t| t.command.redis_form_on(dialect))
+                .collect(),
+            parts: batch.iter().map(|_| smallvec::SmallVec::new()).collect(),
+            again: Vec::new(),
+            lookups: Vec::new(),
+            reconnect: false,
+            rebuild: false,
+        }
+    }
+
+    /// How many commands go on the wire (and how many replies come back).
+    fn wire_len(&self) -> usize {
+        self.forms.iter().map(RedisForm::parts).sum()
+    }
+
+    /// Every part of every request, packed as one write; `None` when nothing is to be sent.
+    fn packed(&self) -> Option<Vec<u8>> {
+        match (self.wire_len(), &self.forms[..]) {
+            (0, _) => None,
+            (1, [form]) => Some(part_cmd(form, 0).get_packed_command()),
+            _ => Some(self.pipeline().get_packed_pipeline()),
+        }
+    }
+
+    fn pipeline(&self) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for form in &self.forms {
+            for part in 0..form.parts() {
+                pipe.add_command(part_cmd(form, part));
+            }
+        }
+        pipe
+    }
+
+    /// Takes the replies of every part, in the order they were sent.
+    fn read(&mut self, results: impl IntoIterator<Item = Result<redis::Value, redis::RedisError>>) {
+        let mut results = results.into_iter();
+        for (index, form) in self.forms.iter().enumerate() {
+            for part in 0..form.parts() {
+                let Some(result) = results.next() else { return };
+                if is_noscript(&result) {
+                    self.again.push(index);
+                    continue;
+                }
+                note_failure(&result, &mut self.reconnect, &mut self.rebuild);
+                let reply = map_result(result);
+                let decisive = part < form.decisive_parts();
+                if matches!(form, RedisForm::DeleteEach { .. })
+                    && decisive
+                    && reply == Reply::Int(0)
+                {
+                    self.lookups.push((index, part));
+                }
+                self.parts[index].push(reply);
+            }
+        }
+    }
+
+    /// Request `index`'s script, to run again on its own.
+    fn rerun_request(&self, index: usize) -> Option<Request> {
+        Request::of(&self.forms[index])
+    }
+
+    /// The answer of request `index`, run again on its own.
+    fn rerun(&mut self, index: usize, result: Result<redis::Value, redis::RedisError>) {
+        note_failure(&result, &mut self.reconnect, &mut self.rebuild);
+        self.parts[index] = smallvec::smallvec![map_result(result)];
+    }
+
+    /// `GET key` for every missed compare-and-delete, as one pipeline (`None`: none missed).
+    fn lookup_pipeline(&self) -> Option<redis::Pipeline> {
+        if self.lookups.is_empty() {
+            return None;
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for &(index, part) in &self.lookups {
+            let key = self.batch[index].command.spec().keys().nth(part);
+            pipe.cmd("GET").arg(key.unwrap_or_default());
+        }
+        Some(pipe)
+    }
+
+    /// What the `GET`s read: each missed delete becomes absent or held by another. A failed
+    /// lookup leaves the node's answer unknown (an error), never a guess.
+    fn looked_up(&mut self, values: Result<Vec<redis::Value>, redis::RedisError>) {
+        let lookups = std::mem::take(&mut self.lookups);
+        let values = match values {
+            Ok(values) if values.len() == lookups.len() => values,
+            Ok(_) => vec![redis::Value::Nil; 0],
+            Err(err) => {
+                note_failure(&Err(err), &mut self.reconnect, &mut self.rebuild);
+                Vec::new()
+            }
+        };
+        for (i, (index, part)) in lookups.into_iter().enumerate() {
+            let token = self.batch[index].command.spec().token().as_bytes();
+            let reply = match values.get(i) {
+                Some(redis::Value::BulkString(held)) => RedisForm::missed_delete(Some(held), token),
+                Some(redis::Value::Nil) => RedisForm::missed_delete(None, token),
+                Some(other) => match map_result(Ok(other.clone())) {
+                    failed @ Reply::Error(_) => failed,
+                    _ => Reply::Error(NodeErrorKind::Protocol),
+                },
+                None => Reply::Error(NodeErrorKind::Protocol),
+            };
+            if let Some(slot) = self.parts[index].get_mut(part) {
+                *slot = reply;
+            }
+        }
+    }
+
+    /// Each request's answer, as its form makes it of its parts.
+    fn finish(self) -> BatchReplies {
+        let answers = self
+            .batch
+            .iter()
+            .zip(self.forms.iter().zip(&self.parts))
+            .map(|(t, (form, parts))| (t.id, form.answer(parts)))
+            .collect();
+        BatchReplies {
+            answers,
+            reconnect: self.reconnect,
+            rebuild: self.rebuild,
+        }
+    }
+}
+
+/// Marks the connection for dropping or rebuilding when `result` says so.
+fn note_failure(
+    result: &Result<redis::Value, redis::RedisError>,
+    reconnect: &mut bool,
+    rebuild: &mut bool,
+) {
+    if let Err(err) = result {
+        *reconnect |= is_broken(err);
+        *rebuild |= needs_new_connection(err);
+    }
+}
+
+/// Runs `batch` on a blocking connection to a node of `dialect` as one write (one round trip,
+/// in order), each request in its form there; then runs again on its own each request whose
+/// script the node did not know, and reads the holder of each key a compare-and-delete missed
+/// (one more round trip, only when one did).
 ///
 /// # Implementation note
 /// A reply that does not come within the connection's read timeout (`read_timeout`) fails its
@@ -279,39 +386,57 @@ fn pipeline(batch: &[Transmit]) -> redis::Pipeline {
 pub fn run_batch(
     conn: &mut redis::Connection,
     batch: &[Transmit],
+    dialect: &Dialect,
     read_timeout: std::time::Duration,
 ) -> BatchReplies {
-    let packed = match batch {
-        [transmit] => Request::pipelined(&transmit.command).get_packed_command(),
-        _ => pipeline(batch).get_packed_pipeline(),
-    };
-    if let Err(err) = conn.send_packed_command(&packed) {
-        // Part of the write may have gone out: the stream is not to be trusted.
-        let mut replies = BatchReplies::failed(batch, &err);
-        replies.reconnect = true;
-        return replies;
-    }
-    let mut gave_up = false;
-    let mut results = Vec::with_capacity(batch.len());
-    for _ in batch {
-        let result = conn.recv_response();
-        if let Err(err) = &result
-            && err.is_timeout()
-            && !gave_up
-        {
-            gave_up = true;
-            let _ = conn.set_read_timeout(Some(std::time::Duration::from_millis(1)));
+    let mut reading = Reading::new(batch, dialect);
+    if let Some(packed) = reading.packed() {
+        if let Err(err) = conn.send_packed_command(&packed) {
+            // Part of the write may have gone out: the stream is not to be trusted.
+            let mut replies = BatchReplies::failed(batch, &err);
+            replies.reconnect = true;
+            return replies;
         }
-        results.push(result);
+        let mut gave_up = false;
+        let mut results = Vec::with_capacity(reading.wire_len());
+        for _ in 0..reading.wire_len() {
+            let result = recv_reply(conn);
+            if let Err(err) = &result
+                && err.is_timeout()
+                && !gave_up
+            {
+                gave_up = true;
+                let _ = conn.set_read_timeout(Some(std::time::Duration::from_millis(1)));
+            }
+            results.push(result);
+        }
+        if gave_up {
+            let _ = conn.set_read_timeout(Some(read_timeout));
+        }
+        reading.read(results);
     }
-    if gave_up {
-        let _ = conn.set_read_timeout(Some(read_timeout));
+    for index in std::mem::take(&mut reading.again) {
+        if let Some(request) = reading.rerun_request(index) {
+            let result = request.run(conn);
+            reading.rerun(index, result);
+        }
     }
-    let (mut replies, again) = BatchReplies::read(batch, results);
-    for index in again {
-        replies.rerun(index, Request::new(&batch[index].command).run(conn));
+    if let Some(pipe) = reading.lookup_pipeline() {
+        let values = pipe.query::<Vec<redis::Value>>(conn);
+        reading.looked_up(values);
     }
-    replies
+    reading.finish()
+}
+
+/// The next reply on a blocking connection, past any push (a RESP3 connection may carry them
+/// between replies).
+fn recv_reply(conn: &mut redis::Connection) -> Result<redis::Value, redis::RedisError> {
+    loop {
+        match conn.recv_response() {
+            Ok(redis::Value::Push { .. }) => continue,
+            result => return result,
+        }
+    }
 }
 
 /// [`run_batch`] on an async connection.
@@ -319,18 +444,21 @@ pub fn run_batch(
 pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
     conn: &mut C,
     batch: &[Transmit],
+    dialect: &Dialect,
 ) -> BatchReplies {
-    let (mut replies, again) = match batch {
-        [transmit] => {
-            let result = Request::pipelined(&transmit.command)
-                .query_async(conn)
-                .await;
-            BatchReplies::read(batch, [result])
+    let mut reading = Reading::new(batch, dialect);
+    match (reading.wire_len(), &reading.forms[..]) {
+        (0, _) => {}
+        (1, [form]) => {
+            let result = part_cmd(form, 0).query_async(conn).await;
+            reading.read([result]);
         }
-        _ => match pipeline(batch).query_async::<Vec<redis::Value>>(conn).await {
-            Ok(values) if values.len() == batch.len() => {
-                BatchReplies::read(batch, values.into_iter().map(Ok))
-            }
+        (wire_len, _) => match reading
+            .pipeline()
+            .query_async::<Vec<redis::Value>>(conn)
+            .await
+        {
+            Ok(values) if values.len() == wire_len => reading.read(values.into_iter().map(Ok)),
             // Not one answer per command: the connection cannot be trusted any more.
             Ok(_) => {
                 let mut replies =
@@ -340,10 +468,16 @@ pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
             }
             Err(err) => return BatchReplies::failed(batch, &err),
         },
-    };
-    for index in again {
-        let result = Request::new(&batch[index].command).run_async(conn).await;
-        replies.rerun(index, result);
     }
-    replies
+    for index in std::mem::take(&mut reading.again) {
+        if let Some(request) = reading.rerun_request(index) {
+            let result = request.run_async(conn).await;
+            reading.rerun(index, result);
+        }
+    }
+    if let Some(pipe) = reading.lookup_pipeline() {
+        let values = pipe.query_async::<Vec<redis::Value>>(conn).await;
+        reading.looked_up(values);
+    }
+    reading.finish()
 }

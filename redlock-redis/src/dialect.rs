@@ -1,0 +1,179 @@
+//! Learning a node's [`Dialect`] when its connection is made: `HELLO` (no arguments: the
+//! connection's protocol stays as it is) for the server's name, version and modules, and
+//! `COMMAND INFO DELIFEQ DELEX MSETEX` for the native commands it has. Never `INFO`'s
+//! `redis_version`, which Valkey pins at 7.2.4.
+//!
+//! A node that answers neither (an old server, an ACL that denies them) is taken to run scripts
+//! and nothing native ([`Dialect::SCRIPTS`]): every operation then keeps its script form, which
+//! any server with scripting runs.
+
+use redis::Value;
+use redlock_core::{Dialect, ServerFacts};
+
+/// The commands whose presence `COMMAND INFO` is asked about, in this order.
+const NATIVE: [&str; 3] = ["DELIFEQ", "DELEX", "MSETEX"];
+
+/// The one pipeline that asks: `HELLO`, then `COMMAND INFO` of the native commands.
+fn probe() -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("HELLO");
+    pipe.cmd("COMMAND").arg("INFO").arg(&NATIVE[..]);
+    pipe
+}
+
+/// Asks a blocking connection's node what it can run. An error means the node did not
+/// answer at all (the connection is not usable); a node that answers with errors runs
+/// [`Dialect::SCRIPTS`].
+pub fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, redis::RedisError> {
+    probe()
+        .query::<Vec<Value>>(conn)
+        .map(|values| from_replies(&values))
+}
+
+/// [`detect`] on an async connection.
+#[cfg(any(feature = "tokio", feature = "smol"))]
+pub async fn detect_async<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+) -> Result<Dialect, redis::RedisError> {
+    probe()
+        .query_async::<Vec<Value>>(conn)
+        .await
+        .map(|values| from_replies(&values))
+}
+
+/// The dialect of the replies to [`probe`]: `[HELLO's, COMMAND INFO's]`.
+pub(crate) fn from_replies(values: &[Value]) -> Dialect {
+    let [hello, info] = values else {
+        return Dialect::SCRIPTS;
+    };
+    let field = |name: &str| {
+        pairs(hello)
+            .find(|(k, _)| text(k) == Some(name))
+            .map(|(_, v)| v)
+    };
+    let (Some(server), Some(version)) = (
+        field("server").and_then(text),
+        field("version").and_then(text),
+    ) else {
+        return Dialect::SCRIPTS;
+    };
+    let lua_module = field("modules").is_some_and(|modules| {
+        items(modules).any(|module| {
+            pairs(module).any(|(k, v)| text(k) == Some("name") && text(v) == Some("lua"))
+        })
+    });
+    let found: Vec<bool> = match info {
+        Value::Array(entries) => entries.iter().map(|e| !matches!(e, Value::Nil)).collect(),
+        _ => Vec::new(),
+    };
+    let has = |i: usize| found.get(i).copied().unwrap_or(false);
+    Dialect::detect(&ServerFacts {
+        server,
+        version,
+        lua_module,
+        delifeq: has(0),
+        delex: has(1),
+        msetex: has(2),
+    })
+}
+
+/// The key/value pairs of a map (RESP3) or of a flat array of alternating keys and values
+/// (RESP2).
+fn pairs(value: &Value) -> Box<dyn Iterator<Item = (&Value, &Value)> + '_> {
+    match value {
+        Value::Map(pairs) => Box::new(pairs.iter().map(|(k, v)| (k, v))),
+        Value::Array(flat) => Box::new(flat.chunks_exact(2).map(|kv| (&kv[0], &kv[1]))),
+        _ => Box::new(std::iter::empty()),
+    }
+}
+
+fn items(value: &Value) -> impl Iterator<Item = &Value> {
+    match value {
+        Value::Array(items) | Value::Set(items) => items.iter(),
+        _ => [].iter(),
+    }
+}
+
+fn text(value: &Value) -> Option<&str> {
+    match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+        Value::SimpleString(s) => Some(s),
+        Value::VerbatimString { text, .. } => Some(text),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redlock_core::DeleteIfEq;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// `HELLO`'s answer as a RESP2 connection gets it: a flat array.
+    fn hello(server: &str, version: &str, modules: Vec<Value>) -> Value {
+        Value::Array(vec![
+            bulk("server"),
+            bulk(server),
+            bulk("version"),
+            bulk(version),
+            bulk("proto"),
+            Value::Int(2),
+            bulk("modules"),
+            Value::Array(modules),
+        ])
+    }
+
+    fn info(found: [bool; 3]) -> Value {
+        Value::Array(
+            found
+                .iter()
+                .map(|f| {
+                    if *f {
+                        Value::Array(vec![bulk("x")])
+                    } else {
+                        Value::Nil
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn valkey_9_1_as_it_answers() {
+        let lua = Value::Map(vec![
+            (bulk("name"), bulk("lua")),
+            (bulk("ver"), Value::Int(1)),
+        ]);
+        let dialect = from_replies(&[
+            hello("valkey", "9.1.2", vec![lua]),
+            info([true, false, true]),
+        ]);
+        assert!(dialect.scripts && dialect.set_if_eq && dialect.msetex);
+        assert_eq!(dialect.delete_if_eq, DeleteIfEq::DelIfEq);
+    }
+
+    #[test]
+    fn valkey_9_without_lua_and_redis_7_as_they_answer() {
+        let no_lua = from_replies(&[hello("valkey", "9.1.2", vec![]), info([true, false, true])]);
+        assert!(!no_lua.scripts);
+        let resp3 = Value::Map(vec![
+            (bulk("server"), bulk("redis")),
+            (bulk("version"), bulk("7.0.15")),
+        ]);
+        assert_eq!(from_replies(&[resp3, info([false; 3])]), Dialect::SCRIPTS);
+    }
+
+    #[test]
+    fn errors_and_odd_answers_mean_scripts_only() {
+        assert_eq!(from_replies(&[Value::Nil, Value::Nil]), Dialect::SCRIPTS);
+        assert_eq!(from_replies(&[]), Dialect::SCRIPTS);
+        assert_eq!(
+            from_replies(&[hello("redis", "7.0.15", vec![]), Value::Int(3)]),
+            Dialect::SCRIPTS
+        );
+    }
+}
