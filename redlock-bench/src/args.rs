@@ -49,6 +49,12 @@ pub(crate) struct Args {
     /// Run only these contenders (comma-separated); the raw floors always run, as the references.
     #[arg(long, value_delimiter = ',', value_name = "CONTENDERS")]
     pub(crate) only: Vec<Contender>,
+    /// Which server the 5 nodes run: `redis` (`$REDIS_SERVER`, else `redis-server` on `PATH`)
+    /// or `valkey` (`$VALKEY9_SERVER`: a Valkey ≥ 9.1, which `scripts/ensure-valkey.sh 9.1`
+    /// fetches). On Valkey the raw floors release with `DELIFEQ`, its cheapest correct
+    /// compare-and-delete; on Redis with the release script.
+    #[arg(long, value_enum, default_value_t = Server::Redis)]
+    pub(crate) server: Server,
     /// Internal: run the memory scenario in this process and print its JSON (the parent starts
     /// it, so that its RSS is not the parent's).
     #[arg(long, hide = true)]
@@ -57,6 +63,18 @@ pub(crate) struct Args {
     #[arg(long = "node", hide = true)]
     pub(crate) nodes: Vec<String>,
 }
+
+/// The server the nodes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Server {
+    /// redis-server.
+    Redis,
+    /// valkey-server 9.1 or later.
+    Valkey,
+}
+
+/// The environment variable naming the valkey-server of `--server valkey`.
+pub(crate) const VALKEY9_SERVER_ENV: &str = "VALKEY9_SERVER";
 
 /// What one run of the benchmark does, resolved from [`Args`].
 #[derive(Debug, Clone)]

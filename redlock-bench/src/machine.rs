@@ -25,12 +25,13 @@ pub(crate) struct Machine {
 }
 
 impl Machine {
-    /// Reads the machine's facts.
-    pub(crate) fn detect() -> Self {
+    /// Reads the machine's facts; the nodes run `server` (`None`: `$REDIS_SERVER`, else
+    /// `redis-server` on `PATH`).
+    pub(crate) fn detect(server: Option<&std::ffi::OsStr>) -> Self {
         Self {
             cores: std::thread::available_parallelism().map_or(0, usize::from),
             cpu: cpu_model().unwrap_or_else(|| "unknown".to_owned()),
-            redis: redis_version().unwrap_or_else(|| "unknown".to_owned()),
+            redis: redis_version(server).unwrap_or_else(|| "unknown".to_owned()),
             load_at_start: load_average(),
             debug_build: cfg!(debug_assertions),
         }
@@ -59,9 +60,12 @@ fn cpu_model() -> Option<String> {
         .map(|(_, model)| model.trim().to_owned())
 }
 
-/// The version line of the `redis-server` the nodes run (`$REDIS_SERVER`, else `PATH`).
-fn redis_version() -> Option<String> {
-    let program = std::env::var_os(redlock_local::REDIS_SERVER_ENV)
+/// The version line of the server the nodes run (`server`, else `$REDIS_SERVER`, else
+/// `redis-server` on `PATH`).
+fn redis_version(server: Option<&std::ffi::OsStr>) -> Option<String> {
+    let program = server
+        .map(std::ffi::OsStr::to_os_string)
+        .or_else(|| std::env::var_os(redlock_local::REDIS_SERVER_ENV))
         .filter(|value| !value.is_empty())
         .unwrap_or_else(|| "redis-server".into());
     let output = Command::new(program).arg("--version").output().ok()?;

@@ -35,6 +35,7 @@ mod memory;
 mod report;
 mod run;
 mod scenarios;
+mod server_cpu;
 mod stats;
 mod table;
 

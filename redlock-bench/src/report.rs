@@ -171,6 +171,12 @@ impl Measured for LatencyRun {
         spread("allocs_per_cycle", "allocs/cycle", Better::Lower, |r| {
             Some(r.allocs_per_cycle)
         }),
+        spread(
+            "server_cpu_us_per_cycle",
+            "server µs/cycle",
+            Better::Lower,
+            |r| r.server_cpu_us_per_cycle,
+        ),
     ];
 }
 
@@ -179,6 +185,12 @@ impl Measured for ThroughputRun {
         spread("cycles_per_sec", "cycles/s", Better::Higher, |r| {
             Some(r.cycles_per_sec)
         }),
+        spread(
+            "server_cpu_us_per_cycle",
+            "server µs/cycle",
+            Better::Lower,
+            |r| r.server_cpu_us_per_cycle,
+        ),
         Metric {
             key: "failures",
             header: "failed locks",
@@ -306,6 +318,7 @@ mod tests {
             cycles: 0,
             failures: 0,
             cycles_per_sec,
+            server_cpu_us_per_cycle: None,
         }
     }
 

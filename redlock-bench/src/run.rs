@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use redlock_local::{Cluster, ServerOptions};
 
-use crate::args::{Args, CONTENTION_TASKS, Plan, THROUGHPUT_TASKS};
-use crate::clients::raw::NODES;
+use crate::args::{Args, CONTENTION_TASKS, Plan, Server, THROUGHPUT_TASKS, VALKEY9_SERVER_ENV};
+use crate::clients::raw::{self, NODES};
 use crate::contender::Contender;
 use crate::machine::{self, Machine};
 use crate::report::{Meta, Report, Section};
@@ -21,6 +21,7 @@ use crate::scenarios::contention::Contention;
 use crate::scenarios::latency::Latency;
 use crate::scenarios::memory;
 use crate::scenarios::throughput::Throughput;
+use crate::server_cpu::{self, ServerCost};
 use crate::stats::CURVE;
 use crate::{chart, table};
 
@@ -28,7 +29,21 @@ use crate::{chart, table};
 pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
     let plan = Plan::from_args(args);
     let started = Instant::now();
-    let machine = Machine::detect();
+    let binary = match args.server {
+        Server::Redis => None,
+        Server::Valkey => Some(
+            std::env::var_os(VALKEY9_SERVER_ENV)
+                .filter(|path| !path.is_empty())
+                .ok_or_else(|| {
+                    format!(
+                        "--server valkey runs ${VALKEY9_SERVER_ENV}: set it to a valkey-server \
+                         9.1 or later (scripts/ensure-valkey.sh 9.1 fetches one and prints its path)"
+                    )
+                })?,
+        ),
+    };
+    raw::release_natively(args.server == Server::Valkey);
+    let machine = Machine::detect(binary.as_deref());
     if machine.debug_build && !plan.smoke {
         eprintln!("warning: a debug build measures the debug build; use `cargo run --release`");
     }
@@ -38,7 +53,11 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
     );
     fs::create_dir_all(&plan.out_dir)
         .map_err(|err| format!("cannot create {}: {err}", plan.out_dir.display()))?;
-    let cluster = Cluster::try_start_with(NODES, &ServerOptions::new())
+    let options = match &binary {
+        Some(path) => ServerOptions::new().binary(path),
+        None => ServerOptions::new(),
+    };
+    let cluster = Cluster::try_start_with(NODES, &options)
         .map_err(|err| format!("cannot start {NODES} local redis-servers: {err}"))?;
     let urls = cluster.urls();
 
@@ -139,7 +158,10 @@ fn repeat<S: Scenario>(
     urls: &[String],
     name: &str,
     make: impl Fn(Contender, u32) -> S,
-) -> Vec<(Contender, Vec<S::Run>)> {
+) -> Vec<(Contender, Vec<S::Run>)>
+where
+    S::Run: ServerCost,
+{
     let mut runs: Vec<(Contender, Vec<S::Run>)> =
         plan.contenders.iter().map(|c| (*c, Vec::new())).collect();
     let count = runs.len();
@@ -148,7 +170,11 @@ fn repeat<S: Scenario>(
             let index = (step + usize::try_from(rep).unwrap_or(0)) % count;
             let contender = runs[index].0;
             let start = Instant::now();
-            let run = contender.run(&make(contender, rep), urls);
+            let cpu_before = server_cpu::total_seconds(urls);
+            let mut run = contender.run(&make(contender, rep), urls);
+            if let (Some(before), Some(after)) = (cpu_before, server_cpu::total_seconds(urls)) {
+                run.record_server_cpu(after - before, plan.warmup);
+            }
             eprintln!(
                 "[{name} {}/{}] {contender:<13} {:>5.1} s",
                 rep + 1,

@@ -18,7 +18,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis::aio::ConnectionManager;
 use redis::{Cmd, Script, ScriptInvocation, Value};
@@ -124,6 +124,25 @@ pub(crate) fn release_script() -> Script {
     Script::new(redlock_core::RELEASE_SCRIPT)
 }
 
+/// Whether the floors release with `DELIFEQ key token` (set once, before any floor runs, when
+/// the nodes are Valkey ≥ 9: the cheapest correct compare-and-delete there) instead of the
+/// release script.
+static NATIVE_RELEASE: AtomicBool = AtomicBool::new(false);
+
+/// Makes the floors release with `DELIFEQ` (`true`) or the script (`false`).
+pub(crate) fn release_natively(native: bool) {
+    NATIVE_RELEASE.store(native, Ordering::Relaxed);
+}
+
+/// `DELIFEQ key token`, when the floors release natively.
+pub(crate) fn native_release(key: &str, token: &str) -> Option<Cmd> {
+    NATIVE_RELEASE.load(Ordering::Relaxed).then(|| {
+        let mut cmd = redis::cmd("DELIFEQ");
+        cmd.arg(key).arg(token);
+        cmd
+    })
+}
+
 /// One multiplexed, reconnecting connection per node, shared by every task.
 pub(crate) struct Multiplexed {
     conns: [ConnectionManager; NODES],
@@ -190,7 +209,12 @@ async fn set(mut conn: ConnectionManager, key: &str, token: &str) -> bool {
 
 async fn release(script: &Script, mut conn: ConnectionManager, key: &str, token: &str) {
     // Deleted (1) or not ours (0): the floor does nothing with the answer.
-    let _: redis::RedisResult<Value> = release_invocation(script, key, token)
-        .invoke_async(&mut conn)
-        .await;
+    let _: redis::RedisResult<Value> = match native_release(key, token) {
+        Some(cmd) => cmd.query_async(&mut conn).await,
+        None => {
+            release_invocation(script, key, token)
+                .invoke_async(&mut conn)
+                .await
+        }
+    };
 }

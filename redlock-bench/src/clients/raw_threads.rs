@@ -20,7 +20,8 @@ use std::thread::{self, JoinHandle};
 use redis::{Pipeline, Script, Value};
 
 use super::raw::{
-    NODES, Nodes, RawClient, RawHeld, granted, release_invocation, release_script, set_command,
+    NODES, Nodes, RawClient, RawHeld, granted, native_release, release_invocation, release_script,
+    set_command,
 };
 use super::{AsyncClient, BlockingClient};
 
@@ -182,7 +183,11 @@ impl Node {
         let healthy = match calls {
             [call] => {
                 let reply: redis::RedisResult<Value> = if call.release {
-                    release_invocation(&self.release, &call.key, &call.token).invoke(&mut conn)
+                    match native_release(&call.key, &call.token) {
+                        Some(cmd) => cmd.query(&mut conn),
+                        None => release_invocation(&self.release, &call.key, &call.token)
+                            .invoke(&mut conn),
+                    }
                 } else {
                     set_command(&call.key, &call.token).query(&mut conn)
                 };
@@ -203,7 +208,8 @@ impl Node {
         pipeline.ignore_errors();
         for call in calls {
             pipeline.add_command(if call.release {
-                evalsha(&self.release, &call.key, &call.token)
+                native_release(&call.key, &call.token)
+                    .unwrap_or_else(|| evalsha(&self.release, &call.key, &call.token))
             } else {
                 set_command(&call.key, &call.token)
             });

@@ -190,3 +190,8 @@ impl Scenario for Contention {
         arena.into_run(self.tasks, self.duration)
     }
 }
+
+/// Contended runs are not costed: a waiter's retries are part of what each library chooses.
+impl crate::server_cpu::ServerCost for ContentionRun {
+    fn record_server_cpu(&mut self, _seconds: f64, _warmup: u32) {}
+}

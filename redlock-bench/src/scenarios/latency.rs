@@ -45,6 +45,16 @@ pub(crate) struct LatencyRun {
     pub(crate) bytes_per_cycle: f64,
     /// The cycle at each percentile of [`CURVE`], for the chart.
     pub(crate) curve_us: Vec<f64>,
+    /// The servers' CPU per cycle, warm-up cycles included (`None`: not read).
+    #[serde(default)]
+    pub(crate) server_cpu_us_per_cycle: Option<f64>,
+}
+
+impl crate::server_cpu::ServerCost for LatencyRun {
+    fn record_server_cpu(&mut self, seconds: f64, warmup: u32) {
+        self.server_cpu_us_per_cycle =
+            crate::server_cpu::per_cycle_us(seconds, u64::from(self.cycles), warmup);
+    }
 }
 
 /// Per-cycle times, preallocated so that recording them allocates nothing.
@@ -84,6 +94,7 @@ impl Samples {
             allocs_per_cycle: per_cycle(heap.allocations + heap.reallocations),
             bytes_per_cycle: per_cycle(heap.bytes_allocated),
             curve_us: CURVE.iter().map(|p| at(&self.cycle, *p)).collect(),
+            server_cpu_us_per_cycle: None,
         }
     }
 }

@@ -41,6 +41,17 @@ pub(crate) struct ThroughputRun {
     pub(crate) failures: u64,
     /// Completed cycles per second.
     pub(crate) cycles_per_sec: f64,
+    /// The servers' CPU per completed cycle, warm-up and failed locks included (`None`: not
+    /// read).
+    #[serde(default)]
+    pub(crate) server_cpu_us_per_cycle: Option<f64>,
+}
+
+impl crate::server_cpu::ServerCost for ThroughputRun {
+    fn record_server_cpu(&mut self, seconds: f64, warmup: u32) {
+        self.server_cpu_us_per_cycle =
+            crate::server_cpu::per_cycle_us(seconds, self.cycles, warmup);
+    }
 }
 
 impl ThroughputRun {
@@ -54,6 +65,7 @@ impl ThroughputRun {
             cycles,
             failures,
             cycles_per_sec: stats::per_second(cycles, elapsed),
+            server_cpu_us_per_cycle: None,
         }
     }
 }
