@@ -632,11 +632,34 @@ impl Command {
     /// in [`Dialect`]'s module docs), or [`RedisForm::Unsupported`] when the node has none —
     /// never a weaker one.
     pub fn redis_form_on(&self, dialect: &Dialect) -> RedisForm<'_> {
+        self.form_on(dialect, self.extras.max_ttl_ms)
+    }
+
+    /// The longest TTL in use that this acquisition checks the node's memory against
+    /// (restart-aware voting), if it checks.
+    pub fn restart_check_ms(&self) -> Option<u64> {
+        self.extras
+            .max_ttl_ms
+            .filter(|_| self.op == Op::SetIfAbsent)
+    }
+
+    /// How a node of `dialect` runs this acquisition when the connection already vouches for
+    /// the node's memory ([`MemoryWatch`](crate::MemoryWatch)): as
+    /// [`redis_form_on`](Self::redis_form_on), without the restart check — plain `SET NX PX`
+    /// for one key. Any other command takes its usual form.
+    pub fn redis_form_vouched(&self, dialect: &Dialect) -> RedisForm<'_> {
+        match self.op {
+            Op::SetIfAbsent => self.form_on(dialect, None),
+            _ => self.redis_form_on(dialect),
+        }
+    }
+
+    fn form_on(&self, dialect: &Dialect, max_ttl_ms: Option<u64>) -> RedisForm<'_> {
         let native = match self.op {
             Op::SetIfAbsent
                 if dialect.msetex
                     && self.spec.len() > 1
-                    && self.extras.max_ttl_ms.is_none()
+                    && max_ttl_ms.is_none()
                     && !self.extras.fenced =>
             {
                 Some(RedisForm::MSetEx {
@@ -658,7 +681,7 @@ impl Command {
             Op::Trust if !dialect.scripts => Some(RedisForm::SetTrusted),
             _ => None,
         };
-        match (native, self.redis_form()) {
+        match (native, self.scripts_form(max_ttl_ms)) {
             (Some(form), _) => form,
             (None, RedisForm::Script { .. }) if !dialect.scripts => RedisForm::Unsupported,
             (None, form) => form,
@@ -669,8 +692,13 @@ impl Command {
     /// `SET NX PX` for a one-key acquire without restart-aware voting or fencing, a script
     /// otherwise.
     pub fn redis_form(&self) -> RedisForm<'_> {
+        self.scripts_form(self.extras.max_ttl_ms)
+    }
+
+    /// [`redis_form`](Self::redis_form), with an acquisition's restart check against
+    /// `max_ttl_ms` (none: no check).
+    fn scripts_form(&self, max_ttl_ms: Option<u64>) -> RedisForm<'_> {
         let token = self.spec.token().as_bytes();
-        let max_ttl_ms = self.extras.max_ttl_ms;
         let (script, epoch, fence, numbers) = match self.op {
             Op::SetIfAbsent if self.extras.fenced => (
                 Script::AcquireFenced,

@@ -177,6 +177,7 @@ mod jitter;
 mod lease;
 mod lifecycle;
 mod machine;
+mod memory_watch;
 mod multiplexer;
 mod output;
 mod quorum;
@@ -218,6 +219,7 @@ pub use lease::Lease;
 pub use lifecycle::Lifecycle;
 #[cfg(any(test, feature = "testing"))]
 pub use machine::Machine;
+pub use memory_watch::{MemoryCheck, MemoryWatch};
 pub use multiplexer::{Batch, Change, LINGER, LockId, Multiplexer, Start, Timeout, TimeoutReason};
 #[cfg(any(test, feature = "testing"))]
 pub use output::Output;

@@ -1,0 +1,221 @@
+//! Restart-aware voting for the price of a plain `SET`: what one connection knows about its
+//! node's memory.
+//!
+//! The restart check ([`ACQUIRE_CHECKED_SCRIPT`](crate::ACQUIRE_CHECKED_SCRIPT)) costs the node
+//! a script per acquisition. A connection can prove the same thing once and then have the node
+//! tell it when the proof may no longer hold:
+//!
+//! 1. The connection speaks RESP3 with client tracking on (`CLIENT TRACKING ON`).
+//! 2. **Prove**: it sends `GET` [`EPOCH_KEY`](crate::EPOCH_KEY) — which makes the node track that
+//!    key for this connection — and then the acquisition with its restart check, as always.
+//!    If the check says the node may vote and the node pushed nothing about the epoch key in
+//!    between, the node's memory was at least that longest TTL old, and still is for as long
+//!    as the epoch key stays untouched.
+//! 3. **Vouched**: later acquisitions on this connection go out without the check (plain
+//!    `SET NX PX`). Deleting, evicting or flushing the epoch key makes the node push an
+//!    invalidation on this connection ahead of the reply to any command it runs after that
+//!    change; a restart or a failover ends the connection. A vouched reply counts only if
+//!    nothing was pushed, and the connection did not end, between the proof and that reply;
+//!    otherwise it is a refusal to vote ([`Reply::Int`] of minus the longest TTL, as the
+//!    script answers for a young memory) and the next acquisition proves again.
+//!
+//! The driver must hand this watch every push it read before a reply, before it hands the
+//! reply on ([`MemoryWatch::handle_invalidation`]); a new connection starts with a new watch.
+//!
+//! What it never does: it never reads a clock or a socket, never vouches for a longer TTL than
+//! it proved, and never lets a reply count across a push or a connection's end.
+
+use crate::command::EPOCH_KEY;
+use crate::reply::Reply;
+
+/// One connection's knowledge of its node's memory. See the [module docs](self).
+#[derive(Debug, Clone, Default)]
+pub struct MemoryWatch {
+    /// Invalidations of the epoch key (flushes included) and connection ends seen so far.
+    seen: u64,
+    /// The longest TTL the node's memory was proven old enough for, and `seen` at the proof.
+    proof: Option<(u64, u64)>,
+    /// Whether the connection ended: nothing is vouched for any more.
+    closed: bool,
+    /// Negative controls only: invalidations are not heard.
+    deaf: bool,
+}
+
+/// How one restart-checked acquisition goes out on a connection ([`MemoryWatch::check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryCheck {
+    /// Without the check: the connection's proof covers it. Its reply goes through
+    /// [`MemoryWatch::vouched_reply`].
+    Vouched {
+        /// What the watch had seen when the request went out.
+        seen: u64,
+    },
+    /// With the check, after a `GET` of the epoch key in the same pipeline; its reply may prove
+    /// the node's memory ([`MemoryWatch::handle_proof`]).
+    Prove {
+        /// What the watch had seen when the request went out.
+        seen: u64,
+    },
+}
+
+impl MemoryWatch {
+    /// A watch for a new connection: nothing proven yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A watch that never hears an invalidation: the check with its safety switched off, for
+    /// negative controls that show what the invalidations prevent.
+    pub fn deaf() -> Self {
+        Self {
+            deaf: true,
+            ..Self::default()
+        }
+    }
+
+    /// The node pushed an invalidation: of every key (`everything`: `FLUSHALL`, `FLUSHDB`, or
+    /// the end of tracking) or of `keys`. Only the epoch key matters; any other key is ignored.
+    pub fn handle_invalidation<'k>(
+        &mut self,
+        everything: bool,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) {
+        if self.deaf {
+            return;
+        }
+        if everything || keys.into_iter().any(|key| key == EPOCH_KEY) {
+            self.seen += 1;
+            self.proof = None;
+        }
+    }
+
+    /// The connection ended: no reply it still brings counts as vouched.
+    pub fn handle_closed(&mut self) {
+        self.closed = true;
+        self.seen += 1;
+        self.proof = None;
+    }
+
+    /// How an acquisition that checks the node's memory against `max_ttl_ms` goes out now.
+    pub fn check(&self, max_ttl_ms: u64) -> MemoryCheck {
+        match self.proof {
+            Some((seen, proven)) if !self.closed && seen == self.seen && proven >= max_ttl_ms => {
+                MemoryCheck::Vouched { seen }
+            }
+            _ => MemoryCheck::Prove { seen: self.seen },
+        }
+    }
+
+    /// The engine's reply for a [`MemoryCheck::Vouched`] acquisition that went out when the
+    /// watch had seen `seen`: the node's own reply, unless the node pushed an invalidation or
+    /// the connection ended since — then a refusal to vote for `max_ttl_ms` (its key, if the
+    /// node set one, is released like any other of a failed or finished lock).
+    pub fn vouched_reply(&self, seen: u64, reply: Reply, max_ttl_ms: u64) -> Reply {
+        match reply {
+            Reply::Error(_) => reply,
+            _ if self.seen == seen && !self.closed => reply,
+            _ => Reply::Int(-i64::try_from(max_ttl_ms.max(1)).unwrap_or(i64::MAX)),
+        }
+    }
+
+    /// The reply of a [`MemoryCheck::Prove`] acquisition that went out when the watch had seen
+    /// `seen`: when the check let the node vote (a non-negative answer) and nothing was pushed
+    /// since, the connection vouches for `max_ttl_ms` from now on.
+    pub fn handle_proof(&mut self, seen: u64, reply: Reply, max_ttl_ms: u64) {
+        let eligible = matches!(reply, Reply::Int(n) if n >= 0);
+        if !eligible || self.closed || seen != self.seen {
+            return;
+        }
+        let proven = match self.proof {
+            Some((at, proven)) if at == seen => proven.max(max_ttl_ms),
+            _ => max_ttl_ms,
+        };
+        self.proof = Some((seen, proven));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: u64 = 60_000;
+
+    fn proven() -> MemoryWatch {
+        let mut watch = MemoryWatch::new();
+        let MemoryCheck::Prove { seen } = watch.check(MAX) else {
+            panic!("a new connection proves first");
+        };
+        watch.handle_proof(seen, Reply::Int(1), MAX);
+        watch
+    }
+
+    #[test]
+    fn a_new_connection_proves_before_it_vouches() {
+        let watch = proven();
+        assert_eq!(watch.check(MAX), MemoryCheck::Vouched { seen: 0 });
+        assert_eq!(watch.check(MAX / 2), MemoryCheck::Vouched { seen: 0 });
+        assert_eq!(
+            watch.check(MAX + 1),
+            MemoryCheck::Prove { seen: 0 },
+            "never for a longer TTL than proven"
+        );
+    }
+
+    #[test]
+    fn a_young_memory_or_a_push_during_the_proof_proves_nothing() {
+        let mut young = MemoryWatch::new();
+        young.handle_proof(0, Reply::Int(-5_000), MAX);
+        assert_eq!(young.check(MAX), MemoryCheck::Prove { seen: 0 });
+        let mut pushed = MemoryWatch::new();
+        pushed.handle_invalidation(true, []);
+        pushed.handle_proof(0, Reply::Int(1), MAX);
+        assert_eq!(pushed.check(MAX), MemoryCheck::Prove { seen: 1 });
+    }
+
+    #[test]
+    fn an_invalidation_of_the_epoch_or_a_flush_voids_vouched_replies() {
+        for everything in [false, true] {
+            let mut watch = proven();
+            let MemoryCheck::Vouched { seen } = watch.check(MAX) else {
+                panic!("vouched");
+            };
+            watch.handle_invalidation(everything, [EPOCH_KEY]);
+            assert_eq!(
+                watch.vouched_reply(seen, Reply::Ok, MAX),
+                Reply::Int(-60_000)
+            );
+            assert_eq!(watch.check(MAX), MemoryCheck::Prove { seen: 1 });
+        }
+    }
+
+    #[test]
+    fn other_keys_change_nothing_and_errors_stay_errors() {
+        let mut watch = proven();
+        watch.handle_invalidation(false, [&b"redlock:res"[..], b"other"]);
+        assert_eq!(watch.check(MAX), MemoryCheck::Vouched { seen: 0 });
+        assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Ok);
+        assert_eq!(watch.vouched_reply(0, Reply::Nil, MAX), Reply::Nil);
+        let failed = Reply::Error(crate::NodeErrorKind::Timeout);
+        assert_eq!(watch.vouched_reply(7, failed, MAX), failed);
+    }
+
+    #[test]
+    fn a_closed_connection_vouches_for_nothing_again() {
+        let mut watch = proven();
+        watch.handle_closed();
+        assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Int(-60_000));
+        let MemoryCheck::Prove { seen } = watch.check(MAX) else {
+            panic!("prove again");
+        };
+        watch.handle_proof(seen, Reply::Int(1), MAX);
+        assert_eq!(watch.check(MAX), MemoryCheck::Prove { seen });
+    }
+
+    #[test]
+    fn the_deaf_control_hears_nothing() {
+        let mut watch = MemoryWatch::deaf();
+        watch.handle_proof(0, Reply::Int(1), MAX);
+        watch.handle_invalidation(true, []);
+        assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Ok);
+    }
+}
