@@ -41,6 +41,8 @@ struct Inner {
     /// bound to the runtime it was made on).
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
+    /// Negative controls only ([`Settings::deaf_memory_watch`]).
+    deaf_memory_watch: bool,
     /// Counts machine suspends (Linux): shared by every driver and lock of the client.
     clock: Clock,
     ids: LockIds,
@@ -125,7 +127,13 @@ impl<R: Runtime> Redlock<R> {
             self.inner
                 .nodes
                 .iter()
-                .map(|addr| Node::new(addr.clone(), self.inner.io_timeout))
+                .map(|addr| {
+                    Node::new(
+                        addr.clone(),
+                        self.inner.io_timeout,
+                        self.inner.deaf_memory_watch,
+                    )
+                })
                 .collect(),
             self.inner.clock.clone(),
         )?;
@@ -223,6 +231,7 @@ impl<R: Runtime> FromSettings for Redlock<R> {
                 deployment: Deployment::new(settings.config, labels),
                 nodes: settings.nodes,
                 io_timeout: settings.io_timeout,
+                deaf_memory_watch: settings.deaf_memory_watch,
                 clock: Clock::new(),
                 ids: LockIds::default(),
                 driver: Mutex::new(None),

@@ -1,29 +1,50 @@
-//! One reconnecting, multiplexed connection per node, and writing a batch on it.
+//! One multiplexed connection per node, made again when it breaks, and writing a batch on it.
+//!
+//! Not the `redis` crate's `ConnectionManager`: that one reconnects silently and relays pushes
+//! through a task of its own, so a push could reach us after the reply it came before, and a
+//! reply on a new connection could be counted as if the old one had carried it. Here each
+//! connection has its own [`Tracking`], fed in the connection's read loop (the `redis` crate
+//! calls the push sender there, before it completes any later reply), and a connection that
+//! broke is dropped and closed for its watch before the next batch makes a new one.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redlock_core::Batch;
-use redlock_core::Dialect;
-use redlock_redis::Answers;
-use redlock_redis::{BatchReplies, NodeAddr, detect_dialect_async, run_batch_async};
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+use redlock_core::{Batch, Dialect};
+use redlock_redis::{
+    Answers, BatchReplies, NodeAddr, Tracking, detect_dialect_async, resp3_client, run_batch_async,
+    tracking_on,
+};
+
+/// A connection, what its node can run, and its watch over the node's memory (none when the
+/// node does not speak RESP3 or refuses client tracking: restart checks then keep their
+/// script).
+#[derive(Clone)]
+struct Connected {
+    conn: MultiplexedConnection,
+    dialect: Dialect,
+    tracking: Option<Tracking>,
+}
 
 /// A node and its connection, made on first use (a node that is down at start is not an error:
 /// its requests fail until it comes back).
 pub(crate) struct Node {
     addr: NodeAddr,
     io_timeout: Duration,
-    /// The connection and what its node can run, learnt when it was first made.
-    manager: Mutex<Option<(ConnectionManager, Dialect)>>,
+    /// Negative controls only: watches that hear no push.
+    deaf: bool,
+    connected: Mutex<Option<Connected>>,
 }
 
 impl Node {
-    pub(crate) fn new(addr: NodeAddr, io_timeout: Duration) -> Self {
+    pub(crate) fn new(addr: NodeAddr, io_timeout: Duration, deaf: bool) -> Self {
         Self {
             addr,
             io_timeout,
-            manager: Mutex::new(None),
+            deaf,
+            connected: Mutex::new(None),
         }
     }
 
@@ -35,45 +56,106 @@ impl Node {
         self.io_timeout
     }
 
-    /// The shared connection, made lazily: one TCP connection per node for the whole client.
-    /// Its node's dialect is asked once, on its first use.
-    async fn connection(&self) -> Result<(ConnectionManager, Dialect), redis::RedisError> {
-        let made = {
-            let slot = self.manager.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(made) = &*slot {
-                return Ok(made.clone());
-            }
-            // One attempt per request (the engine decides about retries), bounded by the I/O
-            // timeout.
-            let config = ConnectionManagerConfig::new()
-                .set_number_of_retries(0)
-                .set_connection_timeout(Some(self.io_timeout))
-                .set_response_timeout(Some(self.io_timeout));
-            self.addr.client().get_connection_manager_lazy(config)?
-        };
-        let mut manager = made;
-        // A node that does not answer is asked again with the next batch (this one will most
-        // likely fail the same way).
-        let dialect = detect_dialect_async(&mut manager).await?;
-        tracing::debug!(node = %self.addr.label(), ?dialect, "connected");
-        let mut slot = self.manager.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(slot.get_or_insert((manager, dialect)).clone())
+    fn config(&self) -> AsyncConnectionConfig {
+        // One attempt per request (the engine decides about retries), bounded by the I/O timeout.
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.io_timeout))
+            .set_response_timeout(Some(self.io_timeout))
     }
 
+    /// The shared connection, made when there is none: one TCP connection per node for the
+    /// whole client. RESP3 with client tracking where the node has them; RESP2, untracked,
+    /// where it does not speak RESP3.
+    async fn connection(&self) -> Result<Connected, redis::RedisError> {
+        if let Some(connected) = &*self
+            .connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            return Ok(connected.clone());
+        }
+        let connected = match self.connect_tracked().await {
+            Ok(connected) => connected,
+            Err(err) if err.is_io_error() || err.is_timeout() => return Err(err),
+            // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by script.
+            Err(_) => {
+                let mut conn = self
+                    .addr
+                    .client()
+                    .get_multiplexed_async_connection_with_config(&self.config())
+                    .await?;
+                let dialect = detect_dialect_async(&mut conn).await?;
+                Connected {
+                    conn,
+                    dialect,
+                    tracking: None,
+                }
+            }
+        };
+        tracing::debug!(
+            node = %self.addr.label(),
+            dialect = ?connected.dialect,
+            tracking = connected.tracking.is_some(),
+            "connected"
+        );
+        let mut slot = self
+            .connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(slot.get_or_insert(connected).clone())
+    }
+
+    async fn connect_tracked(&self) -> Result<Connected, redis::RedisError> {
+        let tracking = Tracking::new(self.deaf);
+        let heard = tracking.clone();
+        let config = self.config().set_push_sender(move |push: redis::PushInfo| {
+            heard.handle_push(&push);
+            Ok::<(), std::convert::Infallible>(())
+        });
+        let mut conn = resp3_client(self.addr.client())?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let dialect = detect_dialect_async(&mut conn).await?;
+        let tracked = tracking_on().query_async::<()>(&mut conn).await;
+        if let Err(err) = &tracked {
+            tracing::debug!(node = %self.addr.label(), %err, "no client tracking: restart checks by script");
+        }
+        Ok(Connected {
+            conn,
+            dialect,
+            tracking: tracked.is_ok().then_some(tracking),
+        })
+    }
+
+    /// Drops the connection (the next batch makes a new one); its watch vouches for nothing
+    /// any more.
     fn forget_connection(&self) {
-        *self.manager.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        let gone = self
+            .connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(tracking) = gone.and_then(|c| c.tracking) {
+            tracking.handle_closed();
+        }
     }
 
     /// Writes `batch` as one pipeline and reads its replies, one per request. The connection's
     /// response timeout (the I/O timeout) bounds every read and its connection timeout bounds
-    /// connecting: no timer of ours. A failed transport is an error reply for each request.
+    /// connecting: no timer of ours. A failed transport is an error reply for each request, and
+    /// the connection is made again for the next batch; a timeout keeps it (the reply is
+    /// matched and dropped when it comes, and this node's requests stay in order).
     pub(crate) async fn run(&self, batch: Batch) -> Answers {
         let sent = Instant::now();
         let replies = match self.connection().await {
-            Ok((mut conn, dialect)) => run_batch_async(&mut conn, &batch.transmits, &dialect).await,
+            Ok(Connected {
+                mut conn,
+                dialect,
+                tracking,
+            }) => run_batch_async(&mut conn, &batch.transmits, &dialect, tracking.as_ref()).await,
             Err(err) => BatchReplies::failed(&batch.transmits, &err),
         };
-        if replies.rebuild {
+        if replies.reconnect || replies.rebuild {
             self.forget_connection();
         }
         replies.trace(self.addr.label(), sent.elapsed());

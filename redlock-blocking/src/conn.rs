@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use redlock_core::Dialect;
 use redlock_core::{Batch, NodeErrorKind, Reply, Transmit};
-use redlock_redis::{BatchReplies, NodeAddr, detect_dialect, run_batch};
+use redlock_redis::{
+    BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, tracking_on,
+};
 
 use crate::driver::Input;
 
@@ -22,12 +24,17 @@ pub(crate) struct Worker {
 impl Worker {
     /// Starts the worker thread of node `addr`; its replies go to `driver`. It ends when the
     /// driver is gone.
-    pub(crate) fn spawn(addr: NodeAddr, io_timeout: Duration, driver: Sender<Input>) -> Self {
+    pub(crate) fn spawn(
+        addr: NodeAddr,
+        io_timeout: Duration,
+        deaf: bool,
+        driver: Sender<Input>,
+    ) -> Self {
         let (batches, queue) = mpsc::channel();
         let label = addr.label().clone();
         let spawned = thread::Builder::new()
             .name(format!("redlock-node-{label}"))
-            .spawn(move || Connection::new(addr, io_timeout).run(&queue, &driver));
+            .spawn(move || Connection::new(addr, io_timeout, deaf).run(&queue, &driver));
         if let Err(err) = spawned {
             tracing::error!(node = %label, %err, "could not start the node's worker thread");
         }
@@ -48,15 +55,27 @@ impl Worker {
 struct Connection {
     addr: NodeAddr,
     io_timeout: Duration,
-    /// The connection and what its node can run, learnt when it was made.
-    conn: Option<(redis::Connection, Dialect)>,
+    /// Negative controls only: watches that hear no push.
+    deaf: bool,
+    /// The connection, what its node can run and its watch over the node's memory, learnt
+    /// when it was made.
+    conn: Option<Connected>,
+}
+
+struct Connected {
+    conn: redis::Connection,
+    dialect: Dialect,
+    /// None when the node does not speak RESP3 or refuses client tracking: restart checks
+    /// then keep their script.
+    tracking: Option<Tracking>,
 }
 
 impl Connection {
-    fn new(addr: NodeAddr, io_timeout: Duration) -> Self {
+    fn new(addr: NodeAddr, io_timeout: Duration, deaf: bool) -> Self {
         Self {
             addr,
             io_timeout,
+            deaf,
             conn: None,
         }
     }
@@ -79,7 +98,7 @@ impl Connection {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute(&transmits)));
             let replies = run.unwrap_or_else(|_| {
                 tracing::error!(node = %self.addr.label(), "a request panicked: answered as failed");
-                self.conn = None;
+                self.forget();
                 BatchReplies::panicked(&transmits)
             });
             replies.trace(self.addr.label(), started.elapsed());
@@ -97,31 +116,80 @@ impl Connection {
     fn execute(&mut self, batch: &[Transmit]) -> BatchReplies {
         let io_timeout = self.io_timeout;
         let replies = match self.connect() {
-            Ok((conn, dialect)) => run_batch(conn, batch, dialect, io_timeout),
+            Ok(c) => run_batch(
+                &mut c.conn,
+                batch,
+                &c.dialect,
+                c.tracking.as_ref(),
+                io_timeout,
+            ),
             Err(err) => BatchReplies::failed(batch, &err),
         };
         if replies.reconnect {
-            self.conn = None;
+            self.forget();
         }
         replies
     }
 
-    fn connect(&mut self) -> Result<(&mut redis::Connection, &Dialect), redis::RedisError> {
-        let conn = match self.conn.take() {
-            Some(conn) => conn,
+    /// Drops the connection; its watch vouches for nothing any more.
+    fn forget(&mut self) {
+        if let Some(tracking) = self.conn.take().and_then(|c| c.tracking) {
+            tracking.handle_closed();
+        }
+    }
+
+    fn connect(&mut self) -> Result<&mut Connected, redis::RedisError> {
+        let connected = match self.conn.take() {
+            Some(connected) => connected,
             None => {
-                let mut conn = self
-                    .addr
-                    .client()
-                    .get_connection_with_timeout(self.io_timeout)?;
-                conn.set_read_timeout(Some(self.io_timeout))?;
-                conn.set_write_timeout(Some(self.io_timeout))?;
-                let dialect = detect_dialect(&mut conn)?;
-                tracing::debug!(node = %self.addr.label(), ?dialect, "connected");
-                (conn, dialect)
+                let connected = match self.connect_tracked() {
+                    Ok(connected) => connected,
+                    Err(err) if err.is_io_error() || err.is_timeout() => return Err(err),
+                    // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by
+                    // script.
+                    Err(_) => {
+                        let mut conn = self.open(self.addr.client())?;
+                        let dialect = detect_dialect(&mut conn)?;
+                        Connected {
+                            conn,
+                            dialect,
+                            tracking: None,
+                        }
+                    }
+                };
+                tracing::debug!(
+                    node = %self.addr.label(),
+                    dialect = ?connected.dialect,
+                    tracking = connected.tracking.is_some(),
+                    "connected"
+                );
+                connected
             }
         };
-        let (conn, dialect) = self.conn.insert(conn);
-        Ok((conn, dialect))
+        Ok(self.conn.insert(connected))
+    }
+
+    fn open(&self, client: &redis::Client) -> Result<redis::Connection, redis::RedisError> {
+        let conn = client.get_connection_with_timeout(self.io_timeout)?;
+        conn.set_read_timeout(Some(self.io_timeout))?;
+        conn.set_write_timeout(Some(self.io_timeout))?;
+        Ok(conn)
+    }
+
+    /// A RESP3 connection with client tracking on (untracked if the node refuses tracking).
+    fn connect_tracked(&self) -> Result<Connected, redis::RedisError> {
+        let mut conn = self.open(&resp3_client(self.addr.client())?)?;
+        let (pushes, queued) = mpsc::channel();
+        conn.set_push_sender(pushes);
+        let dialect = detect_dialect(&mut conn)?;
+        let tracked = tracking_on().query::<()>(&mut conn);
+        if let Err(err) = &tracked {
+            tracing::debug!(node = %self.addr.label(), %err, "no client tracking: restart checks by script");
+        }
+        Ok(Connected {
+            conn,
+            dialect,
+            tracking: tracked.is_ok().then(|| Tracking::queued(self.deaf, queued)),
+        })
     }
 }

@@ -45,6 +45,7 @@ pub(crate) fn start(
     labels: Arc<[Arc<str>]>,
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
+    deaf_memory_watch: bool,
 ) -> Result<Arc<Mailbox>, Error> {
     let (tx, rx) = mpsc::channel();
     let mailbox = Arc::new(Mailbox(tx.clone()));
@@ -52,7 +53,7 @@ pub(crate) fn start(
     let state = DriverState::new(config, labels, mailbox.clone(), Clock::new())?;
     let workers = nodes
         .iter()
-        .map(|addr| Worker::spawn(addr.clone(), io_timeout, tx.clone()))
+        .map(|addr| Worker::spawn(addr.clone(), io_timeout, deaf_memory_watch, tx.clone()))
         .collect();
     let notices = Notices::new(nodes, io_timeout, tx.clone());
     thread::Builder::new()

@@ -24,6 +24,11 @@ pub struct Settings {
     pub nodes: Vec<NodeAddr>,
     /// The bound on one request's I/O.
     pub io_timeout: Duration,
+    /// Negative controls only: connections ignore the node's invalidation pushes, so a node
+    /// that lost its memory keeps voting through a connection that proved it old
+    /// ([`Builder::deaf_memory_watch_for_tests`]).
+    #[doc(hidden)]
+    pub deaf_memory_watch: bool,
 }
 
 /// A client an adapter can build from [`Settings`].
@@ -40,6 +45,7 @@ pub struct Builder<C> {
     io_timeout: Duration,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::Tls>,
+    deaf_memory_watch: bool,
     client: PhantomData<fn() -> C>,
 }
 
@@ -64,6 +70,7 @@ impl<C: FromSettings> Builder<C> {
             config: Config::builder(urls.len()),
             urls,
             io_timeout: DEFAULT_IO_TIMEOUT,
+            deaf_memory_watch: false,
             #[cfg(feature = "tls")]
             tls: None,
             client: PhantomData,
@@ -111,6 +118,16 @@ impl<C: FromSettings> Builder<C> {
         self
     }
 
+    /// **Unsafe on purpose, for negative controls only**: the client's connections ignore
+    /// the pushes that tell them a node lost its memory, so restart-aware voting stops
+    /// working for a node a connection has already proven. Tests use it to show that the
+    /// pushes are what keeps a second holder out.
+    #[doc(hidden)]
+    pub fn deaf_memory_watch_for_tests(mut self) -> Self {
+        self.deaf_memory_watch = true;
+        self
+    }
+
     /// Checks the settings and the URLs and makes the client; connects to nothing yet.
     pub fn build(self) -> Result<C, Error> {
         let config = self.config.build()?;
@@ -132,6 +149,7 @@ impl<C: FromSettings> Builder<C> {
             config,
             nodes,
             io_timeout: self.io_timeout,
+            deaf_memory_watch: self.deaf_memory_watch,
         })
     }
 }

@@ -39,6 +39,7 @@ mod entropy;
 mod error;
 mod handle;
 mod lease_watch;
+mod memory;
 mod node;
 mod reply;
 mod request;
@@ -62,6 +63,7 @@ pub use entropy::seeded_rng;
 pub use error::{Error, LockFailure, NodeReport};
 pub use handle::{LockHandle, Pending, Releasing};
 pub use lease_watch::LeaseWatch;
+pub use memory::{Tracking, resp3_client, tracking_on};
 pub use node::NodeAddr;
 pub use reply::{map_error, map_result, needs_new_connection};
 #[cfg(any(feature = "tokio", feature = "smol"))]

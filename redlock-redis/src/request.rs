@@ -3,10 +3,11 @@
 use std::sync::LazyLock;
 
 use redlock_core::{
-    Arg, Dialect, NodeErrorKind, RELEASED_CHANNEL_PREFIX, RedisForm, Reply, RequestId, Script,
-    Transmit, released_channel,
+    Arg, Dialect, MemoryCheck, NodeErrorKind, RELEASED_CHANNEL_PREFIX, RedisForm, Reply, RequestId,
+    Script, Transmit, released_channel,
 };
 
+use crate::memory::{Tracking, track_epoch};
 use crate::reply::{map_error, map_result, needs_new_connection};
 
 static ACQUIRE: LazyLock<redis::Script> =
@@ -212,6 +213,13 @@ fn is_broken(err: &redis::RedisError) -> bool {
 struct Reading<'a> {
     batch: &'a [Transmit],
     forms: smallvec::SmallVec<[RedisForm<'a>; 1]>,
+    /// Each restart-checked acquisition's check on this connection, with its longest TTL.
+    checks: smallvec::SmallVec<[Option<(MemoryCheck, u64)>; 1]>,
+    /// The connection's watch over its node's memory, if it has one.
+    tracking: Option<&'a Tracking>,
+    /// Whether a `GET` of the epoch key goes first (an acquisition proves the node's memory).
+    /// `Some(ok)` once its reply came: only a successful `GET` makes the node track the key.
+    track_epoch: Option<bool>,
     /// Each request's part answers, in order.
     parts: smallvec::SmallVec<[smallvec::SmallVec<[Reply; 1]>; 1]>,
     /// Requests whose script the node did not know: run again on their own (loading it).
@@ -224,13 +232,34 @@ struct Reading<'a> {
 }
 
 impl<'a> Reading<'a> {
-    fn new(batch: &'a [Transmit], dialect: &Dialect) -> Self {
+    fn new(batch: &'a [Transmit], dialect: &Dialect, tracking: Option<&'a Tracking>) -> Self {
+        let mut forms = smallvec::SmallVec::with_capacity(batch.len());
+        let mut checks = smallvec::SmallVec::with_capacity(batch.len());
+        let mut track_epoch = None;
+        let watch = tracking.map(Tracking::lock);
+        for transmit in batch {
+            let command = &transmit.command;
+            let check = match (command.restart_check_ms(), &watch) {
+                (Some(max_ttl), Some(watch)) => Some((watch.check(max_ttl), max_ttl)),
+                _ => None,
+            };
+            forms.push(match check {
+                Some((MemoryCheck::Vouched { .. }, _)) => command.redis_form_vouched(dialect),
+                Some((MemoryCheck::Prove { .. }, _)) => {
+                    track_epoch = Some(false);
+                    command.redis_form_on(dialect)
+                }
+                None => command.redis_form_on(dialect),
+            });
+            checks.push(check);
+        }
+        drop(watch);
         Self {
             batch,
-            forms: batch
-                .iter()
-                .map(|t| t.command.redis_form_on(dialect))
-                .collect(),
+            forms,
+            checks,
+            tracking,
+            track_epoch,
             parts: batch.iter().map(|_| smallvec::SmallVec::new()).collect(),
             again: Vec::new(),
             lookups: Vec::new(),
@@ -241,14 +270,23 @@ impl<'a> Reading<'a> {
 
     /// How many commands go on the wire (and how many replies come back).
     fn wire_len(&self) -> usize {
-        self.forms.iter().map(RedisForm::parts).sum()
+        usize::from(self.track_epoch.is_some())
+            + self.forms.iter().map(RedisForm::parts).sum::<usize>()
+    }
+
+    /// The one command of a batch that is a single command, if it is.
+    fn single(&self) -> Option<&RedisForm<'a>> {
+        match (self.wire_len(), &self.forms[..]) {
+            (1, [form]) if self.track_epoch.is_none() => Some(form),
+            _ => None,
+        }
     }
 
     /// Every part of every request, packed as one write; `None` when nothing is to be sent.
     fn packed(&self) -> Option<Vec<u8>> {
-        match (self.wire_len(), &self.forms[..]) {
+        match (self.wire_len(), self.single()) {
             (0, _) => None,
-            (1, [form]) => Some(part_cmd(form, 0).get_packed_command()),
+            (_, Some(form)) => Some(part_cmd(form, 0).get_packed_command()),
             _ => Some(self.pipeline().get_packed_pipeline()),
         }
     }
@@ -256,6 +294,9 @@ impl<'a> Reading<'a> {
     fn pipeline(&self) -> redis::Pipeline {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
+        if self.track_epoch.is_some() {
+            pipe.add_command(track_epoch());
+        }
         for form in &self.forms {
             for part in 0..form.parts() {
                 pipe.add_command(part_cmd(form, part));
@@ -267,6 +308,14 @@ impl<'a> Reading<'a> {
     /// Takes the replies of every part, in the order they were sent.
     fn read(&mut self, results: impl IntoIterator<Item = Result<redis::Value, redis::RedisError>>) {
         let mut results = results.into_iter();
+        if self.track_epoch.is_some() {
+            let tracked = results.next();
+            self.track_epoch =
+                Some(matches!(&tracked, Some(Ok(v)) if !matches!(v, redis::Value::ServerError(_))));
+            if let Some(result) = &tracked {
+                note_failure(result, &mut self.reconnect, &mut self.rebuild);
+            }
+        }
         for (index, form) in self.forms.iter().enumerate() {
             for part in 0..form.parts() {
                 let Some(result) = results.next() else { return };
@@ -342,13 +391,34 @@ impl<'a> Reading<'a> {
         }
     }
 
-    /// Each request's answer, as its form makes it of its parts.
+    /// Each request's answer, as its form makes it of its parts — and, for a restart-checked
+    /// acquisition, as the connection's watch counts it (every push read so far handed to the
+    /// watch first).
     fn finish(self) -> BatchReplies {
+        let mut watch = self.tracking.map(|tracking| {
+            tracking.drain();
+            tracking.lock()
+        });
+        let tracked = self.track_epoch == Some(true);
         let answers = self
             .batch
             .iter()
             .zip(self.forms.iter().zip(&self.parts))
-            .map(|(t, (form, parts))| (t.id, form.answer(parts)))
+            .zip(&self.checks)
+            .map(|((t, (form, parts)), check)| {
+                let answer = form.answer(parts);
+                let answer = match (check, watch.as_deref_mut()) {
+                    (Some((MemoryCheck::Vouched { seen }, max)), Some(watch)) => {
+                        watch.vouched_reply(*seen, answer, *max)
+                    }
+                    (Some((MemoryCheck::Prove { seen }, max)), Some(watch)) if tracked => {
+                        watch.handle_proof(*seen, answer, *max);
+                        answer
+                    }
+                    _ => answer,
+                };
+                (t.id, answer)
+            })
             .collect();
         BatchReplies {
             answers,
@@ -387,9 +457,10 @@ pub fn run_batch(
     conn: &mut redis::Connection,
     batch: &[Transmit],
     dialect: &Dialect,
+    tracking: Option<&Tracking>,
     read_timeout: std::time::Duration,
 ) -> BatchReplies {
-    let mut reading = Reading::new(batch, dialect);
+    let mut reading = Reading::new(batch, dialect, tracking);
     if let Some(packed) = reading.packed() {
         if let Err(err) = conn.send_packed_command(&packed) {
             // Part of the write may have gone out: the stream is not to be trusted.
@@ -445,11 +516,12 @@ pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
     conn: &mut C,
     batch: &[Transmit],
     dialect: &Dialect,
+    tracking: Option<&Tracking>,
 ) -> BatchReplies {
-    let mut reading = Reading::new(batch, dialect);
-    match (reading.wire_len(), &reading.forms[..]) {
+    let mut reading = Reading::new(batch, dialect, tracking);
+    match (reading.wire_len(), reading.single()) {
         (0, _) => {}
-        (1, [form]) => {
+        (_, Some(form)) => {
             let result = part_cmd(form, 0).query_async(conn).await;
             reading.read([result]);
         }

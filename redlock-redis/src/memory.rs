@@ -1,0 +1,186 @@
+//! Restart-aware voting for the price of a plain `SET`: a connection's
+//! [`MemoryWatch`](redlock_core::MemoryWatch), fed by its node's pushes (see the core's
+//! `MemoryWatch` docs for the protocol).
+//!
+//! A connection tracks its node's memory only when it speaks RESP3 and the node accepts
+//! `CLIENT TRACKING ON`; otherwise ([`Tracking`] absent) every restart-checked acquisition
+//! keeps its script, as before. Every push the connection reads reaches the watch before the
+//! reply that followed it is counted: the async connection hands each push to
+//! [`Tracking::handle_push`] inside its read loop, ahead of the replies after it; the blocking
+//! connection queues them, and [`Tracking::drain`] runs before a batch's replies are counted.
+
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use redis::{PushInfo, PushKind, Value};
+use redlock_core::MemoryWatch;
+
+/// One connection's watch over its node's memory.
+#[derive(Debug, Clone)]
+pub struct Tracking {
+    watch: Arc<Mutex<MemoryWatch>>,
+    /// The pushes a blocking connection read, not yet handed to the watch.
+    queued: Option<Arc<Mutex<Receiver<PushInfo>>>>,
+}
+
+impl Tracking {
+    /// A watch for a new connection; `deaf` only for negative controls (it hears no push).
+    pub fn new(deaf: bool) -> Self {
+        Self {
+            watch: Arc::new(Mutex::new(if deaf {
+                MemoryWatch::deaf()
+            } else {
+                MemoryWatch::new()
+            })),
+            queued: None,
+        }
+    }
+
+    /// A watch for a blocking connection whose pushes arrive on `pushes`.
+    pub fn queued(deaf: bool, pushes: Receiver<PushInfo>) -> Self {
+        Self {
+            queued: Some(Arc::new(Mutex::new(pushes))),
+            ..Self::new(deaf)
+        }
+    }
+
+    /// Hands a push the node sent (or the connection's end, which the `redis` crate reports as
+    /// a push) to the watch.
+    pub fn handle_push(&self, push: &PushInfo) {
+        let mut watch = self.lock();
+        match &push.kind {
+            PushKind::Invalidate => match push.data.first() {
+                Some(Value::Array(keys)) | Some(Value::Set(keys)) => {
+                    watch.handle_invalidation(false, keys.iter().filter_map(key_bytes));
+                }
+                // A null key list: every key (FLUSHALL, FLUSHDB); anything else is not trusted.
+                _ => watch.handle_invalidation(true, []),
+            },
+            PushKind::Disconnection => watch.handle_closed(),
+            _ => {}
+        }
+    }
+
+    /// The connection ended or is given up.
+    pub fn handle_closed(&self) {
+        self.lock().handle_closed();
+    }
+
+    /// Hands every push a blocking connection has read so far to the watch.
+    pub(crate) fn drain(&self) {
+        let Some(queued) = &self.queued else {
+            return;
+        };
+        let pushes = queued.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Ok(push) = pushes.try_recv() {
+            self.handle_push(&push);
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, MemoryWatch> {
+        self.watch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn key_bytes(value: &Value) -> Option<&[u8]> {
+    match value {
+        Value::BulkString(bytes) => Some(bytes),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+/// The `redis` client of `client`'s node that speaks RESP3 (needed for pushes on the same
+/// connection); the TLS settings and credentials are kept.
+pub fn resp3_client(client: &redis::Client) -> redis::RedisResult<redis::Client> {
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    redis::Client::open(info.set_redis_settings(settings))
+}
+
+/// `CLIENT TRACKING ON`: the node then pushes an invalidation for every key this connection
+/// reads and someone later changes, deletes, evicts or flushes.
+pub fn tracking_on() -> redis::Cmd {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("TRACKING").arg("ON");
+    cmd
+}
+
+/// `GET` of the epoch key: makes the node track it for this connection.
+pub(crate) fn track_epoch() -> redis::Cmd {
+    let mut cmd = redis::cmd("GET");
+    cmd.arg(redlock_core::EPOCH_KEY);
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redlock_core::{EPOCH_KEY, MemoryCheck, Reply};
+
+    fn proven(tracking: &Tracking) {
+        tracking.lock().handle_proof(0, Reply::Int(1), 1_000);
+        assert_eq!(
+            tracking.lock().check(1_000),
+            MemoryCheck::Vouched { seen: 0 }
+        );
+    }
+
+    fn invalidate(data: Vec<Value>) -> PushInfo {
+        PushInfo {
+            kind: PushKind::Invalidate,
+            data,
+        }
+    }
+
+    #[test]
+    fn pushes_about_the_epoch_or_every_key_void_the_proof() {
+        let epoch = Value::BulkString(EPOCH_KEY.to_vec());
+        for push in [
+            invalidate(vec![Value::Array(vec![epoch.clone()])]),
+            invalidate(vec![Value::Nil]),
+            invalidate(vec![]),
+            PushInfo {
+                kind: PushKind::Disconnection,
+                data: vec![],
+            },
+        ] {
+            let tracking = Tracking::new(false);
+            proven(&tracking);
+            tracking.handle_push(&push);
+            assert!(
+                matches!(tracking.lock().check(1_000), MemoryCheck::Prove { .. }),
+                "{push:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn pushes_about_other_keys_change_nothing() {
+        let tracking = Tracking::new(false);
+        proven(&tracking);
+        let other = Value::BulkString(b"redlock:res".to_vec());
+        tracking.handle_push(&invalidate(vec![Value::Array(vec![other])]));
+        assert_eq!(
+            tracking.lock().check(1_000),
+            MemoryCheck::Vouched { seen: 0 }
+        );
+    }
+
+    #[test]
+    fn a_blocking_connections_pushes_count_once_drained() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tracking = Tracking::queued(false, rx);
+        proven(&tracking);
+        tx.send(invalidate(vec![Value::Nil])).expect("open");
+        assert_eq!(
+            tracking.lock().check(1_000),
+            MemoryCheck::Vouched { seen: 0 }
+        );
+        tracking.drain();
+        assert_eq!(tracking.lock().check(1_000), MemoryCheck::Prove { seen: 1 });
+    }
+}
