@@ -22,6 +22,8 @@ pub struct Options {
     pub tls: Option<redlock_redis::Tls>,
     /// The bound on one request's I/O.
     pub io_timeout: Option<Duration>,
+    /// Negative controls only: connections ignore the nodes' invalidation pushes.
+    pub deaf_memory_watch: bool,
 }
 
 impl Options {
@@ -125,6 +127,9 @@ pub fn transport<C: redlock_redis::FromSettings>(
     }
     if let Some(timeout) = options.io_timeout {
         builder = builder.io_timeout(timeout);
+    }
+    if options.deaf_memory_watch {
+        builder = builder.deaf_memory_watch_for_tests();
     }
     builder
 }

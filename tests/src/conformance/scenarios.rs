@@ -770,6 +770,12 @@ macro_rules! conformance_tests {
             tls_lock_contention_release_and_node_down,
             mutual_tls_needs_the_client_certificate,
             a_wrong_ca_is_a_clear_per_node_error);
+        $crate::conformance_tests!(@memory $adapter;
+            a_flushed_node_refuses_a_proven_connection,
+            a_flushed_node_votes_for_a_deaf_connection,
+            an_evicted_epoch_refuses_a_proven_connection,
+            an_evicted_epoch_votes_for_a_deaf_connection,
+            a_fresh_connection_to_a_flushed_node_never_votes_early);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);
@@ -795,6 +801,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::notices::$case::<$adapter>();
+            }
+        )+
+    };
+    (@memory $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::memory::$case::<$adapter>();
             }
         )+
     };

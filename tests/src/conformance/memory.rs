@@ -1,0 +1,214 @@
+//! Restart-aware voting on connections that already proved their node's memory: a node that
+//! loses its memory while such a connection is open must still refuse to vote — the node's
+//! invalidation push voids the proof (`redlock_core::MemoryWatch`). Each case has its negative
+//! control: with a deaf watch (the push ignored), the same loss lets a second holder in.
+//!
+//! In every case client A holds `res` on all five nodes; three of them then lose their memory
+//! (`FLUSHALL`, or the epoch key and the lock key evicted under `maxmemory`) while client B's
+//! connections to them are open and proven (B locked and released another resource first).
+
+use std::time::Duration;
+
+use redlock_core::{RetryPolicy, Vote};
+
+use super::adapter::{Adapter, HeldLock, Options};
+use crate::Cluster;
+use redlock_local::RedisServer;
+
+const TTL: Duration = Duration::from_secs(30);
+/// The nodes that lose their memory: a majority of five.
+const LOSERS: [usize; 3] = [0, 1, 2];
+
+/// How a node loses its memory.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// `FLUSHALL` (the process stays up, every key is gone).
+    Flush,
+    /// Under `maxmemory` with `allkeys-random`, the epoch key and the lock key evicted.
+    Eviction,
+}
+
+fn client<A: Adapter>(nodes: &Cluster, deaf: bool) -> A {
+    let options = Options {
+        retry: Some(RetryPolicy::once()),
+        deaf_memory_watch: deaf,
+        ..Options::default()
+    };
+    A::build(&nodes.urls(), &options)
+        .unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME))
+}
+
+fn lose(server: &RedisServer, loss: Loss) {
+    match loss {
+        Loss::Flush => {
+            let _: () = redis::cmd("FLUSHALL")
+                .query(&mut server.client())
+                .expect("FLUSHALL");
+        }
+        Loss::Eviction => evict(server, &[redlock_core::EPOCH_KEY, b"res"]),
+    }
+    assert!(!server.exists("res"), "the lock key is gone");
+    assert!(
+        !server.exists(redlock_core::EPOCH_KEY),
+        "the epoch key is gone"
+    );
+}
+
+/// Fills `server` under a small `maxmemory` with `allkeys-random` until every key of `gone`
+/// was evicted, then lifts the limit (the filler stays: no flush, which would push on its own).
+fn evict(server: &RedisServer, gone: &[&[u8]]) {
+    let mut conn = server.client();
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query(&mut conn)
+        .expect("INFO");
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory");
+    let config = |name: &str, value: String| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(&mut server.client())
+            .expect("CONFIG SET");
+    };
+    config("maxmemory-policy", "allkeys-random".into());
+    config("maxmemory", (used + 2 * 1024 * 1024).to_string());
+    let filler = vec![b'x'; 1024];
+    let mut batch = 0;
+    loop {
+        let mut pipe = redis::pipe();
+        for i in 0..500 {
+            pipe.cmd("SET")
+                .arg(format!("filler:{batch}:{i}"))
+                .arg(&filler)
+                .ignore();
+        }
+        let _: () = pipe.query(&mut conn).expect("filler");
+        batch += 1;
+        let left = gone.iter().filter(|key| server.exists(**key)).count();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            batch < 2_000,
+            "{left} key(s) never evicted after {batch}×500 writes"
+        );
+    }
+    config("maxmemory", "0".into());
+}
+
+/// B's try for `res` after the loss, with A still inside its validity.
+fn rival_try<A: Adapter>(
+    loss: Loss,
+    deaf: bool,
+) -> (A::Lock, Result<A::Lock, redlock_redis::Error>) {
+    let nodes = Cluster::start(5);
+    let holder: A = client(&nodes, false);
+    let rival: A = client(&nodes, deaf);
+    // B's connections prove their nodes' memory (and stay open).
+    rival.lock("warm-up", TTL).expect("warm-up").release();
+    let held = holder.lock("res", TTL).expect("A locks res");
+    let token = held.token();
+    let everywhere = super::scenarios::eventually(Duration::from_secs(5), || {
+        nodes.count_holding("res", &token) == 5
+    });
+    assert!(everywhere, "A holds res on every node");
+    for node in LOSERS {
+        lose(&nodes.servers()[node], loss);
+    }
+    let rival_try = rival.try_lock("res", TTL);
+    assert!(held.is_valid(), "A is still inside its validity");
+    (held, rival_try)
+}
+
+/// The round failed, and every node that lost its memory and answered refused to vote (the
+/// round is decided once three nodes said no, so some may not have answered yet).
+fn assert_losers_ineligible<A: Adapter>(err: &redlock_redis::Error) {
+    let failure = err
+        .failure()
+        .unwrap_or_else(|| panic!("{}: {err}", A::NAME));
+    let mut ineligible = 0;
+    for node in LOSERS {
+        match failure.nodes[node].result {
+            Vote::Ineligible { .. } => ineligible += 1,
+            Vote::Pending => {}
+            other => panic!(
+                "{}: node {node} lost its memory, answered {other:?}: {err}",
+                A::NAME
+            ),
+        }
+    }
+    assert!(
+        ineligible > 0,
+        "{}: no node refused to vote: {err}",
+        A::NAME
+    );
+}
+
+fn assert_refused<A: Adapter>(loss: Loss) {
+    let (held, rival) = rival_try::<A>(loss, false);
+    match rival {
+        Err(err) => assert_losers_ineligible::<A>(&err),
+        Ok(_) => panic!(
+            "{}: a second holder of res after {loss:?} on 3 nodes",
+            A::NAME
+        ),
+    }
+    held.release();
+}
+
+fn assert_caught<A: Adapter>(loss: Loss) {
+    let (held, rival) = rival_try::<A>(loss, true);
+    let second = rival.unwrap_or_else(|err| {
+        panic!(
+            "{}: with the pushes ignored, {loss:?} should let a second holder in: {err}",
+            A::NAME
+        )
+    });
+    assert!(
+        held.is_valid() && second.is_valid(),
+        "two valid holders at once"
+    );
+    second.release();
+    held.release();
+}
+
+/// `FLUSHALL` on three nodes under B's proven connections: they refuse to vote.
+pub fn a_flushed_node_refuses_a_proven_connection<A: Adapter>() {
+    assert_refused::<A>(Loss::Flush);
+}
+
+/// Negative control: the same, with the pushes ignored — B gets the lock A still holds.
+pub fn a_flushed_node_votes_for_a_deaf_connection<A: Adapter>() {
+    assert_caught::<A>(Loss::Flush);
+}
+
+/// The epoch key evicted under `maxmemory` (with A's lock key) on three nodes: they refuse.
+pub fn an_evicted_epoch_refuses_a_proven_connection<A: Adapter>() {
+    assert_refused::<A>(Loss::Eviction);
+}
+
+/// Negative control: the same eviction with the pushes ignored lets a second holder in.
+pub fn an_evicted_epoch_votes_for_a_deaf_connection<A: Adapter>() {
+    assert_caught::<A>(Loss::Eviction);
+}
+
+/// A client that connects only after three nodes were flushed never gets their votes early.
+pub fn a_fresh_connection_to_a_flushed_node_never_votes_early<A: Adapter>() {
+    let nodes = Cluster::start(5);
+    let holder: A = client(&nodes, false);
+    let held = holder.lock("res", TTL).expect("A locks res");
+    for node in LOSERS {
+        lose(&nodes.servers()[node], Loss::Flush);
+    }
+    let fresh: A = client(&nodes, false);
+    match fresh.try_lock("res", TTL) {
+        Err(err) => assert_losers_ineligible::<A>(&err),
+        Ok(_) => panic!("{}: a fresh client got res from flushed nodes", A::NAME),
+    }
+    held.release();
+}
