@@ -21,6 +21,17 @@
 //!
 //! The driver must hand this watch every push it read before a reply, before it hands the
 //! reply on ([`MemoryWatch::handle_invalidation`]); a new connection starts with a new watch.
+//! Tracking is turned on with `NOLOOP`: the connection's own writes never invalidate its proof.
+//!
+//! # Without scripts
+//! A node that runs no script proves natively ([`MemoryWatch::handle_native_proof`]): `GET`
+//! of the epoch key and `TIME`, then the acquisition without the check, in one pipeline; the
+//! watch decides from the epoch and the node's time, as the script would. A missing epoch is
+//! created with `SET epoch <that TIME> NX` — a time after the `GET` found it missing, so after
+//! the node lost its memory. Had anything touched the epoch key or flushed the node since that
+//! `GET` (a push came before the `SET`'s reply), the value may predate the loss: the epoch is
+//! deleted again ([`MemoryWatch::created_epoch_holds`]), which can only make nodes wait longer,
+//! and the next acquisition proves again.
 //!
 //! What it never does: it never reads a clock or a socket, never vouches for a longer TTL than
 //! it proved, and never lets a reply count across a push or a connection's end.
@@ -118,12 +129,59 @@ impl MemoryWatch {
         }
     }
 
+    /// A [`MemoryCheck::Prove`] acquisition on a node that runs no script went out without the
+    /// check, after `GET` of the epoch key (`epoch`: its value, `None` when missing) and `TIME`
+    /// (`node_ms`) in the same pipeline, when the watch had seen `seen`. Returns the engine's
+    /// reply — the node's own only if its memory is old enough for `max_ttl_ms` and nothing was
+    /// pushed since; the connection then vouches for that TTL — and the epoch to create when
+    /// the key was missing (`SET epoch <ms> NX`, then [`created_epoch_holds`]).
+    ///
+    /// [`created_epoch_holds`]: Self::created_epoch_holds
+    pub fn handle_native_proof(
+        &mut self,
+        seen: u64,
+        epoch: Option<u64>,
+        node_ms: u64,
+        reply: Reply,
+        max_ttl_ms: u64,
+    ) -> (Reply, Option<u64>) {
+        let refuse = |ms: u64| Reply::Int(-i64::try_from(ms.max(1)).unwrap_or(i64::MAX));
+        if let Reply::Error(_) = reply {
+            return (reply, None);
+        }
+        let Some(value) = epoch else {
+            return (refuse(max_ttl_ms), Some(node_ms));
+        };
+        match crate::Epoch::from_value(value).refuses_for_ms(node_ms, max_ttl_ms) {
+            Some(left) => (refuse(left), None),
+            None if seen == self.seen && !self.closed => {
+                self.prove(seen, max_ttl_ms);
+                (reply, None)
+            }
+            None => (refuse(max_ttl_ms), None),
+        }
+    }
+
+    /// Whether an epoch this connection created after its `GET` (seen then: `seen`) found it
+    /// missing may stay: only if nothing was pushed since. Otherwise delete it (`DEL`): its
+    /// value may predate a flush that came in between.
+    pub fn created_epoch_holds(&self, seen: u64) -> bool {
+        self.deaf || (seen == self.seen && !self.closed)
+    }
+
     /// The reply of a [`MemoryCheck::Prove`] acquisition that went out when the watch had seen
     /// `seen`: when the check let the node vote (a non-negative answer) and nothing was pushed
     /// since, the connection vouches for `max_ttl_ms` from now on.
     pub fn handle_proof(&mut self, seen: u64, reply: Reply, max_ttl_ms: u64) {
-        let eligible = matches!(reply, Reply::Int(n) if n >= 0);
-        if !eligible || self.closed || seen != self.seen {
+        if matches!(reply, Reply::Int(n) if n >= 0) {
+            self.prove(seen, max_ttl_ms);
+        }
+    }
+
+    /// The node's memory was old enough for `max_ttl_ms` when the watch had seen `seen`: the
+    /// connection vouches for it, if nothing was pushed since.
+    fn prove(&mut self, seen: u64, max_ttl_ms: u64) {
+        if self.closed || seen != self.seen {
             return;
         }
         let proven = match self.proof {
@@ -217,5 +275,39 @@ mod tests {
         watch.handle_proof(0, Reply::Int(1), MAX);
         watch.handle_invalidation(true, []);
         assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Ok);
+    }
+
+    #[test]
+    fn a_node_without_scripts_proves_from_its_epoch_and_time() {
+        let mut watch = MemoryWatch::new();
+        // Trusted, or old enough: the node's own reply counts, and the proof holds.
+        assert_eq!(
+            watch.handle_native_proof(0, Some(0), 5, Reply::Ok, MAX),
+            (Reply::Ok, None)
+        );
+        assert_eq!(watch.check(MAX), MemoryCheck::Vouched { seen: 0 });
+        let mut old = MemoryWatch::new();
+        let answer = old.handle_native_proof(0, Some(1_000), 61_000, Reply::Nil, MAX);
+        assert_eq!(answer, (Reply::Nil, None));
+        // Young: refused for what is left, nothing proven.
+        let mut young = MemoryWatch::new();
+        let answer = young.handle_native_proof(0, Some(1_000), 31_000, Reply::Ok, MAX);
+        assert_eq!(answer, (Reply::Int(-30_000), None));
+        assert_eq!(young.check(MAX), MemoryCheck::Prove { seen: 0 });
+        // Missing: refused, and the epoch to create is the node's time.
+        let mut fresh = MemoryWatch::new();
+        let answer = fresh.handle_native_proof(0, None, 7_000, Reply::Ok, MAX);
+        assert_eq!(answer, (Reply::Int(-60_000), Some(7_000)));
+        assert!(fresh.created_epoch_holds(0));
+        // A push before the reply: nothing counts, and a created epoch is deleted again.
+        fresh.handle_invalidation(true, []);
+        assert!(!fresh.created_epoch_holds(0));
+        let answer = fresh.handle_native_proof(0, Some(1), u64::MAX, Reply::Ok, MAX);
+        assert_eq!(answer, (Reply::Int(-60_000), None));
+        let failed = Reply::Error(crate::NodeErrorKind::Timeout);
+        assert_eq!(
+            fresh.handle_native_proof(1, None, 0, failed, MAX),
+            (failed, None)
+        );
     }
 }
