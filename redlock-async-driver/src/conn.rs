@@ -15,7 +15,7 @@ use redis::aio::MultiplexedConnection;
 use redlock_core::{Batch, Dialect};
 use redlock_redis::{
     Answers, BatchReplies, NodeAddr, Tracking, detect_dialect_async, resp3_client, run_batch_async,
-    tracking_on,
+    speaks_no_resp3, tracking_on, tracking_refused,
 };
 
 /// A connection, what its node can run, and its watch over the node's memory (none when the
@@ -76,7 +76,7 @@ impl Node {
         }
         let connected = match self.connect_tracked().await {
             Ok(connected) => connected,
-            Err(err) if err.is_io_error() || err.is_timeout() => return Err(err),
+            Err(err) if !speaks_no_resp3(&err) => return Err(err),
             // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by script.
             Err(_) => {
                 let mut conn = self
@@ -116,14 +116,18 @@ impl Node {
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let dialect = detect_dialect_async(&mut conn).await?;
-        let tracked = tracking_on().query_async::<()>(&mut conn).await;
-        if let Err(err) = &tracked {
-            tracing::debug!(node = %self.addr.label(), %err, "no client tracking: restart checks by script");
-        }
+        let tracked = match tracking_on().query_async::<()>(&mut conn).await {
+            Ok(()) => true,
+            Err(err) if tracking_refused(&err) => {
+                tracing::debug!(node = %self.addr.label(), %err, "no client tracking: restart checks by script");
+                false
+            }
+            Err(err) => return Err(err),
+        };
         Ok(Connected {
             conn,
             dialect,
-            tracking: tracked.is_ok().then_some(tracking),
+            tracking: tracked.then_some(tracking),
         })
     }
 

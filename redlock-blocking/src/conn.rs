@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use redlock_core::Dialect;
 use redlock_core::{Batch, NodeErrorKind, Reply, Transmit};
 use redlock_redis::{
-    BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, tracking_on,
+    BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, speaks_no_resp3,
+    tracking_on, tracking_refused,
 };
 
 use crate::driver::Input;
@@ -144,7 +145,7 @@ impl Connection {
             None => {
                 let connected = match self.connect_tracked() {
                     Ok(connected) => connected,
-                    Err(err) if err.is_io_error() || err.is_timeout() => return Err(err),
+                    Err(err) if !speaks_no_resp3(&err) => return Err(err),
                     // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by
                     // script.
                     Err(_) => {
@@ -182,14 +183,18 @@ impl Connection {
         let (pushes, queued) = mpsc::channel();
         conn.set_push_sender(pushes);
         let dialect = detect_dialect(&mut conn)?;
-        let tracked = tracking_on().query::<()>(&mut conn);
-        if let Err(err) = &tracked {
-            tracing::debug!(node = %self.addr.label(), %err, "no client tracking: restart checks by script");
-        }
+        let tracked = match tracking_on().query::<()>(&mut conn) {
+            Ok(()) => true,
+            Err(err) if tracking_refused(&err) => {
+                tracing::debug!(node = %self.addr.label(), %err, "no client tracking: restart checks by script");
+                false
+            }
+            Err(err) => return Err(err),
+        };
         Ok(Connected {
             conn,
             dialect,
-            tracking: tracked.is_ok().then(|| Tracking::queued(self.deaf, queued)),
+            tracking: tracked.then(|| Tracking::queued(self.deaf, queued)),
         })
     }
 }

@@ -3,9 +3,13 @@
 //! `COMMAND INFO DELIFEQ DELEX MSETEX` for the native commands it has. Never `INFO`'s
 //! `redis_version`, which Valkey pins at 7.2.4.
 //!
-//! A node that answers neither (an old server, an ACL that denies them) is taken to run scripts
-//! and nothing native ([`Dialect::SCRIPTS`]): every operation then keeps its script form, which
-//! any server with scripting runs.
+//! Whether the connection may run scripts at all is asked too, with `SCRIPT EXISTS` (the
+//! `@scripting` category): an ACL that denies it, or a server without Lua, answers with an
+//! error, and the node then gets the native forms only ([`Dialect::scripts`] false).
+//!
+//! A node that answers neither `HELLO` nor `COMMAND INFO` (an old server, an ACL that denies
+//! them) is taken to run scripts and nothing native ([`Dialect::SCRIPTS`]): every operation
+//! then keeps its script form, which any server with scripting runs.
 
 use redis::Value;
 use redlock_core::{Dialect, ServerFacts};
@@ -13,12 +17,16 @@ use redlock_core::{Dialect, ServerFacts};
 /// The commands whose presence `COMMAND INFO` is asked about, in this order.
 const NATIVE: [&str; 3] = ["DELIFEQ", "DELEX", "MSETEX"];
 
-/// The one pipeline that asks: `HELLO`, then `COMMAND INFO` of the native commands.
+/// The one pipeline that asks: `HELLO`, `COMMAND INFO` of the native commands, and whether
+/// scripts may run (`SCRIPT EXISTS` of a hash no script has).
 fn probe() -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     pipe.cmd("HELLO");
     pipe.cmd("COMMAND").arg("INFO").arg(&NATIVE[..]);
+    pipe.cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg("0000000000000000000000000000000000000000");
     pipe
 }
 
@@ -26,9 +34,9 @@ fn probe() -> redis::Pipeline {
 /// answer at all (the connection is not usable); a node that answers with errors runs
 /// [`Dialect::SCRIPTS`].
 pub fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, redis::RedisError> {
-    probe()
-        .query::<Vec<Value>>(conn)
-        .map(|values| from_replies(&values))
+    let values = probe().query::<Vec<Value>>(conn)?;
+    answerable(&values)?;
+    Ok(from_replies(&values))
 }
 
 /// [`detect`] on an async connection.
@@ -36,17 +44,41 @@ pub fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, redis::Re
 pub async fn detect_async<C: redis::aio::ConnectionLike>(
     conn: &mut C,
 ) -> Result<Dialect, redis::RedisError> {
-    probe()
-        .query_async::<Vec<Value>>(conn)
-        .await
-        .map(|values| from_replies(&values))
+    let values = probe().query_async::<Vec<Value>>(conn).await?;
+    answerable(&values)?;
+    Ok(from_replies(&values))
 }
 
-/// The dialect of the replies to [`probe`]: `[HELLO's, COMMAND INFO's]`.
+/// A node that is busy running a script or still loading its dataset answers every command
+/// with that error, and what it answers now says nothing of what it can run: the connection
+/// fails as the node does (a later one asks again).
+fn answerable(values: &[Value]) -> Result<(), redis::RedisError> {
+    for value in values {
+        if let Value::ServerError(err) = value
+            && matches!(err.code(), "BUSY" | "LOADING")
+        {
+            return Err(err.clone().into());
+        }
+    }
+    Ok(())
+}
+
+/// The dialect of the replies to [`probe`]: `[HELLO's, COMMAND INFO's, SCRIPT EXISTS's]`.
 pub(crate) fn from_replies(values: &[Value]) -> Dialect {
-    let [hello, info] = values else {
+    let [hello, info, scripting] = values else {
         return Dialect::SCRIPTS;
     };
+    let mut dialect = from_hello(hello, info);
+    // Denied by an ACL (`NOPERM`), or no such command (no Lua): no script will run.
+    if let Value::ServerError(err) = scripting
+        && matches!(err.code(), "NOPERM" | "ERR")
+    {
+        dialect.scripts = false;
+    }
+    dialect
+}
+
+fn from_hello(hello: &Value, info: &Value) -> Dialect {
     let field = |name: &str| {
         pairs(hello)
             .find(|(k, _)| text(k) == Some(name))
@@ -127,6 +159,14 @@ mod tests {
         ])
     }
 
+    fn allowed() -> Value {
+        Value::Array(vec![Value::Int(0)])
+    }
+
+    fn error(code: &str) -> Value {
+        redis::parse_redis_value(format!("-{code} denied\r\n").as_bytes()).expect("an error reply")
+    }
+
     fn info(found: [bool; 3]) -> Value {
         Value::Array(
             found
@@ -151,6 +191,7 @@ mod tests {
         let dialect = from_replies(&[
             hello("valkey", "9.1.2", vec![lua]),
             info([true, false, true]),
+            allowed(),
         ]);
         assert!(dialect.scripts && dialect.set_if_eq && dialect.msetex);
         assert_eq!(dialect.delete_if_eq, DeleteIfEq::DelIfEq);
@@ -158,21 +199,34 @@ mod tests {
 
     #[test]
     fn valkey_9_without_lua_and_redis_7_as_they_answer() {
-        let no_lua = from_replies(&[hello("valkey", "9.1.2", vec![]), info([true, false, true])]);
+        let no_lua = from_replies(&[
+            hello("valkey", "9.1.2", vec![]),
+            info([true, false, true]),
+            allowed(),
+        ]);
         assert!(!no_lua.scripts);
         let resp3 = Value::Map(vec![
             (bulk("server"), bulk("redis")),
             (bulk("version"), bulk("7.0.15")),
         ]);
-        assert_eq!(from_replies(&[resp3, info([false; 3])]), Dialect::SCRIPTS);
+        assert_eq!(
+            from_replies(&[resp3.clone(), info([false; 3]), allowed()]),
+            Dialect::SCRIPTS
+        );
+        // An ACL user denied `@scripting`: native forms only.
+        let denied = from_replies(&[resp3, info([false; 3]), error("NOPERM")]);
+        assert!(!denied.scripts);
     }
 
     #[test]
     fn errors_and_odd_answers_mean_scripts_only() {
-        assert_eq!(from_replies(&[Value::Nil, Value::Nil]), Dialect::SCRIPTS);
+        assert_eq!(
+            from_replies(&[Value::Nil, Value::Nil, allowed()]),
+            Dialect::SCRIPTS
+        );
         assert_eq!(from_replies(&[]), Dialect::SCRIPTS);
         assert_eq!(
-            from_replies(&[hello("redis", "7.0.15", vec![]), Value::Int(3)]),
+            from_replies(&[hello("redis", "7.0.15", vec![]), Value::Int(3), allowed()]),
             Dialect::SCRIPTS
         );
     }

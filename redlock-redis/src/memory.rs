@@ -101,11 +101,25 @@ pub fn resp3_client(client: &redis::Client) -> redis::RedisResult<redis::Client>
     redis::Client::open(info.set_redis_settings(settings))
 }
 
-/// `CLIENT TRACKING ON`: the node then pushes an invalidation for every key this connection
-/// reads and someone later changes, deletes, evicts or flushes.
+/// Whether a RESP3 connection failed only because the node does not speak RESP3 (no `HELLO`,
+/// or `NOPROTO`): connect again with RESP2, untracked. Any other failure is the connection's.
+pub fn speaks_no_resp3(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::RESP3NotSupported || err.code() == Some("NOPROTO")
+}
+
+/// Whether `CLIENT TRACKING ON` failed because the node will not track for this connection (an
+/// ACL without it, a server without it): the connection then goes on untracked. Any other
+/// failure (the node busy, loading, gone) is the connection's.
+pub fn tracking_refused(err: &redis::RedisError) -> bool {
+    matches!(err.code(), Some("NOPERM" | "ERR"))
+}
+
+/// `CLIENT TRACKING ON NOLOOP`: the node then pushes an invalidation for every key this
+/// connection reads and another connection later changes or deletes, or the node evicts or
+/// flushes (the connection's own writes, such as an epoch it creates, push nothing).
 pub fn tracking_on() -> redis::Cmd {
     let mut cmd = redis::cmd("CLIENT");
-    cmd.arg("TRACKING").arg("ON");
+    cmd.arg("TRACKING").arg("ON").arg("NOLOOP");
     cmd
 }
 

@@ -217,9 +217,9 @@ struct Reading<'a> {
     checks: smallvec::SmallVec<[Option<(MemoryCheck, u64)>; 1]>,
     /// The connection's watch over its node's memory, if it has one.
     tracking: Option<&'a Tracking>,
-    /// Whether a `GET` of the epoch key goes first (an acquisition proves the node's memory).
-    /// `Some(ok)` once its reply came: only a successful `GET` makes the node track the key.
-    track_epoch: Option<bool>,
+    /// What goes first when an acquisition proves the node's memory: `GET` of the epoch key
+    /// (which makes the node track it), and `TIME` too on a node that runs no script.
+    proof: Option<Proof>,
     /// Each request's part answers, in order.
     parts: smallvec::SmallVec<[smallvec::SmallVec<[Reply; 1]>; 1]>,
     /// Requests whose script the node did not know: run again on their own (loading it).
@@ -235,7 +235,7 @@ impl<'a> Reading<'a> {
     fn new(batch: &'a [Transmit], dialect: &Dialect, tracking: Option<&'a Tracking>) -> Self {
         let mut forms = smallvec::SmallVec::with_capacity(batch.len());
         let mut checks = smallvec::SmallVec::with_capacity(batch.len());
-        let mut track_epoch = None;
+        let mut proof = None;
         let watch = tracking.map(Tracking::lock);
         for transmit in batch {
             let command = &transmit.command;
@@ -245,9 +245,15 @@ impl<'a> Reading<'a> {
             };
             forms.push(match check {
                 Some((MemoryCheck::Vouched { .. }, _)) => command.redis_form_vouched(dialect),
-                Some((MemoryCheck::Prove { .. }, _)) => {
-                    track_epoch = Some(false);
+                // With scripts: the checked acquisition, whose answer proves. Without: the
+                // acquisition unchecked, and the watch decides from the epoch and the time.
+                Some((MemoryCheck::Prove { .. }, _)) if dialect.scripts => {
+                    proof.get_or_insert(Proof::new(false));
                     command.redis_form_on(dialect)
+                }
+                Some((MemoryCheck::Prove { .. }, _)) => {
+                    proof.get_or_insert(Proof::new(true));
+                    command.redis_form_vouched(dialect)
                 }
                 None => command.redis_form_on(dialect),
             });
@@ -259,7 +265,7 @@ impl<'a> Reading<'a> {
             forms,
             checks,
             tracking,
-            track_epoch,
+            proof,
             parts: batch.iter().map(|_| smallvec::SmallVec::new()).collect(),
             again: Vec::new(),
             lookups: Vec::new(),
@@ -270,14 +276,14 @@ impl<'a> Reading<'a> {
 
     /// How many commands go on the wire (and how many replies come back).
     fn wire_len(&self) -> usize {
-        usize::from(self.track_epoch.is_some())
+        self.proof.as_ref().map_or(0, Proof::parts)
             + self.forms.iter().map(RedisForm::parts).sum::<usize>()
     }
 
     /// The one command of a batch that is a single command, if it is.
     fn single(&self) -> Option<&RedisForm<'a>> {
         match (self.wire_len(), &self.forms[..]) {
-            (1, [form]) if self.track_epoch.is_none() => Some(form),
+            (1, [form]) if self.proof.is_none() => Some(form),
             _ => None,
         }
     }
@@ -294,8 +300,11 @@ impl<'a> Reading<'a> {
     fn pipeline(&self) -> redis::Pipeline {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        if self.track_epoch.is_some() {
+        if let Some(proof) = &self.proof {
             pipe.add_command(track_epoch());
+            if proof.native {
+                pipe.cmd("TIME");
+            }
         }
         for form in &self.forms {
             for part in 0..form.parts() {
@@ -308,13 +317,13 @@ impl<'a> Reading<'a> {
     /// Takes the replies of every part, in the order they were sent.
     fn read(&mut self, results: impl IntoIterator<Item = Result<redis::Value, redis::RedisError>>) {
         let mut results = results.into_iter();
-        if self.track_epoch.is_some() {
-            let tracked = results.next();
-            self.track_epoch =
-                Some(matches!(&tracked, Some(Ok(v)) if !matches!(v, redis::Value::ServerError(_))));
-            if let Some(result) = &tracked {
+        if let Some(proof) = &mut self.proof {
+            let epoch = results.next();
+            let time = if proof.native { results.next() } else { None };
+            for result in epoch.iter().chain(time.iter()) {
                 note_failure(result, &mut self.reconnect, &mut self.rebuild);
             }
+            proof.read(epoch, time);
         }
         for (index, form) in self.forms.iter().enumerate() {
             for part in 0..form.parts() {
@@ -394,12 +403,12 @@ impl<'a> Reading<'a> {
     /// Each request's answer, as its form makes it of its parts — and, for a restart-checked
     /// acquisition, as the connection's watch counts it (every push read so far handed to the
     /// watch first).
-    fn finish(self) -> BatchReplies {
+    fn finish(self) -> (BatchReplies, Option<EpochCreation>) {
         let mut watch = self.tracking.map(|tracking| {
             tracking.drain();
             tracking.lock()
         });
-        let tracked = self.track_epoch == Some(true);
+        let mut create = None;
         let answers = self
             .batch
             .iter()
@@ -411,20 +420,138 @@ impl<'a> Reading<'a> {
                     (Some((MemoryCheck::Vouched { seen }, max)), Some(watch)) => {
                         watch.vouched_reply(*seen, answer, *max)
                     }
-                    (Some((MemoryCheck::Prove { seen }, max)), Some(watch)) if tracked => {
-                        watch.handle_proof(*seen, answer, *max);
-                        answer
+                    (Some((MemoryCheck::Prove { seen }, max)), Some(watch)) => {
+                        match self.proof.as_ref().map(|p| (p.native, p.read_back)) {
+                            Some((false, Ok((_, _)))) => {
+                                watch.handle_proof(*seen, answer, *max);
+                                answer
+                            }
+                            Some((true, Ok((epoch, Some(node_ms))))) => {
+                                let (answer, missing) =
+                                    watch.handle_native_proof(*seen, epoch, node_ms, answer, *max);
+                                if let Some(ms) = missing {
+                                    create.get_or_insert((*seen, ms));
+                                }
+                                answer
+                            }
+                            // The proof's own reads failed: the node's vote cannot count.
+                            Some((true, Err(failed))) => Reply::Error(failed),
+                            Some((true, Ok((_, None)))) => Reply::Error(NodeErrorKind::Protocol),
+                            Some((false, Err(_))) | None => answer,
+                        }
                     }
                     _ => answer,
                 };
                 (t.id, answer)
             })
             .collect();
-        BatchReplies {
+        let replies = BatchReplies {
             answers,
             reconnect: self.reconnect,
             rebuild: self.rebuild,
+        };
+        (replies, create.map(|(seen, ms)| EpochCreation { seen, ms }))
+    }
+}
+
+/// The reads that prove a node's memory, ahead of a batch's acquisitions.
+struct Proof {
+    /// Whether the node runs no script: `TIME` is read too, and the watch decides.
+    native: bool,
+    /// What `GET` of the epoch key read (a number, or `None` when missing) and `TIME` said (ms);
+    /// the error when they failed (the `GET` registers the tracking: no proof without it).
+    read_back: Result<(Option<u64>, Option<u64>), NodeErrorKind>,
+}
+
+impl Proof {
+    fn new(native: bool) -> Self {
+        Self {
+            native,
+            read_back: Err(NodeErrorKind::Protocol),
         }
+    }
+
+    fn parts(&self) -> usize {
+        1 + usize::from(self.native)
+    }
+
+    fn read(
+        &mut self,
+        epoch: Option<Result<redis::Value, redis::RedisError>>,
+        time: Option<Result<redis::Value, redis::RedisError>>,
+    ) {
+        let Some(epoch) = epoch else {
+            return;
+        };
+        let epoch = match epoch {
+            Ok(redis::Value::ServerError(err)) => {
+                self.read_back = Err(NodeErrorKind::from_code(err.code()));
+                return;
+            }
+            Ok(value) => value,
+            Err(err) => {
+                self.read_back = Err(map_error(&err));
+                return;
+            }
+        };
+        let value = match epoch {
+            redis::Value::BulkString(bytes) => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok()),
+            _ => None,
+        };
+        let node_ms = match time {
+            Some(Ok(redis::Value::Array(parts))) => node_time_ms(&parts),
+            Some(Err(err)) => {
+                self.read_back = Err(map_error(&err));
+                return;
+            }
+            _ => None,
+        };
+        self.read_back = Ok((value, node_ms));
+    }
+}
+
+/// `TIME`'s `[seconds, microseconds]` in milliseconds.
+fn node_time_ms(parts: &[redis::Value]) -> Option<u64> {
+    let number = |v: &redis::Value| match v {
+        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse::<u64>().ok(),
+        redis::Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    let [secs, micros] = parts else { return None };
+    Some(number(secs)?.checked_mul(1000)? + number(micros)? / 1000)
+}
+
+/// An epoch key a node that runs no script is missing: `SET epoch <ms> NX`, kept only if nothing
+/// was pushed since the watch had seen `seen` ([`MemoryWatch::created_epoch_holds`]), deleted
+/// otherwise.
+///
+/// [`MemoryWatch::created_epoch_holds`]: redlock_core::MemoryWatch::created_epoch_holds
+struct EpochCreation {
+    seen: u64,
+    ms: u64,
+}
+
+impl EpochCreation {
+    fn set(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(redlock_core::EPOCH_KEY).arg(self.ms).arg("NX");
+        cmd
+    }
+
+    fn delete() -> redis::Cmd {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(redlock_core::EPOCH_KEY);
+        cmd
+    }
+
+    /// Whether the epoch just set must be deleted again (pushes handed to the watch first).
+    fn undo(&self, tracking: Option<&Tracking>) -> bool {
+        tracking.is_some_and(|tracking| {
+            tracking.drain();
+            !tracking.lock().created_epoch_holds(self.seen)
+        })
     }
 }
 
@@ -496,7 +623,14 @@ pub fn run_batch(
         let values = pipe.query::<Vec<redis::Value>>(conn);
         reading.looked_up(values);
     }
-    reading.finish()
+    let (replies, creation) = reading.finish();
+    if let Some(creation) = creation {
+        let _: redis::RedisResult<redis::Value> = creation.set().query(conn);
+        if creation.undo(tracking) {
+            let _: redis::RedisResult<redis::Value> = EpochCreation::delete().query(conn);
+        }
+    }
+    replies
 }
 
 /// The next reply on a blocking connection, past any push (a RESP3 connection may carry them
@@ -551,5 +685,13 @@ pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
         let values = pipe.query_async::<Vec<redis::Value>>(conn).await;
         reading.looked_up(values);
     }
-    reading.finish()
+    let (replies, creation) = reading.finish();
+    if let Some(creation) = creation {
+        let _: redis::RedisResult<redis::Value> = creation.set().query_async(conn).await;
+        if creation.undo(tracking) {
+            let _: redis::RedisResult<redis::Value> =
+                EpochCreation::delete().query_async(conn).await;
+        }
+    }
+    replies
 }
