@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite (the command CI runs): unit tests, properties, the conformance suite on
-# real servers for every adapter, the simulator, the chaos runs (one mixing Redis and Valkey
-# nodes), the redlock command — then the conformance suite again with every node a Valkey 8.1
-# server, and with every node a Valkey 9.1 server.
+# real servers for every adapter, the simulator, the chaos runs (one mixing the dialects), the
+# redlock command — then the conformance suite again on every server setup: every node a
+# Valkey 8.1 server; every node a Valkey 9.1 server (native commands); every node a Valkey 9.1
+# server whose clients are denied @scripting (native commands only); and a mix of the three
+# kinds (Redis 7 with scripts, Valkey 9.1, Valkey 9.1 without scripting) in every cluster.
 #
 # A failure never hides the rest: every test binary runs (`--no-fail-fast`), every later step
 # still runs, and the last line says what failed (`FAILED: ...`) or `all passed`; the exit
@@ -49,6 +51,18 @@ echo "== the conformance suite on Valkey 9.1 ($("$VALKEY9_SERVER" --version | cu
 # adapters share their driver, and the three runs above already cover async-std and smol.
 step "conformance on Valkey 9.1" env REDIS_SERVER="$VALKEY9_SERVER" cargo test -p redlock-tests \
   --no-fail-fast --test conformance_tokio --test conformance_blocking \
+  -- --skip tls_lock --skip mutual_tls --skip wrong_ca
+
+echo "== the conformance suite on Valkey 9.1 with scripting denied (an ACL user with -@scripting)"
+step "conformance on Valkey 9.1, no scripting" env REDIS_SERVER="$VALKEY9_SERVER" \
+  REDLOCK_DENY_SCRIPTING=1 cargo test -p redlock-tests \
+  --no-fail-fast --test conformance_tokio --test conformance_blocking \
+  -- --skip tls_lock --skip mutual_tls --skip wrong_ca
+
+echo "== the conformance suite on a mix: Redis 7 (scripts), Valkey 9.1, Valkey 9.1 without scripting"
+step "conformance on a mix of dialects" env \
+  REDLOCK_MIX="$(command -v redis-server),$VALKEY9_SERVER,$VALKEY9_SERVER#no-scripting" \
+  cargo test -p redlock-tests --no-fail-fast --test conformance_tokio --test conformance_blocking \
   -- --skip tls_lock --skip mutual_tls --skip wrong_ca
 
 if ((${#failed[@]})); then

@@ -40,7 +40,10 @@ impl RedisServer {
 
     /// Connection settings for the redis crate, with credentials, pointing at `addr`.
     pub fn connection_info_via(&self, addr: SocketAddr) -> ConnectionInfo {
-        let credentials = self.options().credentials();
+        Self::info_with(addr, &self.options().credentials())
+    }
+
+    fn info_with(addr: SocketAddr, credentials: &crate::options::Credentials) -> ConnectionInfo {
         let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
         if let Some(username) = &credentials.username {
             settings = settings.set_username(username);
@@ -62,10 +65,16 @@ impl RedisServer {
             Some(tls) => {
                 redis::Client::build_with_tls(self.url(), tls.files.client_certificates())?
             }
-            None => redis::Client::open(self.connection_info_via(self.addr()))?,
+            None => redis::Client::open(Self::info_with(
+                self.addr(),
+                &self.options().inspection_credentials(),
+            ))?,
         };
         #[cfg(not(feature = "tls"))]
-        let client = redis::Client::open(self.connection_info_via(self.addr()))?;
+        let client = redis::Client::open(Self::info_with(
+            self.addr(),
+            &self.options().inspection_credentials(),
+        ))?;
         let connection = client.get_connection_with_timeout(INSPECT_TIMEOUT)?;
         connection.set_read_timeout(Some(INSPECT_TIMEOUT))?;
         connection.set_write_timeout(Some(INSPECT_TIMEOUT))?;

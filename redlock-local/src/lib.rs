@@ -33,7 +33,9 @@ pub use cluster::Cluster;
 pub use error::HarnessError;
 pub use inspect::INSPECT_TIMEOUT;
 pub use nodes::{NODES_ENV, Nodes};
-pub use options::{REDIS_SERVER_ENV, ServerOptions, VALKEY_SERVER_ENV};
+pub use options::{
+    DENY_SCRIPTING_ENV, MIX_ENV, REDIS_SERVER_ENV, ServerOptions, VALKEY_SERVER_ENV,
+};
 pub use server::RedisServer;
 #[cfg(feature = "tls")]
 pub use tls::{Pem, TlsFiles, install_crypto_provider};

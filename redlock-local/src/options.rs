@@ -14,6 +14,21 @@ pub const REDIS_SERVER_ENV: &str = "REDIS_SERVER";
 /// (`scripts/ensure-valkey.sh` fetches one and prints its path).
 pub const VALKEY_SERVER_ENV: &str = "VALKEY_SERVER";
 
+/// Environment variable that, set to `1`, makes every server the harness starts without
+/// credentials of its own take its clients as an ACL user denied `@scripting` (`+@all
+/// -@scripting`, every key and channel): what a managed service or a locked-down deployment
+/// gives a lock library. The URLs name that user, so every client and inspection uses it.
+pub const DENY_SCRIPTING_ENV: &str = "REDLOCK_DENY_SCRIPTING";
+
+/// Environment variable that mixes servers in every cluster the harness starts with default
+/// binaries: a comma-separated list of `redis-server`/`valkey-server` paths, each optionally
+/// followed by `#no-scripting` (that server then takes clients as the user of
+/// [`DENY_SCRIPTING_ENV`]); server `i` of a cluster runs entry `i` modulo the list's length.
+pub const MIX_ENV: &str = "REDLOCK_MIX";
+
+/// The ACL user of [`DENY_SCRIPTING_ENV`].
+const NO_SCRIPTS_USER: (&str, &str) = ("locker", "no-scripts");
+
 /// Settings for the `redis-server` processes the harness starts.
 ///
 /// Every server always gets `--port P --bind 127.0.0.1 --save "" --appendonly no --dir <temp dir>`;
@@ -33,6 +48,9 @@ pub struct ServerOptions {
     maxmemory: Option<u64>,
     replica_of: Option<SocketAddr>,
     extra_args: Vec<String>,
+    /// Whether clients log in as a user denied `@scripting` (`None`: as
+    /// [`DENY_SCRIPTING_ENV`] says).
+    deny_scripting: Option<bool>,
     #[cfg(feature = "tls")]
     tls: Option<ServerTls>,
 }
@@ -87,6 +105,33 @@ impl ServerOptions {
     pub fn acl_user(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
         self.acl_user = Some((username.into(), password.into()));
         self
+    }
+
+    /// Clients log in as an ACL user denied `@scripting` (`true`), or as
+    /// [`DENY_SCRIPTING_ENV`] says (`false` overrides it: never).
+    pub fn deny_scripting(mut self, deny: bool) -> Self {
+        self.deny_scripting = Some(deny);
+        self
+    }
+
+    /// The options of server `index` of a cluster started with these: as they are, unless
+    /// [`MIX_ENV`] names servers and these name no binary.
+    pub(crate) fn mixed(&self, index: usize) -> Self {
+        let mix = env::var(MIX_ENV).unwrap_or_default();
+        let entries: Vec<&str> = mix.split(',').filter(|e| !e.trim().is_empty()).collect();
+        if self.binary.is_some() || entries.is_empty() {
+            return self.clone();
+        }
+        let entry = entries[index % entries.len()].trim();
+        let (binary, deny) = match entry.strip_suffix("#no-scripting") {
+            Some(binary) => (binary, true),
+            None => (entry, false),
+        };
+        let mut options = self.clone().binary(binary);
+        if self.deny_scripting.is_none() {
+            options.deny_scripting = Some(deny);
+        }
+        options
     }
 
     /// Sets `maxmemory` in bytes (policy stays `noeviction`, so `maxmemory(1)` makes every write
@@ -197,11 +242,11 @@ impl ServerOptions {
         if let Some(password) = &self.requirepass {
             args.extend(["--requirepass".to_owned(), password.clone()]);
         }
-        if let Some((username, password)) = &self.acl_user {
+        if let Some((username, password, deny_scripting)) = self.acl() {
             args.extend(
                 [
                     "--user",
-                    username,
+                    &username,
                     "on",
                     &format!(">{password}"),
                     "~*",
@@ -210,6 +255,9 @@ impl ServerOptions {
                 ]
                 .map(str::to_owned),
             );
+            if deny_scripting {
+                args.push("-@scripting".to_owned());
+            }
         }
         if let Some(bytes) = self.maxmemory {
             args.extend(["--maxmemory".to_owned(), bytes.to_string()]);
@@ -225,12 +273,39 @@ impl ServerOptions {
         args
     }
 
+    /// The ACL user clients log in as, and whether it is denied `@scripting`: the one set
+    /// with [`ServerOptions::acl_user`], else [`DENY_SCRIPTING_ENV`]'s when it is set and no
+    /// password is.
+    fn acl(&self) -> Option<(String, String, bool)> {
+        if let Some((username, password)) = &self.acl_user {
+            return Some((username.clone(), password.clone(), false));
+        }
+        let denied = self
+            .deny_scripting
+            .unwrap_or_else(|| env::var(DENY_SCRIPTING_ENV).is_ok_and(|value| value == "1"));
+        (denied && self.requirepass.is_none()).then(|| {
+            let (username, password) = NO_SCRIPTS_USER;
+            (username.to_owned(), password.to_owned(), true)
+        })
+    }
+
+    /// What the harness's own inspection connections send: the clients' credentials, but the
+    /// default user's (none) when only [`DENY_SCRIPTING_ENV`] set them — the harness itself
+    /// still flushes scripts and runs them to make a node busy.
+    pub(crate) fn inspection_credentials(&self) -> Credentials {
+        if self.acl_user.is_none() && self.requirepass.is_none() {
+            Credentials::default()
+        } else {
+            self.credentials()
+        }
+    }
+
     /// What a client must send to log in.
     pub(crate) fn credentials(&self) -> Credentials {
-        match (&self.acl_user, &self.requirepass) {
-            (Some((username, password)), _) => Credentials {
-                username: Some(username.clone()),
-                password: Some(password.clone()),
+        match (self.acl(), &self.requirepass) {
+            (Some((username, password, _)), _) => Credentials {
+                username: Some(username),
+                password: Some(password),
             },
             (None, Some(password)) => Credentials {
                 username: None,

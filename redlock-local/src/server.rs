@@ -180,7 +180,8 @@ pub(crate) fn start_many(
     options: &ServerOptions,
     count: usize,
 ) -> Result<Vec<RedisServer>, HarnessError> {
-    start_each(&vec![options.clone(); count])
+    let each: Vec<ServerOptions> = (0..count).map(|i| options.mixed(i)).collect();
+    start_each(&each)
 }
 
 /// Starts one server per entry of `each`: spawns every process first, then waits for each.

@@ -86,14 +86,16 @@ fn chaos_run() {
     }
 }
 
-/// One lock across Redis and Valkey: two of the five nodes run `valkey-server` ($VALKEY_SERVER),
-/// under the same faults, for a shorter run. Every invariant must hold and every adapter must
-/// have written sections.
+/// One lock across the dialects: three Redis 7 nodes (scripts), one Valkey 8.1
+/// ($VALKEY_SERVER) and one Valkey 9.1 ($VALKEY9_SERVER) whose clients are denied `@scripting`
+/// (native commands only), under the same faults, for a shorter run. Every invariant must hold
+/// and every adapter must have written sections.
 #[test]
 fn chaos_run_mixes_redis_and_valkey_nodes() {
     let config = ChaosConfig {
         duration: Duration::from_secs(20),
         valkey_nodes: 2,
+        native_node: true,
         ..ChaosConfig::from_env()
     };
     let report = chaos::run(&config);
@@ -109,6 +111,11 @@ fn chaos_run_mixes_redis_and_valkey_nodes() {
         .filter(|s| s.starts_with("redis"))
         .count();
     assert_eq!((redis, valkey), (3, 2), "nodes: {:?}", report.servers);
+    assert!(
+        report.servers.iter().any(|s| s.starts_with("valkey 9.")),
+        "a Valkey 9 node: {:?}",
+        report.servers
+    );
     let violations = report.violations();
     assert!(
         violations.is_empty(),

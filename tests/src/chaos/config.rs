@@ -49,6 +49,9 @@ pub struct ChaosConfig {
     /// How many of the nodes (the last ones) run `valkey-server` (`$VALKEY_SERVER`) instead of
     /// `redis-server`: one lock across both servers.
     pub valkey_nodes: usize,
+    /// Whether the last of those runs Valkey 9.1 (`$VALKEY9_SERVER`) with its clients denied
+    /// `@scripting`: native commands only, beside nodes that run the scripts.
+    pub native_node: bool,
 }
 
 impl ChaosConfig {
@@ -109,6 +112,7 @@ impl Default for ChaosConfig {
             key_prefix: "chaos:".to_owned(),
             faults: FaultConfig::default(),
             valkey_nodes: 0,
+            native_node: false,
         }
     }
 }

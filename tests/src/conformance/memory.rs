@@ -38,6 +38,16 @@ fn client<A: Adapter>(nodes: &Cluster, deaf: bool) -> A {
         .unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME))
 }
 
+/// Waits until A's lock call has been answered by every node (it returns on a quorum): a late
+/// acquisition running after the loss would bring the epoch back.
+fn wait_for_every_node<A: Adapter>(nodes: &Cluster, held: &A::Lock) {
+    let token = held.token();
+    let everywhere = super::scenarios::eventually(Duration::from_secs(5), || {
+        nodes.count_holding("res", &token) == 5
+    });
+    assert!(everywhere, "A holds res on every node");
+}
+
 fn lose(server: &RedisServer, loss: Loss) {
     match loss {
         Loss::Flush => {
@@ -112,11 +122,7 @@ fn rival_try<A: Adapter>(
     // B's connections prove their nodes' memory (and stay open).
     rival.lock("warm-up", TTL).expect("warm-up").release();
     let held = holder.lock("res", TTL).expect("A locks res");
-    let token = held.token();
-    let everywhere = super::scenarios::eventually(Duration::from_secs(5), || {
-        nodes.count_holding("res", &token) == 5
-    });
-    assert!(everywhere, "A holds res on every node");
+    wait_for_every_node::<A>(&nodes, &held);
     for node in LOSERS {
         lose(&nodes.servers()[node], loss);
     }
@@ -202,6 +208,7 @@ pub fn a_fresh_connection_to_a_flushed_node_never_votes_early<A: Adapter>() {
     let nodes = Cluster::start(5);
     let holder: A = client(&nodes, false);
     let held = holder.lock("res", TTL).expect("A locks res");
+    wait_for_every_node::<A>(&nodes, &held);
     for node in LOSERS {
         lose(&nodes.servers()[node], Loss::Flush);
     }

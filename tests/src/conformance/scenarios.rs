@@ -47,6 +47,46 @@ fn assert_holding(nodes: &Cluster, key: &str, token: &[u8], count: usize) {
     );
 }
 
+/// Whether the harness's servers take clients as a user denied `@scripting`
+/// ([`redlock_local::DENY_SCRIPTING_ENV`]): what needs a script must then fail clearly.
+pub fn scripting_denied() -> bool {
+    std::env::var(redlock_local::DENY_SCRIPTING_ENV).is_ok_and(|value| value == "1")
+}
+
+/// Whether some of the harness's servers take clients as a user denied `@scripting`: every one
+/// ([`scripting_denied`]), or the entries of a mix ([`redlock_local::MIX_ENV`]) marked so.
+pub fn scripting_denied_somewhere() -> bool {
+    scripting_denied()
+        || std::env::var(redlock_local::MIX_ENV).is_ok_and(|mix| mix.contains("#no-scripting"))
+}
+
+/// The call failed because the nodes run no script and it needs one: every node that answered
+/// says so ([`NodeErrorKind::NoSafeForm`]), by name in the error.
+fn assert_needs_scripts(result: &Result<(), Error>) {
+    let err = match result {
+        Ok(()) => panic!("succeeded on nodes that run no script"),
+        Err(err) => err,
+    };
+    let failure = err.failure().unwrap_or_else(|| panic!("{err}"));
+    let answered: Vec<_> = failure
+        .nodes
+        .iter()
+        .filter(|n| n.result != Vote::Pending)
+        .collect();
+    assert!(!answered.is_empty(), "{err}");
+    for node in answered {
+        assert_eq!(
+            node.result,
+            Vote::Failed(redlock_core::NodeErrorKind::NoSafeForm),
+            "{err}"
+        );
+    }
+    assert!(
+        err.to_string().contains("127.0.0.1:"),
+        "the error names the nodes: {err}"
+    );
+}
+
 fn total_keys(nodes: &Cluster) -> i64 {
     nodes
         .servers()
@@ -584,6 +624,19 @@ pub fn handover_by_token<A: Adapter>() {
     // The first process exits without releasing: its lock stays on the nodes.
     std::mem::forget(taken);
 
+    if scripting_denied() {
+        // A resume has no TTL history to trust: only the extend script, which never shortens
+        // a key, may prove it. Nodes that run no script say so, and nothing changes.
+        assert_needs_scripts(&second.resume("res", &token, TTL).map(|_| ()));
+        assert_holding(&nodes, "res", &token, 5);
+        let report = second.release_by_token("res", &token).expect("valid input");
+        assert_eq!(
+            report.released(),
+            5,
+            "release by token needs no script: {report:?}"
+        );
+        return;
+    }
     let resumed = second.resume("res", &token, TTL).expect("resume by token");
     assert_eq!(resumed.token(), token);
     assert!(resumed.valid_until() > first_validity, "a fresh validity");
@@ -622,13 +675,32 @@ pub fn wrong_or_stale_token_is_refused<A: Adapter>() {
     assert_holding(&nodes, "res", &token, 5);
     let pttl_before: Vec<i64> = nodes.servers().iter().map(|s| s.pttl("res")).collect();
 
-    match other.resume("res", b"not-the-holders-token", Duration::from_secs(60)) {
-        Err(Error::NotHeld(detail)) => {
-            // Decided as soon as a quorum refused: at least 3 of 5.
-            let refused = detail.nodes.iter().filter(|n| n.result == Vote::Refused);
-            assert!(refused.count() >= 3, "{detail}");
+    let resumed = other.resume("res", b"not-the-holders-token", Duration::from_secs(60));
+    if scripting_denied() {
+        // Resuming needs the extend script (below: nothing changed either way).
+        assert_needs_scripts(&resumed.map(|_| ()));
+    } else {
+        match resumed {
+            Err(Error::NotHeld(detail)) => {
+                // Decided as soon as a quorum refused: at least 3 of 5.
+                let refused = detail.nodes.iter().filter(|n| n.result == Vote::Refused);
+                assert!(refused.count() >= 3, "{detail}");
+            }
+            // A mix with nodes that run no script: those cannot take part in a resume, and
+            // the round may end on their answers before a quorum refused.
+            Err(Error::Unavailable(detail)) if scripting_denied_somewhere() => {
+                let no_script = Vote::Failed(redlock_core::NodeErrorKind::NoSafeForm);
+                assert!(
+                    detail
+                        .nodes
+                        .iter()
+                        .all(|n| matches!(n.result, Vote::Refused | Vote::Pending)
+                            || n.result == no_script),
+                    "{detail}"
+                );
+            }
+            other => panic!("{}: resume with a wrong token gave {other:?}", A::NAME),
         }
-        other => panic!("{}: resume with a wrong token gave {other:?}", A::NAME),
     }
     let report = other
         .release_by_token("res", b"not-the-holders-token")
@@ -655,10 +727,17 @@ pub fn wrong_or_stale_token_is_refused<A: Adapter>() {
     // A stale token: the lock it named was released.
     let report = held.release();
     assert_eq!(report.released(), 5, "{report:?}");
-    assert!(matches!(
-        other.resume("res", &token, TTL),
-        Err(Error::NotHeld(_))
-    ));
+    let stale = other.resume("res", &token, TTL);
+    if scripting_denied() {
+        assert_needs_scripts(&stale.map(|_| ()));
+    } else if scripting_denied_somewhere() {
+        assert!(
+            matches!(stale, Err(Error::NotHeld(_) | Error::Unavailable(_))),
+            "{stale:?}"
+        );
+    } else {
+        assert!(matches!(stale, Err(Error::NotHeld(_))), "{stale:?}");
+    }
     let report = other.release_by_token("res", &token).expect("valid input");
     assert_eq!(report.absent(), 5, "{report:?}");
     assert_eq!(total_keys(&nodes), 0);
@@ -679,6 +758,13 @@ pub fn fencing_tokens_increase_and_fence_off_a_paused_holder<A: Adapter>() {
     let store = crate::FencedStore::new(&store_server.url(), "report");
     let redlock: A = client(&nodes, &Options::default());
     let fenced = |resource: &str, ttl| LockRequest::new(resource, ttl).fenced();
+    if scripting_denied() {
+        // Fences need the fenced acquire script: a clear error at lock time, nothing set.
+        let once = fenced("res", TTL).retry(RetryPolicy::once());
+        assert_needs_scripts(&redlock.acquire(once).map(|_| ()));
+        assert_eq!(total_keys(&nodes), 0, "a refused fenced lock leaves no key");
+        return;
+    }
 
     let plain = redlock.lock("res", TTL).expect("lock");
     assert_eq!(plain.fence(), None, "only fenced locks carry a fence");
