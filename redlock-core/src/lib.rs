@@ -150,6 +150,20 @@
 //! wall clocks agree within that TTL (the simulator's controls break each assumption and see
 //! fences go backwards).
 //!
+//! *Once per connection instead of per acquire.* A connection with client tracking can prove
+//! the node's memory once and then acquire with a plain `SET NX PX`
+//! ([`MemoryWatch`]: the node pushes an invalidation ahead of any later reply when the epoch key
+//! is deleted, evicted or flushed, and a restart ends the connection; a reply counts only with
+//! neither before it). Same argument: between the proof and a counted reply the epoch key was
+//! untouched, so the node's memory was at least `max_ttl` old when it voted.
+//!
+//! # Dialects
+//! A [`Command`] says what it means; [`Command::redis_form_on`] picks its cheapest form on a
+//! node of a [`Dialect`] — native `DELIFEQ`/`DELEX`, `MSETEX`, and the exact-TTL `SET … IFEQ`
+//! where the engine allows it ([`Command::sets_exact_ttl`]) — or
+//! [`NodeErrorKind::NoSafeForm`] when the node has no form of that meaning, never a weaker one.
+//! The fake node (module `fake`, feature `testing`) runs every form.
+//!
 //! A new node has no epoch either and waits the same once, unless an operator who knows no lock
 //! is live says so ([`Lifecycle::trust`], [`TRUST_SCRIPT`]: epoch `0` = trusted). The feature can
 //! be turned off ([`ConfigBuilder::restart_aware`]) — unsafe unless nodes persist every write or

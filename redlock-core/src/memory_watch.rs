@@ -39,7 +39,17 @@
 use crate::command::EPOCH_KEY;
 use crate::reply::Reply;
 
-/// One connection's knowledge of its node's memory. See the [module docs](self).
+/// One connection's knowledge of its node's memory: restart-aware voting for the price of a
+/// plain `SET`, as the crate docs' *Restart-aware voting* section describes.
+///
+/// The protocol, in order: the connection turns client tracking on (`CLIENT TRACKING ON
+/// NOLOOP`); [`check`](Self::check) says whether an acquisition must prove (`GET` of the epoch
+/// key, then the checked acquisition) or is vouched for (plain `SET NX PX`); every push the
+/// connection reads goes to [`handle_invalidation`](Self::handle_invalidation) and its end to
+/// [`handle_closed`](Self::handle_closed) before the replies after them are counted; a proving
+/// reply goes to [`handle_proof`](Self::handle_proof) (or
+/// [`handle_native_proof`](Self::handle_native_proof) on a node without scripts), a vouched one
+/// through [`vouched_reply`](Self::vouched_reply).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryWatch {
     /// Invalidations of the epoch key (flushes included) and connection ends seen so far.

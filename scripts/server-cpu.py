@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Server CPU per command form, per server: what each form of the lock's commands costs the node.
+
+    scripts/server-cpu.py /usr/bin/redis-server "$(scripts/ensure-valkey.sh 9.1)"
+
+For each server binary it starts one server on a free loopback port (no persistence), and for
+each form sends N commands pipelined (batches of 100) over one RESP2 connection, reading
+`used_cpu_sys + used_cpu_user` from `INFO cpu` before and after: microseconds of server CPU per
+command, whatever the client's speed. Keys are set up unmeasured where a form needs them. Forms
+a server does not have are reported as `-`. Never touches a server it did not start; stops each
+by its pid.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+N = 100_000
+BATCH = 100
+TTL = "10000"
+
+RELEASE = """local released, foreign = 0, 0
+for i = 1, #KEYS do
+  local value = redis.call('GET', KEYS[i])
+  if value == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    released = released + 1
+    if ARGV[2] == '1' then
+      redis.pcall('PUBLISH', 'redlock:released:' .. KEYS[i], '1')
+    end
+  elseif value then
+    foreign = foreign + 1
+  end
+end
+if foreign > 0 then return -1 end
+if released > 0 then return 1 end
+return 0
+"""
+
+EXTEND = """for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
+end
+for i = 1, #KEYS do
+  if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  end
+end
+return 1
+"""
+
+CHECKED = """local n = #KEYS - 1
+local epoch = tonumber(redis.call('GET', KEYS[#KEYS]))
+if epoch ~= 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not epoch then
+    redis.call('SET', KEYS[#KEYS], now)
+    epoch = now
+  end
+  local young = tonumber(ARGV[3]) - (now - epoch)
+  if young > 0 then return -young end
+end
+if n == 1 then
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+  return 0
+end
+return 0
+"""
+
+
+def encode(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Conn:
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.buf = b""
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self.buf += self.sock.recv(1 << 16)
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind in (b"+", b":"):
+            return rest
+        if kind == b"-":
+            return Exception(rest.decode())
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            while len(self.buf) < n + 2:
+                self.buf += self.sock.recv(1 << 16)
+            data, self.buf = self.buf[:n], self.buf[n + 2:]
+            return data
+        if kind == b"*":
+            return [self.reply() for _ in range(int(rest))]
+        raise ValueError(line)
+
+    def call(self, *args):
+        self.sock.sendall(encode(*args))
+        return self.reply()
+
+    def pipeline(self, commands):
+        errors = 0
+        for i in range(0, len(commands), BATCH):
+            chunk = commands[i:i + BATCH]
+            self.sock.sendall(b"".join(encode(*c) for c in chunk))
+            for _ in chunk:
+                if isinstance(self.reply(), Exception):
+                    errors += 1
+        return errors
+
+    def cpu(self):
+        info = self.call("INFO", "cpu").decode()
+        fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+        return float(fields["used_cpu_sys"]) + float(fields["used_cpu_user"])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def forms(conn, sha):
+    """(name, setup commands, measured commands) per form."""
+    keys = [f"k{i}" for i in range(N)]
+    setup = [("SET", k, "t", "PX", TTL) for k in keys]
+    yield "SET k t NX PX", [], [("SET", k, "t", "NX", "PX", TTL) for k in keys]
+    yield "checked acquire script, trusted node", [("SET", "redlock:epoch", "0")], [
+        ("EVALSHA", sha["checked"], 2, k, "redlock:epoch", "t", TTL, "60000") for k in keys]
+    yield "checked acquire script, old epoch", [("SET", "redlock:epoch", "1")], [
+        ("EVALSHA", sha["checked"], 2, k, "redlock:epoch", "t", TTL, "60000") for k in keys]
+    yield "GET redlock:epoch", [], [("GET", "redlock:epoch")] * N
+    yield "release script with PUBLISH", setup, [
+        ("EVALSHA", sha["release"], 1, k, "t", "1") for k in keys]
+    yield "release script without PUBLISH", setup, [
+        ("EVALSHA", sha["release"], 1, k, "t", "0") for k in keys]
+    yield "DELIFEQ k t", setup, [("DELIFEQ", k, "t") for k in keys]
+    yield "PUBLISH redlock:released:k 1 (no subscriber)", [], [
+        ("PUBLISH", f"redlock:released:{k}", "1") for k in keys]
+    yield "extend script", setup, [("EVALSHA", sha["extend"], 1, k, "t", "20000") for k in keys]
+    yield "SET k t IFEQ t PX ttl", setup, [
+        ("SET", k, "t", "IFEQ", "t", "PX", "20000") for k in keys]
+    yield "MSETEX 2 k1 t k2 t NX PX ttl (per lock of 2 keys)", [], [
+        ("MSETEX", 2, f"a{i}", "t", f"b{i}", "t", "NX", "PX", TTL) for i in range(N)]
+
+
+def measure(binary):
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="server-cpu-")
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", workdir],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                conn = Conn(port)
+                conn.call("PING")
+                break
+            except OSError:
+                time.sleep(0.05)
+        version = conn.call("INFO", "server").decode()
+        name = "valkey" if "valkey_version" in version else "redis"
+        sha = {n: conn.call("SCRIPT", "LOAD", s).decode()
+               for n, s in (("release", RELEASE), ("extend", EXTEND), ("checked", CHECKED))}
+        results = []
+        for form, setup, measured in forms(conn, sha):
+            conn.call("FLUSHALL")
+            conn.pipeline(setup)
+            before = conn.cpu()
+            errors = conn.pipeline(measured)
+            after = conn.cpu()
+            cost = (after - before) * 1e6 / len(measured)
+            results.append((form, None if errors == len(measured) else cost))
+        return name, results
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def main():
+    binaries = sys.argv[1:] or ["redis-server"]
+    columns = [measure(b) for b in binaries]
+    print("| form | " + " | ".join(f"µs server CPU, {name}" for name, _ in columns) + " |")
+    print("|---|" + "---:|" * len(columns))
+    for i, (form, _) in enumerate(columns[0][1]):
+        cells = []
+        for _, results in columns:
+            cost = results[i][1]
+            cells.append("–" if cost is None else f"{cost:.2f}")
+        print(f"| {form} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
