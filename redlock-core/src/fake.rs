@@ -332,9 +332,19 @@ impl FakeNode {
 
     /// Runs `command` at `now` on the node's clock and returns Redis's answer.
     pub fn run(&mut self, now: Duration, command: &Command) -> Reply {
-        self.keys.retain(|_, (_, expires)| now < *expires);
         let dialect = self.dialect;
-        let form = command.redis_form_on(&dialect);
+        self.run_form(now, command, command.redis_form_on(&dialect))
+    }
+
+    /// Runs `command` as a connection that vouches for the node's memory sends it: a
+    /// restart-checked acquisition without its check ([`Command::redis_form_vouched`]).
+    pub fn run_vouched(&mut self, now: Duration, command: &Command) -> Reply {
+        let dialect = self.dialect;
+        self.run_form(now, command, command.redis_form_vouched(&dialect))
+    }
+
+    fn run_form(&mut self, now: Duration, command: &Command, form: RedisForm<'_>) -> Reply {
+        self.keys.retain(|_, (_, expires)| now < *expires);
         let token = command.spec().token().as_bytes();
         match form {
             RedisForm::MSetEx { spec, ttl_ms } => {

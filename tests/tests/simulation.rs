@@ -201,6 +201,45 @@ fn restart_without_delay() {
     );
 }
 
+/// [`restart_without_delay`] with tracked connections: the restart check proven once per
+/// connection, then plain `SET NX PX`; a crash ends the connection.
+#[test]
+fn tracked_restart_without_delay() {
+    let scenario = Scenario::tracked_restart_without_delay();
+    let summary = sim::explore(&scenario, CI_SEEDS);
+    assert_busy(&summary, &scenario, 1);
+    assert!(summary.stats.vouched > 0, "no acquisition was vouched for");
+    assert!(
+        summary.stats.ineligible_votes > 0,
+        "no node was ever refused a vote"
+    );
+}
+
+/// Memory lost without a restart (the connections stay open), right away and often: the
+/// invalidation pushes keep the flushed nodes from voting.
+#[test]
+fn tracked_flush_without_delay() {
+    let scenario = Scenario::tracked_flush_without_delay();
+    let summary = sim::explore(&scenario, CI_SEEDS);
+    assert_busy(&summary, &scenario, 1);
+    assert!(summary.stats.vouched > 0, "no acquisition was vouched for");
+    assert!(
+        summary.stats.ineligible_votes > 0,
+        "no node was ever refused a vote"
+    );
+}
+
+/// Negative control: the same with the pushes unheard — the checker must catch a flushed node
+/// voting through a proven connection.
+#[test]
+fn tracked_flush_deaf() {
+    let found = sim::hunt(&Scenario::tracked_flush_deaf(), 200);
+    assert!(
+        found.is_some(),
+        "the checker missed flushed nodes voting through deaf connections"
+    );
+}
+
 /// Negative control: the same schedules with restart-aware voting off — a node restarted empty
 /// grants the lock again inside the holder's validity, and the checker must catch it.
 #[test]

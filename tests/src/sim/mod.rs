@@ -65,6 +65,7 @@ mod network;
 mod node;
 mod runner;
 mod scenario;
+mod sessions;
 mod stats;
 mod trace;
 mod world;
@@ -77,7 +78,8 @@ pub use runner::{
     Found, SIM_SEED, SIM_SEEDS, SIM_TRACE_LINES, Summary, explore, hunt, run, run_traced,
 };
 pub use scenario::{
-    ClientKind, ClockConfig, CrashConfig, HoldConfig, PartitionConfig, PauseConfig, Scenario,
+    ClientKind, ClockConfig, CrashConfig, HoldConfig, MemoryLoss, PartitionConfig, PauseConfig,
+    Scenario, Tracked,
 };
 pub use stats::Stats;
 pub use world::Report;

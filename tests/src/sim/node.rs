@@ -19,6 +19,8 @@ pub(crate) struct Node {
     clock: Clock,
     store: FakeNode,
     up: bool,
+    /// How many times it lost its memory (crashes and flushes).
+    losses: u64,
 }
 
 impl Node {
@@ -36,6 +38,7 @@ impl Node {
                 .with_fence_fault(fault)
                 .with_dialect(dialect),
             up: true,
+            losses: 0,
         }
     }
 
@@ -52,7 +55,19 @@ impl Node {
     /// Stops the node; every key is lost.
     pub(crate) fn crash(&mut self) {
         self.up = false;
+        self.flush();
+    }
+
+    /// Loses every key and stays up (`FLUSHALL`, or the epoch evicted with the keys): its
+    /// connections stay open.
+    pub(crate) fn flush(&mut self) {
+        self.losses += 1;
         self.store.forget_all();
+    }
+
+    /// How many times it lost its memory so far.
+    pub(crate) fn losses(&self) -> u64 {
+        self.losses
     }
 
     /// Starts the node again, empty.
@@ -70,11 +85,16 @@ impl Node {
         self.store.holder(self.local(t), key)
     }
 
-    /// Runs `command` at true time `t` (the node must be up) and returns Redis's answer.
-    pub(crate) fn run(&mut self, t: Nanos, command: &Command) -> Reply {
+    /// Runs `command` at true time `t` (the node must be up) and returns Redis's answer; a
+    /// `vouched` restart-checked acquisition goes without its check.
+    pub(crate) fn run(&mut self, t: Nanos, command: &Command, vouched: bool) -> Reply {
         debug_assert!(self.up);
         let now = self.local(t);
-        self.store.run(now, command)
+        if vouched {
+            self.store.run_vouched(now, command)
+        } else {
+            self.store.run(now, command)
+        }
     }
 }
 
@@ -145,17 +165,21 @@ mod tests {
         );
         let (set, release, _) = commands(&["r"], "a", 100);
         let (other, _, _) = commands(&["r"], "b", 100);
-        assert_eq!(node.run(0, &set), Reply::Ok);
-        assert_eq!(node.run(MS, &other), Reply::Nil);
+        assert_eq!(node.run(0, &set, false), Reply::Ok);
+        assert_eq!(node.run(MS, &other, false), Reply::Nil);
         assert_eq!(node.holder(90 * MS, b"r"), Some(&b"a"[..]));
         assert_eq!(node.holder(91 * MS, b"r"), None);
-        assert_eq!(node.run(91 * MS, &other), Reply::Ok);
-        assert_eq!(node.run(92 * MS, &release), Reply::Int(-1), "held by b");
+        assert_eq!(node.run(91 * MS, &other, false), Reply::Ok);
+        assert_eq!(
+            node.run(92 * MS, &release, false),
+            Reply::Int(-1),
+            "held by b"
+        );
         node.crash();
         assert!(!node.is_up());
         node.restart();
         assert_eq!(node.holder(92 * MS, b"r"), None, "a crash loses every key");
-        assert_eq!(node.run(92 * MS, &release), Reply::Int(0));
+        assert_eq!(node.run(92 * MS, &release, false), Reply::Int(0));
     }
 
     #[test]
@@ -168,26 +192,30 @@ mod tests {
         );
         let (set_ab, release_ab, extend_ab) = commands(&["a", "b"], "t1", 100);
         let (set_b, release_b, _) = commands(&["b"], "t2", 100);
-        assert_eq!(node.run(0, &set_b), Reply::Ok);
+        assert_eq!(node.run(0, &set_b, false), Reply::Ok);
         assert_eq!(
-            node.run(0, &set_ab),
+            node.run(0, &set_ab, false),
             Reply::Int(0),
             "b is taken: nothing set"
         );
         assert_eq!(node.holder(0, b"a"), None);
-        assert_eq!(node.run(0, &extend_ab), Reply::Int(0), "not all ours");
-        assert_eq!(node.run(0, &release_b), Reply::Int(1));
-        assert_eq!(node.run(0, &release_b), Reply::Int(0));
-        assert_eq!(node.run(0, &set_ab), Reply::Int(1));
-        assert_eq!(node.run(50 * MS, &extend_ab), Reply::Int(1));
+        assert_eq!(
+            node.run(0, &extend_ab, false),
+            Reply::Int(0),
+            "not all ours"
+        );
+        assert_eq!(node.run(0, &release_b, false), Reply::Int(1));
+        assert_eq!(node.run(0, &release_b, false), Reply::Int(0));
+        assert_eq!(node.run(0, &set_ab, false), Reply::Int(1));
+        assert_eq!(node.run(50 * MS, &extend_ab, false), Reply::Int(1));
         assert_eq!(node.holder(149 * MS, b"b"), Some(&b"t1"[..]));
         assert_eq!(node.holder(150 * MS, b"a"), None);
         let (set_a, _, _) = commands(&["a"], "t1", 100);
         let later = 300 * MS;
-        assert_eq!(node.run(later, &set_a), Reply::Ok);
-        assert_eq!(node.run(later, &set_b), Reply::Ok);
+        assert_eq!(node.run(later, &set_a, false), Reply::Ok);
+        assert_eq!(node.run(later, &set_b, false), Reply::Ok);
         assert_eq!(
-            node.run(later, &release_ab),
+            node.run(later, &release_ab, false),
             Reply::Int(-1),
             "b is someone else's"
         );
@@ -203,8 +231,8 @@ mod tests {
             (ExtendSemantics::NeverShorten, true),
         ] {
             let mut node = Node::speaking(Clock::new(0, 0), semantics, None, Dialect::SCRIPTS);
-            assert_eq!(node.run(0, &set), Reply::Ok);
-            assert_eq!(node.run(MS, &extend_short), Reply::Int(1));
+            assert_eq!(node.run(0, &set, false), Reply::Ok);
+            assert_eq!(node.run(MS, &extend_short, false), Reply::Int(1));
             assert_eq!(
                 node.holder(50 * MS, b"r").is_some(),
                 alive_at_50ms,

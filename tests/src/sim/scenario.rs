@@ -23,6 +23,29 @@ const VALKEY_9_1: Dialect = Dialect {
     msetex: true,
 };
 
+/// Whether clients' connections track the nodes' memory (the adapters' per-connection restart
+/// check, [`MemoryWatch`](redlock_core::MemoryWatch)), or check it with the script on every
+/// acquisition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tracked {
+    /// The checked script on every acquisition.
+    Off,
+    /// Proven once per connection, vouched for after, voided by invalidation pushes.
+    Heard,
+    /// The same with the pushes unheard (negative control: a flushed node keeps voting).
+    Deaf,
+}
+
+/// How a node loses its memory in the scenario's crashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryLoss {
+    /// The process dies and restarts empty: every connection to it ends.
+    Crash,
+    /// `FLUSHALL` (or the epoch evicted with the keys): the node stays up and its connections
+    /// stay open; only invalidation pushes tell a tracked connection.
+    Flush,
+}
+
 /// How a client behaves while it holds a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientKind {
@@ -133,6 +156,10 @@ pub struct Scenario {
     /// What the nodes can run: each command reaches them in its form for this dialect
     /// ([`Command::redis_form_on`](redlock_core::Command::redis_form_on)).
     pub dialect: Dialect,
+    /// Whether connections track the nodes' memory.
+    pub tracked: Tracked,
+    /// How a crash loses a node's memory.
+    pub loss: MemoryLoss,
     /// Whether the engine refuses votes of nodes that lost their memory (restart-aware voting),
     /// with the scenario's [`max_ttl`](Scenario::max_ttl) as the longest TTL in use.
     pub restart_aware: bool,
@@ -203,6 +230,8 @@ impl Scenario {
             },
             extend_semantics: ExtendSemantics::of_engine(),
             dialect: Dialect::SCRIPTS,
+            tracked: Tracked::Off,
+            loss: MemoryLoss::Crash,
             restart_aware: true,
             fenced: false,
             fence_fault: None,
@@ -414,6 +443,38 @@ impl Scenario {
             name: "native_extend_shorter",
             dialect: VALKEY_9_1,
             ..Self::extend_shorter()
+        }
+    }
+
+    /// Inside the model: [`Scenario::restart_without_delay`] with tracked connections — each
+    /// proves a node's memory once and then acquires with a plain `SET NX PX`; a crash ends the
+    /// connection, and the next one proves again.
+    pub fn tracked_restart_without_delay() -> Self {
+        Self {
+            name: "tracked_restart_without_delay",
+            tracked: Tracked::Heard,
+            ..Self::restart_without_delay()
+        }
+    }
+
+    /// Inside the model: nodes lose their memory without a restart (`FLUSHALL`, an evicted
+    /// epoch), right away and often, under tracked connections that stay open: only the
+    /// invalidation pushes keep the flushed nodes from voting.
+    pub fn tracked_flush_without_delay() -> Self {
+        Self {
+            name: "tracked_flush_without_delay",
+            loss: MemoryLoss::Flush,
+            ..Self::tracked_restart_without_delay()
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::tracked_flush_without_delay`] with the
+    /// pushes unheard — a flushed node keeps voting through a proven connection.
+    pub fn tracked_flush_deaf() -> Self {
+        Self {
+            name: "tracked_flush_deaf",
+            tracked: Tracked::Deaf,
+            ..Self::tracked_flush_without_delay()
         }
     }
 
@@ -666,6 +727,12 @@ impl Scenario {
         if shortens && self.extend_semantics == ExtendSemantics::Pexpire {
             broken
                 .push("extend: a shorter TTL cuts keys below the validity the lease keeps".into());
+        }
+        if self.tracked == Tracked::Deaf
+            && self.loss == MemoryLoss::Flush
+            && self.crashes.per_node > 0
+        {
+            broken.push("connections: a flushed node's invalidation pushes go unheard".into());
         }
         if self.client_kind != ClientKind::Correct {
             broken.push(format!("clients: {:?}", self.client_kind));

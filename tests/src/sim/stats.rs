@@ -44,6 +44,9 @@ pub struct Stats {
     /// Acquire requests a node refused because it lost its memory too recently
     /// (restart-aware voting).
     pub ineligible_votes: u64,
+    /// Restart-checked acquisitions sent without their check, the connection vouching for the
+    /// node's memory (tracked connections only).
+    pub vouched: u64,
     /// Runs with a violation.
     pub violations: u64,
 }
@@ -68,6 +71,7 @@ impl AddAssign for Stats {
         self.pauses += o.pauses;
         self.partitions += o.partitions;
         self.ineligible_votes += o.ineligible_votes;
+        self.vouched += o.vouched;
         self.violations += o.violations;
     }
 }

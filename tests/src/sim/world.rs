@@ -15,7 +15,8 @@ use super::client::{Client, Env, Outgoing};
 use super::clock::{Nanos, TimeBase, nanos};
 use super::network::{Link, Network, Transit};
 use super::node::Node;
-use super::scenario::Scenario;
+use super::scenario::{MemoryLoss, Scenario, Tracked};
+use super::sessions::{Sent, Sessions};
 use super::stats::Stats;
 use super::trace::Trace;
 use crate::rng::TestRng;
@@ -30,12 +31,17 @@ enum Event {
         client: usize,
         id: RequestId,
         command: Command,
+        /// The tracked connection it went out on, when connections are tracked.
+        sent: Option<Sent>,
     },
     /// A reply reaches a client.
     ToClient {
         client: usize,
         id: RequestId,
         reply: Reply,
+        sent: Option<Sent>,
+        /// The node's memory losses when it produced the reply.
+        losses: u64,
     },
     /// A client's timer.
     Timer { client: usize, seq: u64 },
@@ -82,6 +88,8 @@ pub(crate) struct World<'s> {
     trace: Option<Trace>,
     fingerprint: u64,
     outbox: Vec<Outgoing>,
+    /// Each client's tracked connection to each node, when the scenario tracks them.
+    sessions: Option<Sessions>,
 }
 
 impl<'s> World<'s> {
@@ -136,6 +144,11 @@ impl<'s> World<'s> {
             trace: traced.then(Trace::default),
             fingerprint: 0xcbf2_9ce4_8422_2325 ^ seed,
             outbox: Vec::new(),
+            sessions: match scenario.tracked {
+                Tracked::Off => None,
+                Tracked::Heard => Some(Sessions::new(scenario.clients, scenario.nodes, false)),
+                Tracked::Deaf => Some(Sessions::new(scenario.clients, scenario.nodes, true)),
+            },
         };
         if let Some(trace) = world.trace.as_mut() {
             trace.push(0, None, None, Vec::new(), format!("{scenario:?}"));
@@ -265,6 +278,7 @@ impl<'s> World<'s> {
                 client,
                 id,
                 command,
+                sent,
             } => {
                 let node = id.node();
                 self.mix(1);
@@ -280,7 +294,9 @@ impl<'s> World<'s> {
                     return;
                 }
                 let reply = if self.nodes[node].is_up() {
-                    let reply = self.nodes[node].run(t, &command);
+                    let vouched = sent.is_some_and(|s| s.vouched());
+                    self.stats.vouched += u64::from(vouched);
+                    let reply = self.nodes[node].run(t, &command, vouched);
                     if command.op() == redlock_core::Op::SetIfAbsent
                         && matches!(reply, Reply::Int(n) if n < 0)
                     {
@@ -316,10 +332,23 @@ impl<'s> World<'s> {
                         node,
                         to_node: false,
                     };
-                    self.send(t, link, || Event::ToClient { client, id, reply });
+                    let losses = self.nodes[node].losses();
+                    self.send(t, link, || Event::ToClient {
+                        client,
+                        id,
+                        reply,
+                        sent,
+                        losses,
+                    });
                 }
             }
-            Event::ToClient { client, id, reply } => {
+            Event::ToClient {
+                client,
+                id,
+                reply,
+                sent,
+                losses,
+            } => {
                 let node = id.node();
                 self.mix(2);
                 self.mix(u64::try_from(client * 64 + node).unwrap_or(0));
@@ -340,6 +369,12 @@ impl<'s> World<'s> {
                         ),
                     );
                 }
+                let reply = match (&mut self.sessions, sent) {
+                    (Some(sessions), Some(sent)) => {
+                        sessions.reply(client, node, sent, losses, reply)
+                    }
+                    _ => reply,
+                };
                 self.with_client(t, client, |c, env| c.on_reply(env, id, reply));
             }
             Event::Timer { client, seq } => {
@@ -359,10 +394,31 @@ impl<'s> World<'s> {
                 self.mix(5);
                 self.with_client(t, client, |c, env| c.on_resume(env));
             }
+            Event::Crash { node, down } if self.scenario.loss == MemoryLoss::Flush => {
+                self.mix(6);
+                self.stats.crashes += 1;
+                self.nodes[node].flush();
+                if let Some(trace) = self.trace.as_mut() {
+                    trace.push(
+                        t,
+                        None,
+                        Some(node),
+                        Vec::new(),
+                        format!(
+                            "FLUSH: every key lost, connections kept ({} lost for)",
+                            ms(down)
+                        ),
+                    );
+                }
+            }
             Event::Crash { node, down } => {
                 self.mix(6);
                 self.stats.crashes += 1;
                 self.nodes[node].crash();
+                let losses = self.nodes[node].losses();
+                if let Some(sessions) = &mut self.sessions {
+                    sessions.crash(node, losses);
+                }
                 if let Some(trace) = self.trace.as_mut() {
                     trace.push(
                         t,
@@ -417,6 +473,10 @@ impl<'s> World<'s> {
             }
             let id = transmit.id;
             let command = transmit.command;
+            let sent = self
+                .sessions
+                .as_ref()
+                .map(|sessions| sessions.send(client, node, &command));
             let link = Link {
                 client,
                 node,
@@ -426,6 +486,7 @@ impl<'s> World<'s> {
                 client,
                 id,
                 command: command.clone(),
+                sent,
             });
         }
         self.outbox = outbox;
