@@ -22,53 +22,17 @@ N = 100_000
 BATCH = 100
 TTL = "10000"
 
-RELEASE = """local released, foreign = 0, 0
-for i = 1, #KEYS do
-  local value = redis.call('GET', KEYS[i])
-  if value == ARGV[1] then
-    redis.call('DEL', KEYS[i])
-    released = released + 1
-    if ARGV[2] == '1' then
-      redis.pcall('PUBLISH', 'redlock:released:' .. KEYS[i], '1')
-    end
-  elseif value then
-    foreign = foreign + 1
-  end
-end
-if foreign > 0 then return -1 end
-if released > 0 then return 1 end
-return 0
-"""
+def engine_script(name):
+    """The Lua source of one of the engine's scripts, read from redlock-core (written once)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "redlock-core", "src", "command.rs")
+    text = open(path, encoding="utf-8").read()
+    start = text.index(f'pub const {name}: &str = "\\\n') + len(f'pub const {name}: &str = "\\\n')
+    return text[start:text.index('";', start)]
 
-EXTEND = """for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
-end
-for i = 1, #KEYS do
-  if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  end
-end
-return 1
-"""
 
-CHECKED = """local n = #KEYS - 1
-local epoch = tonumber(redis.call('GET', KEYS[#KEYS]))
-if epoch ~= 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if not epoch then
-    redis.call('SET', KEYS[#KEYS], now)
-    epoch = now
-  end
-  local young = tonumber(ARGV[3]) - (now - epoch)
-  if young > 0 then return -young end
-end
-if n == 1 then
-  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-  return 0
-end
-return 0
-"""
+RELEASE = engine_script("RELEASE_SCRIPT")
+EXTEND = engine_script("EXTEND_SCRIPT")
+CHECKED = engine_script("ACQUIRE_CHECKED_SCRIPT")
 
 
 def encode(*args):

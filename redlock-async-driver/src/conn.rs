@@ -12,21 +12,13 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
-use redlock_core::{Batch, Dialect};
+use redlock_core::Batch;
 use redlock_redis::{
     Answers, BatchReplies, NodeAddr, Tracking, detect_dialect_async, resp3_client, run_batch_async,
-    speaks_no_resp3, tracking_on, tracking_refused,
+    speaks_no_resp3, tracking_on,
 };
 
-/// A connection, what its node can run, and its watch over the node's memory (none when the
-/// node does not speak RESP3 or refuses client tracking: restart checks then keep their
-/// script).
-#[derive(Clone)]
-struct Connected {
-    conn: MultiplexedConnection,
-    dialect: Dialect,
-    tracking: Option<Tracking>,
-}
+type Connected = redlock_redis::Connected<MultiplexedConnection>;
 
 /// A node and its connection, made on first use (a node that is down at start is not an error:
 /// its requests fail until it comes back).
@@ -85,19 +77,9 @@ impl Node {
                     .get_multiplexed_async_connection_with_config(&self.config())
                     .await?;
                 let dialect = detect_dialect_async(&mut conn).await?;
-                Connected {
-                    conn,
-                    dialect,
-                    tracking: None,
-                }
+                Connected::new(conn, dialect, None, self.addr.label())?
             }
         };
-        tracing::debug!(
-            node = %self.addr.label(),
-            dialect = ?connected.dialect,
-            tracking = connected.tracking.is_some(),
-            "connected"
-        );
         let mut slot = self
             .connected
             .lock()
@@ -116,19 +98,8 @@ impl Node {
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let dialect = detect_dialect_async(&mut conn).await?;
-        let tracked = match tracking_on().query_async::<()>(&mut conn).await {
-            Ok(()) => true,
-            Err(err) if tracking_refused(&err) => {
-                tracing::debug!(node = %self.addr.label(), %err, "no client tracking: restart checks by script");
-                false
-            }
-            Err(err) => return Err(err),
-        };
-        Ok(Connected {
-            conn,
-            dialect,
-            tracking: tracked.then_some(tracking),
-        })
+        let tracked = tracking_on().query_async::<()>(&mut conn).await;
+        Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }
 
     /// Drops the connection (the next batch makes a new one); its watch vouches for nothing
@@ -139,8 +110,8 @@ impl Node {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(tracking) = gone.and_then(|c| c.tracking) {
-            tracking.handle_closed();
+        if let Some(connected) = gone {
+            connected.close();
         }
     }
 

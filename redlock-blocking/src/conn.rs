@@ -5,11 +5,10 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlock_core::Dialect;
 use redlock_core::{Batch, NodeErrorKind, Reply, Transmit};
 use redlock_redis::{
     BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, speaks_no_resp3,
-    tracking_on, tracking_refused,
+    tracking_on,
 };
 
 use crate::driver::Input;
@@ -63,13 +62,7 @@ struct Connection {
     conn: Option<Connected>,
 }
 
-struct Connected {
-    conn: redis::Connection,
-    dialect: Dialect,
-    /// None when the node does not speak RESP3 or refuses client tracking: restart checks
-    /// then keep their script.
-    tracking: Option<Tracking>,
-}
+type Connected = redlock_redis::Connected<redis::Connection>;
 
 impl Connection {
     fn new(addr: NodeAddr, io_timeout: Duration, deaf: bool) -> Self {
@@ -134,38 +127,24 @@ impl Connection {
 
     /// Drops the connection; its watch vouches for nothing any more.
     fn forget(&mut self) {
-        if let Some(tracking) = self.conn.take().and_then(|c| c.tracking) {
-            tracking.handle_closed();
+        if let Some(connected) = self.conn.take() {
+            connected.close();
         }
     }
 
     fn connect(&mut self) -> Result<&mut Connected, redis::RedisError> {
         let connected = match self.conn.take() {
             Some(connected) => connected,
-            None => {
-                let connected = match self.connect_tracked() {
-                    Ok(connected) => connected,
-                    Err(err) if !speaks_no_resp3(&err) => return Err(err),
-                    // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by
-                    // script.
-                    Err(_) => {
-                        let mut conn = self.open(self.addr.client())?;
-                        let dialect = detect_dialect(&mut conn)?;
-                        Connected {
-                            conn,
-                            dialect,
-                            tracking: None,
-                        }
-                    }
-                };
-                tracing::debug!(
-                    node = %self.addr.label(),
-                    dialect = ?connected.dialect,
-                    tracking = connected.tracking.is_some(),
-                    "connected"
-                );
-                connected
-            }
+            None => match self.connect_tracked() {
+                Ok(connected) => connected,
+                Err(err) if !speaks_no_resp3(&err) => return Err(err),
+                // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by script.
+                Err(_) => {
+                    let mut conn = self.open(self.addr.client())?;
+                    let dialect = detect_dialect(&mut conn)?;
+                    Connected::new(conn, dialect, None, self.addr.label())?
+                }
+            },
         };
         Ok(self.conn.insert(connected))
     }
@@ -183,18 +162,8 @@ impl Connection {
         let (pushes, queued) = mpsc::channel();
         conn.set_push_sender(pushes);
         let dialect = detect_dialect(&mut conn)?;
-        let tracked = match tracking_on().query::<()>(&mut conn) {
-            Ok(()) => true,
-            Err(err) if tracking_refused(&err) => {
-                tracing::debug!(node = %self.addr.label(), %err, "no client tracking: restart checks by script");
-                false
-            }
-            Err(err) => return Err(err),
-        };
-        Ok(Connected {
-            conn,
-            dialect,
-            tracking: tracked.then(|| Tracking::queued(self.deaf, queued)),
-        })
+        let tracked = tracking_on().query::<()>(&mut conn);
+        let tracking = Tracking::queued(self.deaf, queued);
+        Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }
 }

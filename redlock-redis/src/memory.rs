@@ -107,11 +107,53 @@ pub fn speaks_no_resp3(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::RESP3NotSupported || err.code() == Some("NOPROTO")
 }
 
-/// Whether `CLIENT TRACKING ON` failed because the node will not track for this connection (an
-/// ACL without it, a server without it): the connection then goes on untracked. Any other
-/// failure (the node busy, loading, gone) is the connection's.
-pub fn tracking_refused(err: &redis::RedisError) -> bool {
-    matches!(err.code(), Some("NOPERM" | "ERR"))
+/// A connection to a node (`C`: the async or the blocking kind), what its node can run, and its
+/// watch over the node's memory — none when the node does not speak RESP3 or refuses client
+/// tracking: restart checks then keep their script.
+#[derive(Debug, Clone)]
+pub struct Connected<C> {
+    /// The connection.
+    pub conn: C,
+    /// What its node can run.
+    pub dialect: redlock_core::Dialect,
+    /// Its watch over the node's memory.
+    pub tracking: Option<Tracking>,
+}
+
+impl<C> Connected<C> {
+    /// A connection made with `tracking` (if any), given how `CLIENT TRACKING ON` went: a node
+    /// that will not track for it (an ACL without it, a server without it) leaves it untracked;
+    /// any other failure (the node busy, loading, gone) is the connection's. Traced as
+    /// `node`'s.
+    pub fn new(
+        conn: C,
+        dialect: redlock_core::Dialect,
+        tracking: Option<(Tracking, redis::RedisResult<()>)>,
+        node: &str,
+    ) -> redis::RedisResult<Self> {
+        let tracking = match tracking {
+            Some((tracking, Ok(()))) => Some(tracking),
+            Some((_, Err(err))) if matches!(err.code(), Some("NOPERM" | "ERR")) => {
+                tracing::debug!(node, %err, "no client tracking: restart checks by script");
+                None
+            }
+            Some((_, Err(err))) => return Err(err),
+            None => None,
+        };
+        tracing::debug!(node, ?dialect, tracking = tracking.is_some(), "connected");
+        Ok(Self {
+            conn,
+            dialect,
+            tracking,
+        })
+    }
+
+    /// Gives the connection up: its watch vouches for nothing any more.
+    pub fn close(self) {
+        if let Some(tracking) = self.tracking {
+            tracking.handle_closed();
+        }
+    }
 }
 
 /// `CLIENT TRACKING ON NOLOOP`: the node then pushes an invalidation for every key this
