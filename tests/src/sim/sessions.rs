@@ -9,8 +9,8 @@
 //!   an invalidation push (the node pushes ahead of any reply to a command it ran after the
 //!   loss). So a reply that the network delays, reorders or drops never hides a loss from a
 //!   later one — as on a real connection, where a loss of data means the connection ends.
-//! - A crash ends every connection to the node (a new generation); a reply of an earlier
-//!   generation never counts as vouched and never proves.
+//! - A crash ends every connection to the node (the next request opens a new one); a reply of an
+//!   earlier connection never counts as vouched and never proves.
 //! - A memory loss without a crash (`FLUSHALL`, an evicted epoch) keeps the connections: only
 //!   the pushes tell.
 //!
@@ -21,8 +21,8 @@ use redlock_core::{Command, MemoryCheck, MemoryWatch, Reply};
 /// The connection a request went out on, and how its restart check went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Sent {
-    /// The connection's generation when the request went out.
-    generation: u64,
+    /// Which connection to the node it went out on (counted from 0; a crash opens the next).
+    connection: u64,
     /// The check of a restart-checked acquisition, with its longest TTL.
     check: Option<(MemoryCheck, u64)>,
 }
@@ -37,7 +37,8 @@ impl Sent {
 /// One client's connection to one node.
 #[derive(Debug, Clone)]
 struct Session {
-    generation: u64,
+    /// Which connection this is (counted from 0; a crash opens the next).
+    connection: u64,
     watch: MemoryWatch,
     /// The node's loss count the connection has heard of.
     losses_heard: u64,
@@ -56,7 +57,7 @@ impl Sessions {
     /// unheard).
     pub(crate) fn new(clients: usize, nodes: usize, deaf: bool) -> Self {
         let session = Session {
-            generation: 0,
+            connection: 0,
             watch: Self::watch(deaf),
             losses_heard: 0,
         };
@@ -78,7 +79,7 @@ impl Sessions {
     pub(crate) fn send(&self, client: usize, node: usize, command: &Command) -> Sent {
         let session = &self.sessions[client][node];
         Sent {
-            generation: session.generation,
+            connection: session.connection,
             check: command
                 .restart_check_ms()
                 .map(|max| (session.watch.check(max), max)),
@@ -92,7 +93,7 @@ impl Sessions {
             let session = &mut row[node];
             session.watch.handle_closed();
             *session = Session {
-                generation: session.generation + 1,
+                connection: session.connection + 1,
                 watch: Self::watch(self.deaf),
                 losses_heard: losses,
             };
@@ -110,7 +111,7 @@ impl Sessions {
         reply: Reply,
     ) -> Reply {
         let session = &mut self.sessions[client][node];
-        if sent.generation != session.generation {
+        if sent.connection != session.connection {
             // A reply of a connection that ended: the vote of a node that since restarted.
             return match sent.check {
                 Some((MemoryCheck::Vouched { seen }, max)) => {
