@@ -643,17 +643,22 @@ fn extended(event: Option<LockEvent>) {
     }
 }
 
+/// Five nodes that run `SET … IFEQ … PX` (an extension marked exact sets its TTL outright).
+fn nodes_setting_exact_ttls() -> Vec<FakeNode> {
+    let native = crate::Dialect {
+        set_if_eq: true,
+        ..crate::Dialect::SCRIPTS
+    };
+    vec![FakeNode::default().with_dialect(native); 5]
+}
+
 /// A node that runs `SET … IFEQ … PX` sets an extension's TTL exactly, so the engine lets an
 /// extension take that form only when no key of the lock can hold a longer TTL: never below
 /// the longest TTL its own rounds set, never for a lock resumed by token.
 #[test]
 fn an_extension_sets_its_ttl_exactly_only_when_no_key_can_hold_a_longer_one() {
-    let native = crate::Dialect {
-        set_if_eq: true,
-        ..crate::Dialect::SCRIPTS
-    };
     let config = config(RetryPolicy::default());
-    let mut nodes = vec![FakeNode::default().with_dialect(native); 5];
+    let mut nodes = nodes_setting_exact_ttls();
     let mut net = Net::new(&mut nodes, epoch());
     let mut lock =
         Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(3)).expect("ok");
@@ -691,12 +696,8 @@ fn an_extension_sets_its_ttl_exactly_only_when_no_key_can_hold_a_longer_one() {
 /// keys below the validity the lease keeps — which is what the engine's refusal prevents.
 #[test]
 fn a_shorter_extension_in_the_exact_form_would_shorten_the_keys() {
-    let native = crate::Dialect {
-        set_if_eq: true,
-        ..crate::Dialect::SCRIPTS
-    };
     let config = config(RetryPolicy::default());
-    let mut nodes = vec![FakeNode::default().with_dialect(native); 5];
+    let mut nodes = nodes_setting_exact_ttls();
     let mut net = Net::new(&mut nodes, epoch());
     let mut lock =
         Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(5)).expect("ok");
