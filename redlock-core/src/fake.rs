@@ -190,6 +190,26 @@ impl FakeNode {
         self.epoch
     }
 
+    /// `SET` of the epoch key to `ms` `NX`, as a driver creates a missing epoch on a node that
+    /// runs no script ([`EpochCreation`](crate::EpochCreation)).
+    pub fn create_epoch(&mut self, ms: u64) {
+        self.epoch.get_or_insert(Epoch::from_value(ms));
+    }
+
+    /// `DEL` of the epoch key.
+    pub fn delete_epoch(&mut self) {
+        self.epoch = None;
+    }
+
+    /// What `GET` of the epoch key reads: its value as the node stores it.
+    pub fn epoch_value(&self) -> Option<Vec<u8>> {
+        self.epoch.map(|epoch| match epoch {
+            Epoch::Trusted => b"0".to_vec(),
+            // A memory that began at 0 ms reads 1 ms later, never as `0` (trusted).
+            Epoch::Began(ms) => ms.max(1).to_string().into_bytes(),
+        })
+    }
+
     /// Runs a script as Redis would, from its `KEYS` and `ARGV`; `None` for arguments the engine
     /// never sends (answered as an error).
     fn script(
@@ -343,7 +363,9 @@ impl FakeNode {
         self.run_form(now, command, command.redis_form_vouched(&dialect))
     }
 
-    fn run_form(&mut self, now: Duration, command: &Command, form: RedisForm<'_>) -> Reply {
+    /// Runs `command` in `form` (one of its forms, as a driver picked it for this node, e.g.
+    /// through a [`NodeBatch`](crate::NodeBatch)) at `now` on the node's clock.
+    pub fn run_form(&mut self, now: Duration, command: &Command, form: RedisForm<'_>) -> Reply {
         self.keys.retain(|_, (_, expires)| now < *expires);
         let token = command.spec().token().as_bytes();
         match form {

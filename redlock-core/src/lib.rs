@@ -193,6 +193,7 @@ mod lifecycle;
 mod machine;
 mod memory_watch;
 mod multiplexer;
+mod node_batch;
 mod output;
 mod quorum;
 mod release;
@@ -233,8 +234,9 @@ pub use lease::Lease;
 pub use lifecycle::Lifecycle;
 #[cfg(any(test, feature = "testing"))]
 pub use machine::Machine;
-pub use memory_watch::{MemoryCheck, MemoryWatch};
+pub use memory_watch::MemoryWatch;
 pub use multiplexer::{Batch, Change, LINGER, LockId, Multiplexer, Start, Timeout, TimeoutReason};
+pub use node_batch::{EpochCreation, NodeBatch, ProofRead};
 #[cfg(any(test, feature = "testing"))]
 pub use output::Output;
 pub use output::Transmit;

@@ -21,16 +21,19 @@
 //!
 //! The driver must hand this watch every push it read before a reply, before it hands the
 //! reply on ([`MemoryWatch::handle_invalidation`]); a new connection starts with a new watch.
+//! Everything else — which form each request takes, what goes ahead of a batch to prove, how
+//! each answer counts, when an epoch is created or undone — is [`NodeBatch`](crate::NodeBatch)'s:
+//! a driver's batch code goes through it and calls no method of the watch.
 //! Tracking is turned on with `NOLOOP`: the connection's own writes never invalidate its proof.
 //!
 //! # Without scripts
-//! A node that runs no script proves natively ([`MemoryWatch::handle_native_proof`]): `GET`
+//! A node that runs no script proves natively ([`NodeBatch`](crate::NodeBatch)): `GET`
 //! of the epoch key and `TIME`, then the acquisition without the check, in one pipeline; the
 //! watch decides from the epoch and the node's time, as the script would. A missing epoch is
 //! created with `SET epoch <that TIME> NX` — a time after the `GET` found it missing, so after
 //! the node lost its memory. Had anything touched the epoch key or flushed the node since that
 //! `GET` (a push came before the `SET`'s reply), the value may predate the loss: the epoch is
-//! deleted again ([`MemoryWatch::created_epoch_holds`]), which can only make nodes wait longer,
+//! deleted again ([`EpochCreation::holds`](crate::EpochCreation::holds)), which can only make nodes wait longer,
 //! and the next acquisition proves again.
 //!
 //! What it never does: it never reads a clock or a socket, never vouches for a longer TTL than
@@ -43,13 +46,11 @@ use crate::reply::Reply;
 /// plain `SET`, as the crate docs' *Restart-aware voting* section describes.
 ///
 /// The protocol, in order: the connection turns client tracking on (`CLIENT TRACKING ON
-/// NOLOOP`); [`check`](Self::check) says whether an acquisition must prove (`GET` of the epoch
-/// key, then the checked acquisition) or is vouched for (plain `SET NX PX`); every push the
-/// connection reads goes to [`handle_invalidation`](Self::handle_invalidation) and its end to
-/// [`handle_closed`](Self::handle_closed) before the replies after them are counted; a proving
-/// reply goes to [`handle_proof`](Self::handle_proof) (or
-/// [`handle_native_proof`](Self::handle_native_proof) on a node without scripts), a vouched one
-/// through [`vouched_reply`](Self::vouched_reply).
+/// NOLOOP`); every batch goes out through a [`NodeBatch`](crate::NodeBatch), which says whether
+/// an acquisition must prove (`GET` of the epoch key, then the checked acquisition) or is
+/// vouched for (plain `SET NX PX`) and counts its answers; every push the connection reads goes
+/// to [`handle_invalidation`](Self::handle_invalidation) and its end to
+/// [`handle_closed`](Self::handle_closed) before the replies after them are counted.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryWatch {
     /// Invalidations of the epoch key (flushes included) and connection ends seen so far.
@@ -62,9 +63,9 @@ pub struct MemoryWatch {
     deaf: bool,
 }
 
-/// How one restart-checked acquisition goes out on a connection ([`MemoryWatch::check`]).
+/// How one restart-checked acquisition goes out on a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemoryCheck {
+pub(crate) enum MemoryCheck {
     /// Without the check: the connection's proof covers it. Its reply goes through
     /// [`MemoryWatch::vouched_reply`].
     Vouched {
@@ -94,6 +95,21 @@ impl MemoryWatch {
         }
     }
 
+    /// Whether the connection vouches for the node's memory against `max_ttl_ms` now: a
+    /// restart-checked acquisition with that longest TTL would go out without its check.
+    pub fn vouches_for(&self, max_ttl_ms: u64) -> bool {
+        matches!(self.check(max_ttl_ms), MemoryCheck::Vouched { .. })
+    }
+
+    /// A watch that vouches for `max_ttl_ms` as if a proof had just succeeded (tests of the
+    /// code that feeds a watch its pushes).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn proven_for_tests(max_ttl_ms: u64) -> Self {
+        let mut watch = Self::new();
+        watch.prove(0, max_ttl_ms);
+        watch
+    }
+
     /// The node pushed an invalidation: of every key (`everything`: `FLUSHALL`, `FLUSHDB`, or
     /// the end of tracking) or of `keys`. Only the epoch key matters; any other key is ignored.
     pub fn handle_invalidation<'k>(
@@ -118,7 +134,7 @@ impl MemoryWatch {
     }
 
     /// How an acquisition that checks the node's memory against `max_ttl_ms` goes out now.
-    pub fn check(&self, max_ttl_ms: u64) -> MemoryCheck {
+    pub(crate) fn check(&self, max_ttl_ms: u64) -> MemoryCheck {
         match self.proof {
             Some((seen, proven)) if !self.closed && seen == self.seen && proven >= max_ttl_ms => {
                 MemoryCheck::Vouched { seen }
@@ -131,7 +147,7 @@ impl MemoryWatch {
     /// watch had seen `seen`: the node's own reply, unless the node pushed an invalidation or
     /// the connection ended since — then a refusal to vote for `max_ttl_ms` (its key, if the
     /// node set one, is released like any other of a failed or finished lock).
-    pub fn vouched_reply(&self, seen: u64, reply: Reply, max_ttl_ms: u64) -> Reply {
+    pub(crate) fn vouched_reply(&self, seen: u64, reply: Reply, max_ttl_ms: u64) -> Reply {
         match reply {
             Reply::Error(_) => reply,
             _ if self.seen == seen && !self.closed => reply,
@@ -147,7 +163,7 @@ impl MemoryWatch {
     /// the key was missing (`SET epoch <ms> NX`, then [`created_epoch_holds`]).
     ///
     /// [`created_epoch_holds`]: Self::created_epoch_holds
-    pub fn handle_native_proof(
+    pub(crate) fn handle_native_proof(
         &mut self,
         seen: u64,
         epoch: Option<u64>,
@@ -175,14 +191,14 @@ impl MemoryWatch {
     /// Whether an epoch this connection created after its `GET` (seen then: `seen`) found it
     /// missing may stay: only if nothing was pushed since. Otherwise delete it (`DEL`): its
     /// value may predate a flush that came in between.
-    pub fn created_epoch_holds(&self, seen: u64) -> bool {
+    pub(crate) fn created_epoch_holds(&self, seen: u64) -> bool {
         self.deaf || (seen == self.seen && !self.closed)
     }
 
     /// The reply of a [`MemoryCheck::Prove`] acquisition that went out when the watch had seen
     /// `seen`: when the check let the node vote (a non-negative answer) and nothing was pushed
     /// since, the connection vouches for `max_ttl_ms` from now on.
-    pub fn handle_proof(&mut self, seen: u64, reply: Reply, max_ttl_ms: u64) {
+    pub(crate) fn handle_proof(&mut self, seen: u64, reply: Reply, max_ttl_ms: u64) {
         if matches!(reply, Reply::Int(n) if n >= 0) {
             self.prove(seen, max_ttl_ms);
         }

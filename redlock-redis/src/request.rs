@@ -3,11 +3,11 @@
 use std::sync::LazyLock;
 
 use redlock_core::{
-    Arg, Dialect, MemoryCheck, NodeErrorKind, RELEASED_CHANNEL_PREFIX, RedisForm, Reply, RequestId,
-    Script, Transmit, released_channel,
+    Arg, Dialect, EpochCreation, NodeBatch, NodeErrorKind, ProofRead, RELEASED_CHANNEL_PREFIX,
+    RedisForm, Reply, RequestId, Script, Transmit, released_channel,
 };
 
-use crate::memory::{Tracking, track_epoch};
+use crate::memory::Tracking;
 use crate::reply::{map_error, map_result, needs_new_connection};
 
 static ACQUIRE: LazyLock<redis::Script> =
@@ -208,18 +208,14 @@ fn is_broken(err: &redis::RedisError) -> bool {
     (err.is_io_error() && !err.is_timeout()) || needs_new_connection(err)
 }
 
-/// A batch on its way: each request's form on this node, and the answers of its parts so far.
-/// The one mapping of raw results to answers, for blocking and async connections.
+/// A batch on its way: each request's form on this node (as the core's [`NodeBatch`] plans it),
+/// and the answers of its parts so far. The one mapping of raw results to answers, for blocking
+/// and async connections; every decision about the node's memory is the [`NodeBatch`]'s.
 struct Reading<'a> {
     batch: &'a [Transmit],
-    forms: smallvec::SmallVec<[RedisForm<'a>; 1]>,
-    /// Each restart-checked acquisition's check on this connection, with its longest TTL.
-    checks: smallvec::SmallVec<[Option<(MemoryCheck, u64)>; 1]>,
+    plan: NodeBatch,
     /// The connection's watch over its node's memory, if it has one.
     tracking: Option<&'a Tracking>,
-    /// What goes first when an acquisition proves the node's memory: `GET` of the epoch key
-    /// (which makes the node track it), and `TIME` too on a node that runs no script.
-    proof: Option<Proof>,
     /// Each request's part answers, in order.
     parts: smallvec::SmallVec<[smallvec::SmallVec<[Reply; 1]>; 1]>,
     /// Requests whose script the node did not know: run again on their own (loading it).
@@ -233,39 +229,14 @@ struct Reading<'a> {
 
 impl<'a> Reading<'a> {
     fn new(batch: &'a [Transmit], dialect: &Dialect, tracking: Option<&'a Tracking>) -> Self {
-        let mut forms = smallvec::SmallVec::with_capacity(batch.len());
-        let mut checks = smallvec::SmallVec::with_capacity(batch.len());
-        let mut proof = None;
-        let watch = tracking.map(Tracking::lock);
-        for transmit in batch {
-            let command = &transmit.command;
-            let check = match (command.restart_check_ms(), &watch) {
-                (Some(max_ttl), Some(watch)) => Some((watch.check(max_ttl), max_ttl)),
-                _ => None,
-            };
-            forms.push(match check {
-                Some((MemoryCheck::Vouched { .. }, _)) => command.redis_form_vouched(dialect),
-                // With scripts: the checked acquisition, whose answer proves. Without: the
-                // acquisition unchecked, and the watch decides from the epoch and the time.
-                Some((MemoryCheck::Prove { .. }, _)) if dialect.scripts => {
-                    proof.get_or_insert(Proof::new(false));
-                    command.redis_form_on(dialect)
-                }
-                Some((MemoryCheck::Prove { .. }, _)) => {
-                    proof.get_or_insert(Proof::new(true));
-                    command.redis_form_vouched(dialect)
-                }
-                None => command.redis_form_on(dialect),
-            });
-            checks.push(check);
-        }
-        drop(watch);
+        let plan = {
+            let watch = tracking.map(Tracking::lock);
+            NodeBatch::new(batch, dialect, watch.as_deref())
+        };
         Self {
             batch,
-            forms,
-            checks,
+            plan,
             tracking,
-            proof,
             parts: batch.iter().map(|_| smallvec::SmallVec::new()).collect(),
             again: Vec::new(),
             lookups: Vec::new(),
@@ -274,25 +245,27 @@ impl<'a> Reading<'a> {
         }
     }
 
+    /// Request `index`'s form on this node.
+    fn form(&self, index: usize) -> RedisForm<'a> {
+        self.plan.form(index, &self.batch[index].command)
+    }
+
     /// How many commands go on the wire (and how many replies come back).
     fn wire_len(&self) -> usize {
-        self.proof.as_ref().map_or(0, Proof::parts)
-            + self.forms.iter().map(RedisForm::parts).sum::<usize>()
+        self.plan.wire_len(self.batch)
     }
 
     /// The one command of a batch that is a single command, if it is.
-    fn single(&self) -> Option<&RedisForm<'a>> {
-        match (self.wire_len(), &self.forms[..]) {
-            (1, [form]) if self.proof.is_none() => Some(form),
-            _ => None,
-        }
+    fn single(&self) -> Option<RedisForm<'a>> {
+        (self.wire_len() == 1 && self.batch.len() == 1 && self.plan.reads().is_empty())
+            .then(|| self.form(0))
     }
 
     /// Every part of every request, packed as one write; `None` when nothing is to be sent.
     fn packed(&self) -> Option<Vec<u8>> {
         match (self.wire_len(), self.single()) {
             (0, _) => None,
-            (_, Some(form)) => Some(part_cmd(form, 0).get_packed_command()),
+            (_, Some(form)) => Some(part_cmd(&form, 0).get_packed_command()),
             _ => Some(self.pipeline().get_packed_pipeline()),
         }
     }
@@ -300,15 +273,17 @@ impl<'a> Reading<'a> {
     fn pipeline(&self) -> redis::Pipeline {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        if let Some(proof) = &self.proof {
-            pipe.add_command(track_epoch());
-            if proof.native {
-                pipe.cmd("TIME");
+        for read in self.plan.reads() {
+            let mut cmd = redis::Cmd::new();
+            for arg in read.args() {
+                cmd.arg(*arg);
             }
+            pipe.add_command(cmd);
         }
-        for form in &self.forms {
+        for index in 0..self.batch.len() {
+            let form = self.form(index);
             for part in 0..form.parts() {
-                pipe.add_command(part_cmd(form, part));
+                pipe.add_command(part_cmd(&form, part));
             }
         }
         pipe
@@ -317,15 +292,16 @@ impl<'a> Reading<'a> {
     /// Takes the replies of every part, in the order they were sent.
     fn read(&mut self, results: impl IntoIterator<Item = Result<redis::Value, redis::RedisError>>) {
         let mut results = results.into_iter();
-        if let Some(proof) = &mut self.proof {
-            let epoch = results.next();
-            let time = if proof.native { results.next() } else { None };
-            for result in epoch.iter().chain(time.iter()) {
-                note_failure(result, &mut self.reconnect, &mut self.rebuild);
+        for read in self.plan.reads() {
+            let Some(result) = results.next() else { return };
+            note_failure(&result, &mut self.reconnect, &mut self.rebuild);
+            match read {
+                ProofRead::Epoch => self.plan.handle_epoch(epoch_value(&result)),
+                ProofRead::Time => self.plan.handle_time(node_time(&result)),
             }
-            proof.read(epoch, time);
         }
-        for (index, form) in self.forms.iter().enumerate() {
+        for index in 0..self.batch.len() {
+            let form = self.form(index);
             for part in 0..form.parts() {
                 let Some(result) = results.next() else { return };
                 if is_noscript(&result) {
@@ -348,7 +324,7 @@ impl<'a> Reading<'a> {
 
     /// Request `index`'s script, to run again on its own.
     fn rerun_request(&self, index: usize) -> Option<Request> {
-        Request::of(&self.forms[index])
+        Request::of(&self.form(index))
     }
 
     /// The answer of request `index`, run again on its own.
@@ -400,159 +376,91 @@ impl<'a> Reading<'a> {
         }
     }
 
-    /// Each request's answer, as its form makes it of its parts — and, for a restart-checked
-    /// acquisition, as the connection's watch counts it (every push read so far handed to the
-    /// watch first).
+    /// Each request's answer, as its form makes it of its parts and as the [`NodeBatch`] counts
+    /// it under the connection's watch (every push read so far handed to the watch first), and
+    /// the epoch to create, if any.
     fn finish(self) -> (BatchReplies, Option<EpochCreation>) {
-        let mut watch = self.tracking.map(|tracking| {
-            tracking.drain();
-            tracking.lock()
-        });
-        let mut create = None;
+        let mut replies: smallvec::SmallVec<[Reply; 1]> = (0..self.batch.len())
+            .map(|index| self.form(index).answer(&self.parts[index]))
+            .collect();
+        let create = {
+            let mut watch = self.tracking.map(|tracking| {
+                tracking.drain();
+                tracking.lock()
+            });
+            self.plan.finish(watch.as_deref_mut(), &mut replies)
+        };
         let answers = self
             .batch
             .iter()
-            .zip(self.forms.iter().zip(&self.parts))
-            .zip(&self.checks)
-            .map(|((t, (form, parts)), check)| {
-                let answer = form.answer(parts);
-                let answer = match (check, watch.as_deref_mut()) {
-                    (Some((MemoryCheck::Vouched { seen }, max)), Some(watch)) => {
-                        watch.vouched_reply(*seen, answer, *max)
-                    }
-                    (Some((MemoryCheck::Prove { seen }, max)), Some(watch)) => {
-                        match self.proof.as_ref().map(|p| (p.native, p.read_back)) {
-                            Some((false, Ok((_, _)))) => {
-                                watch.handle_proof(*seen, answer, *max);
-                                answer
-                            }
-                            Some((true, Ok((epoch, Some(node_ms))))) => {
-                                let (answer, missing) =
-                                    watch.handle_native_proof(*seen, epoch, node_ms, answer, *max);
-                                if let Some(ms) = missing {
-                                    create.get_or_insert((*seen, ms));
-                                }
-                                answer
-                            }
-                            // The proof's own reads failed: the node's vote cannot count.
-                            Some((true, Err(failed))) => Reply::Error(failed),
-                            Some((true, Ok((_, None)))) => Reply::Error(NodeErrorKind::Protocol),
-                            Some((false, Err(_))) | None => answer,
-                        }
-                    }
-                    _ => answer,
-                };
-                (t.id, answer)
-            })
+            .zip(replies)
+            .map(|(transmit, reply)| (transmit.id, reply))
             .collect();
         let replies = BatchReplies {
             answers,
             reconnect: self.reconnect,
             rebuild: self.rebuild,
         };
-        (replies, create.map(|(seen, ms)| EpochCreation { seen, ms }))
+        (replies, create)
     }
 }
 
-/// The reads that prove a node's memory, ahead of a batch's acquisitions.
-struct Proof {
-    /// Whether the node runs no script: `TIME` is read too, and the watch decides.
-    native: bool,
-    /// What `GET` of the epoch key read (a number, or `None` when missing) and `TIME` said (ms);
-    /// the error when they failed (the `GET` registers the tracking: no proof without it).
-    read_back: Result<(Option<u64>, Option<u64>), NodeErrorKind>,
-}
-
-impl Proof {
-    fn new(native: bool) -> Self {
-        Self {
-            native,
-            read_back: Err(NodeErrorKind::Protocol),
-        }
-    }
-
-    fn parts(&self) -> usize {
-        1 + usize::from(self.native)
-    }
-
-    fn read(
-        &mut self,
-        epoch: Option<Result<redis::Value, redis::RedisError>>,
-        time: Option<Result<redis::Value, redis::RedisError>>,
-    ) {
-        let Some(epoch) = epoch else {
-            return;
-        };
-        let epoch = match epoch {
-            Ok(redis::Value::ServerError(err)) => {
-                self.read_back = Err(NodeErrorKind::from_code(err.code()));
-                return;
-            }
-            Ok(value) => value,
-            Err(err) => {
-                self.read_back = Err(map_error(&err));
-                return;
-            }
-        };
-        let value = match epoch {
-            redis::Value::BulkString(bytes) => std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok()),
-            _ => None,
-        };
-        let node_ms = match time {
-            Some(Ok(redis::Value::Array(parts))) => node_time_ms(&parts),
-            Some(Err(err)) => {
-                self.read_back = Err(map_error(&err));
-                return;
-            }
-            _ => None,
-        };
-        self.read_back = Ok((value, node_ms));
+/// What `GET` of the epoch key read, for [`NodeBatch::handle_epoch`].
+fn epoch_value(
+    result: &Result<redis::Value, redis::RedisError>,
+) -> Result<Option<&[u8]>, NodeErrorKind> {
+    match result {
+        Ok(redis::Value::BulkString(bytes)) => Ok(Some(bytes)),
+        Ok(redis::Value::ServerError(err)) => Err(NodeErrorKind::from_code(err.code())),
+        Ok(_) => Ok(None),
+        Err(err) => Err(map_error(err)),
     }
 }
 
-/// `TIME`'s `[seconds, microseconds]` in milliseconds.
-fn node_time_ms(parts: &[redis::Value]) -> Option<u64> {
+/// What `TIME` said, as `[seconds, microseconds]`, for [`NodeBatch::handle_time`].
+fn node_time(
+    result: &Result<redis::Value, redis::RedisError>,
+) -> Result<Option<(u64, u64)>, NodeErrorKind> {
     let number = |v: &redis::Value| match v {
         redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse::<u64>().ok(),
         redis::Value::Int(n) => u64::try_from(*n).ok(),
         _ => None,
     };
-    let [secs, micros] = parts else { return None };
-    Some(number(secs)?.checked_mul(1000)? + number(micros)? / 1000)
+    match result {
+        Ok(redis::Value::Array(parts)) => Ok(match &parts[..] {
+            [secs, micros] => number(secs).zip(number(micros)),
+            _ => None,
+        }),
+        Ok(redis::Value::ServerError(err)) => Err(NodeErrorKind::from_code(err.code())),
+        Ok(_) => Ok(None),
+        Err(err) => Err(map_error(err)),
+    }
 }
 
-/// An epoch key a node that runs no script is missing: `SET epoch <ms> NX`, kept only if nothing
-/// was pushed since the watch had seen `seen` ([`MemoryWatch::created_epoch_holds`]), deleted
-/// otherwise.
-///
-/// [`MemoryWatch::created_epoch_holds`]: redlock_core::MemoryWatch::created_epoch_holds
-struct EpochCreation {
-    seen: u64,
-    ms: u64,
+/// `SET` of the epoch key to `creation`'s value, `NX`.
+fn create_epoch(creation: &EpochCreation) -> redis::Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(redlock_core::EPOCH_KEY)
+        .arg(creation.value())
+        .arg("NX");
+    cmd
 }
 
-impl EpochCreation {
-    fn set(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(redlock_core::EPOCH_KEY).arg(self.ms).arg("NX");
-        cmd
-    }
+/// `DEL` of the epoch key: an epoch just created that does not hold.
+fn delete_epoch() -> redis::Cmd {
+    let mut cmd = redis::cmd("DEL");
+    cmd.arg(redlock_core::EPOCH_KEY);
+    cmd
+}
 
-    fn delete() -> redis::Cmd {
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(redlock_core::EPOCH_KEY);
-        cmd
-    }
-
-    /// Whether the epoch just set must be deleted again (pushes handed to the watch first).
-    fn undo(&self, tracking: Option<&Tracking>) -> bool {
-        tracking.is_some_and(|tracking| {
-            tracking.drain();
-            !tracking.lock().created_epoch_holds(self.seen)
-        })
-    }
+/// Whether the epoch `creation` just set must be deleted again (pushes handed to the watch
+/// first).
+fn undo(creation: &EpochCreation, tracking: Option<&Tracking>) -> bool {
+    let watch = tracking.map(|tracking| {
+        tracking.drain();
+        tracking.lock()
+    });
+    !creation.holds(watch.as_deref())
 }
 
 /// Marks the connection for dropping or rebuilding when `result` says so.
@@ -625,9 +533,9 @@ pub fn run_batch(
     }
     let (replies, creation) = reading.finish();
     if let Some(creation) = creation {
-        let _: redis::RedisResult<redis::Value> = creation.set().query(conn);
-        if creation.undo(tracking) {
-            let _: redis::RedisResult<redis::Value> = EpochCreation::delete().query(conn);
+        let _: redis::RedisResult<redis::Value> = create_epoch(&creation).query(conn);
+        if undo(&creation, tracking) {
+            let _: redis::RedisResult<redis::Value> = delete_epoch().query(conn);
         }
     }
     replies
@@ -656,7 +564,7 @@ pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
     match (reading.wire_len(), reading.single()) {
         (0, _) => {}
         (_, Some(form)) => {
-            let result = part_cmd(form, 0).query_async(conn).await;
+            let result = part_cmd(&form, 0).query_async(conn).await;
             reading.read([result]);
         }
         (wire_len, _) => match reading
@@ -687,10 +595,9 @@ pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
     }
     let (replies, creation) = reading.finish();
     if let Some(creation) = creation {
-        let _: redis::RedisResult<redis::Value> = creation.set().query_async(conn).await;
-        if creation.undo(tracking) {
-            let _: redis::RedisResult<redis::Value> =
-                EpochCreation::delete().query_async(conn).await;
+        let _: redis::RedisResult<redis::Value> = create_epoch(&creation).query_async(conn).await;
+        if undo(&creation, tracking) {
+            let _: redis::RedisResult<redis::Value> = delete_epoch().query_async(conn).await;
         }
     }
     replies

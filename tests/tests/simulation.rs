@@ -227,6 +227,34 @@ fn tracked_flush_without_delay() {
     explore_tracked(Scenario::tracked_flush_without_delay());
 }
 
+/// [`tracked_flush_without_delay`] on nodes that run no script: the core's native proof (the
+/// epoch and the node's `TIME`) and its epoch creation, run by the simulator as the adapters
+/// run them.
+#[test]
+fn tracked_native_flush_without_delay() {
+    let scenario = Scenario::tracked_native_flush_without_delay();
+    let summary = sim::explore(&scenario, CI_SEEDS);
+    assert_busy(&summary, &scenario, 1);
+    let stats = &summary.stats;
+    assert!(stats.vouched > 0, "no acquisition was vouched for");
+    assert!(
+        stats.ineligible_votes > 0,
+        "no node was ever refused a vote"
+    );
+    assert!(stats.epochs_created > 0, "no connection created an epoch");
+}
+
+/// Negative control: the same with the pushes unheard — the checker must catch a flushed node
+/// voting through a proven connection that runs no script.
+#[test]
+fn tracked_native_flush_deaf() {
+    let found = sim::hunt(&Scenario::tracked_native_flush_deaf(), 200);
+    assert!(
+        found.is_some(),
+        "the checker missed flushed nodes voting through deaf connections without scripts"
+    );
+}
+
 /// Negative control: the same with the pushes unheard — the checker must catch a flushed node
 /// voting through a proven connection.
 #[test]

@@ -61,11 +61,11 @@
 mod checker;
 mod client;
 mod clock;
+mod connections;
 mod network;
 mod node;
 mod runner;
 mod scenario;
-mod sessions;
 mod stats;
 mod trace;
 mod world;

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use redlock_core::fake::FakeNode;
 pub use redlock_core::fake::{ExtendSemantics, FenceFault};
-use redlock_core::{Command, Dialect, Reply};
+use redlock_core::{Command, Dialect, NodeBatch, Reply};
 
 use super::clock::{Clock, Nanos};
+use super::connections::ReadBack;
 
 /// One simulated Redis master.
 #[derive(Debug, Clone)]
@@ -85,16 +86,37 @@ impl Node {
         self.store.holder(self.local(t), key)
     }
 
-    /// Runs `command` at true time `t` (the node must be up) and returns Redis's answer; a
-    /// `vouched` restart-checked acquisition goes without its check.
-    pub(crate) fn run(&mut self, t: Nanos, command: &Command, vouched: bool) -> Reply {
+    /// Runs `command` at true time `t` (the node must be up) and returns Redis's answer: in
+    /// the form `batch` (a tracked connection's plan) says, after its proof reads, or in its
+    /// usual form on this node.
+    pub(crate) fn run(
+        &mut self,
+        t: Nanos,
+        command: &Command,
+        batch: Option<&NodeBatch>,
+    ) -> (Reply, ReadBack) {
         debug_assert!(self.up);
         let now = self.local(t);
-        if vouched {
-            self.store.run_vouched(now, command)
-        } else {
-            self.store.run(now, command)
+        match batch {
+            Some(batch) => {
+                let read_back = ReadBack::of(batch.reads(), self.store.epoch_value(), now);
+                let reply = self.store.run_form(now, command, batch.form(0, command));
+                (reply, read_back)
+            }
+            None => (self.store.run(now, command), ReadBack::default()),
         }
+    }
+
+    /// `SET` of the epoch key to `ms` `NX` (the node must be up).
+    pub(crate) fn create_epoch(&mut self, ms: u64) {
+        debug_assert!(self.up);
+        self.store.create_epoch(ms);
+    }
+
+    /// `DEL` of the epoch key (the node must be up).
+    pub(crate) fn delete_epoch(&mut self) {
+        debug_assert!(self.up);
+        self.store.delete_epoch();
     }
 }
 
@@ -165,13 +187,13 @@ mod tests {
         );
         let (set, release, _) = commands(&["r"], "a", 100);
         let (other, _, _) = commands(&["r"], "b", 100);
-        assert_eq!(node.run(0, &set, false), Reply::Ok);
-        assert_eq!(node.run(MS, &other, false), Reply::Nil);
+        assert_eq!(node.run(0, &set, None).0, Reply::Ok);
+        assert_eq!(node.run(MS, &other, None).0, Reply::Nil);
         assert_eq!(node.holder(90 * MS, b"r"), Some(&b"a"[..]));
         assert_eq!(node.holder(91 * MS, b"r"), None);
-        assert_eq!(node.run(91 * MS, &other, false), Reply::Ok);
+        assert_eq!(node.run(91 * MS, &other, None).0, Reply::Ok);
         assert_eq!(
-            node.run(92 * MS, &release, false),
+            node.run(92 * MS, &release, None).0,
             Reply::Int(-1),
             "held by b"
         );
@@ -179,7 +201,7 @@ mod tests {
         assert!(!node.is_up());
         node.restart();
         assert_eq!(node.holder(92 * MS, b"r"), None, "a crash loses every key");
-        assert_eq!(node.run(92 * MS, &release, false), Reply::Int(0));
+        assert_eq!(node.run(92 * MS, &release, None).0, Reply::Int(0));
     }
 
     #[test]
@@ -192,30 +214,30 @@ mod tests {
         );
         let (set_ab, release_ab, extend_ab) = commands(&["a", "b"], "t1", 100);
         let (set_b, release_b, _) = commands(&["b"], "t2", 100);
-        assert_eq!(node.run(0, &set_b, false), Reply::Ok);
+        assert_eq!(node.run(0, &set_b, None).0, Reply::Ok);
         assert_eq!(
-            node.run(0, &set_ab, false),
+            node.run(0, &set_ab, None).0,
             Reply::Int(0),
             "b is taken: nothing set"
         );
         assert_eq!(node.holder(0, b"a"), None);
         assert_eq!(
-            node.run(0, &extend_ab, false),
+            node.run(0, &extend_ab, None).0,
             Reply::Int(0),
             "not all ours"
         );
-        assert_eq!(node.run(0, &release_b, false), Reply::Int(1));
-        assert_eq!(node.run(0, &release_b, false), Reply::Int(0));
-        assert_eq!(node.run(0, &set_ab, false), Reply::Int(1));
-        assert_eq!(node.run(50 * MS, &extend_ab, false), Reply::Int(1));
+        assert_eq!(node.run(0, &release_b, None).0, Reply::Int(1));
+        assert_eq!(node.run(0, &release_b, None).0, Reply::Int(0));
+        assert_eq!(node.run(0, &set_ab, None).0, Reply::Int(1));
+        assert_eq!(node.run(50 * MS, &extend_ab, None).0, Reply::Int(1));
         assert_eq!(node.holder(149 * MS, b"b"), Some(&b"t1"[..]));
         assert_eq!(node.holder(150 * MS, b"a"), None);
         let (set_a, _, _) = commands(&["a"], "t1", 100);
         let later = 300 * MS;
-        assert_eq!(node.run(later, &set_a, false), Reply::Ok);
-        assert_eq!(node.run(later, &set_b, false), Reply::Ok);
+        assert_eq!(node.run(later, &set_a, None).0, Reply::Ok);
+        assert_eq!(node.run(later, &set_b, None).0, Reply::Ok);
         assert_eq!(
-            node.run(later, &release_ab, false),
+            node.run(later, &release_ab, None).0,
             Reply::Int(-1),
             "b is someone else's"
         );
@@ -231,8 +253,8 @@ mod tests {
             (ExtendSemantics::NeverShorten, true),
         ] {
             let mut node = Node::speaking(Clock::new(0, 0), semantics, None, Dialect::SCRIPTS);
-            assert_eq!(node.run(0, &set, false), Reply::Ok);
-            assert_eq!(node.run(MS, &extend_short, false), Reply::Int(1));
+            assert_eq!(node.run(0, &set, None).0, Reply::Ok);
+            assert_eq!(node.run(MS, &extend_short, None).0, Reply::Int(1));
             assert_eq!(
                 node.holder(50 * MS, b"r").is_some(),
                 alive_at_50ms,

@@ -468,6 +468,33 @@ impl Scenario {
         }
     }
 
+    /// Inside the model: [`Scenario::tracked_flush_without_delay`] on nodes that run no script
+    /// (Valkey 9.1 without Lua, or an ACL that denies `@scripting`): a connection proves by
+    /// reading the epoch and the node's `TIME`, and creates a missing epoch itself
+    /// ([`EpochCreation`](redlock_core::EpochCreation)), deleting it again when a push came
+    /// before the `SET`'s reply.
+    pub fn tracked_native_flush_without_delay() -> Self {
+        Self {
+            name: "tracked_native_flush_without_delay",
+            dialect: Dialect {
+                scripts: false,
+                ..VALKEY_9_1
+            },
+            ..Self::tracked_flush_without_delay()
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::tracked_native_flush_without_delay`]
+    /// with the pushes unheard — a flushed node keeps voting, and epochs created across a flush
+    /// stay.
+    pub fn tracked_native_flush_deaf() -> Self {
+        Self {
+            name: "tracked_native_flush_deaf",
+            tracked: Tracked::Deaf,
+            ..Self::tracked_native_flush_without_delay()
+        }
+    }
+
     /// Outside the model (negative control): [`Scenario::tracked_flush_without_delay`] with the
     /// pushes unheard — a flushed node keeps voting through a proven connection.
     pub fn tracked_flush_deaf() -> Self {

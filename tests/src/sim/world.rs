@@ -13,10 +13,10 @@ use redlock_core::{Command, Config, NodeErrorKind, Reply, RequestId};
 use super::checker::{Checker, Violation, ms};
 use super::client::{Client, Env, Outgoing};
 use super::clock::{Nanos, TimeBase, nanos};
+use super::connections::{Connections, Creation, ReadBack, Sent};
 use super::network::{Link, Network, Transit};
 use super::node::Node;
 use super::scenario::{MemoryLoss, Scenario, Tracked};
-use super::sessions::{Sent, Sessions};
 use super::stats::Stats;
 use super::trace::Trace;
 use crate::rng::TestRng;
@@ -40,7 +40,25 @@ enum Event {
         id: RequestId,
         reply: Reply,
         sent: Option<Sent>,
+        /// What the node answered to the proof reads ahead of the request.
+        read_back: ReadBack,
         /// The node's memory losses when it produced the reply.
+        losses: u64,
+    },
+    /// A tracked connection's `SET epoch NX` (then, when it does not hold, `DEL epoch`)
+    /// reaches a node.
+    EpochToNode {
+        client: usize,
+        node: usize,
+        creation: Creation,
+        /// `DEL` instead of `SET`.
+        delete: bool,
+    },
+    /// The reply to a `SET epoch NX` reaches its client.
+    EpochToClient {
+        client: usize,
+        node: usize,
+        creation: Creation,
         losses: u64,
     },
     /// A client's timer.
@@ -89,7 +107,7 @@ pub(crate) struct World<'s> {
     fingerprint: u64,
     outbox: Vec<Outgoing>,
     /// Each client's tracked connection to each node, when the scenario tracks them.
-    sessions: Option<Sessions>,
+    connections: Option<Connections>,
 }
 
 impl<'s> World<'s> {
@@ -144,10 +162,14 @@ impl<'s> World<'s> {
             trace: traced.then(Trace::default),
             fingerprint: 0xcbf2_9ce4_8422_2325 ^ seed,
             outbox: Vec::new(),
-            sessions: match scenario.tracked {
+            connections: match scenario.tracked {
                 Tracked::Off => None,
-                Tracked::Heard => Some(Sessions::new(scenario.clients, scenario.nodes, false)),
-                Tracked::Deaf => Some(Sessions::new(scenario.clients, scenario.nodes, true)),
+                tracked => Some(Connections::new(
+                    scenario.clients,
+                    scenario.nodes,
+                    scenario.dialect,
+                    tracked == Tracked::Deaf,
+                )),
             },
         };
         if let Some(trace) = world.trace.as_mut() {
@@ -293,10 +315,10 @@ impl<'s> World<'s> {
                     });
                     return;
                 }
-                let reply = if self.nodes[node].is_up() {
-                    let vouched = sent.is_some_and(|s| s.vouched());
-                    self.stats.vouched += u64::from(vouched);
-                    let reply = self.nodes[node].run(t, &command, vouched);
+                let answer = if self.nodes[node].is_up() {
+                    let batch = sent.as_ref().map(|sent| &sent.batch);
+                    self.stats.vouched += u64::from(batch.is_some_and(|b| b.vouched(0)));
+                    let (reply, read_back) = self.nodes[node].run(t, &command, batch);
                     if command.op() == redlock_core::Op::SetIfAbsent
                         && matches!(reply, Reply::Int(n) if n < 0)
                     {
@@ -312,7 +334,7 @@ impl<'s> World<'s> {
                             holder.as_deref().map_or("nobody", |h| tr.token(h))
                         )
                     });
-                    Some(reply)
+                    Some((reply, read_back))
                 } else {
                     self.stats.to_down_node += 1;
                     // Connection refused, or a host that does not answer at all.
@@ -323,9 +345,9 @@ impl<'s> World<'s> {
                             describe(tr, &command)
                         )
                     });
-                    refused.then_some(Reply::Error(NodeErrorKind::Connection))
+                    refused.then(|| (Reply::Error(NodeErrorKind::Connection), ReadBack::default()))
                 };
-                if let Some(reply) = reply {
+                if let Some((reply, read_back)) = answer {
                     self.mix(reply_code(reply));
                     let link = Link {
                         client,
@@ -337,7 +359,8 @@ impl<'s> World<'s> {
                         client,
                         id,
                         reply,
-                        sent,
+                        sent: sent.clone(),
+                        read_back: read_back.clone(),
                         losses,
                     });
                 }
@@ -347,6 +370,7 @@ impl<'s> World<'s> {
                 id,
                 reply,
                 sent,
+                read_back,
                 losses,
             } => {
                 let node = id.node();
@@ -369,13 +393,73 @@ impl<'s> World<'s> {
                         ),
                     );
                 }
-                let reply = match (&mut self.sessions, sent) {
-                    (Some(sessions), Some(sent)) => {
-                        sessions.reply(client, node, sent, losses, reply)
+                let reply = match (&mut self.connections, sent) {
+                    (Some(connections), Some(sent)) => {
+                        let (counted, creation) =
+                            connections.reply(client, node, sent, losses, &read_back, reply);
+                        // A refusal the connection made of the node's own answer (a vote after
+                        // a push, or a native proof that found the memory young).
+                        if counted != reply && matches!(counted, Reply::Int(n) if n < 0) {
+                            self.stats.ineligible_votes += 1;
+                        }
+                        if let Some(creation) = creation {
+                            self.send_epoch(t, client, node, creation, false);
+                        }
+                        counted
                     }
                     _ => reply,
                 };
                 self.with_client(t, client, |c, env| c.on_reply(env, id, reply));
+            }
+            Event::EpochToNode {
+                client,
+                node,
+                creation,
+                delete,
+            } => {
+                self.mix(8);
+                if self.network.cut(t, client, node) || !self.nodes[node].is_up() {
+                    return;
+                }
+                if delete {
+                    self.stats.epochs_undone += 1;
+                    self.nodes[node].delete_epoch();
+                    self.epoch_log(t, client, node, "DEL epoch: the created epoch did not hold");
+                    return;
+                }
+                self.stats.epochs_created += 1;
+                self.nodes[node].create_epoch(creation.epoch.value());
+                self.epoch_log(t, client, node, "SET epoch NX");
+                let losses = self.nodes[node].losses();
+                let link = Link {
+                    client,
+                    node,
+                    to_node: false,
+                };
+                self.send(t, link, || Event::EpochToClient {
+                    client,
+                    node,
+                    creation,
+                    losses,
+                });
+            }
+            Event::EpochToClient {
+                client,
+                node,
+                creation,
+                losses,
+            } => {
+                self.mix(9);
+                if self.network.cut(t, client, node) {
+                    return;
+                }
+                let undo = self
+                    .connections
+                    .as_mut()
+                    .is_some_and(|c| c.created(client, node, creation, losses));
+                if undo {
+                    self.send_epoch(t, client, node, creation, true);
+                }
             }
             Event::Timer { client, seq } => {
                 self.mix(3);
@@ -416,8 +500,8 @@ impl<'s> World<'s> {
                 self.stats.crashes += 1;
                 self.nodes[node].crash();
                 let losses = self.nodes[node].losses();
-                if let Some(sessions) = &mut self.sessions {
-                    sessions.crash(node, losses);
+                if let Some(connections) = &mut self.connections {
+                    connections.crash(node, losses);
                 }
                 if let Some(trace) = self.trace.as_mut() {
                     trace.push(
@@ -471,12 +555,12 @@ impl<'s> World<'s> {
                 let keys = transmit.command.spec().keys().map(<[u8]>::to_vec).collect();
                 trace.push(t, Some(client), Some(node), keys, text);
             }
+            let sent = self
+                .connections
+                .as_ref()
+                .map(|connections| connections.send(client, node, &transmit));
             let id = transmit.id;
             let command = transmit.command;
-            let sent = self
-                .sessions
-                .as_ref()
-                .map(|sessions| sessions.send(client, node, &command));
             let link = Link {
                 client,
                 node,
@@ -486,12 +570,40 @@ impl<'s> World<'s> {
                 client,
                 id,
                 command: command.clone(),
-                sent,
+                sent: sent.clone(),
             });
         }
         self.outbox = outbox;
         if let Some((at, seq)) = timer {
             self.schedule(at, Event::Timer { client, seq });
+        }
+    }
+
+    /// Sends a tracked connection's `SET epoch NX` (or, `delete`, its `DEL`) to `node`.
+    fn send_epoch(
+        &mut self,
+        t: Nanos,
+        client: usize,
+        node: usize,
+        creation: Creation,
+        delete: bool,
+    ) {
+        let link = Link {
+            client,
+            node,
+            to_node: true,
+        };
+        self.send(t, link, || Event::EpochToNode {
+            client,
+            node,
+            creation,
+            delete,
+        });
+    }
+
+    fn epoch_log(&mut self, t: Nanos, client: usize, node: usize, text: &str) {
+        if let Some(trace) = self.trace.as_mut() {
+            trace.push(t, Some(client), Some(node), Vec::new(), text.to_owned());
         }
     }
 

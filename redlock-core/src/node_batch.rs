@@ -1,0 +1,481 @@
+//! One batch on one connection to a node: each request's form there, the reads that prove the
+//! node's memory, and how each answer counts — the memory-proof protocol of
+//! [`MemoryWatch`](crate::MemoryWatch), sans-IO.
+//!
+//! See [`NodeBatch`] for the protocol.
+
+use smallvec::SmallVec;
+
+use crate::command::{Command, EPOCH_KEY, RedisForm};
+use crate::dialect::Dialect;
+use crate::memory_watch::{MemoryCheck, MemoryWatch};
+use crate::output::Transmit;
+use crate::reply::{NodeErrorKind, Reply};
+
+/// A read sent ahead of a batch's requests to prove the node's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProofRead {
+    /// `GET` of the epoch key: the node's epoch, and (under client tracking) the node tracks the
+    /// key for this connection from then on. Its reply goes to [`NodeBatch::handle_epoch`].
+    Epoch,
+    /// `TIME`: the node's clock, on a node that runs no script. Its reply goes to
+    /// [`NodeBatch::handle_time`].
+    Time,
+}
+
+impl ProofRead {
+    /// The command's arguments.
+    pub fn args(self) -> &'static [&'static [u8]] {
+        match self {
+            Self::Epoch => &[b"GET", EPOCH_KEY],
+            Self::Time => &[b"TIME"],
+        }
+    }
+}
+
+/// What goes ahead of a batch that proves: the epoch, and the time on a node without scripts.
+const PROVE_BY_SCRIPT: &[ProofRead] = &[ProofRead::Epoch];
+const PROVE_NATIVELY: &[ProofRead] = &[ProofRead::Epoch, ProofRead::Time];
+
+/// The reads of a proving batch, as they came back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Proof {
+    /// Whether the node runs no script: the watch decides from the epoch and the time.
+    native: bool,
+    /// The epoch (`None`: missing or not a number), or why it could not be read.
+    epoch: Result<Option<u64>, NodeErrorKind>,
+    /// The node's time in ms, when it was read.
+    time: Result<Option<u64>, NodeErrorKind>,
+}
+
+/// One batch on one connection to a node: each request's form there, the reads that prove the
+/// node's memory, and how each answer counts.
+///
+/// A driver that sends a [`Batch`](crate::Batch) to a node builds a [`NodeBatch`] from it, the
+/// node's [`Dialect`] and the connection's watch (none when the connection is not tracked), and
+/// then only carries bytes:
+///
+/// 1. it writes [`NodeBatch::reads`] (each as [`ProofRead::args`]), then every request's
+///    [`NodeBatch::form`], all in one pipeline;
+/// 2. it hands the reads' replies to [`NodeBatch::handle_epoch`] and
+///    [`NodeBatch::handle_time`], and every push it read before the replies to the watch;
+/// 3. it makes each request's answer of its parts ([`RedisForm::answer`]) and lets
+///    [`NodeBatch::finish`] count them: a vouched answer counts only if the node pushed nothing
+///    since the request went out, and a proving one may make the connection vouch;
+/// 4. when `finish` asks for an epoch ([`EpochCreation`]), it sends `SET` of the epoch key to
+///    [`EpochCreation::value`] `NX`, hands the pushes read before that reply to the watch, and
+///    deletes the epoch again (`DEL`) unless [`EpochCreation::holds`].
+///
+/// # What it never does
+/// It never reads a clock or a socket, never lets an answer count for more than the
+/// connection has proven, and never decides from a read that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeBatch {
+    dialect: Dialect,
+    /// Each request's restart check on this connection, with its longest TTL (`None`: not a
+    /// restart-checked acquisition, or an untracked connection).
+    checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]>,
+    /// The reads ahead of the batch, when an acquisition proves.
+    proof: Option<Proof>,
+}
+
+impl NodeBatch {
+    /// The batch `transmits` on a connection to a node of `dialect`, whose watch over the node's
+    /// memory is `watch` (`None`: the connection is not tracked, and every restart-checked
+    /// acquisition keeps its check).
+    pub fn new(transmits: &[Transmit], dialect: &Dialect, watch: Option<&MemoryWatch>) -> Self {
+        let checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]> = transmits
+            .iter()
+            .map(|transmit| {
+                let max_ttl = transmit.command.restart_check_ms()?;
+                Some((watch?.check(max_ttl), max_ttl))
+            })
+            .collect();
+        let proves = checks
+            .iter()
+            .any(|check| matches!(check, Some((MemoryCheck::Prove { .. }, _))));
+        let proof = proves.then_some(Proof {
+            native: !dialect.scripts,
+            epoch: Err(NodeErrorKind::Protocol),
+            time: Err(NodeErrorKind::Protocol),
+        });
+        Self {
+            dialect: *dialect,
+            checks,
+            proof,
+        }
+    }
+
+    /// The reads to send ahead of the requests, in this order.
+    pub fn reads(&self) -> &'static [ProofRead] {
+        match &self.proof {
+            None => &[],
+            Some(proof) if proof.native => PROVE_NATIVELY,
+            Some(_) => PROVE_BY_SCRIPT,
+        }
+    }
+
+    /// How request `index` (its command: `command`) goes out: vouched for, a restart-checked
+    /// acquisition goes without its check (plain `SET NX PX` for one key); proving on a node
+    /// that runs no script, it goes without it too and the reads decide; anything else takes its
+    /// usual form on the node ([`Command::redis_form_on`]).
+    pub fn form<'c>(&self, index: usize, command: &'c Command) -> RedisForm<'c> {
+        match self.checks.get(index).copied().flatten() {
+            Some((MemoryCheck::Vouched { .. }, _)) => command.redis_form_vouched(&self.dialect),
+            Some((MemoryCheck::Prove { .. }, _)) if !self.dialect.scripts => {
+                command.redis_form_vouched(&self.dialect)
+            }
+            _ => command.redis_form_on(&self.dialect),
+        }
+    }
+
+    /// Whether request `index` is an acquisition the connection vouches for: it goes out
+    /// without its restart check (for traces and counts).
+    pub fn vouched(&self, index: usize) -> bool {
+        matches!(
+            self.checks.get(index),
+            Some(Some((MemoryCheck::Vouched { .. }, _)))
+        )
+    }
+
+    /// How many commands go on the wire for `transmits` (the reads and every part of every
+    /// form), and so how many replies come back.
+    pub fn wire_len(&self, transmits: &[Transmit]) -> usize {
+        self.reads().len()
+            + transmits
+                .iter()
+                .enumerate()
+                .map(|(index, transmit)| self.form(index, &transmit.command).parts())
+                .sum::<usize>()
+    }
+
+    /// The reply to [`ProofRead::Epoch`]: the value (`None`: nil), or the error it failed with.
+    /// A value that is not a number reads as missing, as the acquire script reads it.
+    pub fn handle_epoch(&mut self, read: Result<Option<&[u8]>, NodeErrorKind>) {
+        if let Some(proof) = &mut self.proof {
+            proof.epoch = read.map(|value| {
+                value.and_then(|bytes| std::str::from_utf8(bytes).ok()?.trim().parse().ok())
+            });
+        }
+    }
+
+    /// The reply to [`ProofRead::Time`]: the node's `[seconds, microseconds]`, or the error it
+    /// failed with (`Ok(None)`: a reply of another shape).
+    pub fn handle_time(&mut self, read: Result<Option<(u64, u64)>, NodeErrorKind>) {
+        if let Some(proof) = &mut self.proof {
+            proof.time = read.map(|time| {
+                let (secs, micros) = time?;
+                secs.checked_mul(1000)?.checked_add(micros / 1000)
+            });
+        }
+    }
+
+    /// Counts each request's answer, in order (`answers`: each request's answer made of its
+    /// parts, replaced in place by the engine's reply), under the connection's watch, to which
+    /// every push read before these replies was handed first. Returns the epoch to create when
+    /// a node without scripts had none.
+    pub fn finish(
+        self,
+        mut watch: Option<&mut MemoryWatch>,
+        answers: &mut [Reply],
+    ) -> Option<EpochCreation> {
+        let mut create = None;
+        for (check, answer) in self.checks.iter().zip(answers.iter_mut()) {
+            let (Some((check, max_ttl)), Some(watch)) = (check, watch.as_deref_mut()) else {
+                continue;
+            };
+            *answer = match (*check, &self.proof) {
+                (MemoryCheck::Vouched { seen }, _) => watch.vouched_reply(seen, *answer, *max_ttl),
+                // The checked script answered: its answer counts as it is, and may prove.
+                (MemoryCheck::Prove { seen }, Some(proof)) if !proof.native => {
+                    if proof.epoch.is_ok() {
+                        watch.handle_proof(seen, *answer, *max_ttl);
+                    }
+                    *answer
+                }
+                (MemoryCheck::Prove { seen }, Some(proof)) => match (proof.epoch, proof.time) {
+                    (Ok(epoch), Ok(Some(node_ms))) => {
+                        let (reply, missing) =
+                            watch.handle_native_proof(seen, epoch, node_ms, *answer, *max_ttl);
+                        if let Some(ms) = missing {
+                            create.get_or_insert(EpochCreation { seen, ms });
+                        }
+                        reply
+                    }
+                    // The proof's own reads failed: the node's vote cannot count.
+                    (Err(failed), _) | (_, Err(failed)) => Reply::Error(failed),
+                    (Ok(_), Ok(None)) => Reply::Error(NodeErrorKind::Protocol),
+                },
+                (MemoryCheck::Prove { .. }, None) => *answer,
+            };
+        }
+        create
+    }
+}
+
+/// An epoch key a node that runs no script is missing: `SET` [`EPOCH_KEY`] to
+/// [`value`](Self::value) `NX`, then keep it only if it [`holds`](Self::holds) — `DEL` it
+/// otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochCreation {
+    /// What the watch had seen when the proof went out.
+    seen: u64,
+    /// The node's time when it was read, in ms.
+    ms: u64,
+}
+
+impl EpochCreation {
+    /// The epoch to set: the node's time when the proof read the key missing (so after the
+    /// node lost its memory).
+    pub fn value(&self) -> u64 {
+        self.ms
+    }
+
+    /// Whether the epoch just set may stay, given every push read before the `SET`'s reply was
+    /// handed to `watch` (`None`: an untracked connection, which never creates one). When the
+    /// node pushed anything since the proof's `GET`, the value may predate a flush in between:
+    /// deleting it can only make the node wait longer.
+    pub fn holds(&self, watch: Option<&MemoryWatch>) -> bool {
+        watch.is_none_or(|watch| watch.created_epoch_holds(self.seen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::config::Config;
+    use crate::request::LockRequest;
+
+    const MAX: u64 = 60_000;
+
+    /// A restart-checked acquisition of `resource`, then its release.
+    fn commands(resource: &str) -> (Transmit, Transmit) {
+        let config = Config::builder(1)
+            .max_ttl(Duration::from_millis(MAX))
+            .build()
+            .expect("valid");
+        let now = Instant::now();
+        let request = LockRequest::new(resource, Duration::from_secs(10));
+        let mut rng = crate::testing::rng(1);
+        let mut acquire = crate::Acquire::new(now, &config, &request, &mut rng).expect("valid");
+        let crate::Output::Send(transmit) = acquire.poll_output(now) else {
+            panic!("an acquisition sends");
+        };
+        let mut release = crate::Release::new(now, &config, &crate::fake::lease(now, None));
+        let crate::Output::Send(released) = release.poll_output(now) else {
+            panic!("a release sends");
+        };
+        (transmit, released)
+    }
+
+    fn native() -> Dialect {
+        Dialect {
+            scripts: false,
+            delete_if_eq: crate::DeleteIfEq::DelIfEq,
+            ..Dialect::SCRIPTS
+        }
+    }
+
+    /// Runs `batch` on a connection watched by `watch` whose reads return `epoch` and `time`
+    /// and whose requests answer `answers`.
+    fn run(
+        transmits: &[Transmit],
+        dialect: &Dialect,
+        watch: &mut MemoryWatch,
+        epoch: Option<&[u8]>,
+        time: (u64, u64),
+        answers: &mut [Reply],
+    ) -> Option<EpochCreation> {
+        let mut batch = NodeBatch::new(transmits, dialect, Some(watch));
+        for read in batch.reads() {
+            match read {
+                ProofRead::Epoch => batch.handle_epoch(Ok(epoch)),
+                ProofRead::Time => batch.handle_time(Ok(Some(time))),
+            }
+        }
+        batch.finish(Some(watch), answers)
+    }
+
+    #[test]
+    fn untracked_connections_keep_every_check() {
+        let (acquire, release) = commands("r");
+        let batch = NodeBatch::new(&[acquire.clone(), release.clone()], &Dialect::SCRIPTS, None);
+        assert!(batch.reads().is_empty());
+        assert!(matches!(
+            batch.form(0, &acquire.command),
+            RedisForm::Script {
+                script: crate::Script::AcquireChecked,
+                ..
+            }
+        ));
+        let mut answers = [Reply::Int(-5), Reply::Int(1)];
+        assert_eq!(batch.finish(None, &mut answers), None);
+        assert_eq!(answers, [Reply::Int(-5), Reply::Int(1)], "unchanged");
+    }
+
+    #[test]
+    fn a_scripted_proof_then_a_vouched_set() {
+        let (acquire, release) = commands("r");
+        let mut watch = MemoryWatch::new();
+        let transmits = [acquire.clone(), release];
+        let batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&watch));
+        assert_eq!(batch.reads(), &[ProofRead::Epoch]);
+        assert_eq!(batch.wire_len(&transmits), 3);
+        let mut answers = [Reply::Int(1), Reply::Int(1)];
+        run(
+            &transmits,
+            &Dialect::SCRIPTS,
+            &mut watch,
+            Some(b"5"),
+            (0, 0),
+            &mut answers,
+        );
+        assert_eq!(answers, [Reply::Int(1), Reply::Int(1)]);
+        // Proven: a plain SET NX PX, no reads, and its answer counts while nothing is pushed.
+        let vouched = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch));
+        assert!(vouched.reads().is_empty());
+        assert!(matches!(
+            vouched.form(0, &acquire.command),
+            RedisForm::Set { .. }
+        ));
+        let mut answer = [Reply::Ok];
+        assert_eq!(vouched.clone().finish(Some(&mut watch), &mut answer), None);
+        assert_eq!(answer, [Reply::Ok]);
+        // A push between the request and its reply: a refusal for the longest TTL.
+        watch.handle_invalidation(false, [EPOCH_KEY]);
+        let mut answer = [Reply::Ok];
+        vouched.finish(Some(&mut watch), &mut answer);
+        assert_eq!(answer, [Reply::Int(-60_000)]);
+        let again = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch));
+        assert_eq!(again.reads(), &[ProofRead::Epoch], "proves again");
+    }
+
+    #[test]
+    fn a_refusal_or_a_failed_read_proves_nothing() {
+        let (acquire, _) = commands("r");
+        let transmits = [acquire];
+        let mut young = MemoryWatch::new();
+        let mut answer = [Reply::Int(-5_000)];
+        run(
+            &transmits,
+            &Dialect::SCRIPTS,
+            &mut young,
+            Some(b"5"),
+            (0, 0),
+            &mut answer,
+        );
+        assert_eq!(answer, [Reply::Int(-5_000)]);
+        let mut failed = MemoryWatch::new();
+        let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&failed));
+        batch.handle_epoch(Err(NodeErrorKind::Timeout));
+        let mut answer = [Reply::Int(1)];
+        batch.finish(Some(&mut failed), &mut answer);
+        assert_eq!(
+            answer,
+            [Reply::Int(1)],
+            "the script's own answer still counts"
+        );
+        for watch in [young, failed] {
+            let batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&watch));
+            assert_eq!(batch.reads(), &[ProofRead::Epoch], "not proven");
+        }
+    }
+
+    #[test]
+    fn a_node_without_scripts_proves_from_its_epoch_and_time() {
+        let (acquire, _) = commands("r");
+        let transmits = [acquire.clone()];
+        let mut watch = MemoryWatch::new();
+        let batch = NodeBatch::new(&transmits, &native(), Some(&watch));
+        assert_eq!(batch.reads(), &[ProofRead::Epoch, ProofRead::Time]);
+        assert!(matches!(
+            batch.form(0, &acquire.command),
+            RedisForm::Set { .. }
+        ));
+        // Old enough: the node's own answer counts, and the connection vouches.
+        let mut answer = [Reply::Ok];
+        let created = run(
+            &transmits,
+            &native(),
+            &mut watch,
+            Some(b"1000"),
+            (61, 0),
+            &mut answer,
+        );
+        assert_eq!((created, answer), (None, [Reply::Ok]));
+        assert!(
+            NodeBatch::new(&transmits, &native(), Some(&watch))
+                .reads()
+                .is_empty()
+        );
+        // Young: refused for what is left.
+        let mut young = MemoryWatch::new();
+        let mut answer = [Reply::Ok];
+        run(
+            &transmits,
+            &native(),
+            &mut young,
+            Some(b"1000"),
+            (31, 0),
+            &mut answer,
+        );
+        assert_eq!(answer, [Reply::Int(-30_000)]);
+        // Missing: refused, and the epoch to create is the node's time; a push before the SET's
+        // reply makes it go again.
+        let mut fresh = MemoryWatch::new();
+        let mut answer = [Reply::Ok];
+        let created = run(
+            &transmits,
+            &native(),
+            &mut fresh,
+            None,
+            (7, 500),
+            &mut answer,
+        )
+        .expect("an epoch to create");
+        assert_eq!((created.value(), answer), (7_000, [Reply::Int(-60_000)]));
+        assert!(created.holds(Some(&fresh)));
+        fresh.handle_invalidation(true, []);
+        assert!(!created.holds(Some(&fresh)));
+        // A read that failed or came back in another shape: the vote is an error.
+        for (epoch, time, expected) in [
+            (
+                Err(NodeErrorKind::Timeout),
+                Ok(Some((1, 0))),
+                NodeErrorKind::Timeout,
+            ),
+            (
+                Ok(Some(&b"0"[..])),
+                Err(NodeErrorKind::Connection),
+                NodeErrorKind::Connection,
+            ),
+            (Ok(Some(&b"0"[..])), Ok(None), NodeErrorKind::Protocol),
+        ] {
+            let mut watch = MemoryWatch::new();
+            let mut batch = NodeBatch::new(&transmits, &native(), Some(&watch));
+            batch.handle_epoch(epoch);
+            batch.handle_time(time);
+            let mut answer = [Reply::Ok];
+            assert_eq!(batch.finish(Some(&mut watch), &mut answer), None);
+            assert_eq!(answer, [Reply::Error(expected)]);
+        }
+    }
+
+    #[test]
+    fn an_epoch_that_is_not_a_number_reads_as_missing() {
+        let (acquire, _) = commands("r");
+        let mut watch = MemoryWatch::new();
+        let mut answer = [Reply::Ok];
+        let created = run(
+            &[acquire],
+            &native(),
+            &mut watch,
+            Some(b"x"),
+            (9, 0),
+            &mut answer,
+        );
+        assert_eq!(created.map(|c| c.value()), Some(9_000));
+    }
+}
