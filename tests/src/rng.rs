@@ -23,8 +23,15 @@ impl TestRng {
     }
 
     /// The underlying CSPRNG, to inject into the engine (tokens, lock ids and retry jitter).
+    #[cfg(test)]
     pub(crate) fn core(&mut self) -> &mut ChaCha8Rng {
         &mut self.0
+    }
+
+    /// The underlying CSPRNG, given away (to a [`Multiplexer`](redlock_core::Multiplexer),
+    /// which owns its RNG).
+    pub(crate) fn into_core(self) -> ChaCha8Rng {
+        self.0
     }
 
     /// Uniform in `0..n` (`0` when `n` is `0`); Lemire's multiply-shift.

@@ -1,15 +1,22 @@
 //! A simulated client process: acquire → hold (auto-extended, or a fixed amount of work) →
-//! release → think → again, driving the real `redlock-core` lock lifecycle the way an adapter
-//! does.
+//! release → think → again, driving the real `redlock-core` [`Multiplexer`] the way an adapter's
+//! driver does, over one connection per node.
 //!
 //! # Driving the engine
-//! After every input (`handle_reply`, `handle_timeout`) and after creating a lifecycle, the
-//! client drains `poll_output` until `Wait` or `Idle`: every `Send` goes to the network at once,
-//! every event is acted on, and the `Wait` instant becomes a timer on the client's own clock.
-//! Every reply goes to the current lock's lifecycle, which alone decides whether it counts (a
+//! After every input (a batch's replies, a transport timeout, the multiplexer's wake-up, a call
+//! of the client's own) the client drains the multiplexer: every batch it hands out goes to its
+//! node as one message, every event of the current lock is acted on, and the next wake-up
+//! becomes a timer on the client's own clock. The multiplexer alone decides what counts (a
 //! reply of an earlier operation or an earlier lock does not): the client keeps no operation
 //! numbers, no renewal schedule and no validity rule of its own beyond checking the lease
 //! before each use.
+//!
+//! # Connections
+//! Each batch is answered exactly once, as the adapters' connections answer it: by the node's
+//! replies, or — when they have not come within the transport timeout (lost, or a node that
+//! does not answer) — by a timeout error for each request, after which a late reply is skipped.
+//! On tracked connections every batch goes through the core's [`NodeBatch`]
+//! ([`Connections`]): the node runs the forms it picked, and the replies count as it says.
 //!
 //! # Pauses
 //! A paused client processes nothing: replies wait in its socket buffer (handed in, in arrival
@@ -19,23 +26,72 @@
 
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
+use chacha20::ChaCha8Rng;
 use redlock_core::{
-    Config, ExtendOutcome, Lease, Lifecycle, LockEvent, LockOutput, LockRequest, Reply, RequestId,
-    Transmit,
+    Config, ExtendOutcome, Lease, LockEvent, LockId, LockRequest, Multiplexer, NodeBatch,
+    NodeErrorKind, Reply, RequestId, Start, Transmit,
 };
 
 use super::checker::{Checker, ClaimId};
 use super::clock::{Clock, Nanos, TimeBase, nanos};
+use super::connections::{Connections, Creation, ReadBack, Sent};
 use super::scenario::{ClientKind, Scenario};
 use super::stats::Stats;
 use super::trace::Trace;
 use crate::rng::TestRng;
 
-/// A request a client hands to the network.
+/// A message a client hands to the network.
 #[derive(Debug)]
-pub(crate) struct Outgoing {
-    pub(crate) client: usize,
-    pub(crate) transmit: Transmit,
+pub(crate) enum Outgoing {
+    /// A batch of requests for one node, in one write.
+    Batch {
+        client: usize,
+        /// The client's number for it: its replies (or its timeout) come back with it.
+        number: u64,
+        node: usize,
+        transmits: Vec<Transmit>,
+        /// Its plan on a tracked connection (the forms the node runs, the proof reads).
+        plan: Option<NodeBatch>,
+    },
+    /// A tracked connection's `SET epoch NX` (or, `delete`, its `DEL epoch`).
+    Epoch {
+        client: usize,
+        node: usize,
+        creation: Creation,
+        delete: bool,
+    },
+}
+
+/// What a client reads from its connections, in order (buffered while it is paused).
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// The replies to batch `number`, produced by a node that had lost its memory `losses`
+    /// times.
+    Replies {
+        number: u64,
+        replies: Vec<(RequestId, Reply)>,
+        read_back: ReadBack,
+        losses: u64,
+    },
+    /// The reply to a `SET epoch NX` from `node`, produced after `losses` losses.
+    EpochSet {
+        node: usize,
+        creation: Creation,
+        losses: u64,
+    },
+}
+
+/// A batch on its way: each request is answered exactly once (its reply, or an error).
+#[derive(Debug)]
+struct InFlight {
+    node: usize,
+    /// When the connection gives up waiting (the client's clock).
+    deadline: Instant,
+    ids: Vec<RequestId>,
+    /// Its plan on the tracked connection it went out on.
+    sent: Option<Sent>,
 }
 
 /// What a client handler may touch in the world.
@@ -58,36 +114,6 @@ impl Env<'_> {
     }
 }
 
-enum Drained {
-    Wait(Instant),
-    Event(LockEvent),
-    Idle,
-}
-
-/// Drains `lifecycle` until it waits, has an event or is idle, queueing every send (the
-/// adapter's loop).
-fn drain(
-    lifecycle: &mut Lifecycle,
-    now: Instant,
-    client: usize,
-    outbox: &mut Vec<Outgoing>,
-) -> Drained {
-    loop {
-        match lifecycle.poll_output(now) {
-            LockOutput::Send(transmit) => outbox.push(Outgoing { client, transmit }),
-            LockOutput::Wait { at, reason } => {
-                assert!(
-                    at > now,
-                    "the lifecycle asked to wait until {at:?} at {now:?} ({reason:?})"
-                );
-                return Drained::Wait(at);
-            }
-            LockOutput::Event(event) => return Drained::Event(event),
-            LockOutput::Idle => return Drained::Idle,
-        }
-    }
-}
-
 /// Why a hold ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StopReason {
@@ -102,7 +128,7 @@ enum StopReason {
 /// A lock being held.
 #[derive(Debug)]
 struct Hold {
-    lifecycle: Lifecycle,
+    lock: LockId,
     /// The lease as the lifecycle last granted it (kept current from its events).
     lease: Lease,
     label: String,
@@ -117,15 +143,10 @@ struct Hold {
 
 #[derive(Debug)]
 enum Phase {
-    Thinking {
-        until: Instant,
-    },
-    Acquiring {
-        label: String,
-        lifecycle: Box<Lifecycle>,
-    },
+    Thinking { until: Instant },
+    Acquiring { label: String, lock: LockId },
     Holding(Box<Hold>),
-    Releasing(Box<Lifecycle>),
+    Releasing(LockId),
     Finished,
 }
 
@@ -142,12 +163,18 @@ pub(crate) struct Client<'s> {
     id: usize,
     scenario: &'s Scenario,
     clock: Clock,
-    config: Config,
     rng: TestRng,
+    /// Every lock of the client, as an adapter's driver keeps them.
+    mux: Multiplexer<ChaCha8Rng>,
+    /// The client's connections' watches over the nodes' memory, when they are tracked.
+    connections: Option<Connections>,
+    /// Batches sent and not answered yet, by number.
+    in_flight: BTreeMap<u64, InFlight>,
+    batches: u64,
     phase: Phase,
     locks: u32,
     paused: Option<Paused>,
-    deferred: Vec<(RequestId, Reply)>,
+    deferred: Vec<Input>,
     /// No new acquisition starts at or after this true time.
     stop_at: Nanos,
     /// The true time of the timer in the queue, if any.
@@ -163,15 +190,20 @@ impl<'s> Client<'s> {
         scenario: &'s Scenario,
         clock: Clock,
         config: Config,
-        rng: TestRng,
+        mut rng: TestRng,
         stop_at: Nanos,
+        connections: Option<Connections>,
     ) -> Self {
+        let mux = Multiplexer::new(config, rng.fork().into_core());
         Self {
             id,
             scenario,
             clock,
-            config,
             rng,
+            mux,
+            connections,
+            in_flight: BTreeMap::new(),
+            batches: 0,
             phase: Phase::Finished,
             locks: 0,
             paused: None,
@@ -205,15 +237,23 @@ impl<'s> Client<'s> {
         matches!(self.phase, Phase::Finished)
     }
 
-    /// A reply arrives.
-    pub(crate) fn on_reply(&mut self, env: &mut Env<'_>, id: RequestId, reply: Reply) {
+    /// Something arrives on a connection (or a transport timeout passes).
+    pub(crate) fn on_input(&mut self, env: &mut Env<'_>, input: Input) {
         if self.paused.is_some() {
-            self.deferred.push((id, reply));
+            self.deferred.push(input);
             return;
         }
         let now = self.now(env);
-        self.deliver(now, id, reply);
+        self.deliver(env, now, input);
         self.advance(env);
+    }
+
+    /// Every connection to `node` ended (it crashed, after `losses` losses of its memory): the
+    /// next batch opens a new one.
+    pub(crate) fn on_connection_end(&mut self, node: usize, losses: u64) {
+        if let Some(connections) = &mut self.connections {
+            connections.crash(node, losses);
+        }
     }
 
     /// A timer fires.
@@ -262,8 +302,8 @@ impl<'s> Client<'s> {
         }
         env.log(self.id, Vec::new(), |_| "resumed".to_owned());
         // As an adapter reading its socket buffers: each reply is an input, drained after.
-        for (id, reply) in std::mem::take(&mut self.deferred) {
-            self.deliver(now, id, reply);
+        for input in std::mem::take(&mut self.deferred) {
+            self.deliver(env, now, input);
             self.advance(env);
         }
         self.timeout(now);
@@ -274,26 +314,139 @@ impl<'s> Client<'s> {
         env.base.instant(self.clock.local(env.t))
     }
 
-    /// The current lock's lifecycle, if any.
-    fn lifecycle(&mut self) -> Option<&mut Lifecycle> {
-        match &mut self.phase {
-            Phase::Acquiring { lifecycle, .. } | Phase::Releasing(lifecycle) => Some(lifecycle),
-            Phase::Holding(hold) => Some(&mut hold.lifecycle),
-            Phase::Thinking { .. } | Phase::Finished => None,
+    /// Hands what a connection read to the multiplexer, as the connection counts it.
+    fn deliver(&mut self, env: &mut Env<'_>, now: Instant, input: Input) {
+        match input {
+            Input::Replies {
+                number,
+                replies,
+                read_back,
+                losses,
+            } => {
+                // A late or duplicated reply: the connection skips it.
+                let Some(flight) = self.in_flight.remove(&number) else {
+                    return;
+                };
+                let mut answers: Vec<Reply> = replies.iter().map(|&(_, reply)| reply).collect();
+                if let (Some(connections), Some(sent)) = (&mut self.connections, flight.sent) {
+                    let (counted, creation) =
+                        connections.reply(flight.node, sent, losses, &read_back, &answers);
+                    for (node_said, counted) in answers.iter().zip(&counted) {
+                        // A refusal the connection made of the node's own answer (a vote after
+                        // a push, or a native proof that found the memory young).
+                        if node_said != counted && matches!(counted, Reply::Int(n) if *n < 0) {
+                            env.stats.ineligible_votes += 1;
+                        }
+                    }
+                    answers = counted;
+                    if let Some(creation) = creation {
+                        env.outbox.push(Outgoing::Epoch {
+                            client: self.id,
+                            node: flight.node,
+                            creation,
+                            delete: false,
+                        });
+                    }
+                }
+                for ((id, _), reply) in replies.iter().zip(answers) {
+                    self.mux.handle_reply(now, *id, reply);
+                }
+            }
+            Input::EpochSet {
+                node,
+                creation,
+                losses,
+            } => {
+                let undo = self
+                    .connections
+                    .as_mut()
+                    .is_some_and(|connections| connections.created(node, creation, losses));
+                if undo {
+                    env.outbox.push(Outgoing::Epoch {
+                        client: self.id,
+                        node,
+                        creation,
+                        delete: true,
+                    });
+                }
+            }
         }
     }
 
-    /// Hands a reply to the current lock's lifecycle (which ignores it unless it counts).
-    fn deliver(&mut self, now: Instant, id: RequestId, reply: Reply) {
-        if let Some(lifecycle) = self.lifecycle() {
-            lifecycle.handle_reply(now, id, reply);
-        }
-    }
-
-    /// Lets the lifecycle's deadlines pass.
+    /// Lets the connections' and the multiplexer's deadlines pass: a batch whose replies did
+    /// not come in time is answered with a timeout error for each request (its late reply will
+    /// be skipped).
     fn timeout(&mut self, now: Instant) {
-        if let Some(lifecycle) = self.lifecycle() {
-            lifecycle.handle_timeout(now);
+        while let Some(entry) = self.in_flight.first_entry() {
+            if entry.get().deadline > now {
+                break;
+            }
+            for id in entry.remove().ids {
+                self.mux
+                    .handle_reply(now, id, Reply::Error(NodeErrorKind::Timeout));
+            }
+        }
+        self.mux.handle_timeout(now);
+    }
+
+    /// Sends every batch the multiplexer hands out, each as one message to its node.
+    fn transmit(&mut self, env: &mut Env<'_>, now: Instant) {
+        while let Some(batch) = self.mux.poll_transmit() {
+            self.batches += 1;
+            let number = self.batches;
+            let sent = self
+                .connections
+                .as_ref()
+                .map(|connections| connections.send(batch.node, &batch.transmits));
+            if let Some(sent) = &sent {
+                let vouched = (0..batch.transmits.len()).filter(|&i| sent.batch.vouched(i));
+                env.stats.vouched += u64::try_from(vouched.count()).unwrap_or(0);
+            }
+            self.in_flight.insert(
+                number,
+                InFlight {
+                    node: batch.node,
+                    // Deadlines grow with the numbers: the first batch in flight is the next due.
+                    deadline: now + self.scenario.io_timeout(),
+                    ids: batch.transmits.iter().map(|t| t.id).collect(),
+                    sent: sent.clone(),
+                },
+            );
+            env.outbox.push(Outgoing::Batch {
+                client: self.id,
+                number,
+                node: batch.node,
+                transmits: batch.transmits,
+                plan: sent.map(|sent| sent.batch),
+            });
+        }
+        // Release notices are not modelled (a notice at any moment is the wake storm's job).
+        while self.mux.poll_subscription().is_some() {}
+    }
+
+    /// The next event of the current lock (events of locks the client is done with are nobody's
+    /// business).
+    fn next_event(&mut self) -> Option<LockEvent> {
+        let current = match &self.phase {
+            Phase::Acquiring { lock, .. } | Phase::Releasing(lock) => *lock,
+            Phase::Holding(hold) => hold.lock,
+            Phase::Thinking { .. } | Phase::Finished => return None,
+        };
+        while let Some((lock, event)) = self.mux.poll_event() {
+            if lock == current {
+                return Some(event);
+            }
+        }
+        None
+    }
+
+    /// When the multiplexer or a connection wants to wake next, or `None`.
+    fn wake(&self) -> Option<Instant> {
+        let io = self.in_flight.values().next().map(|flight| flight.deadline);
+        let mux = self.mux.poll_timeout().map(|timeout| timeout.at);
+        match (io, mux) {
+            (Some(io), Some(mux)) => Some(io.min(mux)),
+            (io, mux) => io.or(mux),
         }
     }
 
@@ -316,38 +469,53 @@ impl<'s> Client<'s> {
     fn step(&mut self, env: &mut Env<'_>) -> Option<Instant> {
         let now = self.now(env);
         loop {
+            self.transmit(env, now);
+            let wake = self.wake();
+            if wake.is_some_and(|at| at <= now) {
+                self.timeout(now);
+                continue;
+            }
+            let event = self.next_event();
             match &mut self.phase {
-                Phase::Finished => return None,
+                Phase::Finished => return wake,
                 Phase::Thinking { until } => {
                     if now < *until {
-                        return Some(*until);
+                        return Some(earliest(*until, wake));
                     }
                     if env.t >= self.stop_at {
                         self.phase = Phase::Finished;
                         env.log(self.id, Vec::new(), |_| "finished".to_owned());
-                        return None;
+                        return wake;
                     }
                     self.begin_acquire(env, now);
                 }
-                Phase::Acquiring { lifecycle, .. } => {
-                    let noise = self.scenario.wake_noise;
-                    if noise > 0.0 && self.rng.chance(noise) {
-                        lifecycle.handle_wake(now);
+                Phase::Acquiring { .. } => match event {
+                    Some(event) => self.acquired(env, now, event),
+                    None => {
+                        let noise = self.scenario.wake_noise;
+                        if noise > 0.0 && self.rng.chance(noise) {
+                            let channels: Vec<Vec<u8>> =
+                                self.mux.channels().map(<[u8]>::to_vec).collect();
+                            for channel in channels {
+                                self.mux.handle_notice(now, &channel);
+                            }
+                            if self.mux.has_requests() || self.wake() != wake {
+                                continue;
+                            }
+                        }
+                        return wake;
                     }
-                    match drain(lifecycle, now, self.id, env.outbox) {
-                        Drained::Wait(at) => return Some(at),
-                        Drained::Event(event) => self.acquired(env, now, event),
-                        Drained::Idle => panic!("a lifecycle went idle while acquiring"),
+                },
+                Phase::Holding(hold) => {
+                    match hold_step(hold, &mut self.mux, self.id, now, env, event) {
+                        Ok(Some(at)) => return Some(earliest(at, wake)),
+                        Ok(None) => continue,
+                        Err(reason) => self.end_hold(env, now, reason),
                     }
                 }
-                Phase::Holding(hold) => match hold_step(hold, self.id, now, env) {
-                    Ok(wake) => return Some(wake),
-                    Err(reason) => self.end_hold(env, now, reason),
-                },
-                Phase::Releasing(lifecycle) => match drain(lifecycle, now, self.id, env.outbox) {
-                    Drained::Wait(at) => return Some(at),
-                    Drained::Idle => panic!("a lifecycle went idle while releasing"),
-                    Drained::Event(LockEvent::Released(report)) => {
+                Phase::Releasing(_) => match event {
+                    None => return wake,
+                    Some(LockEvent::Released(report)) => {
                         env.stats.releases += 1;
                         env.log(self.id, Vec::new(), |_| {
                             format!(
@@ -359,7 +527,9 @@ impl<'s> Client<'s> {
                         });
                         self.think(now);
                     }
-                    Drained::Event(other) => panic!("unexpected event {other:?}"),
+                    // An extension or a loss the release overtook.
+                    Some(LockEvent::Extended { .. } | LockEvent::Lost { .. }) => {}
+                    Some(other) => panic!("unexpected event while releasing: {other:?}"),
                 },
             }
         }
@@ -392,9 +562,15 @@ impl<'s> Client<'s> {
         if s.fenced {
             request = request.fenced();
         }
-        let lifecycle = Lifecycle::acquire(now, &self.config, &request, self.rng.core())
+        let lock = LockId::new(u64::from(self.locks));
+        self.mux
+            .start(now, lock, Start::Acquire, &request)
             .expect("the scenario makes valid lock requests");
-        let spec = lifecycle.spec().expect("a new lifecycle has its keys");
+        let spec = self
+            .mux
+            .lock(lock)
+            .and_then(|lifecycle| lifecycle.spec())
+            .expect("a new lock has its keys");
         let keys: Vec<Vec<u8>> = spec.keys().map(<[u8]>::to_vec).collect();
         if let Some(trace) = env.trace.as_mut() {
             trace.name_token(spec.token().as_bytes(), &label);
@@ -402,15 +578,11 @@ impl<'s> Client<'s> {
         env.log(self.id, keys, |_| {
             format!("acquire {label} with ttl {ttl_ms} ms starts")
         });
-        self.phase = Phase::Acquiring {
-            label,
-            lifecycle: Box::new(lifecycle),
-        };
+        self.phase = Phase::Acquiring { label, lock };
     }
 
     fn acquired(&mut self, env: &mut Env<'_>, now: Instant, event: LockEvent) {
-        let Phase::Acquiring { label, lifecycle } =
-            std::mem::replace(&mut self.phase, Phase::Finished)
+        let Phase::Acquiring { label, lock } = std::mem::replace(&mut self.phase, Phase::Finished)
         else {
             unreachable!("only called while acquiring");
         };
@@ -433,14 +605,14 @@ impl<'s> Client<'s> {
         };
         env.stats.rounds += u64::from(lease.attempts());
         let keys: Vec<Vec<u8>> = lease.spec().keys().map(<[u8]>::to_vec).collect();
-        self.begin_hold(env, now, *lifecycle, lease, label, keys);
+        self.begin_hold(env, now, lock, lease, label, keys);
     }
 
     fn begin_hold(
         &mut self,
         env: &mut Env<'_>,
         now: Instant,
-        lifecycle: Lifecycle,
+        lock: LockId,
         lease: Lease,
         label: String,
         keys: Vec<Vec<u8>>,
@@ -451,7 +623,10 @@ impl<'s> Client<'s> {
         let hold = self.scenario.hold;
         let correct = self.scenario.client_kind == ClientKind::Correct;
         // Auto-extension was asked for (or not) with the lock request.
-        let auto = lifecycle.is_auto_extended();
+        let auto = self
+            .mux
+            .lock(lock)
+            .is_some_and(|lifecycle| lifecycle.is_auto_extended());
         let work = if auto {
             lease
                 .ttl()
@@ -481,7 +656,7 @@ impl<'s> Client<'s> {
             )
         });
         self.phase = Phase::Holding(Box::new(Hold {
-            lifecycle,
+            lock,
             lease,
             label,
             claim,
@@ -492,7 +667,7 @@ impl<'s> Client<'s> {
     }
 
     fn end_hold(&mut self, env: &mut Env<'_>, now: Instant, reason: StopReason) {
-        let Phase::Holding(mut hold) = std::mem::replace(&mut self.phase, Phase::Finished) else {
+        let Phase::Holding(hold) = std::mem::replace(&mut self.phase, Phase::Finished) else {
             unreachable!("only called while holding");
         };
         let valid_end = self.true_of(env, hold.lease.valid_until());
@@ -524,8 +699,8 @@ impl<'s> Client<'s> {
                 }
             )
         });
-        hold.lifecycle.release(now);
-        self.phase = Phase::Releasing(Box::new(hold.lifecycle));
+        self.mux.release(now, hold.lock);
+        self.phase = Phase::Releasing(hold.lock);
     }
 
     /// The first true instant at which this client's clock reads `instant`.
@@ -534,61 +709,71 @@ impl<'s> Client<'s> {
     }
 }
 
-/// Drives a hold: checks validity (a correct client checks before every use), starts a manual
-/// extension when due, and runs the lifecycle (which extends an auto-extended lock and says when
-/// it is lost). `Ok(wake)`: wait until then; `Err(reason)`: stop using the lock.
+/// The earlier of `at` and the multiplexer's wake-up `wake`.
+fn earliest(at: Instant, wake: Option<Instant>) -> Instant {
+    wake.map_or(at, |wake| wake.min(at))
+}
+
+/// Drives a hold: acts on the lock's `event`, checks validity (a correct client checks before
+/// every use), and starts a manual extension when due (the multiplexer extends an auto-extended
+/// lock and says when it is lost). `Ok(Some(wake))`: wait until then (or the multiplexer's
+/// wake-up); `Ok(None)`: drain the multiplexer again; `Err(reason)`: stop using the lock.
 fn hold_step(
     hold: &mut Hold,
+    mux: &mut Multiplexer<ChaCha8Rng>,
     client: usize,
     now: Instant,
     env: &mut Env<'_>,
-) -> Result<Instant, StopReason> {
-    loop {
-        if !hold.trusting && !hold.lease.is_valid(now) {
-            return Err(StopReason::ValidityOver);
-        }
-        if now >= hold.work_until {
-            return Err(StopReason::WorkDone);
-        }
-        let mut wake = hold.work_until;
-        if !hold.trusting {
-            wake = wake.min(hold.lease.valid_until());
-        }
-        if let Some((at, ttl)) = hold.manual_extend {
-            if now >= at {
-                hold.manual_extend = None;
-                let label = &hold.label;
-                env.log(client, Vec::new(), |_| {
-                    format!("extend of {label} to {ttl:?} starts")
-                });
-                // A TTL the engine refuses: nothing to run.
-                let _ = hold.lifecycle.extend(now, ttl);
-                continue;
-            }
-            wake = wake.min(at);
-        }
-        match drain(&mut hold.lifecycle, now, client, env.outbox) {
-            Drained::Wait(at) => return Ok(wake.min(at)),
-            Drained::Idle => return Ok(wake),
-            Drained::Event(LockEvent::Extended { outcome, trigger }) => {
-                let before = hold.lease.valid_until();
-                hold.lease.apply(&outcome);
-                if matches!(outcome, ExtendOutcome::Extended { .. }) {
-                    env.stats.extensions += 1;
-                } else {
-                    env.stats.extend_failures += 1;
-                }
-                let label = &hold.label;
-                let after = hold.lease.valid_until();
-                env.log(client, Vec::new(), |_| {
-                    format!(
-                        "extend of {label} ({trigger:?}) done: {outcome:?}; validity moved by {:?}",
-                        after.saturating_duration_since(before)
-                    )
-                });
-            }
-            Drained::Event(LockEvent::Lost { .. }) => return Err(StopReason::Lost),
-            Drained::Event(other) => panic!("unexpected event while holding: {other:?}"),
-        }
+    event: Option<LockEvent>,
+) -> Result<Option<Instant>, StopReason> {
+    // Validity first: an event that comes with the end of validity does not extend the use.
+    if !hold.trusting && !hold.lease.is_valid(now) {
+        return Err(StopReason::ValidityOver);
     }
+    if now >= hold.work_until {
+        return Err(StopReason::WorkDone);
+    }
+    match event {
+        None => {}
+        Some(LockEvent::Extended { outcome, trigger }) => {
+            let before = hold.lease.valid_until();
+            hold.lease.apply(&outcome);
+            if matches!(outcome, ExtendOutcome::Extended { .. }) {
+                env.stats.extensions += 1;
+            } else {
+                env.stats.extend_failures += 1;
+            }
+            let label = &hold.label;
+            let after = hold.lease.valid_until();
+            env.log(client, Vec::new(), |_| {
+                format!(
+                    "extend of {label} ({trigger:?}) done: {outcome:?}; validity moved by {:?}",
+                    after.saturating_duration_since(before)
+                )
+            });
+            return Ok(None);
+        }
+        // A client that stopped checking its lease does not listen for its loss either.
+        Some(LockEvent::Lost { .. }) if hold.trusting => return Ok(None),
+        Some(LockEvent::Lost { .. }) => return Err(StopReason::Lost),
+        Some(other) => panic!("unexpected event while holding: {other:?}"),
+    }
+    let mut wake = hold.work_until;
+    if !hold.trusting {
+        wake = wake.min(hold.lease.valid_until());
+    }
+    if let Some((at, ttl)) = hold.manual_extend {
+        if now >= at {
+            hold.manual_extend = None;
+            let label = &hold.label;
+            env.log(client, Vec::new(), |_| {
+                format!("extend of {label} to {ttl:?} starts")
+            });
+            // A TTL the engine refuses: nothing to run.
+            let _ = mux.extend(now, hold.lock, ttl);
+            return Ok(None);
+        }
+        wake = wake.min(at);
+    }
+    Ok(Some(wake))
 }

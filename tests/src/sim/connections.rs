@@ -73,26 +73,26 @@ struct Connection {
     losses_heard: u64,
 }
 
-/// Every client's connections to every node.
+/// One client's connections to every node.
 #[derive(Debug, Clone)]
 pub(crate) struct Connections {
-    /// `[client][node]`.
-    connections: Vec<Vec<Connection>>,
+    /// By node.
+    connections: Vec<Connection>,
     dialect: Dialect,
     deaf: bool,
 }
 
 impl Connections {
-    /// Connections for `clients` × `nodes` of `dialect`; `deaf` only for the negative control
+    /// Connections to `nodes` nodes of `dialect`; `deaf` only for the negative control
     /// (invalidations unheard).
-    pub(crate) fn new(clients: usize, nodes: usize, dialect: Dialect, deaf: bool) -> Self {
+    pub(crate) fn new(nodes: usize, dialect: Dialect, deaf: bool) -> Self {
         let connection = Connection {
             number: 0,
             watch: Self::watch(deaf),
             losses_heard: 0,
         };
         Self {
-            connections: vec![vec![connection; nodes]; clients],
+            connections: vec![connection; nodes],
             dialect,
             deaf,
         }
@@ -106,44 +106,32 @@ impl Connections {
         }
     }
 
-    /// A request of `client` goes out to `node`.
-    pub(crate) fn send(&self, client: usize, node: usize, transmit: &Transmit) -> Sent {
-        let connection = &self.connections[client][node];
+    /// A batch goes out to `node`.
+    pub(crate) fn send(&self, node: usize, transmits: &[Transmit]) -> Sent {
+        let connection = &self.connections[node];
         Sent {
             connection: connection.number,
-            batch: NodeBatch::new(
-                std::slice::from_ref(transmit),
-                &self.dialect,
-                Some(&connection.watch),
-            ),
+            batch: NodeBatch::new(transmits, &self.dialect, Some(&connection.watch)),
         }
     }
 
-    /// `node` crashed: every connection to it ends, and the next request opens a new one
-    /// (which proves again).
+    /// `node` crashed (after `losses` losses): the connection to it ends, and the next batch
+    /// opens a new one (which proves again).
     pub(crate) fn crash(&mut self, node: usize, losses: u64) {
-        for row in &mut self.connections {
-            let connection = &mut row[node];
-            connection.watch.handle_closed();
-            *connection = Connection {
-                number: connection.number + 1,
-                watch: Self::watch(self.deaf),
-                losses_heard: losses,
-            };
-        }
+        let connection = &mut self.connections[node];
+        connection.watch.handle_closed();
+        *connection = Connection {
+            number: connection.number + 1,
+            watch: Self::watch(self.deaf),
+            losses_heard: losses,
+        };
     }
 
-    /// The watch a message that went out on connection `number` is counted by, once every push
-    /// the node sent before it (it produced it after `losses` losses) was heard: the
-    /// connection's own, or — for a connection that ended — one that saw it end.
-    fn heard(
-        &mut self,
-        client: usize,
-        node: usize,
-        number: u64,
-        losses: u64,
-    ) -> Option<&mut MemoryWatch> {
-        let connection = &mut self.connections[client][node];
+    /// The watch a message that went out on connection `number` to `node` is counted by, once
+    /// every push the node sent before it (it produced it after `losses` losses) was heard;
+    /// `None` for a connection that ended.
+    fn heard(&mut self, node: usize, number: u64, losses: u64) -> Option<&mut MemoryWatch> {
+        let connection = &mut self.connections[node];
         if number != connection.number {
             return None;
         }
@@ -154,18 +142,17 @@ impl Connections {
         Some(&mut connection.watch)
     }
 
-    /// A reply reaches `client` from `node`, produced when the node had lost its memory
-    /// `losses` times: the engine's reply as the connection counts it, and the epoch to create
-    /// on the node, if any.
+    /// The replies to a batch `sent` to `node` arrive, produced when the node had lost its
+    /// memory `losses` times: the engine's replies as the connection counts them, and the
+    /// epoch to create on the node, if any.
     pub(crate) fn reply(
         &mut self,
-        client: usize,
         node: usize,
         sent: Sent,
         losses: u64,
         read_back: &ReadBack,
-        reply: Reply,
-    ) -> (Reply, Option<Creation>) {
+        replies: &[Reply],
+    ) -> (Vec<Reply>, Option<Creation>) {
         let Sent {
             connection,
             mut batch,
@@ -176,31 +163,28 @@ impl Connections {
         if let Some(time) = read_back.time {
             batch.handle_time(Ok(Some(time)));
         }
-        let mut ended = MemoryWatch::new();
-        ended.handle_closed();
-        let watch = self
-            .heard(client, node, connection, losses)
-            .unwrap_or(&mut ended);
-        let mut answer = [reply];
-        let creation = batch.finish(Some(watch), &mut answer);
+        let mut ended = ended();
+        let watch = self.heard(node, connection, losses).unwrap_or(&mut ended);
+        let mut counted = replies.to_vec();
+        let creation = batch.finish(Some(watch), &mut counted);
         let creation = creation.map(|epoch| Creation { connection, epoch });
-        (answer[0], creation)
+        (counted, creation)
     }
 
-    /// The reply to `creation`'s `SET epoch NX` reaches `client` from `node` (produced after
-    /// `losses` losses): whether the epoch must be deleted again.
-    pub(crate) fn created(
-        &mut self,
-        client: usize,
-        node: usize,
-        creation: Creation,
-        losses: u64,
-    ) -> bool {
-        let mut ended = MemoryWatch::new();
-        ended.handle_closed();
+    /// The reply to `creation`'s `SET epoch NX` arrives from `node` (produced after `losses`
+    /// losses): whether the epoch must be deleted again.
+    pub(crate) fn created(&mut self, node: usize, creation: Creation, losses: u64) -> bool {
+        let mut ended = ended();
         let watch = self
-            .heard(client, node, creation.connection, losses)
+            .heard(node, creation.connection, losses)
             .unwrap_or(&mut ended);
         !creation.epoch.holds(Some(watch))
     }
+}
+
+/// The watch of a connection that ended: it vouches for nothing.
+fn ended() -> MemoryWatch {
+    let mut watch = MemoryWatch::new();
+    watch.handle_closed();
+    watch
 }

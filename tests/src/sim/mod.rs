@@ -1,8 +1,10 @@
 //! A deterministic simulator for Redlock: simulated Redis nodes, a faulty network, node crashes,
-//! client pauses and drifting clocks, with clients driving the **real** `redlock-core` machines
-//! ([`Acquire`](redlock_core::Acquire) with retries, [`Extend`](redlock_core::Extend) under the
-//! [`Renewal`](redlock_core::Renewal) auto-extension policy, [`Release`](redlock_core::Release)),
-//! and a checker for mutual exclusion.
+//! client pauses and drifting clocks, with clients driving the **real** `redlock-core`
+//! [`Multiplexer`](redlock_core::Multiplexer) — what the adapters' drivers run: every lock's
+//! [`Lifecycle`](redlock_core::Lifecycle) with retries, auto-extension and release, one FIFO per
+//! node, one write per node — over one connection per node whose batches go through the core's
+//! [`NodeBatch`](redlock_core::NodeBatch) (restart-aware voting proven once per connection), and
+//! a checker for mutual exclusion.
 //!
 //! # What is checked
 //! At every instant of *true* time, at most one client is inside the validity it was given for
@@ -30,7 +32,10 @@
 //!    their order ([`NetConfig::fifo`]: one connection per node, as the adapters keep). The
 //!    engine needs that order today: without it, the release of a lost acquire round can land
 //!    after the next round's `SET` (same token) and delete it — see
-//!    [`Scenario::unordered_links`].
+//!    [`Scenario::unordered_links`]. A client's connection answers every batch exactly once:
+//!    with the node's replies, or with a timeout error per request after
+//!    [`Scenario::io_timeout`] (the late reply is then skipped), as the adapters' connections
+//!    do.
 //!
 //! [`Scenario::assumptions`] lists the points a scenario breaks. Scenarios inside the model must
 //! run clean; *negative controls* (each breaking one point) must be caught, proving the checker

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redlock_core::fake::FakeNode;
 pub use redlock_core::fake::{ExtendSemantics, FenceFault};
-use redlock_core::{Command, Dialect, NodeBatch, Reply};
+use redlock_core::{Dialect, NodeBatch, Reply, Transmit};
 
 use super::clock::{Clock, Nanos};
 use super::connections::ReadBack;
@@ -86,25 +86,32 @@ impl Node {
         self.store.holder(self.local(t), key)
     }
 
-    /// Runs `command` at true time `t` (the node must be up) and returns Redis's answer: in
-    /// the form `batch` (a tracked connection's plan) says, after its proof reads, or in its
-    /// usual form on this node.
+    /// Runs a batch at true time `t` (the node must be up) and returns Redis's answers, one
+    /// per request: in the forms `plan` (a tracked connection's) says, after its proof reads, or
+    /// each in its usual form on this node.
     pub(crate) fn run(
         &mut self,
         t: Nanos,
-        command: &Command,
-        batch: Option<&NodeBatch>,
-    ) -> (Reply, ReadBack) {
+        transmits: &[Transmit],
+        plan: Option<&NodeBatch>,
+    ) -> (Vec<Reply>, ReadBack) {
         debug_assert!(self.up);
         let now = self.local(t);
-        match batch {
-            Some(batch) => {
-                let read_back = ReadBack::of(batch.reads(), self.store.epoch_value(), now);
-                let reply = self.store.run_form(now, command, batch.form(0, command));
-                (reply, read_back)
-            }
-            None => (self.store.run(now, command), ReadBack::default()),
-        }
+        let read_back = plan.map_or_else(ReadBack::default, |plan| {
+            ReadBack::of(plan.reads(), self.store.epoch_value(), now)
+        });
+        let replies = transmits
+            .iter()
+            .enumerate()
+            .map(|(index, transmit)| {
+                let command = &transmit.command;
+                match plan {
+                    Some(plan) => self.store.run_form(now, command, plan.form(index, command)),
+                    None => self.store.run(now, command),
+                }
+            })
+            .collect();
+        (replies, read_back)
     }
 
     /// `SET` of the epoch key to `ms` `NX` (the node must be up).
@@ -125,12 +132,20 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use redlock_core::{
-        Acquire, AcquireOutcome, Config, Extend, Lease, LockRequest, Output, Release, RetryPolicy,
+        Acquire, AcquireOutcome, Command, Config, Extend, Lease, LockRequest, Output, Release,
+        RetryPolicy,
     };
 
     use super::*;
 
     const MS: Nanos = 1_000_000;
+
+    /// Runs one command in its usual form on `node` at true time `t`.
+    fn run(node: &mut Node, t: Nanos, command: &Command) -> Reply {
+        debug_assert!(node.up);
+        let now = node.local(t);
+        node.store.run(now, command)
+    }
 
     fn first_send<T: std::fmt::Debug>(output: Output<T>) -> Command {
         match output {
@@ -187,13 +202,13 @@ mod tests {
         );
         let (set, release, _) = commands(&["r"], "a", 100);
         let (other, _, _) = commands(&["r"], "b", 100);
-        assert_eq!(node.run(0, &set, None).0, Reply::Ok);
-        assert_eq!(node.run(MS, &other, None).0, Reply::Nil);
+        assert_eq!(run(&mut node, 0, &set), Reply::Ok);
+        assert_eq!(run(&mut node, MS, &other), Reply::Nil);
         assert_eq!(node.holder(90 * MS, b"r"), Some(&b"a"[..]));
         assert_eq!(node.holder(91 * MS, b"r"), None);
-        assert_eq!(node.run(91 * MS, &other, None).0, Reply::Ok);
+        assert_eq!(run(&mut node, 91 * MS, &other), Reply::Ok);
         assert_eq!(
-            node.run(92 * MS, &release, None).0,
+            run(&mut node, 92 * MS, &release),
             Reply::Int(-1),
             "held by b"
         );
@@ -201,7 +216,7 @@ mod tests {
         assert!(!node.is_up());
         node.restart();
         assert_eq!(node.holder(92 * MS, b"r"), None, "a crash loses every key");
-        assert_eq!(node.run(92 * MS, &release, None).0, Reply::Int(0));
+        assert_eq!(run(&mut node, 92 * MS, &release), Reply::Int(0));
     }
 
     #[test]
@@ -214,30 +229,26 @@ mod tests {
         );
         let (set_ab, release_ab, extend_ab) = commands(&["a", "b"], "t1", 100);
         let (set_b, release_b, _) = commands(&["b"], "t2", 100);
-        assert_eq!(node.run(0, &set_b, None).0, Reply::Ok);
+        assert_eq!(run(&mut node, 0, &set_b), Reply::Ok);
         assert_eq!(
-            node.run(0, &set_ab, None).0,
+            run(&mut node, 0, &set_ab),
             Reply::Int(0),
             "b is taken: nothing set"
         );
         assert_eq!(node.holder(0, b"a"), None);
-        assert_eq!(
-            node.run(0, &extend_ab, None).0,
-            Reply::Int(0),
-            "not all ours"
-        );
-        assert_eq!(node.run(0, &release_b, None).0, Reply::Int(1));
-        assert_eq!(node.run(0, &release_b, None).0, Reply::Int(0));
-        assert_eq!(node.run(0, &set_ab, None).0, Reply::Int(1));
-        assert_eq!(node.run(50 * MS, &extend_ab, None).0, Reply::Int(1));
+        assert_eq!(run(&mut node, 0, &extend_ab), Reply::Int(0), "not all ours");
+        assert_eq!(run(&mut node, 0, &release_b), Reply::Int(1));
+        assert_eq!(run(&mut node, 0, &release_b), Reply::Int(0));
+        assert_eq!(run(&mut node, 0, &set_ab), Reply::Int(1));
+        assert_eq!(run(&mut node, 50 * MS, &extend_ab), Reply::Int(1));
         assert_eq!(node.holder(149 * MS, b"b"), Some(&b"t1"[..]));
         assert_eq!(node.holder(150 * MS, b"a"), None);
         let (set_a, _, _) = commands(&["a"], "t1", 100);
         let later = 300 * MS;
-        assert_eq!(node.run(later, &set_a, None).0, Reply::Ok);
-        assert_eq!(node.run(later, &set_b, None).0, Reply::Ok);
+        assert_eq!(run(&mut node, later, &set_a), Reply::Ok);
+        assert_eq!(run(&mut node, later, &set_b), Reply::Ok);
         assert_eq!(
-            node.run(later, &release_ab, None).0,
+            run(&mut node, later, &release_ab),
             Reply::Int(-1),
             "b is someone else's"
         );
@@ -253,8 +264,8 @@ mod tests {
             (ExtendSemantics::NeverShorten, true),
         ] {
             let mut node = Node::speaking(Clock::new(0, 0), semantics, None, Dialect::SCRIPTS);
-            assert_eq!(node.run(0, &set, None).0, Reply::Ok);
-            assert_eq!(node.run(MS, &extend_short, None).0, Reply::Int(1));
+            assert_eq!(run(&mut node, 0, &set), Reply::Ok);
+            assert_eq!(run(&mut node, MS, &extend_short), Reply::Int(1));
             assert_eq!(
                 node.holder(50 * MS, b"r").is_some(),
                 alive_at_50ms,

@@ -171,8 +171,8 @@ pub struct Scenario {
     /// Clients start no new acquisition after this much true time; the run ends when all are done.
     pub run_for: Duration,
     /// The chance, at each step of a client that is acquiring, that a release notice arrives
-    /// (`Lifecycle::handle_wake`): notices at any moment, true or not, must never matter to
-    /// safety, only to how soon a round starts.
+    /// on every channel its locks listen on (`Multiplexer::handle_notice`): notices at any
+    /// moment, true or not, must never matter to safety, only to how soon a round starts.
     pub wake_noise: f64,
 }
 
@@ -506,8 +506,8 @@ impl Scenario {
     }
 
     /// Inside the model: every fault at once, eight clients on one resource, and release notices
-    /// at random moments (during rounds, clean-ups and pauses, whether or not anything was
-    /// released).
+    /// at random moments, whether or not anything was released (each reaches every lock that
+    /// listens: a lock pausing between rounds).
     pub fn wake_storm() -> Self {
         Self {
             name: "wake_storm",
@@ -515,8 +515,9 @@ impl Scenario {
             resources: 1,
             multi: 0.0,
             wake_noise: 0.3,
-            // Early rounds use up attempts: allow more, so that locks still get taken.
-            retry: Self::baseline().retry.attempts(12),
+            // Early rounds use up attempts (and find their lock's previous requests still in
+            // flight on slow nodes): allow more, so that locks still get taken.
+            retry: Self::baseline().retry.attempts(40),
             ..Self::everything()
         }
     }
@@ -704,6 +705,16 @@ impl Scenario {
             Some((_, factor)) if factor > 1.0 => base.mul_f64(factor),
             _ => base,
         }
+    }
+
+    /// How long a client's connection waits for a batch's replies before it answers each
+    /// request with a timeout error and skips the late reply (the adapters' I/O timeout): twice
+    /// the engine's per-node timeout of the shortest lock (TTL / 10, at least 10 ms), as the
+    /// adapters' default of 2 s is twice the per-node timeout of a 10 s lock. Replies the
+    /// network reorders further than that are skipped, as a real connection skips a reply that
+    /// came after its timeout.
+    pub fn io_timeout(&self) -> Duration {
+        (self.ttl.0 / 10).max(Duration::from_millis(10)) * 2
     }
 
     /// The model assumptions this scenario breaks (empty: inside the model, so the checker must

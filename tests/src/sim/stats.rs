@@ -42,7 +42,8 @@ pub struct Stats {
     /// Partitions.
     pub partitions: u64,
     /// Acquire requests a node refused because it lost its memory too recently
-    /// (restart-aware voting).
+    /// (restart-aware voting): refused by the node's script, or by the connection (a push
+    /// before the reply, or a native proof that found the memory young).
     pub ineligible_votes: u64,
     /// Restart-checked acquisitions sent without their check, the connection vouching for the
     /// node's memory (tracked connections only).

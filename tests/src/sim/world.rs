@@ -8,12 +8,12 @@
 
 use std::collections::BTreeMap;
 
-use redlock_core::{Command, Config, NodeErrorKind, Reply, RequestId};
+use redlock_core::{Command, Config, NodeBatch, NodeErrorKind, Reply, RequestId, Transmit};
 
 use super::checker::{Checker, Violation, ms};
-use super::client::{Client, Env, Outgoing};
+use super::client::{Client, Env, Input, Outgoing};
 use super::clock::{Nanos, TimeBase, nanos};
-use super::connections::{Connections, Creation, ReadBack, Sent};
+use super::connections::{Connections, Creation, ReadBack};
 use super::network::{Link, Network, Transit};
 use super::node::Node;
 use super::scenario::{MemoryLoss, Scenario, Tracked};
@@ -26,23 +26,24 @@ const MAX_EVENTS: u64 = 20_000_000;
 
 #[derive(Debug)]
 enum Event {
-    /// A request reaches a node.
+    /// A batch of requests reaches a node.
     ToNode {
         client: usize,
-        id: RequestId,
-        command: Command,
-        /// The tracked connection it went out on, when connections are tracked.
-        sent: Option<Sent>,
+        number: u64,
+        node: usize,
+        transmits: Vec<Transmit>,
+        /// Its plan on a tracked connection.
+        plan: Option<NodeBatch>,
     },
-    /// A reply reaches a client.
+    /// The replies to a batch reach its client.
     ToClient {
         client: usize,
-        id: RequestId,
-        reply: Reply,
-        sent: Option<Sent>,
-        /// What the node answered to the proof reads ahead of the request.
+        number: u64,
+        node: usize,
+        replies: Vec<(RequestId, Reply)>,
+        /// What the node answered to the proof reads ahead of the requests.
         read_back: ReadBack,
-        /// The node's memory losses when it produced the reply.
+        /// The node's memory losses when it produced the replies.
         losses: u64,
     },
     /// A tracked connection's `SET epoch NX` (then, when it does not hold, `DEL epoch`)
@@ -106,8 +107,6 @@ pub(crate) struct World<'s> {
     trace: Option<Trace>,
     fingerprint: u64,
     outbox: Vec<Outgoing>,
-    /// Each client's tracked connection to each node, when the scenario tracks them.
-    connections: Option<Connections>,
 }
 
 impl<'s> World<'s> {
@@ -129,7 +128,19 @@ impl<'s> World<'s> {
             .iter()
             .enumerate()
             .map(|(id, &clock)| {
-                Client::new(id, scenario, clock, config.clone(), root.fork(), stop_at)
+                let connections = (scenario.tracked != Tracked::Off).then(|| {
+                    let deaf = scenario.tracked == Tracked::Deaf;
+                    Connections::new(scenario.nodes, scenario.dialect, deaf)
+                });
+                Client::new(
+                    id,
+                    scenario,
+                    clock,
+                    config.clone(),
+                    root.fork(),
+                    stop_at,
+                    connections,
+                )
             })
             .collect();
         let nodes = plan
@@ -162,15 +173,6 @@ impl<'s> World<'s> {
             trace: traced.then(Trace::default),
             fingerprint: 0xcbf2_9ce4_8422_2325 ^ seed,
             outbox: Vec::new(),
-            connections: match scenario.tracked {
-                Tracked::Off => None,
-                tracked => Some(Connections::new(
-                    scenario.clients,
-                    scenario.nodes,
-                    scenario.dialect,
-                    tracked == Tracked::Deaf,
-                )),
-            },
         };
         if let Some(trace) = world.trace.as_mut() {
             trace.push(0, None, None, Vec::new(), format!("{scenario:?}"));
@@ -298,57 +300,65 @@ impl<'s> World<'s> {
         match event {
             Event::ToNode {
                 client,
-                id,
-                command,
-                sent,
+                number,
+                node,
+                transmits,
+                plan,
             } => {
-                let node = id.node();
                 self.mix(1);
                 self.mix(u64::try_from(client * 64 + node).unwrap_or(0));
                 if self.network.cut(t, client, node) {
                     self.stats.partitioned += 1;
-                    self.log(t, Some(client), Some(node), &command, |tr| {
+                    self.log(t, Some(client), Some(node), &transmits[0].command, |tr| {
                         format!(
                             "{} dropped by a partition on arrival",
-                            describe(tr, &command)
+                            describe_all(tr, &transmits)
                         )
                     });
                     return;
                 }
                 let answer = if self.nodes[node].is_up() {
-                    let batch = sent.as_ref().map(|sent| &sent.batch);
-                    self.stats.vouched += u64::from(batch.is_some_and(|b| b.vouched(0)));
-                    let (reply, read_back) = self.nodes[node].run(t, &command, batch);
-                    if command.op() == redlock_core::Op::SetIfAbsent
-                        && matches!(reply, Reply::Int(n) if n < 0)
-                    {
-                        self.stats.ineligible_votes += 1;
+                    let (replies, read_back) = self.nodes[node].run(t, &transmits, plan.as_ref());
+                    for (transmit, reply) in transmits.iter().zip(&replies) {
+                        let command = &transmit.command;
+                        if command.op() == redlock_core::Op::SetIfAbsent
+                            && matches!(reply, Reply::Int(n) if *n < 0)
+                        {
+                            self.stats.ineligible_votes += 1;
+                        }
+                        let holder = self.nodes[node]
+                            .holder(t, command.spec().keys().next().unwrap_or_default())
+                            .map(<[u8]>::to_vec);
+                        self.log(t, Some(client), Some(node), command, |tr| {
+                            format!(
+                                "node runs {} -> {reply:?} (first key now held by {})",
+                                describe(tr, command),
+                                holder.as_deref().map_or("nobody", |h| tr.token(h))
+                            )
+                        });
                     }
-                    let holder = self.nodes[node]
-                        .holder(t, command.spec().keys().next().unwrap_or_default())
-                        .map(<[u8]>::to_vec);
-                    self.log(t, Some(client), Some(node), &command, |tr| {
-                        format!(
-                            "node runs {} -> {reply:?} (first key now held by {})",
-                            describe(tr, &command),
-                            holder.as_deref().map_or("nobody", |h| tr.token(h))
-                        )
-                    });
-                    Some((reply, read_back))
+                    Some((replies, read_back))
                 } else {
                     self.stats.to_down_node += 1;
                     // Connection refused, or a host that does not answer at all.
                     let refused = self.net_rng.chance(0.5);
-                    self.log(t, Some(client), Some(node), &command, |tr| {
+                    self.log(t, Some(client), Some(node), &transmits[0].command, |tr| {
                         format!(
                             "{} reaches a down node (refused: {refused})",
-                            describe(tr, &command)
+                            describe_all(tr, &transmits)
                         )
                     });
-                    refused.then(|| (Reply::Error(NodeErrorKind::Connection), ReadBack::default()))
+                    refused.then(|| {
+                        let failed = Reply::Error(NodeErrorKind::Connection);
+                        (vec![failed; transmits.len()], ReadBack::default())
+                    })
                 };
-                if let Some((reply, read_back)) = answer {
-                    self.mix(reply_code(reply));
+                if let Some((replies, read_back)) = answer {
+                    for reply in &replies {
+                        self.mix(reply_code(*reply));
+                    }
+                    let replies: Vec<(RequestId, Reply)> =
+                        transmits.iter().map(|t| t.id).zip(replies).collect();
                     let link = Link {
                         client,
                         node,
@@ -357,9 +367,9 @@ impl<'s> World<'s> {
                     let losses = self.nodes[node].losses();
                     self.send(t, link, || Event::ToClient {
                         client,
-                        id,
-                        reply,
-                        sent: sent.clone(),
+                        number,
+                        node,
+                        replies: replies.clone(),
                         read_back: read_back.clone(),
                         losses,
                     });
@@ -367,13 +377,12 @@ impl<'s> World<'s> {
             }
             Event::ToClient {
                 client,
-                id,
-                reply,
-                sent,
+                number,
+                node,
+                replies,
                 read_back,
                 losses,
             } => {
-                let node = id.node();
                 self.mix(2);
                 self.mix(u64::try_from(client * 64 + node).unwrap_or(0));
                 if self.network.cut(t, client, node) {
@@ -381,35 +390,27 @@ impl<'s> World<'s> {
                     return;
                 }
                 if let Some(trace) = self.trace.as_mut() {
-                    trace.push(
-                        t,
-                        Some(client),
-                        Some(node),
-                        Vec::new(),
-                        format!(
-                            "reply {reply:?} to op {} batch {} arrives",
-                            id.origin().operation(),
-                            id.batch()
-                        ),
-                    );
-                }
-                let reply = match (&mut self.connections, sent) {
-                    (Some(connections), Some(sent)) => {
-                        let (counted, creation) =
-                            connections.reply(client, node, sent, losses, &read_back, reply);
-                        // A refusal the connection made of the node's own answer (a vote after
-                        // a push, or a native proof that found the memory young).
-                        if counted != reply && matches!(counted, Reply::Int(n) if n < 0) {
-                            self.stats.ineligible_votes += 1;
-                        }
-                        if let Some(creation) = creation {
-                            self.send_epoch(t, client, node, creation, false);
-                        }
-                        counted
+                    for (id, reply) in &replies {
+                        trace.push(
+                            t,
+                            Some(client),
+                            Some(node),
+                            Vec::new(),
+                            format!(
+                                "reply {reply:?} to op {} batch {} arrives",
+                                id.origin().operation(),
+                                id.batch()
+                            ),
+                        );
                     }
-                    _ => reply,
+                }
+                let input = Input::Replies {
+                    number,
+                    replies,
+                    read_back,
+                    losses,
                 };
-                self.with_client(t, client, |c, env| c.on_reply(env, id, reply));
+                self.with_client(t, client, |c, env| c.on_input(env, input));
             }
             Event::EpochToNode {
                 client,
@@ -453,13 +454,12 @@ impl<'s> World<'s> {
                 if self.network.cut(t, client, node) {
                     return;
                 }
-                let undo = self
-                    .connections
-                    .as_mut()
-                    .is_some_and(|c| c.created(client, node, creation, losses));
-                if undo {
-                    self.send_epoch(t, client, node, creation, true);
-                }
+                let input = Input::EpochSet {
+                    node,
+                    creation,
+                    losses,
+                };
+                self.with_client(t, client, |c, env| c.on_input(env, input));
             }
             Event::Timer { client, seq } => {
                 self.mix(3);
@@ -500,8 +500,8 @@ impl<'s> World<'s> {
                 self.stats.crashes += 1;
                 self.nodes[node].crash();
                 let losses = self.nodes[node].losses();
-                if let Some(connections) = &mut self.connections {
-                    connections.crash(node, losses);
+                for client in &mut self.clients {
+                    client.on_connection_end(node, losses);
                 }
                 if let Some(trace) = self.trace.as_mut() {
                     trace.push(
@@ -543,35 +543,47 @@ impl<'s> World<'s> {
         f(c, &mut env);
         let timer = c.take_timer();
         let mut outbox = std::mem::take(&mut self.outbox);
-        for Outgoing { client, transmit } in outbox.drain(..) {
-            let node = transmit.id.node();
-            if let Some(trace) = self.trace.as_mut() {
-                let text = format!(
-                    "sends {} (op {} batch {})",
-                    describe(trace, &transmit.command),
-                    transmit.id.origin().operation(),
-                    transmit.id.batch()
-                );
-                let keys = transmit.command.spec().keys().map(<[u8]>::to_vec).collect();
-                trace.push(t, Some(client), Some(node), keys, text);
+        for outgoing in outbox.drain(..) {
+            match outgoing {
+                Outgoing::Batch {
+                    client,
+                    number,
+                    node,
+                    transmits,
+                    plan,
+                } => {
+                    if let Some(trace) = self.trace.as_mut() {
+                        for transmit in &transmits {
+                            let text = format!(
+                                "sends {} (op {} batch {}, write {number})",
+                                describe(trace, &transmit.command),
+                                transmit.id.origin().operation(),
+                                transmit.id.batch()
+                            );
+                            let keys = transmit.command.spec().keys().map(<[u8]>::to_vec).collect();
+                            trace.push(t, Some(client), Some(node), keys, text);
+                        }
+                    }
+                    let link = Link {
+                        client,
+                        node,
+                        to_node: true,
+                    };
+                    self.send(t, link, || Event::ToNode {
+                        client,
+                        number,
+                        node,
+                        transmits: transmits.clone(),
+                        plan: plan.clone(),
+                    });
+                }
+                Outgoing::Epoch {
+                    client,
+                    node,
+                    creation,
+                    delete,
+                } => self.send_epoch(t, client, node, creation, delete),
             }
-            let sent = self
-                .connections
-                .as_ref()
-                .map(|connections| connections.send(client, node, &transmit));
-            let id = transmit.id;
-            let command = transmit.command;
-            let link = Link {
-                client,
-                node,
-                to_node: true,
-            };
-            self.send(t, link, || Event::ToNode {
-                client,
-                id,
-                command: command.clone(),
-                sent: sent.clone(),
-            });
         }
         self.outbox = outbox;
         if let Some((at, seq)) = timer {
@@ -643,6 +655,15 @@ fn reply_code(reply: Reply) -> u64 {
         Reply::Error(_) => 4,
         _ => 5,
     }
+}
+
+/// Every request of a batch, as [`describe`] puts each.
+fn describe_all(trace: &Trace, transmits: &[Transmit]) -> String {
+    let each: Vec<String> = transmits
+        .iter()
+        .map(|t| describe(trace, &t.command))
+        .collect();
+    each.join(", ")
 }
 
 /// `SetIfAbsent [r0, r1] of c1#3 px 300`.
