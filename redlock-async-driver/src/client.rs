@@ -41,8 +41,8 @@ struct Inner {
     /// bound to the runtime it was made on).
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
-    /// Negative controls only ([`Settings::deaf_memory_watch`]).
-    deaf_memory_watch: bool,
+    /// Negative controls only ([`Settings::memory_watch_fault`]).
+    memory_watch_fault: Option<redlock_core::WatchFault>,
     /// Counts machine suspends (Linux): shared by every driver and lock of the client.
     clock: Clock,
     ids: LockIds,
@@ -131,7 +131,7 @@ impl<R: Runtime> Redlock<R> {
                     Node::new(
                         addr.clone(),
                         self.inner.io_timeout,
-                        self.inner.deaf_memory_watch,
+                        self.inner.memory_watch_fault,
                     )
                 })
                 .collect(),
@@ -231,7 +231,7 @@ impl<R: Runtime> FromSettings for Redlock<R> {
                 deployment: Deployment::new(settings.config, labels),
                 nodes: settings.nodes,
                 io_timeout: settings.io_timeout,
-                deaf_memory_watch: settings.deaf_memory_watch,
+                memory_watch_fault: settings.memory_watch_fault,
                 clock: Clock::new(),
                 ids: LockIds::default(),
                 driver: Mutex::new(None),

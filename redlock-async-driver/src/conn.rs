@@ -15,7 +15,7 @@ use redis::aio::MultiplexedConnection;
 use redlock_core::Batch;
 use redlock_redis::{
     Answers, BatchReplies, NodeAddr, Tracking, detect_dialect_async, resp3_client, run_batch_async,
-    speaks_no_resp3, tracking_on,
+    speaks_no_resp3,
 };
 
 type Connected = redlock_redis::Connected<MultiplexedConnection>;
@@ -26,16 +26,20 @@ pub(crate) struct Node {
     addr: NodeAddr,
     io_timeout: Duration,
     /// Negative controls only: watches that hear no push.
-    deaf: bool,
+    fault: Option<redlock_core::WatchFault>,
     connected: Mutex<Option<Connected>>,
 }
 
 impl Node {
-    pub(crate) fn new(addr: NodeAddr, io_timeout: Duration, deaf: bool) -> Self {
+    pub(crate) fn new(
+        addr: NodeAddr,
+        io_timeout: Duration,
+        fault: Option<redlock_core::WatchFault>,
+    ) -> Self {
         Self {
             addr,
             io_timeout,
-            deaf,
+            fault,
             connected: Mutex::new(None),
         }
     }
@@ -88,7 +92,7 @@ impl Node {
     }
 
     async fn connect_tracked(&self) -> Result<Connected, redis::RedisError> {
-        let tracking = Tracking::new(self.deaf);
+        let tracking = Tracking::new(self.fault);
         let heard = tracking.clone();
         let config = self.config().set_push_sender(move |push: redis::PushInfo| {
             heard.handle_push(&push);
@@ -98,7 +102,10 @@ impl Node {
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let dialect = detect_dialect_async(&mut conn).await?;
-        let tracked = tracking_on().query_async::<()>(&mut conn).await;
+        let tracked = tracking
+            .tracking_on(&dialect)
+            .query_async::<()>(&mut conn)
+            .await;
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }
 

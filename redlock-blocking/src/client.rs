@@ -63,7 +63,7 @@ impl FromSettings for Redlock {
             labels.clone(),
             settings.nodes,
             settings.io_timeout,
-            settings.deaf_memory_watch,
+            settings.memory_watch_fault,
         )?;
         Ok(Redlock {
             inner: Arc::new(Inner {

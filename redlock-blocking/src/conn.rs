@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use redlock_core::{Batch, NodeErrorKind, Reply, Transmit};
 use redlock_redis::{
     BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, speaks_no_resp3,
-    tracking_on,
 };
 
 use crate::driver::Input;
@@ -27,14 +26,14 @@ impl Worker {
     pub(crate) fn spawn(
         addr: NodeAddr,
         io_timeout: Duration,
-        deaf: bool,
+        fault: Option<redlock_core::WatchFault>,
         driver: Sender<Input>,
     ) -> Self {
         let (batches, queue) = mpsc::channel();
         let label = addr.label().clone();
         let spawned = thread::Builder::new()
             .name(format!("redlock-node-{label}"))
-            .spawn(move || Connection::new(addr, io_timeout, deaf).run(&queue, &driver));
+            .spawn(move || Connection::new(addr, io_timeout, fault).run(&queue, &driver));
         if let Err(err) = spawned {
             tracing::error!(node = %label, %err, "could not start the node's worker thread");
         }
@@ -56,7 +55,7 @@ struct Connection {
     addr: NodeAddr,
     io_timeout: Duration,
     /// Negative controls only: watches that hear no push.
-    deaf: bool,
+    fault: Option<redlock_core::WatchFault>,
     /// The connection, what its node can run and its watch over the node's memory, learnt
     /// when it was made.
     conn: Option<Connected>,
@@ -65,11 +64,11 @@ struct Connection {
 type Connected = redlock_redis::Connected<redis::Connection>;
 
 impl Connection {
-    fn new(addr: NodeAddr, io_timeout: Duration, deaf: bool) -> Self {
+    fn new(addr: NodeAddr, io_timeout: Duration, fault: Option<redlock_core::WatchFault>) -> Self {
         Self {
             addr,
             io_timeout,
-            deaf,
+            fault,
             conn: None,
         }
     }
@@ -162,8 +161,8 @@ impl Connection {
         let (pushes, queued) = mpsc::channel();
         conn.set_push_sender(pushes);
         let dialect = detect_dialect(&mut conn)?;
-        let tracked = tracking_on().query::<()>(&mut conn);
-        let tracking = Tracking::queued(self.deaf, queued);
+        let tracking = Tracking::queued(self.fault, queued);
+        let tracked = tracking.tracking_on(&dialect).query::<()>(&mut conn);
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }
 }

@@ -234,7 +234,7 @@ pub use lease::Lease;
 pub use lifecycle::Lifecycle;
 #[cfg(any(test, feature = "testing"))]
 pub use machine::Machine;
-pub use memory_watch::MemoryWatch;
+pub use memory_watch::{MemoryWatch, WatchFault};
 pub use multiplexer::{Batch, Change, LINGER, LockId, Multiplexer, Start, Timeout, TimeoutReason};
 pub use node_batch::{EpochCreation, NodeBatch, ProofRead};
 #[cfg(any(test, feature = "testing"))]

@@ -5,9 +5,10 @@
 //! a script per acquisition. A connection can prove the same thing once and then have the node
 //! tell it when the proof may no longer hold:
 //!
-//! 1. The connection speaks RESP3 with client tracking on (`CLIENT TRACKING ON`).
-//! 2. **Prove**: it sends `GET` [`EPOCH_KEY`](crate::EPOCH_KEY) — which makes the node track that
-//!    key for this connection — and then the acquisition with its restart check, as always.
+//! 1. The connection speaks RESP3 with client tracking on ([`MemoryWatch::tracking_on`]).
+//! 2. **Prove**: it sends `CLIENT CACHING YES` and `GET` [`EPOCH_KEY`](crate::EPOCH_KEY) — which
+//!    makes the node track that key, and only that key, for this connection — and then the
+//!    acquisition with its restart check, as always.
 //!    If the check says the node may vote and the node pushed nothing about the epoch key in
 //!    between, the node's memory was at least that longest TTL old, and still is for as long
 //!    as the epoch key stays untouched.
@@ -21,6 +22,21 @@
 //!
 //! The driver must hand this watch every push it read before a reply, before it hands the
 //! reply on ([`MemoryWatch::handle_invalidation`]); a new connection starts with a new watch.
+//!
+//! # The connection hears what its own commands cause
+//! Tracking is `OPTIN` and without `NOLOOP`: the node pushes to this connection every change of
+//! the epoch key, its own included. An eviction or a tracking-table trim that the connection's
+//! own command sets off (a vouched `SET` on a node at its `maxmemory`) is pushed *before* that
+//! command's reply, so the reply does not count; the connection's own write of the epoch (a
+//! trust, the checked script stamping a missing epoch) is pushed right after its reply, and the
+//! next reply does not count as vouched. Both checked on Redis 7.0 and Valkey 9.1. With
+//! `NOLOOP`, none of these reaches the connection, and a write of its own even stops the node
+//! tracking the key for it: a later eviction is never pushed.
+//!
+//! A node that runs no script keeps `NOLOOP` for now (its epoch is created by the connection
+//! itself, see below, and that write's own push cannot be told from a flush's by the async
+//! adapter): there a trust voids the proof ([`NodeBatch`](crate::NodeBatch) sees it go out), but
+//! an eviction the connection's own command sets off goes unheard.
 //! Everything else — which form each request takes, what goes ahead of a batch to prove, how
 //! each answer counts, when an epoch is created or undone — is [`NodeBatch`](crate::NodeBatch)'s:
 //! a driver's batch code goes through it and calls no method of the watch.
@@ -40,13 +56,14 @@
 //! it proved, and never lets a reply count across a push or a connection's end.
 
 use crate::command::EPOCH_KEY;
+use crate::dialect::Dialect;
 use crate::reply::Reply;
 
 /// One connection's knowledge of its node's memory: restart-aware voting for the price of a
 /// plain `SET`, as the crate docs' *Restart-aware voting* section describes.
 ///
-/// The protocol, in order: the connection turns client tracking on (`CLIENT TRACKING ON
-/// NOLOOP`); every batch goes out through a [`NodeBatch`](crate::NodeBatch), which says whether
+/// The protocol, in order: the connection turns client tracking on
+/// ([`tracking_on`](Self::tracking_on)); every batch goes out through a [`NodeBatch`](crate::NodeBatch), which says whether
 /// an acquisition must prove (`GET` of the epoch key, then the checked acquisition) or is
 /// vouched for (plain `SET NX PX`) and counts its answers; every push the connection reads goes
 /// to [`handle_invalidation`](Self::handle_invalidation) and its end to
@@ -59,8 +76,19 @@ pub struct MemoryWatch {
     proof: Option<(u64, u64)>,
     /// Whether the connection ended: nothing is vouched for any more.
     closed: bool,
-    /// Negative controls only: invalidations are not heard.
-    deaf: bool,
+    /// Negative controls only: what the watch fails to do.
+    fault: Option<WatchFault>,
+}
+
+/// A watch with one of its safeguards switched off, for the negative controls that show what
+/// that safeguard prevents. Never for use outside tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchFault {
+    /// Invalidation pushes are not heard.
+    Deaf,
+    /// Tracking as before `OPTIN`: `NOLOOP` everywhere (the connection's own commands push
+    /// nothing to it), and a trust over the connection keeps its proof.
+    NoLoop,
 }
 
 /// How one restart-checked acquisition goes out on a connection.
@@ -89,9 +117,41 @@ impl MemoryWatch {
     /// A watch that never hears an invalidation: the check with its safety switched off, for
     /// negative controls that show what the invalidations prevent.
     pub fn deaf() -> Self {
+        Self::with_fault(Some(WatchFault::Deaf))
+    }
+
+    /// A watch with `fault` (none: a sound watch, as [`new`](Self::new)).
+    pub fn with_fault(fault: Option<WatchFault>) -> Self {
         Self {
-            deaf: true,
+            fault,
             ..Self::default()
+        }
+    }
+
+    /// The command that turns client tracking on for this watch's connection to a node of
+    /// `dialect`: `CLIENT TRACKING ON OPTIN` (the node then tracks only what the proof reads
+    /// after `CLIENT CACHING YES`, and pushes the connection's own changes too), or
+    /// `CLIENT TRACKING ON NOLOOP` on a node that runs no script (see the module docs).
+    pub fn tracking_on(&self, dialect: &Dialect) -> &'static [&'static [u8]] {
+        if self.opts_in(dialect) {
+            &[b"CLIENT", b"TRACKING", b"ON", b"OPTIN"]
+        } else {
+            &[b"CLIENT", b"TRACKING", b"ON", b"NOLOOP"]
+        }
+    }
+
+    /// Whether the connection to a node of `dialect` tracks in `OPTIN` mode (and so hears its
+    /// own commands' pushes).
+    pub(crate) fn opts_in(&self, dialect: &Dialect) -> bool {
+        dialect.scripts && self.fault != Some(WatchFault::NoLoop)
+    }
+
+    /// The connection wrote the epoch itself (a trust): a connection that does not hear its own
+    /// writes stops being told about the key, so its proof ends here.
+    pub(crate) fn handle_own_epoch_write(&mut self) {
+        if self.fault != Some(WatchFault::NoLoop) {
+            self.seen += 1;
+            self.proof = None;
         }
     }
 
@@ -117,7 +177,7 @@ impl MemoryWatch {
         everything: bool,
         keys: impl IntoIterator<Item = &'k [u8]>,
     ) {
-        if self.deaf {
+        if self.fault == Some(WatchFault::Deaf) {
             return;
         }
         if everything || keys.into_iter().any(|key| key == EPOCH_KEY) {
@@ -192,7 +252,7 @@ impl MemoryWatch {
     /// missing may stay: only if nothing was pushed since. Otherwise delete it (`DEL`): its
     /// value may predate a flush that came in between.
     pub(crate) fn created_epoch_holds(&self, seen: u64) -> bool {
-        self.deaf || (seen == self.seen && !self.closed)
+        self.fault == Some(WatchFault::Deaf) || (seen == self.seen && !self.closed)
     }
 
     /// The reply of a [`MemoryCheck::Prove`] acquisition that went out when the watch had seen
@@ -206,7 +266,7 @@ impl MemoryWatch {
 
     /// The node's memory was old enough for `max_ttl_ms` when the watch had seen `seen`: the
     /// connection vouches for it, if nothing was pushed since.
-    fn prove(&mut self, seen: u64, max_ttl_ms: u64) {
+    pub(crate) fn prove(&mut self, seen: u64, max_ttl_ms: u64) {
         if self.closed || seen != self.seen {
             return;
         }

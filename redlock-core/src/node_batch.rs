@@ -6,7 +6,7 @@
 
 use smallvec::SmallVec;
 
-use crate::command::{Command, EPOCH_KEY, RedisForm};
+use crate::command::{Command, EPOCH_KEY, Op, RedisForm};
 use crate::dialect::Dialect;
 use crate::memory_watch::{MemoryCheck, MemoryWatch};
 use crate::output::Transmit;
@@ -15,6 +15,10 @@ use crate::reply::{NodeErrorKind, Reply};
 /// A read sent ahead of a batch's requests to prove the node's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProofRead {
+    /// `CLIENT CACHING YES`, on a connection that tracks in `OPTIN` mode: the node tracks what
+    /// the next command reads (the epoch) for this connection. Its reply goes to
+    /// [`NodeBatch::handle_caching`].
+    Caching,
     /// `GET` of the epoch key: the node's epoch, and (under client tracking) the node tracks the
     /// key for this connection from then on. Its reply goes to [`NodeBatch::handle_epoch`].
     Epoch,
@@ -27,14 +31,17 @@ impl ProofRead {
     /// The command's arguments.
     pub fn args(self) -> &'static [&'static [u8]] {
         match self {
+            Self::Caching => &[b"CLIENT", b"CACHING", b"YES"],
             Self::Epoch => &[b"GET", EPOCH_KEY],
             Self::Time => &[b"TIME"],
         }
     }
 }
 
-/// What goes ahead of a batch that proves: the epoch, and the time on a node without scripts.
-const PROVE_BY_SCRIPT: &[ProofRead] = &[ProofRead::Epoch];
+/// What goes ahead of a batch that proves: the epoch (tracked for this connection alone on an
+/// `OPTIN` connection), and the time on a node without scripts.
+const PROVE_BY_SCRIPT: &[ProofRead] = &[ProofRead::Caching, ProofRead::Epoch];
+const PROVE_BY_SCRIPT_NOLOOP: &[ProofRead] = &[ProofRead::Epoch];
 const PROVE_NATIVELY: &[ProofRead] = &[ProofRead::Epoch, ProofRead::Time];
 
 /// The reads of a proving batch, as they came back.
@@ -42,6 +49,10 @@ const PROVE_NATIVELY: &[ProofRead] = &[ProofRead::Epoch, ProofRead::Time];
 struct Proof {
     /// Whether the node runs no script: the watch decides from the epoch and the time.
     native: bool,
+    /// Whether `CLIENT CACHING YES` goes first (an `OPTIN` connection).
+    opts_in: bool,
+    /// How `CLIENT CACHING YES` went (`Ok` when not sent).
+    caching: Result<(), NodeErrorKind>,
     /// The epoch (`None`: missing or not a number), or why it could not be read.
     epoch: Result<Option<u64>, NodeErrorKind>,
     /// The node's time in ms, when it was read.
@@ -57,8 +68,9 @@ struct Proof {
 ///
 /// 1. it writes [`NodeBatch::reads`] (each as [`ProofRead::args`]), then every request's
 ///    [`NodeBatch::form`], all in one pipeline;
-/// 2. it hands the reads' replies to [`NodeBatch::handle_epoch`] and
-///    [`NodeBatch::handle_time`], and every push it read before the replies to the watch;
+/// 2. it hands the reads' replies to [`NodeBatch::handle_caching`],
+///    [`NodeBatch::handle_epoch`] and [`NodeBatch::handle_time`], and every push it read before
+///    the replies to the watch;
 /// 3. it makes each request's answer of its parts ([`RedisForm::answer`]) and lets
 ///    [`NodeBatch::finish`] count them: a vouched answer counts only if the node pushed nothing
 ///    since the request went out, and a proving one may make the connection vouch;
@@ -77,6 +89,8 @@ pub struct NodeBatch {
     checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]>,
     /// The reads ahead of the batch, when an acquisition proves.
     proof: Option<Proof>,
+    /// Whether the batch writes the epoch itself (a trust): the proof ends with it.
+    trusts: bool,
 }
 
 impl NodeBatch {
@@ -94,15 +108,23 @@ impl NodeBatch {
         let proves = checks
             .iter()
             .any(|check| matches!(check, Some((MemoryCheck::Prove { .. }, _))));
-        let proof = proves.then_some(Proof {
+        let mut proof = proves.then_some(Proof {
             native: !dialect.scripts,
+            opts_in: watch.is_some_and(|watch| watch.opts_in(dialect)),
+            caching: Ok(()),
             epoch: Err(NodeErrorKind::Protocol),
             time: Err(NodeErrorKind::Protocol),
         });
+        if let Some(proof) = proof.as_mut().filter(|proof| proof.opts_in) {
+            // Not answered yet: no proof without it.
+            proof.caching = Err(NodeErrorKind::Protocol);
+        }
+        let trusts = transmits.iter().any(|t| t.command.op() == Op::Trust);
         Self {
             dialect: *dialect,
             checks,
             proof,
+            trusts,
         }
     }
 
@@ -111,7 +133,8 @@ impl NodeBatch {
         match &self.proof {
             None => &[],
             Some(proof) if proof.native => PROVE_NATIVELY,
-            Some(_) => PROVE_BY_SCRIPT,
+            Some(proof) if proof.opts_in => PROVE_BY_SCRIPT,
+            Some(_) => PROVE_BY_SCRIPT_NOLOOP,
         }
     }
 
@@ -149,6 +172,14 @@ impl NodeBatch {
                 .sum::<usize>()
     }
 
+    /// The reply to [`ProofRead::Caching`]: when it failed, the node may not track the epoch
+    /// for this connection, and nothing is proven.
+    pub fn handle_caching(&mut self, read: Result<(), NodeErrorKind>) {
+        if let Some(proof) = &mut self.proof {
+            proof.caching = read;
+        }
+    }
+
     /// The reply to [`ProofRead::Epoch`]: the value (`None`: nil), or the error it failed with.
     /// A value that is not a number reads as missing, as the acquire script reads it.
     pub fn handle_epoch(&mut self, read: Result<Option<&[u8]>, NodeErrorKind>) {
@@ -179,6 +210,9 @@ impl NodeBatch {
         mut watch: Option<&mut MemoryWatch>,
         answers: &mut [Reply],
     ) -> Option<EpochCreation> {
+        if let Some(watch) = watch.as_deref_mut().filter(|_| self.trusts) {
+            watch.handle_own_epoch_write();
+        }
         let mut create = None;
         for (check, answer) in self.checks.iter().zip(answers.iter_mut()) {
             let (Some((check, max_ttl)), Some(watch)) = (check, watch.as_deref_mut()) else {
@@ -188,7 +222,7 @@ impl NodeBatch {
                 (MemoryCheck::Vouched { seen }, _) => watch.vouched_reply(seen, *answer, *max_ttl),
                 // The checked script answered: its answer counts as it is, and may prove.
                 (MemoryCheck::Prove { seen }, Some(proof)) if !proof.native => {
-                    if proof.epoch.is_ok() {
+                    if proof.caching.is_ok() && proof.epoch.is_ok() {
                         watch.handle_proof(seen, *answer, *max_ttl);
                     }
                     *answer
@@ -291,6 +325,7 @@ mod tests {
         let mut batch = NodeBatch::new(transmits, dialect, Some(watch));
         for read in batch.reads() {
             match read {
+                ProofRead::Caching => batch.handle_caching(Ok(())),
                 ProofRead::Epoch => batch.handle_epoch(Ok(epoch)),
                 ProofRead::Time => batch.handle_time(Ok(Some(time))),
             }
@@ -321,8 +356,8 @@ mod tests {
         let mut watch = MemoryWatch::new();
         let transmits = [acquire.clone(), release];
         let batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&watch));
-        assert_eq!(batch.reads(), &[ProofRead::Epoch]);
-        assert_eq!(batch.wire_len(&transmits), 3);
+        assert_eq!(batch.reads(), &[ProofRead::Caching, ProofRead::Epoch]);
+        assert_eq!(batch.wire_len(&transmits), 4);
         let mut answers = [Reply::Int(1), Reply::Int(1)];
         run(
             &transmits,
@@ -349,7 +384,7 @@ mod tests {
         vouched.finish(Some(&mut watch), &mut answer);
         assert_eq!(answer, [Reply::Int(-60_000)]);
         let again = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch));
-        assert_eq!(again.reads(), &[ProofRead::Epoch], "proves again");
+        assert!(!again.reads().is_empty(), "proves again");
     }
 
     #[test]
@@ -369,6 +404,7 @@ mod tests {
         assert_eq!(answer, [Reply::Int(-5_000)]);
         let mut failed = MemoryWatch::new();
         let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&failed));
+        batch.handle_caching(Ok(()));
         batch.handle_epoch(Err(NodeErrorKind::Timeout));
         let mut answer = [Reply::Int(1)];
         batch.finish(Some(&mut failed), &mut answer);
@@ -377,9 +413,30 @@ mod tests {
             [Reply::Int(1)],
             "the script's own answer still counts"
         );
-        for watch in [young, failed] {
-            let batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&watch));
-            assert_eq!(batch.reads(), &[ProofRead::Epoch], "not proven");
+        // `CLIENT CACHING YES` failed or never answered: the epoch may be untracked.
+        let mut uncached = MemoryWatch::new();
+        let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&uncached));
+        batch.handle_caching(Err(NodeErrorKind::Other));
+        batch.handle_epoch(Ok(Some(b"0")));
+        batch.finish(Some(&mut uncached), &mut [Reply::Int(1)]);
+        let mut unanswered = MemoryWatch::new();
+        let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&unanswered));
+        batch.handle_epoch(Ok(Some(b"0")));
+        batch.finish(Some(&mut unanswered), &mut [Reply::Int(1)]);
+        // The control: both reads answered, the proof holds.
+        let mut proven = MemoryWatch::new();
+        let mut answer = [Reply::Int(1)];
+        run(
+            &transmits,
+            &Dialect::SCRIPTS,
+            &mut proven,
+            Some(b"0"),
+            (0, 0),
+            &mut answer,
+        );
+        assert!(proven.vouches_for(MAX));
+        for watch in [young, failed, uncached, unanswered] {
+            assert!(!watch.vouches_for(MAX), "not proven: {watch:?}");
         }
     }
 
@@ -460,6 +517,49 @@ mod tests {
             let mut answer = [Reply::Ok];
             assert_eq!(batch.finish(Some(&mut watch), &mut answer), None);
             assert_eq!(answer, [Reply::Error(expected)]);
+        }
+    }
+
+    #[test]
+    fn tracking_is_optin_where_scripts_run() {
+        let watch = MemoryWatch::new();
+        assert_eq!(
+            watch.tracking_on(&Dialect::SCRIPTS),
+            [&b"CLIENT"[..], b"TRACKING", b"ON", b"OPTIN"]
+        );
+        assert_eq!(watch.tracking_on(&native())[3], b"NOLOOP");
+        let legacy = MemoryWatch::with_fault(Some(crate::WatchFault::NoLoop));
+        assert_eq!(legacy.tracking_on(&Dialect::SCRIPTS)[3], b"NOLOOP");
+        let (acquire, _) = commands("r");
+        let batch = NodeBatch::new(&[acquire], &Dialect::SCRIPTS, Some(&legacy));
+        assert_eq!(
+            batch.reads(),
+            &[ProofRead::Epoch],
+            "no CLIENT CACHING without OPTIN"
+        );
+    }
+
+    /// A trust over a proven connection ends its proof, on every kind of node; the control
+    /// (tracking as before OPTIN) keeps it.
+    #[test]
+    fn a_trust_ends_the_proof() {
+        let config = Config::builder(1).build().expect("valid");
+        let now = Instant::now();
+        let mut trust = crate::Trust::new(now, &config);
+        let crate::Output::Send(trusting) = trust.poll_output(now) else {
+            panic!("a trust sends");
+        };
+        for (dialect, fault, ends) in [
+            (Dialect::SCRIPTS, None, true),
+            (native(), None, true),
+            (Dialect::SCRIPTS, Some(crate::WatchFault::NoLoop), false),
+        ] {
+            let mut watch = MemoryWatch::with_fault(fault);
+            watch.prove(0, MAX);
+            let batch = NodeBatch::new(std::slice::from_ref(&trusting), &dialect, Some(&watch));
+            assert!(batch.reads().is_empty());
+            batch.finish(Some(&mut watch), &mut [Reply::Int(1)]);
+            assert_eq!(!watch.vouches_for(MAX), ends, "{dialect:?} {fault:?}");
         }
     }
 

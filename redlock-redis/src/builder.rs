@@ -24,11 +24,10 @@ pub struct Settings {
     pub nodes: Vec<NodeAddr>,
     /// The bound on one request's I/O.
     pub io_timeout: Duration,
-    /// Negative controls only: connections ignore the node's invalidation pushes, so a node
-    /// that lost its memory keeps voting through a connection that proved it old
-    /// ([`Builder::deaf_memory_watch_for_tests`]).
+    /// Negative controls only: a safeguard of the connections' memory watches switched off
+    /// ([`Builder::memory_watch_fault_for_tests`]).
     #[doc(hidden)]
-    pub deaf_memory_watch: bool,
+    pub memory_watch_fault: Option<redlock_core::WatchFault>,
 }
 
 /// A client an adapter can build from [`Settings`].
@@ -45,7 +44,7 @@ pub struct Builder<C> {
     io_timeout: Duration,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::Tls>,
-    deaf_memory_watch: bool,
+    memory_watch_fault: Option<redlock_core::WatchFault>,
     client: PhantomData<fn() -> C>,
 }
 
@@ -70,7 +69,7 @@ impl<C: FromSettings> Builder<C> {
             config: Config::builder(urls.len()),
             urls,
             io_timeout: DEFAULT_IO_TIMEOUT,
-            deaf_memory_watch: false,
+            memory_watch_fault: None,
             #[cfg(feature = "tls")]
             tls: None,
             client: PhantomData,
@@ -123,8 +122,16 @@ impl<C: FromSettings> Builder<C> {
     /// working for a node a connection has already proven. Tests use it to show that the
     /// pushes are what keeps a second holder out.
     #[doc(hidden)]
-    pub fn deaf_memory_watch_for_tests(mut self) -> Self {
-        self.deaf_memory_watch = true;
+    pub fn deaf_memory_watch_for_tests(self) -> Self {
+        self.memory_watch_fault_for_tests(redlock_core::WatchFault::Deaf)
+    }
+
+    /// **Unsafe on purpose, for negative controls only**: the client's connections' memory
+    /// watches run with `fault` (see [`WatchFault`](redlock_core::WatchFault)), to show what
+    /// the safeguard it switches off keeps out.
+    #[doc(hidden)]
+    pub fn memory_watch_fault_for_tests(mut self, fault: redlock_core::WatchFault) -> Self {
+        self.memory_watch_fault = Some(fault);
         self
     }
 
@@ -149,7 +156,7 @@ impl<C: FromSettings> Builder<C> {
             config,
             nodes,
             io_timeout: self.io_timeout,
-            deaf_memory_watch: self.deaf_memory_watch,
+            memory_watch_fault: self.memory_watch_fault,
         })
     }
 }

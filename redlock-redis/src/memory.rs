@@ -13,7 +13,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redis::{PushInfo, PushKind, Value};
-use redlock_core::MemoryWatch;
+use redlock_core::{Dialect, MemoryWatch, WatchFault};
 
 /// One connection's watch over its node's memory.
 #[derive(Debug, Clone)]
@@ -24,24 +24,30 @@ pub struct Tracking {
 }
 
 impl Tracking {
-    /// A watch for a new connection; `deaf` only for negative controls (it hears no push).
-    pub fn new(deaf: bool) -> Self {
+    /// A watch for a new connection; `fault` only for negative controls.
+    pub fn new(fault: Option<WatchFault>) -> Self {
         Self {
-            watch: Arc::new(Mutex::new(if deaf {
-                MemoryWatch::deaf()
-            } else {
-                MemoryWatch::new()
-            })),
+            watch: Arc::new(Mutex::new(MemoryWatch::with_fault(fault))),
             queued: None,
         }
     }
 
     /// A watch for a blocking connection whose pushes arrive on `pushes`.
-    pub fn queued(deaf: bool, pushes: Receiver<PushInfo>) -> Self {
+    pub fn queued(fault: Option<WatchFault>, pushes: Receiver<PushInfo>) -> Self {
         Self {
             queued: Some(Arc::new(Mutex::new(pushes))),
-            ..Self::new(deaf)
+            ..Self::new(fault)
         }
+    }
+
+    /// The command that turns client tracking on for this watch's connection to a node of
+    /// `dialect` ([`MemoryWatch::tracking_on`]).
+    pub fn tracking_on(&self, dialect: &Dialect) -> redis::Cmd {
+        let mut cmd = redis::Cmd::new();
+        for arg in self.lock().tracking_on(dialect) {
+            cmd.arg(*arg);
+        }
+        cmd
     }
 
     /// Hands a push the node sent (or the connection's end, which the `redis` crate reports as
@@ -156,15 +162,6 @@ impl<C> Connected<C> {
     }
 }
 
-/// `CLIENT TRACKING ON NOLOOP`: the node then pushes an invalidation for every key this
-/// connection reads and another connection later changes or deletes, or the node evicts or
-/// flushes (the connection's own writes, such as an epoch it creates, push nothing).
-pub fn tracking_on() -> redis::Cmd {
-    let mut cmd = redis::cmd("CLIENT");
-    cmd.arg("TRACKING").arg("ON").arg("NOLOOP");
-    cmd
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,7 +191,7 @@ mod tests {
                 data: vec![],
             },
         ] {
-            let tracking = Tracking::new(false);
+            let tracking = Tracking::new(None);
             proven(&tracking);
             tracking.handle_push(&push);
             assert!(!tracking.lock().vouches_for(1_000), "{push:?}");
@@ -203,7 +200,7 @@ mod tests {
 
     #[test]
     fn pushes_about_other_keys_change_nothing() {
-        let tracking = Tracking::new(false);
+        let tracking = Tracking::new(None);
         proven(&tracking);
         let other = Value::BulkString(b"redlock:res".to_vec());
         tracking.handle_push(&invalidate(vec![Value::Array(vec![other])]));
@@ -213,7 +210,7 @@ mod tests {
     #[test]
     fn a_blocking_connections_pushes_count_once_drained() {
         let (tx, rx) = std::sync::mpsc::channel();
-        let tracking = Tracking::queued(false, rx);
+        let tracking = Tracking::queued(None, rx);
         proven(&tracking);
         tx.send(invalidate(vec![Value::Nil])).expect("open");
         assert!(tracking.lock().vouches_for(1_000), "not drained yet");

@@ -296,6 +296,7 @@ impl<'a> Reading<'a> {
             let Some(result) = results.next() else { return };
             note_failure(&result, &mut self.reconnect, &mut self.rebuild);
             match read {
+                ProofRead::Caching => self.plan.handle_caching(acknowledged(&result)),
                 ProofRead::Epoch => self.plan.handle_epoch(epoch_value(&result)),
                 ProofRead::Time => self.plan.handle_time(node_time(&result)),
             }
@@ -402,6 +403,17 @@ impl<'a> Reading<'a> {
             rebuild: self.rebuild,
         };
         (replies, create)
+    }
+}
+
+/// Whether a command answered `OK`, for [`NodeBatch::handle_caching`].
+fn acknowledged(result: &Result<redis::Value, redis::RedisError>) -> Result<(), NodeErrorKind> {
+    match result {
+        Ok(redis::Value::Okay) => Ok(()),
+        Ok(redis::Value::SimpleString(s)) if s == "OK" => Ok(()),
+        Ok(redis::Value::ServerError(err)) => Err(NodeErrorKind::from_code(err.code())),
+        Ok(_) => Err(NodeErrorKind::Protocol),
+        Err(err) => Err(map_error(err)),
     }
 }
 

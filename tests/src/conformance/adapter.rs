@@ -22,8 +22,8 @@ pub struct Options {
     pub tls: Option<redlock_redis::Tls>,
     /// The bound on one request's I/O.
     pub io_timeout: Option<Duration>,
-    /// Negative controls only: connections ignore the nodes' invalidation pushes.
-    pub deaf_memory_watch: bool,
+    /// Negative controls only: a safeguard of the connections' memory watches switched off.
+    pub memory_watch_fault: Option<redlock_core::WatchFault>,
 }
 
 impl Options {
@@ -71,6 +71,9 @@ pub trait Adapter: Sized + Send + Sync + 'static {
     fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Self::Lock, Error>;
     /// The request form.
     fn acquire(&self, request: LockRequest) -> Result<Self::Lock, Error>;
+    /// `trust_nodes()`: every node trusted (its epoch set to `0`), over the client's own
+    /// connections.
+    fn trust_nodes(&self) -> Result<(), Error>;
     /// `resume(resource, token, ttl)`: take over a lock another client acquired.
     fn resume(&self, resource: &str, token: &[u8], ttl: Duration) -> Result<Self::Lock, Error>;
     /// `release_by_token(resource, token)`: release a lock another client acquired.
@@ -128,8 +131,8 @@ pub fn transport<C: redlock_redis::FromSettings>(
     if let Some(timeout) = options.io_timeout {
         builder = builder.io_timeout(timeout);
     }
-    if options.deaf_memory_watch {
-        builder = builder.deaf_memory_watch_for_tests();
+    if let Some(fault) = options.memory_watch_fault {
+        builder = builder.memory_watch_fault_for_tests(fault);
     }
     builder
 }

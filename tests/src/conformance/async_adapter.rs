@@ -102,6 +102,12 @@ impl<E: TestExecutor> Adapter for AsyncAdapter<E> {
         Ok(self.wrap(lock))
     }
 
+    fn trust_nodes(&self) -> Result<(), Error> {
+        self.executor
+            .block_on(self.client.trust_nodes())
+            .map(|_| ())
+    }
+
     fn acquire(&self, request: LockRequest) -> Result<AsyncLock<E>, Error> {
         let lock = self.executor.block_on(self.client.acquire(request))?;
         Ok(self.wrap(lock))

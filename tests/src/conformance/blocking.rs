@@ -44,6 +44,10 @@ impl Adapter for Blocking {
             .map(|lock| BlockingLock { lock })
     }
 
+    fn trust_nodes(&self) -> Result<(), Error> {
+        self.client.trust_nodes().map(|_| ())
+    }
+
     fn acquire(&self, request: LockRequest) -> Result<BlockingLock, Error> {
         self.client
             .acquire(request)

@@ -861,7 +861,11 @@ macro_rules! conformance_tests {
             a_flushed_node_votes_for_a_deaf_connection,
             an_evicted_epoch_refuses_a_proven_connection,
             an_evicted_epoch_votes_for_a_deaf_connection,
-            a_fresh_connection_to_a_flushed_node_never_votes_early);
+            a_fresh_connection_to_a_flushed_node_never_votes_early,
+            a_trust_ends_the_proof_of_its_connection,
+            a_trust_keeps_the_proof_without_optin,
+            an_eviction_set_off_by_the_rivals_own_call_refuses_it,
+            an_eviction_set_off_by_the_rivals_own_call_is_unheard_with_noloop);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);

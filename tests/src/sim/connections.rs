@@ -30,6 +30,8 @@ pub(crate) struct Sent {
 /// What a node answered to a batch's proof reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ReadBack {
+    /// Whether `CLIENT CACHING YES` was answered (always `OK` on a simulated node).
+    pub(crate) cached: bool,
     /// `GET` of the epoch key, when it was read.
     pub(crate) epoch: Option<Option<Vec<u8>>>,
     /// `TIME` as `[seconds, microseconds]`, when it was read.
@@ -46,6 +48,7 @@ impl ReadBack {
         let mut back = Self::default();
         for read in reads {
             match read {
+                ProofRead::Caching => back.cached = true,
                 ProofRead::Epoch => back.epoch = Some(epoch.clone()),
                 ProofRead::Time => {
                     back.time = Some((now.as_secs(), u64::from(now.subsec_micros())));
@@ -157,6 +160,9 @@ impl Connections {
             connection,
             mut batch,
         } = sent;
+        if read_back.cached {
+            batch.handle_caching(Ok(()));
+        }
         if let Some(epoch) = &read_back.epoch {
             batch.handle_epoch(Ok(epoch.as_deref()));
         }
