@@ -102,10 +102,7 @@ impl Node {
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let dialect = detect_dialect_async(&mut conn).await?;
-        let tracked = tracking
-            .tracking_on(&dialect)
-            .query_async::<()>(&mut conn)
-            .await;
+        let tracked = tracking.tracking_on().query_async::<()>(&mut conn).await;
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }
 

@@ -162,7 +162,7 @@ impl Connection {
         conn.set_push_sender(pushes);
         let dialect = detect_dialect(&mut conn)?;
         let tracking = Tracking::queued(self.fault, queued);
-        let tracked = tracking.tracking_on(&dialect).query::<()>(&mut conn);
+        let tracked = tracking.tracking_on().query::<()>(&mut conn);
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }
 }

@@ -113,19 +113,24 @@ pub(crate) enum Eligibility {
 }
 
 impl Eligibility {
-    /// Reads it: `GET redlock:epoch` and `TIME` on the node, judged by the engine's own rule
-    /// ([`Epoch::refuses_for_ms`], the acquire script's check).
+    /// Reads it: `GET` and `PTTL` of `redlock:epoch` and `TIME` on the node, judged by the
+    /// engine's own rule ([`Epoch::refuses_for_ms`], the acquire script's check).
     pub(crate) fn read(
         probe: &mut Probe,
         node: &NodeAddr,
         max_ttl: Duration,
     ) -> Result<Self, String> {
-        let epoch: Option<u64> =
+        let value: Option<Vec<u8>> =
             probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_KEY))?;
-        let Some(epoch) = epoch.map(Epoch::from_value) else {
+        let Some(value) = value else {
             return Ok(Self::Unknown);
         };
+        // The claim of a node without scripts tells its age by its TTL (read before the time).
+        let pttl: i64 = probe.query(node, redis::cmd("PTTL").arg(redlock_core::EPOCH_KEY))?;
         let now = probe.time_ms(node)?;
+        let Some(epoch) = Epoch::read(&value, Some(pttl), now) else {
+            return Ok(Self::Unknown);
+        };
         let max_ttl = u64::try_from(max_ttl.as_millis()).unwrap_or(u64::MAX);
         Ok(match (epoch, epoch.refuses_for_ms(now, max_ttl)) {
             (Epoch::Trusted, _) => Self::Trusted,

@@ -76,8 +76,11 @@ pub struct FakeNode {
     /// Every lock key, live or expired (expired ones are dropped by the next
     /// [`run`](Self::run)). The epoch key is kept apart.
     pub keys: Keys,
-    /// The node's [`EPOCH_KEY`](crate::EPOCH_KEY), if it has one.
+    /// The node's [`EPOCH_KEY`](crate::EPOCH_KEY), if it holds a number.
     epoch: Option<Epoch>,
+    /// When the epoch key was claimed, by the node's clock in ms, if it holds an
+    /// [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) (and no number).
+    claimed: Option<u64>,
     extend: ExtendSemantics,
     fence_fault: Option<FenceFault>,
     dialect: Dialect,
@@ -101,6 +104,7 @@ impl FakeNode {
         Self {
             keys: Keys::new(),
             epoch: Some(Epoch::Trusted),
+            claimed: None,
             extend,
             fence_fault: None,
             dialect: Dialect::SCRIPTS,
@@ -154,6 +158,7 @@ impl FakeNode {
     pub fn forget_all(&mut self) {
         self.keys.clear();
         self.epoch = None;
+        self.claimed = None;
     }
 
     /// Whether any of `command`'s keys is alive at `now` under another token than its own.
@@ -174,6 +179,8 @@ impl FakeNode {
     /// of `max_ttl_ms`, as the script does.
     fn young(&mut self, now: Duration, max_ttl_ms: u64) -> Option<i64> {
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+        // A claim is no number to the script: it stamps the key with its time.
+        self.claimed = None;
         let epoch = *self.epoch.get_or_insert(Epoch::Began(now_ms));
         epoch
             .refuses_for_ms(now_ms, max_ttl_ms)
@@ -183,6 +190,7 @@ impl FakeNode {
     /// Marks the node trusted, as [`TRUST_SCRIPT`](crate::TRUST_SCRIPT) does.
     pub fn trust(&mut self) {
         self.epoch = Some(Epoch::Trusted);
+        self.claimed = None;
     }
 
     /// The node's epoch (`None` when it has none yet).
@@ -190,24 +198,41 @@ impl FakeNode {
         self.epoch
     }
 
-    /// `SET` of the epoch key to `ms` `NX`, as a driver creates a missing epoch on a node that
-    /// runs no script ([`EpochCreation`](crate::EpochCreation)).
-    pub fn create_epoch(&mut self, ms: u64) {
-        self.epoch.get_or_insert(Epoch::from_value(ms));
-    }
-
-    /// `DEL` of the epoch key.
-    pub fn delete_epoch(&mut self) {
-        self.epoch = None;
+    /// `SET` of the epoch key to [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) `NX PX 2^40` at `now` on
+    /// the node's clock ([`ProofRead::Claim`](crate::ProofRead::Claim)); returns whether it
+    /// wrote.
+    pub fn claim_epoch(&mut self, now: Duration) -> bool {
+        if self.epoch.is_some() || self.claimed.is_some() {
+            return false;
+        }
+        self.claimed = Some(u64::try_from(now.as_millis()).unwrap_or(u64::MAX));
+        true
     }
 
     /// What `GET` of the epoch key reads: its value as the node stores it.
     pub fn epoch_value(&self) -> Option<Vec<u8>> {
-        self.epoch.map(|epoch| match epoch {
+        let number = self.epoch.map(|epoch| match epoch {
             Epoch::Trusted => b"0".to_vec(),
             // A memory that began at 0 ms reads 1 ms later, never as `0` (trusted).
             Epoch::Began(ms) => ms.max(1).to_string().into_bytes(),
-        })
+        });
+        number.or_else(|| self.claimed.map(|_| crate::EPOCH_CLAIM.to_vec()))
+    }
+
+    /// What `PTTL` of the epoch key reads at `now` on the node's clock: what is left of a
+    /// claim's TTL, `-1` for a number (no TTL), `-2` when there is no key.
+    pub fn epoch_pttl(&self, now: Duration) -> i64 {
+        match (self.epoch, self.claimed) {
+            (Some(_), _) => -1,
+            (None, Some(at)) => {
+                let age = u64::try_from(now.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .saturating_sub(at);
+                let left = crate::EPOCH_CLAIM_TTL_MS.saturating_sub(age);
+                i64::try_from(left).unwrap_or(i64::MAX)
+            }
+            (None, None) => -2,
+        }
     }
 
     /// Runs a script as Redis would, from its `KEYS` and `ARGV`; `None` for arguments the engine

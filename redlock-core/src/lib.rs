@@ -223,7 +223,7 @@ pub use config::{
     MAX_NODES,
 };
 pub use dialect::{DeleteIfEq, Dialect, ServerFacts};
-pub use epoch::Epoch;
+pub use epoch::{EPOCH_CLAIM, EPOCH_CLAIM_TTL_MS, Epoch};
 pub use error::ConfigError;
 pub use event::{LockEvent, LockOutput, Operation, Trigger, WakeReason};
 #[cfg(any(test, feature = "testing"))]
@@ -236,7 +236,7 @@ pub use lifecycle::Lifecycle;
 pub use machine::Machine;
 pub use memory_watch::{MemoryWatch, WatchFault};
 pub use multiplexer::{Batch, Change, LINGER, LockId, Multiplexer, Start, Timeout, TimeoutReason};
-pub use node_batch::{EpochCreation, NodeBatch, ProofRead};
+pub use node_batch::{NodeBatch, ProofRead};
 #[cfg(any(test, feature = "testing"))]
 pub use output::Output;
 pub use output::Transmit;

@@ -22,41 +22,35 @@
 //!
 //! The driver must hand this watch every push it read before a reply, before it hands the
 //! reply on ([`MemoryWatch::handle_invalidation`]); a new connection starts with a new watch.
+//! Everything else — which form each request takes, what goes ahead of a batch to prove, how
+//! each answer counts — is [`NodeBatch`](crate::NodeBatch)'s: a driver's batch code goes
+//! through it and calls no method of the watch.
 //!
 //! # The connection hears what its own commands cause
 //! Tracking is `OPTIN` and without `NOLOOP`: the node pushes to this connection every change of
 //! the epoch key, its own included. An eviction or a tracking-table trim that the connection's
 //! own command sets off (a vouched `SET` on a node at its `maxmemory`) is pushed *before* that
 //! command's reply, so the reply does not count; the connection's own write of the epoch (a
-//! trust, the checked script stamping a missing epoch) is pushed right after its reply, and the
-//! next reply does not count as vouched. Both checked on Redis 7.0 and Valkey 9.1. With
-//! `NOLOOP`, none of these reaches the connection, and a write of its own even stops the node
-//! tracking the key for it: a later eviction is never pushed.
-//!
-//! A node that runs no script keeps `NOLOOP` for now (its epoch is created by the connection
-//! itself, see below, and that write's own push cannot be told from a flush's by the async
-//! adapter): there a trust voids the proof ([`NodeBatch`](crate::NodeBatch) sees it go out), but
-//! an eviction the connection's own command sets off goes unheard.
-//! Everything else — which form each request takes, what goes ahead of a batch to prove, how
-//! each answer counts, when an epoch is created or undone — is [`NodeBatch`](crate::NodeBatch)'s:
-//! a driver's batch code goes through it and calls no method of the watch.
-//! Tracking is turned on with `NOLOOP`: the connection's own writes never invalidate its proof.
+//! trust, the checked script stamping a missing epoch, a claim) is pushed right after its
+//! reply, and the next reply does not count as vouched. Both checked on Redis 7.0 and Valkey
+//! 9.1. With `NOLOOP`, none of these reaches the connection, and a write of its own even stops
+//! the node tracking the key for it: a later eviction is never pushed. A trust also ends the
+//! proof where the batch sees it go out, whatever the tracking.
 //!
 //! # Without scripts
-//! A node that runs no script proves natively ([`NodeBatch`](crate::NodeBatch)): `GET`
-//! of the epoch key and `TIME`, then the acquisition without the check, in one pipeline; the
-//! watch decides from the epoch and the node's time, as the script would. A missing epoch is
-//! created with `SET epoch <that TIME> NX` — a time after the `GET` found it missing, so after
-//! the node lost its memory. Had anything touched the epoch key or flushed the node since that
-//! `GET` (a push came before the `SET`'s reply), the value may predate the loss: the epoch is
-//! deleted again ([`EpochCreation::holds`](crate::EpochCreation::holds)), which can only make nodes wait longer,
-//! and the next acquisition proves again.
+//! A node that runs no script proves natively ([`NodeBatch`](crate::NodeBatch)): `GET` and
+//! `PTTL` of the epoch key and `TIME`, then `SET epoch claimed NX PX 2^40` (the
+//! [`EPOCH_CLAIM`](crate::EPOCH_CLAIM)), then the acquisition without the check, in one
+//! pipeline; the watch decides from the epoch and the node's time, as the script would. A
+//! missing epoch is so claimed by the node itself: its expiry, set by the node's own clock,
+//! says when the claim was made — after the memory was lost, whatever ran in between — so no
+//! time of the client's ever becomes an epoch, and nothing has to be undone. A claim reads as
+//! the memory's beginning (`2^40 − PTTL` ago) from then on.
 //!
 //! What it never does: it never reads a clock or a socket, never vouches for a longer TTL than
 //! it proved, and never lets a reply count across a push or a connection's end.
 
 use crate::command::EPOCH_KEY;
-use crate::dialect::Dialect;
 use crate::reply::Reply;
 
 /// One connection's knowledge of its node's memory: restart-aware voting for the price of a
@@ -128,22 +122,21 @@ impl MemoryWatch {
         }
     }
 
-    /// The command that turns client tracking on for this watch's connection to a node of
-    /// `dialect`: `CLIENT TRACKING ON OPTIN` (the node then tracks only what the proof reads
-    /// after `CLIENT CACHING YES`, and pushes the connection's own changes too), or
-    /// `CLIENT TRACKING ON NOLOOP` on a node that runs no script (see the module docs).
-    pub fn tracking_on(&self, dialect: &Dialect) -> &'static [&'static [u8]] {
-        if self.opts_in(dialect) {
+    /// The command that turns client tracking on for this watch's connection:
+    /// `CLIENT TRACKING ON OPTIN` (the node then tracks only what the proof reads after
+    /// `CLIENT CACHING YES`, and pushes the connection's own changes too; `NOLOOP` only for the
+    /// [`WatchFault::NoLoop`] control).
+    pub fn tracking_on(&self) -> &'static [&'static [u8]] {
+        if self.opts_in() {
             &[b"CLIENT", b"TRACKING", b"ON", b"OPTIN"]
         } else {
             &[b"CLIENT", b"TRACKING", b"ON", b"NOLOOP"]
         }
     }
 
-    /// Whether the connection to a node of `dialect` tracks in `OPTIN` mode (and so hears its
-    /// own commands' pushes).
-    pub(crate) fn opts_in(&self, dialect: &Dialect) -> bool {
-        dialect.scripts && self.fault != Some(WatchFault::NoLoop)
+    /// Whether the connection tracks in `OPTIN` mode (and so hears its own commands' pushes).
+    pub(crate) fn opts_in(&self) -> bool {
+        self.fault != Some(WatchFault::NoLoop)
     }
 
     /// The connection wrote the epoch itself (a trust): a connection that does not hear its own
@@ -216,43 +209,34 @@ impl MemoryWatch {
     }
 
     /// A [`MemoryCheck::Prove`] acquisition on a node that runs no script went out without the
-    /// check, after `GET` of the epoch key (`epoch`: its value, `None` when missing) and `TIME`
-    /// (`node_ms`) in the same pipeline, when the watch had seen `seen`. Returns the engine's
-    /// reply — the node's own only if its memory is old enough for `max_ttl_ms` and nothing was
-    /// pushed since; the connection then vouches for that TTL — and the epoch to create when
-    /// the key was missing (`SET epoch <ms> NX`, then [`created_epoch_holds`]).
-    ///
-    /// [`created_epoch_holds`]: Self::created_epoch_holds
+    /// check, after the reads of the epoch (`epoch`: what it says, `None` when missing or
+    /// unreadable) and of the node's `TIME` (`node_ms`) in the same pipeline, when the watch had
+    /// seen `seen`. Returns the engine's reply — the node's own only if its memory is old
+    /// enough for `max_ttl_ms` and nothing was pushed since; the connection then vouches for
+    /// that TTL.
     pub(crate) fn handle_native_proof(
         &mut self,
         seen: u64,
-        epoch: Option<u64>,
+        epoch: Option<crate::Epoch>,
         node_ms: u64,
         reply: Reply,
         max_ttl_ms: u64,
-    ) -> (Reply, Option<u64>) {
+    ) -> Reply {
         let refuse = |ms: u64| Reply::Int(-i64::try_from(ms.max(1)).unwrap_or(i64::MAX));
         if let Reply::Error(_) = reply {
-            return (reply, None);
+            return reply;
         }
-        let Some(value) = epoch else {
-            return (refuse(max_ttl_ms), Some(node_ms));
+        let Some(epoch) = epoch else {
+            return refuse(max_ttl_ms);
         };
-        match crate::Epoch::from_value(value).refuses_for_ms(node_ms, max_ttl_ms) {
-            Some(left) => (refuse(left), None),
+        match epoch.refuses_for_ms(node_ms, max_ttl_ms) {
+            Some(left) => refuse(left),
             None if seen == self.seen && !self.closed => {
                 self.prove(seen, max_ttl_ms);
-                (reply, None)
+                reply
             }
-            None => (refuse(max_ttl_ms), None),
+            None => refuse(max_ttl_ms),
         }
-    }
-
-    /// Whether an epoch this connection created after its `GET` (seen then: `seen`) found it
-    /// missing may stay: only if nothing was pushed since. Otherwise delete it (`DEL`): its
-    /// value may predate a flush that came in between.
-    pub(crate) fn created_epoch_holds(&self, seen: u64) -> bool {
-        self.fault == Some(WatchFault::Deaf) || (seen == self.seen && !self.closed)
     }
 
     /// The reply of a [`MemoryCheck::Prove`] acquisition that went out when the watch had seen
@@ -365,35 +349,33 @@ mod tests {
 
     #[test]
     fn a_node_without_scripts_proves_from_its_epoch_and_time() {
+        use crate::Epoch;
         let mut watch = MemoryWatch::new();
         // Trusted, or old enough: the node's own reply counts, and the proof holds.
-        assert_eq!(
-            watch.handle_native_proof(0, Some(0), 5, Reply::Ok, MAX),
-            (Reply::Ok, None)
-        );
+        let answer = watch.handle_native_proof(0, Some(Epoch::Trusted), 5, Reply::Ok, MAX);
+        assert_eq!(answer, Reply::Ok);
         assert_eq!(watch.check(MAX), MemoryCheck::Vouched { seen: 0 });
         let mut old = MemoryWatch::new();
-        let answer = old.handle_native_proof(0, Some(1_000), 61_000, Reply::Nil, MAX);
-        assert_eq!(answer, (Reply::Nil, None));
+        let began = Some(Epoch::Began(1_000));
+        assert_eq!(
+            old.handle_native_proof(0, began, 61_000, Reply::Nil, MAX),
+            Reply::Nil
+        );
         // Young: refused for what is left, nothing proven.
         let mut young = MemoryWatch::new();
-        let answer = young.handle_native_proof(0, Some(1_000), 31_000, Reply::Ok, MAX);
-        assert_eq!(answer, (Reply::Int(-30_000), None));
+        let answer = young.handle_native_proof(0, began, 31_000, Reply::Ok, MAX);
+        assert_eq!(answer, Reply::Int(-30_000));
         assert_eq!(young.check(MAX), MemoryCheck::Prove { seen: 0 });
-        // Missing: refused, and the epoch to create is the node's time.
+        // Missing: refused for the longest TTL.
         let mut fresh = MemoryWatch::new();
         let answer = fresh.handle_native_proof(0, None, 7_000, Reply::Ok, MAX);
-        assert_eq!(answer, (Reply::Int(-60_000), Some(7_000)));
-        assert!(fresh.created_epoch_holds(0));
-        // A push before the reply: nothing counts, and a created epoch is deleted again.
+        assert_eq!(answer, Reply::Int(-60_000));
+        // A push before the reply: nothing counts.
         fresh.handle_invalidation(true, []);
-        assert!(!fresh.created_epoch_holds(0));
-        let answer = fresh.handle_native_proof(0, Some(1), u64::MAX, Reply::Ok, MAX);
-        assert_eq!(answer, (Reply::Int(-60_000), None));
+        let trusted = Some(Epoch::Trusted);
+        let answer = fresh.handle_native_proof(0, trusted, u64::MAX, Reply::Ok, MAX);
+        assert_eq!(answer, Reply::Int(-60_000));
         let failed = Reply::Error(crate::NodeErrorKind::Timeout);
-        assert_eq!(
-            fresh.handle_native_proof(1, None, 0, failed, MAX),
-            (failed, None)
-        );
+        assert_eq!(fresh.handle_native_proof(1, None, 0, failed, MAX), failed);
     }
 }

@@ -8,11 +8,12 @@ use smallvec::SmallVec;
 
 use crate::command::{Command, EPOCH_KEY, Op, RedisForm};
 use crate::dialect::Dialect;
+use crate::epoch::{EPOCH_CLAIM, Epoch};
 use crate::memory_watch::{MemoryCheck, MemoryWatch};
 use crate::output::Transmit;
 use crate::reply::{NodeErrorKind, Reply};
 
-/// A read sent ahead of a batch's requests to prove the node's memory.
+/// A command sent ahead of a batch's requests to prove the node's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProofRead {
     /// `CLIENT CACHING YES`, on a connection that tracks in `OPTIN` mode: the node tracks what
@@ -22,10 +23,20 @@ pub enum ProofRead {
     /// `GET` of the epoch key: the node's epoch, and (under client tracking) the node tracks the
     /// key for this connection from then on. Its reply goes to [`NodeBatch::handle_epoch`].
     Epoch,
+    /// `PTTL` of the epoch key, on a node that runs no script: how old an
+    /// [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) is. Its reply goes to [`NodeBatch::handle_pttl`].
+    Pttl,
     /// `TIME`: the node's clock, on a node that runs no script. Its reply goes to
     /// [`NodeBatch::handle_time`].
     Time,
+    /// `SET` of the epoch key to [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) `NX PX 2^40`, on a node
+    /// that runs no script: a missing epoch is claimed, by the node's own clock. Its reply
+    /// decides nothing (the next proof reads what it left).
+    Claim,
 }
+
+/// `EPOCH_CLAIM_TTL_MS` in decimal, for the claim's `PX`.
+const CLAIM_TTL: &[u8] = b"1099511627776";
 
 impl ProofRead {
     /// The command's arguments.
@@ -33,16 +44,33 @@ impl ProofRead {
         match self {
             Self::Caching => &[b"CLIENT", b"CACHING", b"YES"],
             Self::Epoch => &[b"GET", EPOCH_KEY],
+            Self::Pttl => &[b"PTTL", EPOCH_KEY],
             Self::Time => &[b"TIME"],
+            Self::Claim => &[b"SET", EPOCH_KEY, EPOCH_CLAIM, b"NX", b"PX", CLAIM_TTL],
         }
     }
 }
 
 /// What goes ahead of a batch that proves: the epoch (tracked for this connection alone on an
-/// `OPTIN` connection), and the time on a node without scripts.
+/// `OPTIN` connection), and on a node without scripts its age, the time and the claim.
 const PROVE_BY_SCRIPT: &[ProofRead] = &[ProofRead::Caching, ProofRead::Epoch];
 const PROVE_BY_SCRIPT_NOLOOP: &[ProofRead] = &[ProofRead::Epoch];
-const PROVE_NATIVELY: &[ProofRead] = &[ProofRead::Epoch, ProofRead::Time];
+const PROVE_NATIVELY: &[ProofRead] = &[
+    ProofRead::Caching,
+    ProofRead::Epoch,
+    ProofRead::Pttl,
+    ProofRead::Time,
+    ProofRead::Claim,
+];
+const PROVE_NATIVELY_NOLOOP: &[ProofRead] = &[
+    ProofRead::Epoch,
+    ProofRead::Pttl,
+    ProofRead::Time,
+    ProofRead::Claim,
+];
+
+/// Not answered (yet): what a read is until its reply is handed in.
+const UNANSWERED: NodeErrorKind = NodeErrorKind::Protocol;
 
 /// The reads of a proving batch, as they came back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,10 +81,24 @@ struct Proof {
     opts_in: bool,
     /// How `CLIENT CACHING YES` went (`Ok` when not sent).
     caching: Result<(), NodeErrorKind>,
-    /// The epoch (`None`: missing or not a number), or why it could not be read.
-    epoch: Result<Option<u64>, NodeErrorKind>,
+    /// The epoch's value (`None`: missing), or why it could not be read.
+    epoch: Result<Option<Vec<u8>>, NodeErrorKind>,
+    /// The epoch's `PTTL` in ms (`None`: another shape).
+    pttl: Result<Option<i64>, NodeErrorKind>,
     /// The node's time in ms, when it was read.
     time: Result<Option<u64>, NodeErrorKind>,
+}
+
+impl Proof {
+    /// The epoch the reads say (`None`: missing or unreadable) and the node's time, or why
+    /// they cannot be trusted.
+    fn native_reads(&self) -> Result<(Option<Epoch>, u64), NodeErrorKind> {
+        self.caching?;
+        let epoch = self.epoch.clone()?;
+        let pttl = self.pttl?;
+        let now = self.time?.ok_or(NodeErrorKind::Protocol)?;
+        Ok((epoch.and_then(|value| Epoch::read(&value, pttl, now)), now))
+    }
 }
 
 /// One batch on one connection to a node: each request's form there, the reads that prove the
@@ -69,18 +111,17 @@ struct Proof {
 /// 1. it writes [`NodeBatch::reads`] (each as [`ProofRead::args`]), then every request's
 ///    [`NodeBatch::form`], all in one pipeline;
 /// 2. it hands the reads' replies to [`NodeBatch::handle_caching`],
-///    [`NodeBatch::handle_epoch`] and [`NodeBatch::handle_time`], and every push it read before
-///    the replies to the watch;
+///    [`NodeBatch::handle_epoch`], [`NodeBatch::handle_pttl`] and [`NodeBatch::handle_time`]
+///    (a [`ProofRead::Claim`]'s reply decides nothing), and every push it read before the
+///    replies to the watch;
 /// 3. it makes each request's answer of its parts ([`RedisForm::answer`]) and lets
 ///    [`NodeBatch::finish`] count them: a vouched answer counts only if the node pushed nothing
-///    since the request went out, and a proving one may make the connection vouch;
-/// 4. when `finish` asks for an epoch ([`EpochCreation`]), it sends `SET` of the epoch key to
-///    [`EpochCreation::value`] `NX`, hands the pushes read before that reply to the watch, and
-///    deletes the epoch again (`DEL`) unless [`EpochCreation::holds`].
+///    since the request went out, and a proving one may make the connection vouch.
 ///
 /// # What it never does
 /// It never reads a clock or a socket, never lets an answer count for more than the
-/// connection has proven, and never decides from a read that failed.
+/// connection has proven, never decides from a read that failed, and never makes an epoch of
+/// a time the client read: a node without scripts claims its own ([`ProofRead::Claim`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeBatch {
     dialect: Dialect,
@@ -108,17 +149,19 @@ impl NodeBatch {
         let proves = checks
             .iter()
             .any(|check| matches!(check, Some((MemoryCheck::Prove { .. }, _))));
-        let mut proof = proves.then_some(Proof {
+        let opts_in = watch.is_some_and(MemoryWatch::opts_in);
+        let proof = proves.then_some(Proof {
             native: !dialect.scripts,
-            opts_in: watch.is_some_and(|watch| watch.opts_in(dialect)),
-            caching: Ok(()),
-            epoch: Err(NodeErrorKind::Protocol),
-            time: Err(NodeErrorKind::Protocol),
+            opts_in,
+            caching: if opts_in { Err(UNANSWERED) } else { Ok(()) },
+            epoch: Err(UNANSWERED),
+            pttl: if dialect.scripts {
+                Ok(None)
+            } else {
+                Err(UNANSWERED)
+            },
+            time: Err(UNANSWERED),
         });
-        if let Some(proof) = proof.as_mut().filter(|proof| proof.opts_in) {
-            // Not answered yet: no proof without it.
-            proof.caching = Err(NodeErrorKind::Protocol);
-        }
         let trusts = transmits.iter().any(|t| t.command.op() == Op::Trust);
         Self {
             dialect: *dialect,
@@ -128,13 +171,16 @@ impl NodeBatch {
         }
     }
 
-    /// The reads to send ahead of the requests, in this order.
+    /// The commands to send ahead of the requests, in this order.
     pub fn reads(&self) -> &'static [ProofRead] {
         match &self.proof {
             None => &[],
-            Some(proof) if proof.native => PROVE_NATIVELY,
-            Some(proof) if proof.opts_in => PROVE_BY_SCRIPT,
-            Some(_) => PROVE_BY_SCRIPT_NOLOOP,
+            Some(proof) => match (proof.native, proof.opts_in) {
+                (true, true) => PROVE_NATIVELY,
+                (true, false) => PROVE_NATIVELY_NOLOOP,
+                (false, true) => PROVE_BY_SCRIPT,
+                (false, false) => PROVE_BY_SCRIPT_NOLOOP,
+            },
         }
     }
 
@@ -181,12 +227,19 @@ impl NodeBatch {
     }
 
     /// The reply to [`ProofRead::Epoch`]: the value (`None`: nil), or the error it failed with.
-    /// A value that is not a number reads as missing, as the acquire script reads it.
+    /// A value that is neither a number nor a claim reads as missing, as the acquire script
+    /// reads it.
     pub fn handle_epoch(&mut self, read: Result<Option<&[u8]>, NodeErrorKind>) {
         if let Some(proof) = &mut self.proof {
-            proof.epoch = read.map(|value| {
-                value.and_then(|bytes| std::str::from_utf8(bytes).ok()?.trim().parse().ok())
-            });
+            proof.epoch = read.map(|value| value.map(<[u8]>::to_vec));
+        }
+    }
+
+    /// The reply to [`ProofRead::Pttl`]: the key's TTL in ms (`-1`: none, `-2`: no key;
+    /// `None`: another shape), or the error it failed with.
+    pub fn handle_pttl(&mut self, read: Result<Option<i64>, NodeErrorKind>) {
+        if let Some(proof) = &mut self.proof {
+            proof.pttl = read;
         }
     }
 
@@ -203,17 +256,11 @@ impl NodeBatch {
 
     /// Counts each request's answer, in order (`answers`: each request's answer made of its
     /// parts, replaced in place by the engine's reply), under the connection's watch, to which
-    /// every push read before these replies was handed first. Returns the epoch to create when
-    /// a node without scripts had none.
-    pub fn finish(
-        self,
-        mut watch: Option<&mut MemoryWatch>,
-        answers: &mut [Reply],
-    ) -> Option<EpochCreation> {
+    /// every push read before these replies was handed first.
+    pub fn finish(self, mut watch: Option<&mut MemoryWatch>, answers: &mut [Reply]) {
         if let Some(watch) = watch.as_deref_mut().filter(|_| self.trusts) {
             watch.handle_own_epoch_write();
         }
-        let mut create = None;
         for (check, answer) in self.checks.iter().zip(answers.iter_mut()) {
             let (Some((check, max_ttl)), Some(watch)) = (check, watch.as_deref_mut()) else {
                 continue;
@@ -227,50 +274,16 @@ impl NodeBatch {
                     }
                     *answer
                 }
-                (MemoryCheck::Prove { seen }, Some(proof)) => match (proof.epoch, proof.time) {
-                    (Ok(epoch), Ok(Some(node_ms))) => {
-                        let (reply, missing) =
-                            watch.handle_native_proof(seen, epoch, node_ms, *answer, *max_ttl);
-                        if let Some(ms) = missing {
-                            create.get_or_insert(EpochCreation { seen, ms });
-                        }
-                        reply
+                (MemoryCheck::Prove { seen }, Some(proof)) => match proof.native_reads() {
+                    Ok((epoch, now)) => {
+                        watch.handle_native_proof(seen, epoch, now, *answer, *max_ttl)
                     }
                     // The proof's own reads failed: the node's vote cannot count.
-                    (Err(failed), _) | (_, Err(failed)) => Reply::Error(failed),
-                    (Ok(_), Ok(None)) => Reply::Error(NodeErrorKind::Protocol),
+                    Err(failed) => Reply::Error(failed),
                 },
                 (MemoryCheck::Prove { .. }, None) => *answer,
             };
         }
-        create
-    }
-}
-
-/// An epoch key a node that runs no script is missing: `SET` [`EPOCH_KEY`] to
-/// [`value`](Self::value) `NX`, then keep it only if it [`holds`](Self::holds) — `DEL` it
-/// otherwise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EpochCreation {
-    /// What the watch had seen when the proof went out.
-    seen: u64,
-    /// The node's time when it was read, in ms.
-    ms: u64,
-}
-
-impl EpochCreation {
-    /// The epoch to set: the node's time when the proof read the key missing (so after the
-    /// node lost its memory).
-    pub fn value(&self) -> u64 {
-        self.ms
-    }
-
-    /// Whether the epoch just set may stay, given every push read before the `SET`'s reply was
-    /// handed to `watch` (`None`: an untracked connection, which never creates one). When the
-    /// node pushed anything since the proof's `GET`, the value may predate a flush in between:
-    /// deleting it can only make the node wait longer.
-    pub fn holds(&self, watch: Option<&MemoryWatch>) -> bool {
-        watch.is_none_or(|watch| watch.created_epoch_holds(self.seen))
     }
 }
 
@@ -312,8 +325,8 @@ mod tests {
         }
     }
 
-    /// Runs `batch` on a connection watched by `watch` whose reads return `epoch` and `time`
-    /// and whose requests answer `answers`.
+    /// Runs `batch` on a connection watched by `watch` whose reads return `epoch` (with a
+    /// `PTTL` of -1) and `time` and whose requests answer `answers`.
     fn run(
         transmits: &[Transmit],
         dialect: &Dialect,
@@ -321,16 +334,30 @@ mod tests {
         epoch: Option<&[u8]>,
         time: (u64, u64),
         answers: &mut [Reply],
-    ) -> Option<EpochCreation> {
+    ) {
+        run_with_ttl(transmits, dialect, watch, (epoch, -1), time, answers);
+    }
+
+    /// [`run`], the epoch read with its `PTTL`.
+    fn run_with_ttl(
+        transmits: &[Transmit],
+        dialect: &Dialect,
+        watch: &mut MemoryWatch,
+        (epoch, pttl): (Option<&[u8]>, i64),
+        time: (u64, u64),
+        answers: &mut [Reply],
+    ) {
         let mut batch = NodeBatch::new(transmits, dialect, Some(watch));
         for read in batch.reads() {
             match read {
                 ProofRead::Caching => batch.handle_caching(Ok(())),
                 ProofRead::Epoch => batch.handle_epoch(Ok(epoch)),
+                ProofRead::Pttl => batch.handle_pttl(Ok(Some(pttl))),
                 ProofRead::Time => batch.handle_time(Ok(Some(time))),
+                ProofRead::Claim => {}
             }
         }
-        batch.finish(Some(watch), answers)
+        batch.finish(Some(watch), answers);
     }
 
     #[test]
@@ -346,7 +373,7 @@ mod tests {
             }
         ));
         let mut answers = [Reply::Int(-5), Reply::Int(1)];
-        assert_eq!(batch.finish(None, &mut answers), None);
+        batch.finish(None, &mut answers);
         assert_eq!(answers, [Reply::Int(-5), Reply::Int(1)], "unchanged");
     }
 
@@ -376,7 +403,7 @@ mod tests {
             RedisForm::Set { .. }
         ));
         let mut answer = [Reply::Ok];
-        assert_eq!(vouched.clone().finish(Some(&mut watch), &mut answer), None);
+        vouched.clone().finish(Some(&mut watch), &mut answer);
         assert_eq!(answer, [Reply::Ok]);
         // A push between the request and its reply: a refusal for the longest TTL.
         watch.handle_invalidation(false, [EPOCH_KEY]);
@@ -446,27 +473,27 @@ mod tests {
         let transmits = [acquire.clone()];
         let mut watch = MemoryWatch::new();
         let batch = NodeBatch::new(&transmits, &native(), Some(&watch));
-        assert_eq!(batch.reads(), &[ProofRead::Epoch, ProofRead::Time]);
+        assert_eq!(
+            batch.reads(),
+            &[
+                ProofRead::Caching,
+                ProofRead::Epoch,
+                ProofRead::Pttl,
+                ProofRead::Time,
+                ProofRead::Claim
+            ]
+        );
+        assert_eq!(batch.wire_len(&transmits), 6);
         assert!(matches!(
             batch.form(0, &acquire.command),
             RedisForm::Set { .. }
         ));
         // Old enough: the node's own answer counts, and the connection vouches.
         let mut answer = [Reply::Ok];
-        let created = run(
-            &transmits,
-            &native(),
-            &mut watch,
-            Some(b"1000"),
-            (61, 0),
-            &mut answer,
-        );
-        assert_eq!((created, answer), (None, [Reply::Ok]));
-        assert!(
-            NodeBatch::new(&transmits, &native(), Some(&watch))
-                .reads()
-                .is_empty()
-        );
+        let old = (Some(&b"1000"[..]), -1);
+        run_with_ttl(&transmits, &native(), &mut watch, old, (61, 0), &mut answer);
+        assert_eq!(answer, [Reply::Ok]);
+        assert!(watch.vouches_for(MAX));
         // Young: refused for what is left.
         let mut young = MemoryWatch::new();
         let mut answer = [Reply::Ok];
@@ -479,23 +506,38 @@ mod tests {
             &mut answer,
         );
         assert_eq!(answer, [Reply::Int(-30_000)]);
-        // Missing: refused, and the epoch to create is the node's time; a push before the SET's
-        // reply makes it go again.
-        let mut fresh = MemoryWatch::new();
-        let mut answer = [Reply::Ok];
-        let created = run(
-            &transmits,
-            &native(),
-            &mut fresh,
-            None,
-            (7, 500),
-            &mut answer,
-        )
-        .expect("an epoch to create");
-        assert_eq!((created.value(), answer), (7_000, [Reply::Int(-60_000)]));
-        assert!(created.holds(Some(&fresh)));
-        fresh.handle_invalidation(true, []);
-        assert!(!created.holds(Some(&fresh)));
+        // Missing, or no number: refused for the longest TTL (the claim in the same pipeline
+        // stamps it by the node's clock).
+        for epoch in [None, Some(&b"x"[..])] {
+            let mut fresh = MemoryWatch::new();
+            let mut answer = [Reply::Ok];
+            run(
+                &transmits,
+                &native(),
+                &mut fresh,
+                epoch,
+                (7, 500),
+                &mut answer,
+            );
+            assert_eq!(answer, [Reply::Int(-60_000)], "{epoch:?}");
+            assert!(!fresh.vouches_for(MAX));
+        }
+        // A claim 45 s old by its TTL: refused for 15 s more; 61 s old: the node votes.
+        let claim_ttl = i64::try_from(crate::EPOCH_CLAIM_TTL_MS).expect("fits");
+        for (age_ms, expected) in [(45_000, Reply::Int(-15_000)), (61_000, Reply::Ok)] {
+            let mut watch = MemoryWatch::new();
+            let mut answer = [Reply::Ok];
+            let claim = (Some(EPOCH_CLAIM), claim_ttl - age_ms);
+            run_with_ttl(
+                &transmits,
+                &native(),
+                &mut watch,
+                claim,
+                (100, 0),
+                &mut answer,
+            );
+            assert_eq!(answer, [expected], "{age_ms}");
+        }
         // A read that failed or came back in another shape: the vote is an error.
         for (epoch, time, expected) in [
             (
@@ -512,31 +554,59 @@ mod tests {
         ] {
             let mut watch = MemoryWatch::new();
             let mut batch = NodeBatch::new(&transmits, &native(), Some(&watch));
+            batch.handle_caching(Ok(()));
             batch.handle_epoch(epoch);
+            batch.handle_pttl(Ok(Some(-1)));
             batch.handle_time(time);
             let mut answer = [Reply::Ok];
-            assert_eq!(batch.finish(Some(&mut watch), &mut answer), None);
+            batch.finish(Some(&mut watch), &mut answer);
             assert_eq!(answer, [Reply::Error(expected)]);
         }
+        // CLIENT CACHING unanswered: the epoch may be untracked, the vote is an error.
+        let mut watch = MemoryWatch::new();
+        let mut batch = NodeBatch::new(&transmits, &native(), Some(&watch));
+        batch.handle_epoch(Ok(Some(b"0")));
+        batch.handle_pttl(Ok(Some(-1)));
+        batch.handle_time(Ok(Some((1, 0))));
+        let mut answer = [Reply::Ok];
+        batch.finish(Some(&mut watch), &mut answer);
+        assert_eq!(answer, [Reply::Error(UNANSWERED)]);
     }
 
     #[test]
-    fn tracking_is_optin_where_scripts_run() {
+    fn the_claim_is_set_by_the_nodes_clock() {
+        assert_eq!(
+            std::str::from_utf8(CLAIM_TTL).ok(),
+            Some(crate::EPOCH_CLAIM_TTL_MS.to_string().as_str())
+        );
+        assert_eq!(
+            ProofRead::Claim.args(),
+            [&b"SET"[..], EPOCH_KEY, EPOCH_CLAIM, b"NX", b"PX", CLAIM_TTL]
+        );
+    }
+
+    #[test]
+    fn tracking_is_optin_except_for_the_control() {
         let watch = MemoryWatch::new();
         assert_eq!(
-            watch.tracking_on(&Dialect::SCRIPTS),
+            watch.tracking_on(),
             [&b"CLIENT"[..], b"TRACKING", b"ON", b"OPTIN"]
         );
-        assert_eq!(watch.tracking_on(&native())[3], b"NOLOOP");
         let legacy = MemoryWatch::with_fault(Some(crate::WatchFault::NoLoop));
-        assert_eq!(legacy.tracking_on(&Dialect::SCRIPTS)[3], b"NOLOOP");
+        assert_eq!(legacy.tracking_on()[3], b"NOLOOP");
         let (acquire, _) = commands("r");
-        let batch = NodeBatch::new(&[acquire], &Dialect::SCRIPTS, Some(&legacy));
+        let batch = NodeBatch::new(
+            std::slice::from_ref(&acquire),
+            &Dialect::SCRIPTS,
+            Some(&legacy),
+        );
         assert_eq!(
             batch.reads(),
             &[ProofRead::Epoch],
             "no CLIENT CACHING without OPTIN"
         );
+        let batch = NodeBatch::new(&[acquire], &native(), Some(&legacy));
+        assert_eq!(batch.reads()[0], ProofRead::Epoch);
     }
 
     /// A trust over a proven connection ends its proof, on every kind of node; the control
@@ -561,21 +631,5 @@ mod tests {
             batch.finish(Some(&mut watch), &mut [Reply::Int(1)]);
             assert_eq!(!watch.vouches_for(MAX), ends, "{dialect:?} {fault:?}");
         }
-    }
-
-    #[test]
-    fn an_epoch_that_is_not_a_number_reads_as_missing() {
-        let (acquire, _) = commands("r");
-        let mut watch = MemoryWatch::new();
-        let mut answer = [Reply::Ok];
-        let created = run(
-            &[acquire],
-            &native(),
-            &mut watch,
-            Some(b"x"),
-            (9, 0),
-            &mut answer,
-        );
-        assert_eq!(created.map(|c| c.value()), Some(9_000));
     }
 }

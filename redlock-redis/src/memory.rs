@@ -13,7 +13,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redis::{PushInfo, PushKind, Value};
-use redlock_core::{Dialect, MemoryWatch, WatchFault};
+use redlock_core::{MemoryWatch, WatchFault};
 
 /// One connection's watch over its node's memory.
 #[derive(Debug, Clone)]
@@ -40,11 +40,11 @@ impl Tracking {
         }
     }
 
-    /// The command that turns client tracking on for this watch's connection to a node of
-    /// `dialect` ([`MemoryWatch::tracking_on`]).
-    pub fn tracking_on(&self, dialect: &Dialect) -> redis::Cmd {
+    /// The command that turns client tracking on for this watch's connection
+    /// ([`MemoryWatch::tracking_on`]).
+    pub fn tracking_on(&self) -> redis::Cmd {
         let mut cmd = redis::Cmd::new();
-        for arg in self.lock().tracking_on(dialect) {
+        for arg in self.lock().tracking_on() {
             cmd.arg(*arg);
         }
         cmd

@@ -3,8 +3,8 @@
 use std::sync::LazyLock;
 
 use redlock_core::{
-    Arg, Dialect, EpochCreation, NodeBatch, NodeErrorKind, ProofRead, RELEASED_CHANNEL_PREFIX,
-    RedisForm, Reply, RequestId, Script, Transmit, released_channel,
+    Arg, Dialect, NodeBatch, NodeErrorKind, ProofRead, RELEASED_CHANNEL_PREFIX, RedisForm, Reply,
+    RequestId, Script, Transmit, released_channel,
 };
 
 use crate::memory::Tracking;
@@ -298,6 +298,9 @@ impl<'a> Reading<'a> {
             match read {
                 ProofRead::Caching => self.plan.handle_caching(acknowledged(&result)),
                 ProofRead::Epoch => self.plan.handle_epoch(epoch_value(&result)),
+                ProofRead::Pttl => self.plan.handle_pttl(integer(&result)),
+                // The claim's answer decides nothing: the next proof reads what it left.
+                ProofRead::Claim => {}
                 ProofRead::Time => self.plan.handle_time(node_time(&result)),
             }
         }
@@ -378,31 +381,29 @@ impl<'a> Reading<'a> {
     }
 
     /// Each request's answer, as its form makes it of its parts and as the [`NodeBatch`] counts
-    /// it under the connection's watch (every push read so far handed to the watch first), and
-    /// the epoch to create, if any.
-    fn finish(self) -> (BatchReplies, Option<EpochCreation>) {
+    /// it under the connection's watch (every push read so far handed to the watch first).
+    fn finish(self) -> BatchReplies {
         let mut replies: smallvec::SmallVec<[Reply; 1]> = (0..self.batch.len())
             .map(|index| self.form(index).answer(&self.parts[index]))
             .collect();
-        let create = {
+        {
             let mut watch = self.tracking.map(|tracking| {
                 tracking.drain();
                 tracking.lock()
             });
-            self.plan.finish(watch.as_deref_mut(), &mut replies)
-        };
+            self.plan.finish(watch.as_deref_mut(), &mut replies);
+        }
         let answers = self
             .batch
             .iter()
             .zip(replies)
             .map(|(transmit, reply)| (transmit.id, reply))
             .collect();
-        let replies = BatchReplies {
+        BatchReplies {
             answers,
             reconnect: self.reconnect,
             rebuild: self.rebuild,
-        };
-        (replies, create)
+        }
     }
 }
 
@@ -413,6 +414,16 @@ fn acknowledged(result: &Result<redis::Value, redis::RedisError>) -> Result<(), 
         Ok(redis::Value::SimpleString(s)) if s == "OK" => Ok(()),
         Ok(redis::Value::ServerError(err)) => Err(NodeErrorKind::from_code(err.code())),
         Ok(_) => Err(NodeErrorKind::Protocol),
+        Err(err) => Err(map_error(err)),
+    }
+}
+
+/// An integer reply (`None`: another shape), for [`NodeBatch::handle_pttl`].
+fn integer(result: &Result<redis::Value, redis::RedisError>) -> Result<Option<i64>, NodeErrorKind> {
+    match result {
+        Ok(redis::Value::Int(n)) => Ok(Some(*n)),
+        Ok(redis::Value::ServerError(err)) => Err(NodeErrorKind::from_code(err.code())),
+        Ok(_) => Ok(None),
         Err(err) => Err(map_error(err)),
     }
 }
@@ -447,32 +458,6 @@ fn node_time(
         Ok(_) => Ok(None),
         Err(err) => Err(map_error(err)),
     }
-}
-
-/// `SET` of the epoch key to `creation`'s value, `NX`.
-fn create_epoch(creation: &EpochCreation) -> redis::Cmd {
-    let mut cmd = redis::cmd("SET");
-    cmd.arg(redlock_core::EPOCH_KEY)
-        .arg(creation.value())
-        .arg("NX");
-    cmd
-}
-
-/// `DEL` of the epoch key: an epoch just created that does not hold.
-fn delete_epoch() -> redis::Cmd {
-    let mut cmd = redis::cmd("DEL");
-    cmd.arg(redlock_core::EPOCH_KEY);
-    cmd
-}
-
-/// Whether the epoch `creation` just set must be deleted again (pushes handed to the watch
-/// first).
-fn undo(creation: &EpochCreation, tracking: Option<&Tracking>) -> bool {
-    let watch = tracking.map(|tracking| {
-        tracking.drain();
-        tracking.lock()
-    });
-    !creation.holds(watch.as_deref())
 }
 
 /// Marks the connection for dropping or rebuilding when `result` says so.
@@ -543,14 +528,7 @@ pub fn run_batch(
         let values = pipe.query::<Vec<redis::Value>>(conn);
         reading.looked_up(values);
     }
-    let (replies, creation) = reading.finish();
-    if let Some(creation) = creation {
-        let _: redis::RedisResult<redis::Value> = create_epoch(&creation).query(conn);
-        if undo(&creation, tracking) {
-            let _: redis::RedisResult<redis::Value> = delete_epoch().query(conn);
-        }
-    }
-    replies
+    reading.finish()
 }
 
 /// The next reply on a blocking connection, past any push (a RESP3 connection may carry them
@@ -605,12 +583,5 @@ pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
         let values = pipe.query_async::<Vec<redis::Value>>(conn).await;
         reading.looked_up(values);
     }
-    let (replies, creation) = reading.finish();
-    if let Some(creation) = creation {
-        let _: redis::RedisResult<redis::Value> = create_epoch(&creation).query_async(conn).await;
-        if undo(&creation, tracking) {
-            let _: redis::RedisResult<redis::Value> = delete_epoch().query_async(conn).await;
-        }
-    }
-    replies
+    reading.finish()
 }

@@ -228,8 +228,8 @@ fn tracked_flush_without_delay() {
 }
 
 /// [`tracked_flush_without_delay`] on nodes that run no script: the core's native proof (the
-/// epoch and the node's `TIME`) and its epoch creation, run by the simulator as the adapters
-/// run them.
+/// epoch, its `PTTL` and the node's `TIME`) and its epoch claim, run by the simulator as the
+/// adapters run them.
 #[test]
 fn tracked_native_flush_without_delay() {
     let scenario = Scenario::tracked_native_flush_without_delay();
@@ -241,7 +241,7 @@ fn tracked_native_flush_without_delay() {
         stats.ineligible_votes > 0,
         "no node was ever refused a vote"
     );
-    assert!(stats.epochs_created > 0, "no connection created an epoch");
+    assert!(stats.epochs_claimed > 0, "no connection claimed an epoch");
 }
 
 /// Negative control: the same with the pushes unheard — the checker must catch a flushed node

@@ -138,12 +138,6 @@ fn rival_try<A: Adapter>(
 /// The round failed, and every node that lost its memory and answered refused to vote (the
 /// round is decided once three nodes said no, so some may not have answered yet).
 fn assert_losers_ineligible<A: Adapter>(err: &redlock_redis::Error) {
-    assert_losers_refused::<A>(err, false);
-}
-
-/// [`assert_losers_ineligible`], where a loser that runs no script may also have granted
-/// (`granting_allowed`: the known gap of an eviction set off by a connection's own command).
-fn assert_losers_refused<A: Adapter>(err: &redlock_redis::Error, granting_allowed: bool) {
     let failure = err
         .failure()
         .unwrap_or_else(|| panic!("{}: {err}", A::NAME));
@@ -152,7 +146,6 @@ fn assert_losers_refused<A: Adapter>(err: &redlock_redis::Error, granting_allowe
         match failure.nodes[node].result {
             Vote::Ineligible { .. } => ineligible += 1,
             Vote::Pending => {}
-            Vote::Granted if granting_allowed => {}
             other => panic!(
                 "{}: node {node} lost its memory, answered {other:?}: {err}",
                 A::NAME
@@ -382,28 +375,11 @@ fn self_eviction<A: Adapter>(
 }
 
 /// An eviction that B's own call sets off is pushed to B before that call's reply: the
-/// evicted nodes' votes do not count. On nodes that run no script the connection still tracks
-/// with `NOLOOP` and hears nothing: that case is not caught yet (issue 21), and this asserts
-/// exactly that, so the day it is caught this test says so.
+/// evicted nodes' votes do not count.
 pub fn an_eviction_set_off_by_the_rivals_own_call_refuses_it<A: Adapter>() {
     let (held, rival) = self_eviction::<A>(None);
     match rival {
-        // In a mix, a loser without scripts may grant (the known gap); the others refuse.
-        Err(err) if !super::scenarios::scripting_denied() => {
-            assert_losers_refused::<A>(&err, super::scenarios::scripting_denied_somewhere());
-        }
-        Ok(second) if super::scenarios::scripting_denied() => {
-            println!(
-                "{}: without scripts, an eviction set off by the rival's own call still lets \
-                 it in (known gap, issue 21)",
-                A::NAME
-            );
-            second.release();
-        }
-        Err(err) => panic!(
-            "{}: without scripts this was expected to be the known gap; caught now? {err}",
-            A::NAME
-        ),
+        Err(err) => assert_losers_ineligible::<A>(&err),
         Ok(_) => panic!(
             "{}: a second holder after an eviction set off by its own call",
             A::NAME

@@ -36,7 +36,7 @@ use redlock_core::{
 
 use super::checker::{Checker, ClaimId};
 use super::clock::{Clock, Nanos, TimeBase, nanos};
-use super::connections::{Connections, Creation, ReadBack, Sent};
+use super::connections::{Connections, ReadBack, Sent};
 use super::scenario::{ClientKind, Scenario};
 use super::stats::Stats;
 use super::trace::Trace;
@@ -55,13 +55,6 @@ pub(crate) enum Outgoing {
         /// Its plan on a tracked connection (the forms the node runs, the proof reads).
         plan: Option<NodeBatch>,
     },
-    /// A tracked connection's `SET epoch NX` (or, `delete`, its `DEL epoch`).
-    Epoch {
-        client: usize,
-        node: usize,
-        creation: Creation,
-        delete: bool,
-    },
 }
 
 /// What a client reads from its connections, in order (buffered while it is paused).
@@ -73,12 +66,6 @@ pub(crate) enum Input {
         number: u64,
         replies: Vec<(RequestId, Reply)>,
         read_back: ReadBack,
-        losses: u64,
-    },
-    /// The reply to a `SET epoch NX` from `node`, produced after `losses` losses.
-    EpochSet {
-        node: usize,
-        creation: Creation,
         losses: u64,
     },
 }
@@ -329,7 +316,7 @@ impl<'s> Client<'s> {
                 };
                 let mut answers: Vec<Reply> = replies.iter().map(|&(_, reply)| reply).collect();
                 if let (Some(connections), Some(sent)) = (&mut self.connections, flight.sent) {
-                    let (counted, creation) =
+                    let counted =
                         connections.reply(flight.node, sent, losses, &read_back, &answers);
                     for (node_said, counted) in answers.iter().zip(&counted) {
                         // A refusal the connection made of the node's own answer (a vote after
@@ -339,35 +326,9 @@ impl<'s> Client<'s> {
                         }
                     }
                     answers = counted;
-                    if let Some(creation) = creation {
-                        env.outbox.push(Outgoing::Epoch {
-                            client: self.id,
-                            node: flight.node,
-                            creation,
-                            delete: false,
-                        });
-                    }
                 }
                 for ((id, _), reply) in replies.iter().zip(answers) {
                     self.mux.handle_reply(now, *id, reply);
-                }
-            }
-            Input::EpochSet {
-                node,
-                creation,
-                losses,
-            } => {
-                let undo = self
-                    .connections
-                    .as_mut()
-                    .is_some_and(|connections| connections.created(node, creation, losses));
-                if undo {
-                    env.outbox.push(Outgoing::Epoch {
-                        client: self.id,
-                        node,
-                        creation,
-                        delete: true,
-                    });
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! Tracked connections: each client's connection to each node as the adapters keep it — a
 //! [`MemoryWatch`] per connection, fed the node's pushes, and every request planned and counted
-//! by the core's [`NodeBatch`] (the adapters' batch code, without the bytes), epoch creation on
-//! nodes without scripts included.
+//! by the core's [`NodeBatch`] (the adapters' batch code, without the bytes), the epoch claims
+//! of nodes without scripts included.
 //!
 //! The model of a connection:
 //! - A node's memory losses are counted (`losses`). A reply carries the count of the node that
@@ -16,7 +16,7 @@
 //!
 //! What it never does: decide anything itself — the core's `NodeBatch` and `MemoryWatch` do.
 
-use redlock_core::{Dialect, EpochCreation, MemoryWatch, NodeBatch, ProofRead, Reply, Transmit};
+use redlock_core::{Dialect, MemoryWatch, NodeBatch, Reply, Transmit};
 
 /// The connection a request went out on, and its plan there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,43 +27,17 @@ pub(crate) struct Sent {
     pub(crate) batch: NodeBatch,
 }
 
-/// What a node answered to a batch's proof reads.
+/// What a node answered to a batch's proof reads (a claim's answer decides nothing).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ReadBack {
     /// Whether `CLIENT CACHING YES` was answered (always `OK` on a simulated node).
     pub(crate) cached: bool,
     /// `GET` of the epoch key, when it was read.
     pub(crate) epoch: Option<Option<Vec<u8>>>,
+    /// `PTTL` of the epoch key, when it was read.
+    pub(crate) pttl: Option<i64>,
     /// `TIME` as `[seconds, microseconds]`, when it was read.
     pub(crate) time: Option<(u64, u64)>,
-}
-
-impl ReadBack {
-    /// What a node whose epoch reads `epoch` and whose clock reads `now` answers to `reads`.
-    pub(crate) fn of(
-        reads: &[ProofRead],
-        epoch: Option<Vec<u8>>,
-        now: std::time::Duration,
-    ) -> Self {
-        let mut back = Self::default();
-        for read in reads {
-            match read {
-                ProofRead::Caching => back.cached = true,
-                ProofRead::Epoch => back.epoch = Some(epoch.clone()),
-                ProofRead::Time => {
-                    back.time = Some((now.as_secs(), u64::from(now.subsec_micros())));
-                }
-            }
-        }
-        back
-    }
-}
-
-/// An epoch creation on its way: sent on `connection`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Creation {
-    connection: u64,
-    pub(crate) epoch: EpochCreation,
 }
 
 /// One client's connection to one node.
@@ -146,8 +120,7 @@ impl Connections {
     }
 
     /// The replies to a batch `sent` to `node` arrive, produced when the node had lost its
-    /// memory `losses` times: the engine's replies as the connection counts them, and the
-    /// epoch to create on the node, if any.
+    /// memory `losses` times: the engine's replies as the connection counts them.
     pub(crate) fn reply(
         &mut self,
         node: usize,
@@ -155,7 +128,7 @@ impl Connections {
         losses: u64,
         read_back: &ReadBack,
         replies: &[Reply],
-    ) -> (Vec<Reply>, Option<Creation>) {
+    ) -> Vec<Reply> {
         let Sent {
             connection,
             mut batch,
@@ -166,25 +139,17 @@ impl Connections {
         if let Some(epoch) = &read_back.epoch {
             batch.handle_epoch(Ok(epoch.as_deref()));
         }
+        if let Some(pttl) = read_back.pttl {
+            batch.handle_pttl(Ok(Some(pttl)));
+        }
         if let Some(time) = read_back.time {
             batch.handle_time(Ok(Some(time)));
         }
         let mut ended = ended();
         let watch = self.heard(node, connection, losses).unwrap_or(&mut ended);
         let mut counted = replies.to_vec();
-        let creation = batch.finish(Some(watch), &mut counted);
-        let creation = creation.map(|epoch| Creation { connection, epoch });
-        (counted, creation)
-    }
-
-    /// The reply to `creation`'s `SET epoch NX` arrives from `node` (produced after `losses`
-    /// losses): whether the epoch must be deleted again.
-    pub(crate) fn created(&mut self, node: usize, creation: Creation, losses: u64) -> bool {
-        let mut ended = ended();
-        let watch = self
-            .heard(node, creation.connection, losses)
-            .unwrap_or(&mut ended);
-        !creation.epoch.holds(Some(watch))
+        batch.finish(Some(watch), &mut counted);
+        counted
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redlock_core::fake::FakeNode;
 pub use redlock_core::fake::{ExtendSemantics, FenceFault};
-use redlock_core::{Dialect, NodeBatch, Reply, Transmit};
+use redlock_core::{Dialect, NodeBatch, ProofRead, Reply, Transmit};
 
 use super::clock::{Clock, Nanos};
 use super::connections::ReadBack;
@@ -22,6 +22,8 @@ pub(crate) struct Node {
     up: bool,
     /// How many times it lost its memory (crashes and flushes).
     losses: u64,
+    /// How many times a proof's claim set its missing epoch.
+    claims: u64,
 }
 
 impl Node {
@@ -40,6 +42,7 @@ impl Node {
                 .with_dialect(dialect),
             up: true,
             losses: 0,
+            claims: 0,
         }
     }
 
@@ -97,9 +100,18 @@ impl Node {
     ) -> (Vec<Reply>, ReadBack) {
         debug_assert!(self.up);
         let now = self.local(t);
-        let read_back = plan.map_or_else(ReadBack::default, |plan| {
-            ReadBack::of(plan.reads(), self.store.epoch_value(), now)
-        });
+        let mut read_back = ReadBack::default();
+        for read in plan.map_or(&[][..], NodeBatch::reads) {
+            match read {
+                ProofRead::Caching => read_back.cached = true,
+                ProofRead::Epoch => read_back.epoch = Some(self.store.epoch_value()),
+                ProofRead::Pttl => read_back.pttl = Some(self.store.epoch_pttl(now)),
+                ProofRead::Time => {
+                    read_back.time = Some((now.as_secs(), u64::from(now.subsec_micros())));
+                }
+                ProofRead::Claim => self.claims += u64::from(self.store.claim_epoch(now)),
+            }
+        }
         let replies = transmits
             .iter()
             .enumerate()
@@ -114,16 +126,9 @@ impl Node {
         (replies, read_back)
     }
 
-    /// `SET` of the epoch key to `ms` `NX` (the node must be up).
-    pub(crate) fn create_epoch(&mut self, ms: u64) {
-        debug_assert!(self.up);
-        self.store.create_epoch(ms);
-    }
-
-    /// `DEL` of the epoch key (the node must be up).
-    pub(crate) fn delete_epoch(&mut self) {
-        debug_assert!(self.up);
-        self.store.delete_epoch();
+    /// How many times a proof's claim set its missing epoch.
+    pub(crate) fn claims(&self) -> u64 {
+        self.claims
     }
 }
 

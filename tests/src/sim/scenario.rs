@@ -470,9 +470,8 @@ impl Scenario {
 
     /// Inside the model: [`Scenario::tracked_flush_without_delay`] on nodes that run no script
     /// (Valkey 9.1 without Lua, or an ACL that denies `@scripting`): a connection proves by
-    /// reading the epoch and the node's `TIME`, and creates a missing epoch itself
-    /// ([`EpochCreation`](redlock_core::EpochCreation)), deleting it again when a push came
-    /// before the `SET`'s reply.
+    /// reading the epoch, its `PTTL` and the node's `TIME`, and a missing epoch is claimed in
+    /// the same pipeline by the node's own clock ([`ProofRead::Claim`](redlock_core::ProofRead)).
     pub fn tracked_native_flush_without_delay() -> Self {
         Self {
             name: "tracked_native_flush_without_delay",
@@ -485,8 +484,7 @@ impl Scenario {
     }
 
     /// Outside the model (negative control): [`Scenario::tracked_native_flush_without_delay`]
-    /// with the pushes unheard — a flushed node keeps voting, and epochs created across a flush
-    /// stay.
+    /// with the pushes unheard — a flushed node keeps voting.
     pub fn tracked_native_flush_deaf() -> Self {
         Self {
             name: "tracked_native_flush_deaf",

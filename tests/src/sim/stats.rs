@@ -48,11 +48,8 @@ pub struct Stats {
     /// Restart-checked acquisitions sent without their check, the connection vouching for the
     /// node's memory (tracked connections only).
     pub vouched: u64,
-    /// Epochs a tracked connection created on a node that runs no script (`SET epoch NX`), and
-    /// of those, the ones it deleted again because a push came before the `SET`'s reply.
-    pub epochs_created: u64,
-    /// See `epochs_created`.
-    pub epochs_undone: u64,
+    /// Missing epochs a tracked connection's proof claimed on a node that runs no script.
+    pub epochs_claimed: u64,
     /// Runs with a violation.
     pub violations: u64,
 }
@@ -78,8 +75,7 @@ impl AddAssign for Stats {
         self.partitions += o.partitions;
         self.ineligible_votes += o.ineligible_votes;
         self.vouched += o.vouched;
-        self.epochs_created += o.epochs_created;
-        self.epochs_undone += o.epochs_undone;
+        self.epochs_claimed += o.epochs_claimed;
         self.violations += o.violations;
     }
 }

@@ -13,7 +13,7 @@ use redlock_core::{Command, Config, NodeBatch, NodeErrorKind, Reply, RequestId, 
 use super::checker::{Checker, Violation, ms};
 use super::client::{Client, Env, Input, Outgoing};
 use super::clock::{Nanos, TimeBase, nanos};
-use super::connections::{Connections, Creation, ReadBack};
+use super::connections::{Connections, ReadBack};
 use super::network::{Link, Network, Transit};
 use super::node::Node;
 use super::scenario::{MemoryLoss, Scenario, Tracked};
@@ -44,22 +44,6 @@ enum Event {
         /// What the node answered to the proof reads ahead of the requests.
         read_back: ReadBack,
         /// The node's memory losses when it produced the replies.
-        losses: u64,
-    },
-    /// A tracked connection's `SET epoch NX` (then, when it does not hold, `DEL epoch`)
-    /// reaches a node.
-    EpochToNode {
-        client: usize,
-        node: usize,
-        creation: Creation,
-        /// `DEL` instead of `SET`.
-        delete: bool,
-    },
-    /// The reply to a `SET epoch NX` reaches its client.
-    EpochToClient {
-        client: usize,
-        node: usize,
-        creation: Creation,
         losses: u64,
     },
     /// A client's timer.
@@ -252,6 +236,7 @@ impl<'s> World<'s> {
         );
         assert!(!self.checker.any_open(), "a claim was left open");
         self.stats.critical_sections = u64::try_from(self.checker.sections()).unwrap_or(0);
+        self.stats.epochs_claimed = self.nodes.iter().map(Node::claims).sum();
         let violation = self.checker.violation();
         self.stats.violations = u64::from(violation.is_some());
         let trace = self.trace.as_ref().map(|trace| match &violation {
@@ -412,55 +397,6 @@ impl<'s> World<'s> {
                 };
                 self.with_client(t, client, |c, env| c.on_input(env, input));
             }
-            Event::EpochToNode {
-                client,
-                node,
-                creation,
-                delete,
-            } => {
-                self.mix(8);
-                if self.network.cut(t, client, node) || !self.nodes[node].is_up() {
-                    return;
-                }
-                if delete {
-                    self.stats.epochs_undone += 1;
-                    self.nodes[node].delete_epoch();
-                    self.epoch_log(t, client, node, "DEL epoch: the created epoch did not hold");
-                    return;
-                }
-                self.stats.epochs_created += 1;
-                self.nodes[node].create_epoch(creation.epoch.value());
-                self.epoch_log(t, client, node, "SET epoch NX");
-                let losses = self.nodes[node].losses();
-                let link = Link {
-                    client,
-                    node,
-                    to_node: false,
-                };
-                self.send(t, link, || Event::EpochToClient {
-                    client,
-                    node,
-                    creation,
-                    losses,
-                });
-            }
-            Event::EpochToClient {
-                client,
-                node,
-                creation,
-                losses,
-            } => {
-                self.mix(9);
-                if self.network.cut(t, client, node) {
-                    return;
-                }
-                let input = Input::EpochSet {
-                    node,
-                    creation,
-                    losses,
-                };
-                self.with_client(t, client, |c, env| c.on_input(env, input));
-            }
             Event::Timer { client, seq } => {
                 self.mix(3);
                 self.with_client(t, client, |c, env| c.on_timer(env, seq));
@@ -577,45 +513,11 @@ impl<'s> World<'s> {
                         plan: plan.clone(),
                     });
                 }
-                Outgoing::Epoch {
-                    client,
-                    node,
-                    creation,
-                    delete,
-                } => self.send_epoch(t, client, node, creation, delete),
             }
         }
         self.outbox = outbox;
         if let Some((at, seq)) = timer {
             self.schedule(at, Event::Timer { client, seq });
-        }
-    }
-
-    /// Sends a tracked connection's `SET epoch NX` (or, `delete`, its `DEL`) to `node`.
-    fn send_epoch(
-        &mut self,
-        t: Nanos,
-        client: usize,
-        node: usize,
-        creation: Creation,
-        delete: bool,
-    ) {
-        let link = Link {
-            client,
-            node,
-            to_node: true,
-        };
-        self.send(t, link, || Event::EpochToNode {
-            client,
-            node,
-            creation,
-            delete,
-        });
-    }
-
-    fn epoch_log(&mut self, t: Nanos, client: usize, node: usize, text: &str) {
-        if let Some(trace) = self.trace.as_mut() {
-            trace.push(t, Some(client), Some(node), Vec::new(), text.to_owned());
         }
     }
 
