@@ -229,8 +229,13 @@ struct Reading<'a> {
 
 impl<'a> Reading<'a> {
     fn new(batch: &'a [Transmit], dialect: &Dialect, tracking: Option<&'a Tracking>) -> Self {
+        // Every push read so far reaches the watch first: a connection that already heard of
+        // a flush proves now instead of sending a vouched `SET` bound to be refused.
         let plan = {
-            let watch = tracking.map(Tracking::lock);
+            let watch = tracking.map(|tracking| {
+                tracking.drain();
+                tracking.lock()
+            });
             NodeBatch::new(batch, dialect, watch.as_deref())
         };
         Self {

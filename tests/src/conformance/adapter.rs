@@ -24,6 +24,8 @@ pub struct Options {
     pub io_timeout: Option<Duration>,
     /// Negative controls only: a safeguard of the connections' memory watches switched off.
     pub memory_watch_fault: Option<redlock_core::WatchFault>,
+    /// The longest TTL in use (how long a node that lost its memory sits out).
+    pub max_ttl: Option<Duration>,
 }
 
 impl Options {
@@ -40,6 +42,9 @@ impl Options {
         }
         if let Some(prefix) = &self.key_prefix {
             config = config.key_prefix(prefix.clone());
+        }
+        if let Some(max_ttl) = self.max_ttl {
+            config = config.max_ttl(max_ttl);
         }
         config
     }

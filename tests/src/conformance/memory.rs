@@ -405,3 +405,51 @@ pub fn an_eviction_set_off_by_the_rivals_own_call_is_unheard_with_noloop<A: Adap
     second.release();
     held.release();
 }
+
+/// A node that lost its memory sits out the longest TTL, then votes again — through the
+/// checked script where scripts run, through the node's own epoch claim where none do: never
+/// stuck refusing. Three nodes flushed under proven connections, `max_ttl` 1 s.
+pub fn a_flushed_node_votes_again_after_the_longest_ttl<A: Adapter>() {
+    const MAX_TTL: Duration = Duration::from_secs(1);
+    let nodes = Cluster::start(3);
+    let options = Options {
+        retry: Some(RetryPolicy::once()),
+        max_ttl: Some(MAX_TTL),
+        ..Options::default()
+    };
+    let client = A::build(&nodes.urls(), &options)
+        .unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME));
+    client.lock("warm-up", MAX_TTL).expect("warm-up").release();
+    let flushed = std::time::Instant::now();
+    for server in nodes.servers() {
+        lose(server, Loss::Flush);
+    }
+    let err = client
+        .try_lock("res", MAX_TTL)
+        .err()
+        .unwrap_or_else(|| panic!("{}: a flushed node voted at once", A::NAME));
+    let failure = err.failure().unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        failure
+            .nodes
+            .iter()
+            .all(|n| matches!(n.result, Vote::Ineligible { .. } | Vote::Pending)),
+        "{}: every flushed node refuses: {err}",
+        A::NAME
+    );
+    // The first proof after the flush stamps (or claims) the epoch by the node's clock, so no
+    // node votes before the longest TTL has passed since the flush.
+    let again = super::scenarios::eventually(MAX_TTL * 10, || {
+        client
+            .try_lock("res", MAX_TTL)
+            .map(HeldLock::release)
+            .is_ok()
+    });
+    let waited = flushed.elapsed();
+    assert!(
+        waited + Duration::from_millis(50) >= MAX_TTL,
+        "{}: voted again after {waited:?}",
+        A::NAME
+    );
+    assert!(again, "{}: the nodes never voted again", A::NAME);
+}
