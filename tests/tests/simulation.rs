@@ -244,6 +244,24 @@ fn tracked_native_flush_without_delay() {
     assert!(stats.epochs_claimed > 0, "no connection claimed an epoch");
 }
 
+/// Nodes evict every key right before running an acquisition, set off by that very call: the
+/// push comes before the call's reply, which does not count.
+#[test]
+fn tracked_own_eviction() {
+    explore_tracked(Scenario::tracked_own_eviction());
+}
+
+/// Negative control: tracking as before `OPTIN` (`NOLOOP`) — the eviction a connection's own
+/// call sets off is never pushed to it, and the checker must catch the second holder.
+#[test]
+fn tracked_own_eviction_noloop() {
+    let found = sim::hunt(&Scenario::tracked_own_eviction_noloop(), 200);
+    assert!(
+        found.is_some(),
+        "the checker missed evictions set off by a connection's own call under NOLOOP"
+    );
+}
+
 /// Negative control: the same with the pushes unheard — the checker must catch a flushed node
 /// voting through a proven connection that runs no script.
 #[test]

@@ -16,7 +16,7 @@
 //!
 //! What it never does: decide anything itself — the core's `NodeBatch` and `MemoryWatch` do.
 
-use redlock_core::{Dialect, MemoryWatch, NodeBatch, Reply, Transmit};
+use redlock_core::{Dialect, MemoryWatch, NodeBatch, Reply, Transmit, WatchFault};
 
 /// The connection a request went out on, and its plan there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,30 +56,21 @@ pub(crate) struct Connections {
     /// By node.
     connections: Vec<Connection>,
     dialect: Dialect,
-    deaf: bool,
+    fault: Option<WatchFault>,
 }
 
 impl Connections {
-    /// Connections to `nodes` nodes of `dialect`; `deaf` only for the negative control
-    /// (invalidations unheard).
-    pub(crate) fn new(nodes: usize, dialect: Dialect, deaf: bool) -> Self {
+    /// Connections to `nodes` nodes of `dialect`; `fault` only for negative controls.
+    pub(crate) fn new(nodes: usize, dialect: Dialect, fault: Option<WatchFault>) -> Self {
         let connection = Connection {
             number: 0,
-            watch: Self::watch(deaf),
+            watch: MemoryWatch::with_fault(fault),
             losses_heard: 0,
         };
         Self {
             connections: vec![connection; nodes],
             dialect,
-            deaf,
-        }
-    }
-
-    fn watch(deaf: bool) -> MemoryWatch {
-        if deaf {
-            MemoryWatch::deaf()
-        } else {
-            MemoryWatch::new()
+            fault,
         }
     }
 
@@ -99,7 +90,7 @@ impl Connections {
         connection.watch.handle_closed();
         *connection = Connection {
             number: connection.number + 1,
-            watch: Self::watch(self.deaf),
+            watch: MemoryWatch::with_fault(self.fault),
             losses_heard: losses,
         };
     }

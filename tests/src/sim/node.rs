@@ -24,6 +24,10 @@ pub(crate) struct Node {
     losses: u64,
     /// How many times a proof's claim set its missing epoch.
     claims: u64,
+    /// Whether the next acquisition that reaches the node makes it evict every key first.
+    evicts_next: bool,
+    /// Per client, how many of the losses its own commands set off.
+    own_losses: Vec<u64>,
 }
 
 impl Node {
@@ -43,6 +47,8 @@ impl Node {
             up: true,
             losses: 0,
             claims: 0,
+            evicts_next: false,
+            own_losses: Vec::new(),
         }
     }
 
@@ -74,6 +80,17 @@ impl Node {
         self.losses
     }
 
+    /// How many of those `client`'s own commands set off.
+    pub(crate) fn own_losses(&self, client: usize) -> u64 {
+        self.own_losses.get(client).copied().unwrap_or(0)
+    }
+
+    /// The node reaches its memory limit: the next acquisition to reach it evicts every key
+    /// first.
+    pub(crate) fn arm_eviction(&mut self) {
+        self.evicts_next = true;
+    }
+
     /// Starts the node again, empty.
     pub(crate) fn restart(&mut self) {
         self.up = true;
@@ -95,11 +112,24 @@ impl Node {
     pub(crate) fn run(
         &mut self,
         t: Nanos,
+        client: usize,
         transmits: &[Transmit],
         plan: Option<&NodeBatch>,
     ) -> (Vec<Reply>, ReadBack) {
         debug_assert!(self.up);
         let now = self.local(t);
+        let acquires = transmits
+            .iter()
+            .any(|t| t.command.op() == redlock_core::Op::SetIfAbsent);
+        if self.evicts_next && acquires {
+            // The batch needs memory the node does not have: it evicts before running it.
+            self.evicts_next = false;
+            self.flush();
+            if self.own_losses.len() <= client {
+                self.own_losses.resize(client + 1, 0);
+            }
+            self.own_losses[client] += 1;
+        }
         let mut read_back = ReadBack::default();
         for read in plan.map_or(&[][..], NodeBatch::reads) {
             match read {

@@ -34,6 +34,9 @@ pub enum Tracked {
     Heard,
     /// The same with the pushes unheard (negative control: a flushed node keeps voting).
     Deaf,
+    /// Tracking as before `OPTIN` (`WatchFault::NoLoop`): a connection never hears a loss its
+    /// own command set off (negative control).
+    NoLoop,
 }
 
 /// How a node loses its memory in the scenario's crashes.
@@ -44,6 +47,10 @@ pub enum MemoryLoss {
     /// `FLUSHALL` (or the epoch evicted with the keys): the node stays up and its connections
     /// stay open; only invalidation pushes tell a tracked connection.
     Flush,
+    /// The node, at its memory limit, evicts every key (the epoch included) right before it
+    /// runs the next acquisition that reaches it — set off by that client's own command. The
+    /// connections stay open.
+    OwnEviction,
 }
 
 /// How a client behaves while it holds a lock.
@@ -493,6 +500,28 @@ impl Scenario {
         }
     }
 
+    /// Inside the model: nodes evict every key right before running an acquisition — set off
+    /// by the acquiring client's own command — right away and often, under tracked connections:
+    /// the push of an eviction comes before the reply to the command that set it off, so that
+    /// reply does not count.
+    pub fn tracked_own_eviction() -> Self {
+        Self {
+            name: "tracked_own_eviction",
+            loss: MemoryLoss::OwnEviction,
+            ..Self::tracked_flush_without_delay()
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::tracked_own_eviction`] with tracking as
+    /// before `OPTIN` (`NOLOOP`): a connection never hears the eviction its own command set off.
+    pub fn tracked_own_eviction_noloop() -> Self {
+        Self {
+            name: "tracked_own_eviction_noloop",
+            tracked: Tracked::NoLoop,
+            ..Self::tracked_own_eviction()
+        }
+    }
+
     /// Outside the model (negative control): [`Scenario::tracked_flush_without_delay`] with the
     /// pushes unheard — a flushed node keeps voting through a proven connection.
     pub fn tracked_flush_deaf() -> Self {
@@ -769,6 +798,12 @@ impl Scenario {
             && self.crashes.per_node > 0
         {
             broken.push("connections: a flushed node's invalidation pushes go unheard".into());
+        }
+        if self.tracked == Tracked::NoLoop
+            && self.loss == MemoryLoss::OwnEviction
+            && self.crashes.per_node > 0
+        {
+            broken.push("connections: an eviction their own command sets off goes unheard".into());
         }
         if self.client_kind != ClientKind::Correct {
             broken.push(format!("clients: {:?}", self.client_kind));

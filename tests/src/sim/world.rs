@@ -8,7 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use redlock_core::{Command, Config, NodeBatch, NodeErrorKind, Reply, RequestId, Transmit};
+use redlock_core::{
+    Command, Config, NodeBatch, NodeErrorKind, Reply, RequestId, Transmit, WatchFault,
+};
 
 use super::checker::{Checker, Violation, ms};
 use super::client::{Client, Env, Input, Outgoing};
@@ -112,10 +114,13 @@ impl<'s> World<'s> {
             .iter()
             .enumerate()
             .map(|(id, &clock)| {
-                let connections = (scenario.tracked != Tracked::Off).then(|| {
-                    let deaf = scenario.tracked == Tracked::Deaf;
-                    Connections::new(scenario.nodes, scenario.dialect, deaf)
-                });
+                let connections = match scenario.tracked {
+                    Tracked::Off => None,
+                    Tracked::Heard => Some(None),
+                    Tracked::Deaf => Some(Some(WatchFault::Deaf)),
+                    Tracked::NoLoop => Some(Some(WatchFault::NoLoop)),
+                }
+                .map(|fault| Connections::new(scenario.nodes, scenario.dialect, fault));
                 Client::new(
                     id,
                     scenario,
@@ -303,7 +308,8 @@ impl<'s> World<'s> {
                     return;
                 }
                 let answer = if self.nodes[node].is_up() {
-                    let (replies, read_back) = self.nodes[node].run(t, &transmits, plan.as_ref());
+                    let (replies, read_back) =
+                        self.nodes[node].run(t, client, &transmits, plan.as_ref());
                     for (transmit, reply) in transmits.iter().zip(&replies) {
                         let command = &transmit.command;
                         if command.op() == redlock_core::Op::SetIfAbsent
@@ -349,7 +355,7 @@ impl<'s> World<'s> {
                         node,
                         to_node: false,
                     };
-                    let losses = self.nodes[node].losses();
+                    let losses = self.losses_heard_by(node, client);
                     self.send(t, link, || Event::ToClient {
                         client,
                         number,
@@ -413,6 +419,20 @@ impl<'s> World<'s> {
             Event::Resume { client } => {
                 self.mix(5);
                 self.with_client(t, client, |c, env| c.on_resume(env));
+            }
+            Event::Crash { node, down } if self.scenario.loss == MemoryLoss::OwnEviction => {
+                self.mix(6);
+                self.stats.crashes += 1;
+                self.nodes[node].arm_eviction();
+                if let Some(trace) = self.trace.as_mut() {
+                    trace.push(
+                        t,
+                        None,
+                        Some(node),
+                        Vec::new(),
+                        format!("at its memory limit: the next acquisition evicts every key ({} lost for)", ms(down)),
+                    );
+                }
             }
             Event::Crash { node, down } if self.scenario.loss == MemoryLoss::Flush => {
                 self.mix(6);
@@ -518,6 +538,16 @@ impl<'s> World<'s> {
         self.outbox = outbox;
         if let Some((at, seq)) = timer {
             self.schedule(at, Event::Timer { client, seq });
+        }
+    }
+
+    /// The memory losses of `node` that `client`'s connection is told of: every one, except,
+    /// with tracking as before `OPTIN` ([`Tracked::NoLoop`]), those its own commands set off.
+    fn losses_heard_by(&self, node: usize, client: usize) -> u64 {
+        let node = &self.nodes[node];
+        match self.scenario.tracked {
+            Tracked::NoLoop => node.losses() - node.own_losses(client),
+            _ => node.losses(),
         }
     }
 
