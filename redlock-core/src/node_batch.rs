@@ -289,7 +289,7 @@ impl NodeBatch {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use super::*;
     use crate::config::Config;
@@ -303,7 +303,7 @@ mod tests {
             .max_ttl(Duration::from_millis(MAX))
             .build()
             .expect("valid");
-        let now = Instant::now();
+        let now = crate::testing::epoch();
         let request = LockRequest::new(resource, Duration::from_secs(10));
         let mut rng = crate::testing::rng(1);
         let mut acquire = crate::Acquire::new(now, &config, &request, &mut rng).expect("valid");
@@ -614,7 +614,7 @@ mod tests {
     #[test]
     fn a_trust_ends_the_proof() {
         let config = Config::builder(1).build().expect("valid");
-        let now = Instant::now();
+        let now = crate::testing::epoch();
         let mut trust = crate::Trust::new(now, &config);
         let crate::Output::Send(trusting) = trust.poll_output(now) else {
             panic!("a trust sends");
