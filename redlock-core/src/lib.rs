@@ -155,7 +155,11 @@
 //! ([`MemoryWatch`]: the node pushes an invalidation ahead of any later reply when the epoch key
 //! is deleted, evicted or flushed, and a restart ends the connection; a reply counts only with
 //! neither before it). Same argument: between the proof and a counted reply the epoch key was
-//! untouched, so the node's memory was at least `max_ttl` old when it voted.
+//! untouched, so the node's memory was at least `max_ttl` old when it voted. Tracking is
+//! `OPTIN` without `NOLOOP`, so that holds for what the connection's own commands cause too (an
+//! eviction its `SET` sets off is pushed before that `SET`'s reply). The protocol per batch —
+//! forms, proof reads, counting — is [`NodeBatch`]; a node without scripts claims a missing
+//! epoch by its own clock ([`EPOCH_CLAIM`]).
 //!
 //! # Dialects
 //! A [`Command`] says what it means; [`Command::redis_form_on`] picks its cheapest form on a
