@@ -275,9 +275,28 @@ pub fn a_trust_keeps_the_proof_without_optin<A: Adapter>() {
     held.release();
 }
 
-/// How long the node's LRU clock takes to tell two accesses apart (its resolution is 1 s),
-/// with room to spare on a loaded machine.
-const LRU_TICK: Duration = Duration::from_millis(2_100);
+/// How long to wait at most for the nodes' LRU clock (1 s a tick) to tell two accesses apart.
+const LRU_WAIT: Duration = Duration::from_secs(30);
+
+/// `OBJECT IDLETIME key` on `conn` in seconds (it does not touch the key).
+fn idle(conn: &mut redis::Connection, key: &[u8]) -> u64 {
+    redis::cmd("OBJECT")
+        .arg("IDLETIME")
+        .arg(key)
+        .query(conn)
+        .expect("OBJECT IDLETIME")
+}
+
+/// Waits until `key` has been idle for at least one LRU tick on every loser: anything touched
+/// from now on is more recently used. Observed, not slept, so a loaded machine only waits longer.
+fn wait_until_colder(nodes: &Cluster, key: &[u8]) {
+    let cold = super::scenarios::eventually(LRU_WAIT, || {
+        LOSERS
+            .iter()
+            .all(|&node| idle(&mut nodes.servers()[node].client(), key) >= 1)
+    });
+    assert!(cold, "{} never went idle", String::from_utf8_lossy(key));
+}
 
 /// Resources of the rival's call beside `res`, with names long enough that the call needs
 /// about 160 KB of the node's memory to be read: far more than the room left under
@@ -305,6 +324,14 @@ fn brim(server: &RedisServer) {
     };
     config("maxmemory-policy", "allkeys-lru".into());
     config("maxmemory-samples", "64".into());
+    let (epoch, res) = (
+        idle(&mut conn, redlock_core::EPOCH_KEY),
+        idle(&mut conn, b"res"),
+    );
+    assert!(
+        epoch > res && res >= 1,
+        "the epoch ({epoch} s idle) is colder than res ({res} s), res than the filler to come"
+    );
     let mut pipe = redis::pipe();
     for i in 0..128 {
         pipe.cmd("SET")
@@ -351,10 +378,10 @@ fn self_eviction<A: Adapter>(
     // Both prove every node now: later calls are plain commands that leave the epoch cold.
     holder.lock("warm-up-a", TTL).expect("warm-up").release();
     rival.lock("warm-up-b", TTL).expect("warm-up").release();
-    std::thread::sleep(LRU_TICK);
+    wait_until_colder(&nodes, redlock_core::EPOCH_KEY);
     let held = holder.lock("res", TTL).expect("A locks res");
     wait_for_every_node::<A>(&nodes, &held);
-    std::thread::sleep(LRU_TICK);
+    wait_until_colder(&nodes, b"res");
     for node in LOSERS {
         brim(&nodes.servers()[node]);
     }
