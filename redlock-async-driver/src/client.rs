@@ -41,8 +41,8 @@ struct Inner {
     /// bound to the runtime it was made on).
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
-    /// Negative controls only ([`Settings::memory_watch_fault`]).
-    memory_watch_fault: Option<redlock_core::WatchFault>,
+    /// How connections watch their nodes' memory ([`Settings::memory_watch`]).
+    memory_watch: redlock_redis::MemoryWatchSettings,
     /// Counts machine suspends (Linux): shared by every driver and lock of the client.
     clock: Clock,
     ids: LockIds,
@@ -127,13 +127,7 @@ impl<R: Runtime> Redlock<R> {
             self.inner
                 .nodes
                 .iter()
-                .map(|addr| {
-                    Node::new(
-                        addr.clone(),
-                        self.inner.io_timeout,
-                        self.inner.memory_watch_fault,
-                    )
-                })
+                .map(|addr| Node::new(addr.clone(), self.inner.io_timeout, self.inner.memory_watch))
                 .collect(),
             self.inner.clock.clone(),
         )?;
@@ -231,7 +225,7 @@ impl<R: Runtime> FromSettings for Redlock<R> {
                 deployment: Deployment::new(settings.config, labels),
                 nodes: settings.nodes,
                 io_timeout: settings.io_timeout,
-                memory_watch_fault: settings.memory_watch_fault,
+                memory_watch: settings.memory_watch,
                 clock: Clock::new(),
                 ids: LockIds::default(),
                 driver: Mutex::new(None),

@@ -25,8 +25,8 @@ type Connected = redlock_redis::Connected<MultiplexedConnection>;
 pub(crate) struct Node {
     addr: NodeAddr,
     io_timeout: Duration,
-    /// Negative controls only: watches that hear no push.
-    fault: Option<redlock_core::WatchFault>,
+    /// How the connection watches its node's memory.
+    watch: redlock_redis::MemoryWatchSettings,
     connected: Mutex<Option<Connected>>,
 }
 
@@ -34,12 +34,12 @@ impl Node {
     pub(crate) fn new(
         addr: NodeAddr,
         io_timeout: Duration,
-        fault: Option<redlock_core::WatchFault>,
+        watch: redlock_redis::MemoryWatchSettings,
     ) -> Self {
         Self {
             addr,
             io_timeout,
-            fault,
+            watch,
             connected: Mutex::new(None),
         }
     }
@@ -70,19 +70,14 @@ impl Node {
         {
             return Ok(connected.clone());
         }
-        let connected = match self.connect_tracked().await {
-            Ok(connected) => connected,
-            Err(err) if !speaks_no_resp3(&err) => return Err(err),
-            // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by script.
-            Err(_) => {
-                let mut conn = self
-                    .addr
-                    .client()
-                    .get_multiplexed_async_connection_with_config(&self.config())
-                    .await?;
-                let dialect = detect_dialect_async(&mut conn).await?;
-                Connected::new(conn, dialect, None, self.addr.label())?
-            }
+        let connected = match self.watch.untracked {
+            true => self.connect_untracked().await?,
+            false => match self.connect_tracked().await {
+                Ok(connected) => connected,
+                Err(err) if !speaks_no_resp3(&err) => return Err(err),
+                // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by script.
+                Err(_) => self.connect_untracked().await?,
+            },
         };
         let mut slot = self
             .connected
@@ -91,8 +86,20 @@ impl Node {
         Ok(slot.get_or_insert(connected).clone())
     }
 
+    /// A connection without client tracking: every restart-checked acquisition is checked on
+    /// its own.
+    async fn connect_untracked(&self) -> Result<Connected, redis::RedisError> {
+        let mut conn = self
+            .addr
+            .client()
+            .get_multiplexed_async_connection_with_config(&self.config())
+            .await?;
+        let dialect = detect_dialect_async(&mut conn).await?;
+        Connected::new(conn, dialect, None, self.addr.label())
+    }
+
     async fn connect_tracked(&self) -> Result<Connected, redis::RedisError> {
-        let tracking = Tracking::new(self.fault);
+        let tracking = Tracking::new(self.watch.fault);
         let heard = tracking.clone();
         let config = self.config().set_push_sender(move |push: redis::PushInfo| {
             heard.handle_push(&push);

@@ -63,7 +63,7 @@ impl FromSettings for Redlock {
             labels.clone(),
             settings.nodes,
             settings.io_timeout,
-            settings.memory_watch_fault,
+            settings.memory_watch,
         )?;
         Ok(Redlock {
             inner: Arc::new(Inner {

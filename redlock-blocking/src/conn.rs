@@ -26,14 +26,14 @@ impl Worker {
     pub(crate) fn spawn(
         addr: NodeAddr,
         io_timeout: Duration,
-        fault: Option<redlock_core::WatchFault>,
+        watch: redlock_redis::MemoryWatchSettings,
         driver: Sender<Input>,
     ) -> Self {
         let (batches, queue) = mpsc::channel();
         let label = addr.label().clone();
         let spawned = thread::Builder::new()
             .name(format!("redlock-node-{label}"))
-            .spawn(move || Connection::new(addr, io_timeout, fault).run(&queue, &driver));
+            .spawn(move || Connection::new(addr, io_timeout, watch).run(&queue, &driver));
         if let Err(err) = spawned {
             tracing::error!(node = %label, %err, "could not start the node's worker thread");
         }
@@ -55,7 +55,7 @@ struct Connection {
     addr: NodeAddr,
     io_timeout: Duration,
     /// Negative controls only: watches that hear no push.
-    fault: Option<redlock_core::WatchFault>,
+    watch: redlock_redis::MemoryWatchSettings,
     /// The connection, what its node can run and its watch over the node's memory, learnt
     /// when it was made.
     conn: Option<Connected>,
@@ -64,11 +64,15 @@ struct Connection {
 type Connected = redlock_redis::Connected<redis::Connection>;
 
 impl Connection {
-    fn new(addr: NodeAddr, io_timeout: Duration, fault: Option<redlock_core::WatchFault>) -> Self {
+    fn new(
+        addr: NodeAddr,
+        io_timeout: Duration,
+        watch: redlock_redis::MemoryWatchSettings,
+    ) -> Self {
         Self {
             addr,
             io_timeout,
-            fault,
+            watch,
             conn: None,
         }
     }
@@ -134,18 +138,23 @@ impl Connection {
     fn connect(&mut self) -> Result<&mut Connected, redis::RedisError> {
         let connected = match self.conn.take() {
             Some(connected) => connected,
+            None if self.watch.untracked => self.connect_untracked()?,
             None => match self.connect_tracked() {
                 Ok(connected) => connected,
                 Err(err) if !speaks_no_resp3(&err) => return Err(err),
                 // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by script.
-                Err(_) => {
-                    let mut conn = self.open(self.addr.client())?;
-                    let dialect = detect_dialect(&mut conn)?;
-                    Connected::new(conn, dialect, None, self.addr.label())?
-                }
+                Err(_) => self.connect_untracked()?,
             },
         };
         Ok(self.conn.insert(connected))
+    }
+
+    /// A connection without client tracking: every restart-checked acquisition is checked on
+    /// its own.
+    fn connect_untracked(&self) -> Result<Connected, redis::RedisError> {
+        let mut conn = self.open(self.addr.client())?;
+        let dialect = detect_dialect(&mut conn)?;
+        Connected::new(conn, dialect, None, self.addr.label())
     }
 
     fn open(&self, client: &redis::Client) -> Result<redis::Connection, redis::RedisError> {
@@ -161,7 +170,7 @@ impl Connection {
         let (pushes, queued) = mpsc::channel();
         conn.set_push_sender(pushes);
         let dialect = detect_dialect(&mut conn)?;
-        let tracking = Tracking::queued(self.fault, queued);
+        let tracking = Tracking::queued(self.watch.fault, queued);
         let tracked = tracking.tracking_on().query::<()>(&mut conn);
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }

@@ -45,7 +45,7 @@ pub(crate) fn start(
     labels: Arc<[Arc<str>]>,
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
-    memory_watch_fault: Option<redlock_core::WatchFault>,
+    memory_watch: redlock_redis::MemoryWatchSettings,
 ) -> Result<Arc<Mailbox>, Error> {
     let (tx, rx) = mpsc::channel();
     let mailbox = Arc::new(Mailbox(tx.clone()));
@@ -53,7 +53,7 @@ pub(crate) fn start(
     let state = DriverState::new(config, labels, mailbox.clone(), Clock::new())?;
     let workers = nodes
         .iter()
-        .map(|addr| Worker::spawn(addr.clone(), io_timeout, memory_watch_fault, tx.clone()))
+        .map(|addr| Worker::spawn(addr.clone(), io_timeout, memory_watch, tx.clone()))
         .collect();
     let notices = Notices::new(nodes, io_timeout, tx.clone());
     thread::Builder::new()

@@ -24,10 +24,8 @@ pub struct Settings {
     pub nodes: Vec<NodeAddr>,
     /// The bound on one request's I/O.
     pub io_timeout: Duration,
-    /// Negative controls only: a safeguard of the connections' memory watches switched off
-    /// ([`Builder::memory_watch_fault_for_tests`]).
-    #[doc(hidden)]
-    pub memory_watch_fault: Option<redlock_core::WatchFault>,
+    /// How the connections watch their nodes' memory ([`Builder::client_tracking`]).
+    pub memory_watch: crate::MemoryWatchSettings,
 }
 
 /// A client an adapter can build from [`Settings`].
@@ -44,7 +42,7 @@ pub struct Builder<C> {
     io_timeout: Duration,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::Tls>,
-    memory_watch_fault: Option<redlock_core::WatchFault>,
+    memory_watch: crate::MemoryWatchSettings,
     client: PhantomData<fn() -> C>,
 }
 
@@ -69,7 +67,7 @@ impl<C: FromSettings> Builder<C> {
             config: Config::builder(urls.len()),
             urls,
             io_timeout: DEFAULT_IO_TIMEOUT,
-            memory_watch_fault: None,
+            memory_watch: crate::MemoryWatchSettings::default(),
             #[cfg(feature = "tls")]
             tls: None,
             client: PhantomData,
@@ -131,7 +129,21 @@ impl<C: FromSettings> Builder<C> {
     /// the safeguard it switches off keeps out.
     #[doc(hidden)]
     pub fn memory_watch_fault_for_tests(mut self, fault: redlock_core::WatchFault) -> Self {
-        self.memory_watch_fault = Some(fault);
+        self.memory_watch.fault = Some(fault);
+        self
+    }
+
+    /// Whether connections prove a node's memory once and then acquire with a plain `SET NX PX`
+    /// (client tracking, the default), or check it with every acquisition (`false`: the
+    /// checked script each time, which costs the node a script per acquisition; a node that
+    /// runs no script then refuses restart-checked acquisitions with `NoSafeForm`).
+    ///
+    /// Client tracking assumes each connection reaches its node directly. Turn it off for nodes
+    /// behind a proxy that keeps the client's connection open while it dials its backend
+    /// again: a restart or failover behind it would then never end the connection, and a
+    /// proof would outlive the memory it proved.
+    pub fn client_tracking(mut self, on: bool) -> Self {
+        self.memory_watch.untracked = !on;
         self
     }
 
@@ -156,7 +168,7 @@ impl<C: FromSettings> Builder<C> {
             config,
             nodes,
             io_timeout: self.io_timeout,
-            memory_watch_fault: self.memory_watch_fault,
+            memory_watch: self.memory_watch,
         })
     }
 }

@@ -63,7 +63,7 @@ pub use entropy::seeded_rng;
 pub use error::{Error, LockFailure, NodeReport};
 pub use handle::{LockHandle, Pending, Releasing};
 pub use lease_watch::LeaseWatch;
-pub use memory::{Connected, Tracking, resp3_client, speaks_no_resp3};
+pub use memory::{Connected, MemoryWatchSettings, Tracking, resp3_client, speaks_no_resp3};
 pub use node::NodeAddr;
 pub use reply::{map_error, map_result, needs_new_connection};
 #[cfg(any(feature = "tokio", feature = "smol"))]

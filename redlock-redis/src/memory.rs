@@ -15,6 +15,18 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use redis::{PushInfo, PushKind, Value};
 use redlock_core::{MemoryWatch, WatchFault};
 
+/// How a client's connections watch their nodes' memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryWatchSettings {
+    /// No client tracking: every restart-checked acquisition is checked on its own
+    /// ([`Builder::client_tracking`](crate::Builder::client_tracking)).
+    pub untracked: bool,
+    /// Negative controls only: a safeguard of the watches switched off.
+    #[doc(hidden)]
+    pub fault: Option<WatchFault>,
+}
+
 /// One connection's watch over its node's memory.
 #[derive(Debug, Clone)]
 pub struct Tracking {

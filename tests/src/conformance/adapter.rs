@@ -26,6 +26,8 @@ pub struct Options {
     pub memory_watch_fault: Option<redlock_core::WatchFault>,
     /// The longest TTL in use (how long a node that lost its memory sits out).
     pub max_ttl: Option<Duration>,
+    /// No client tracking: every acquisition checks the node's memory on its own.
+    pub untracked: bool,
 }
 
 impl Options {
@@ -135,6 +137,9 @@ pub fn transport<C: redlock_redis::FromSettings>(
     }
     if let Some(timeout) = options.io_timeout {
         builder = builder.io_timeout(timeout);
+    }
+    if options.untracked {
+        builder = builder.client_tracking(false);
     }
     if let Some(fault) = options.memory_watch_fault {
         builder = builder.memory_watch_fault_for_tests(fault);

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use redlock_core::{RetryPolicy, Vote, WatchFault};
+use redlock_core::{NodeErrorKind, RetryPolicy, Vote, WatchFault};
 
 use super::adapter::{Adapter, HeldLock, Options};
 use crate::Cluster;
@@ -28,14 +28,26 @@ enum Loss {
     Eviction,
 }
 
-fn client<A: Adapter>(nodes: &Cluster, deaf: bool) -> A {
-    client_with(nodes, deaf.then_some(WatchFault::Deaf))
+/// How the rival client B watches the nodes' memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rival {
+    /// As every client does by default: proven once per connection, under client tracking.
+    Tracked,
+    /// With a safeguard switched off (negative controls).
+    Faulty(WatchFault),
+    /// Without client tracking (`client_tracking(false)`): the checked script on every
+    /// acquisition.
+    Untracked,
 }
 
-fn client_with<A: Adapter>(nodes: &Cluster, fault: Option<WatchFault>) -> A {
+fn client<A: Adapter>(nodes: &Cluster, rival: Rival) -> A {
     let options = Options {
         retry: Some(RetryPolicy::once()),
-        memory_watch_fault: fault,
+        memory_watch_fault: match rival {
+            Rival::Faulty(fault) => Some(fault),
+            Rival::Tracked | Rival::Untracked => None,
+        },
+        untracked: rival == Rival::Untracked,
         ..Options::default()
     };
     A::build(&nodes.urls(), &options)
@@ -118,11 +130,11 @@ fn evict(server: &RedisServer, gone: &[&[u8]]) {
 /// B's try for `res` after the loss, with A still inside its validity.
 fn rival_try<A: Adapter>(
     loss: Loss,
-    deaf: bool,
+    rival: Rival,
 ) -> (A::Lock, Result<A::Lock, redlock_redis::Error>) {
     let nodes = Cluster::start(5);
-    let holder: A = client(&nodes, false);
-    let rival: A = client(&nodes, deaf);
+    let holder: A = client(&nodes, Rival::Tracked);
+    let rival: A = client(&nodes, rival);
     // B's connections prove their nodes' memory (and stay open).
     rival.lock("warm-up", TTL).expect("warm-up").release();
     let held = holder.lock("res", TTL).expect("A locks res");
@@ -141,11 +153,18 @@ fn assert_losers_ineligible<A: Adapter>(err: &redlock_redis::Error) {
     let failure = err
         .failure()
         .unwrap_or_else(|| panic!("{}: {err}", A::NAME));
-    let mut ineligible = 0;
+    let (mut ineligible, mut unchecked) = (0, 0);
     for node in LOSERS {
         match failure.nodes[node].result {
             Vote::Ineligible { .. } => ineligible += 1,
             Vote::Pending => {}
+            // Untracked, a node that runs no script cannot check (a mix of servers): it says
+            // so, and the round may be decided before the others answer.
+            Vote::Failed(NodeErrorKind::NoSafeForm)
+                if super::scenarios::scripting_denied_somewhere() =>
+            {
+                unchecked += 1;
+            }
             other => panic!(
                 "{}: node {node} lost its memory, answered {other:?}: {err}",
                 A::NAME
@@ -153,14 +172,14 @@ fn assert_losers_ineligible<A: Adapter>(err: &redlock_redis::Error) {
         }
     }
     assert!(
-        ineligible > 0,
+        ineligible + unchecked > 0,
         "{}: no node refused to vote: {err}",
         A::NAME
     );
 }
 
 fn assert_refused<A: Adapter>(loss: Loss) {
-    let (held, rival) = rival_try::<A>(loss, false);
+    let (held, rival) = rival_try::<A>(loss, Rival::Tracked);
     match rival {
         Err(err) => assert_losers_ineligible::<A>(&err),
         Ok(_) => panic!(
@@ -172,7 +191,7 @@ fn assert_refused<A: Adapter>(loss: Loss) {
 }
 
 fn assert_caught<A: Adapter>(loss: Loss) {
-    let (held, rival) = rival_try::<A>(loss, true);
+    let (held, rival) = rival_try::<A>(loss, Rival::Faulty(WatchFault::Deaf));
     let second = rival.unwrap_or_else(|err| {
         panic!(
             "{}: with the pushes ignored, {loss:?} should let a second holder in: {err}",
@@ -210,13 +229,13 @@ pub fn an_evicted_epoch_votes_for_a_deaf_connection<A: Adapter>() {
 /// A client that connects only after three nodes were flushed never gets their votes early.
 pub fn a_fresh_connection_to_a_flushed_node_never_votes_early<A: Adapter>() {
     let nodes = Cluster::start(5);
-    let holder: A = client(&nodes, false);
+    let holder: A = client(&nodes, Rival::Tracked);
     let held = holder.lock("res", TTL).expect("A locks res");
     wait_for_every_node::<A>(&nodes, &held);
     for node in LOSERS {
         lose(&nodes.servers()[node], Loss::Flush);
     }
-    let fresh: A = client(&nodes, false);
+    let fresh: A = client(&nodes, Rival::Tracked);
     match fresh.try_lock("res", TTL) {
         Err(err) => assert_losers_ineligible::<A>(&err),
         Ok(_) => panic!("{}: a fresh client got res from flushed nodes", A::NAME),
@@ -230,11 +249,11 @@ pub fn a_fresh_connection_to_a_flushed_node_never_votes_early<A: Adapter>() {
 /// pushes it back to B, and B's batch saw the trust go out), so B proves again and the
 /// evicted nodes refuse.
 fn trust_then_eviction<A: Adapter>(
-    fault: Option<WatchFault>,
+    rival: Rival,
 ) -> (A::Lock, Result<A::Lock, redlock_redis::Error>) {
     let nodes = Cluster::start(5);
-    let holder: A = client(&nodes, false);
-    let rival: A = client_with(&nodes, fault);
+    let holder: A = client(&nodes, Rival::Tracked);
+    let rival: A = client(&nodes, rival);
     rival.lock("warm-up", TTL).expect("warm-up").release();
     rival.trust_nodes().expect("B trusts every node");
     let held = holder.lock("res", TTL).expect("A locks res");
@@ -249,7 +268,7 @@ fn trust_then_eviction<A: Adapter>(
 
 /// A trust over proven connections, then the epoch and the lock key evicted: refused.
 pub fn a_trust_ends_the_proof_of_its_connection<A: Adapter>() {
-    let (held, rival) = trust_then_eviction::<A>(None);
+    let (held, rival) = trust_then_eviction::<A>(Rival::Tracked);
     match rival {
         Err(err) => assert_losers_ineligible::<A>(&err),
         Ok(_) => panic!("{}: a second holder after a trust and an eviction", A::NAME),
@@ -260,7 +279,7 @@ pub fn a_trust_ends_the_proof_of_its_connection<A: Adapter>() {
 /// Negative control: tracking as before (`NOLOOP`, a trust keeps the proof) — the trust write
 /// stopped the node telling B about the epoch, and B gets the lock A still holds.
 pub fn a_trust_keeps_the_proof_without_optin<A: Adapter>() {
-    let (held, rival) = trust_then_eviction::<A>(Some(WatchFault::NoLoop));
+    let (held, rival) = trust_then_eviction::<A>(Rival::Faulty(WatchFault::NoLoop));
     let second = rival.unwrap_or_else(|err| {
         panic!(
             "{}: with NOLOOP tracking, the trust should leave B proven: {err}",
@@ -370,11 +389,11 @@ fn brim(server: &RedisServer) {
 /// their memory limit, so B's own call makes them evict their coldest keys — the epoch and
 /// `res` — just before running it. No other command reaches those nodes in between.
 fn self_eviction<A: Adapter>(
-    fault: Option<WatchFault>,
+    rival_kind: Rival,
 ) -> (A::Lock, Result<A::Lock, redlock_redis::Error>) {
     let nodes = Cluster::start(5);
-    let holder: A = client(&nodes, false);
-    let rival: A = client_with(&nodes, fault);
+    let holder: A = client(&nodes, Rival::Tracked);
+    let rival: A = client(&nodes, rival_kind);
     // Both prove every node now: later calls are plain commands that leave the epoch cold.
     holder.lock("warm-up-a", TTL).expect("warm-up").release();
     rival.lock("warm-up-b", TTL).expect("warm-up").release();
@@ -389,14 +408,34 @@ fn self_eviction<A: Adapter>(
     for resource in long_resources() {
         request = request.resource(resource);
     }
+    let untracked = rival_kind == Rival::Untracked;
     let rival_try = rival.acquire(request);
+    let mut evictions = Vec::new();
     for node in LOSERS {
-        let server = &nodes.servers()[node];
-        assert!(
-            !server.exists(redlock_core::EPOCH_KEY),
-            "node {node}: B's call evicted the epoch"
-        );
+        // The coldest keys went first: the epoch (gone, or stamped again by the checked script
+        // that found it missing) and A's `res`, at least.
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(&mut nodes.servers()[node].client())
+            .expect("INFO");
+        let evicted: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("evicted_keys:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("evicted_keys");
+        evictions.push(evicted);
     }
+    // Untracked, B sends nothing to a node that runs no script (a mix of servers).
+    let everywhere = !(untracked && super::scenarios::scripting_denied_somewhere());
+    let evicted = |n: &u64| *n >= 2;
+    assert!(
+        if everywhere {
+            evictions.iter().all(evicted)
+        } else {
+            evictions.iter().any(evicted)
+        },
+        "B's call evicted {evictions:?} keys on the losers"
+    );
     assert!(held.is_valid(), "A is still inside its validity");
     (held, rival_try)
 }
@@ -404,7 +443,7 @@ fn self_eviction<A: Adapter>(
 /// An eviction that B's own call sets off is pushed to B before that call's reply: the
 /// evicted nodes' votes do not count.
 pub fn an_eviction_set_off_by_the_rivals_own_call_refuses_it<A: Adapter>() {
-    let (held, rival) = self_eviction::<A>(None);
+    let (held, rival) = self_eviction::<A>(Rival::Tracked);
     match rival {
         Err(err) => assert_losers_ineligible::<A>(&err),
         Ok(_) => panic!(
@@ -418,7 +457,7 @@ pub fn an_eviction_set_off_by_the_rivals_own_call_refuses_it<A: Adapter>() {
 /// Negative control: tracking with `NOLOOP`, the eviction B's own call sets off is never
 /// pushed to B, and B gets the lock A still holds.
 pub fn an_eviction_set_off_by_the_rivals_own_call_is_unheard_with_noloop<A: Adapter>() {
-    let (held, rival) = self_eviction::<A>(Some(WatchFault::NoLoop));
+    let (held, rival) = self_eviction::<A>(Rival::Faulty(WatchFault::NoLoop));
     let second = rival.unwrap_or_else(|err| {
         panic!(
             "{}: with NOLOOP tracking, B's own eviction should go unheard: {err}",
@@ -479,4 +518,48 @@ pub fn a_flushed_node_votes_again_after_the_longest_ttl<A: Adapter>() {
         A::NAME
     );
     assert!(again, "{}: the nodes never voted again", A::NAME);
+}
+
+/// Without client tracking (`client_tracking(false)`, for nodes behind a proxy), every
+/// acquisition is checked on its own by the acquire script: the flushed, evicted, trusted-then-
+/// evicted and self-evicted nodes of the cases above all refuse B. Where no node runs scripts
+/// there is no such check, and an untracked client's lock fails clearly (`NoSafeForm`).
+pub fn an_untracked_client_checks_every_acquisition<A: Adapter>() {
+    if super::scenarios::scripting_denied() {
+        let nodes = Cluster::start(3);
+        let err = client::<A>(&nodes, Rival::Untracked)
+            .try_lock("res", TTL)
+            .err()
+            .unwrap_or_else(|| panic!("{}: untracked, without scripts, it locked", A::NAME));
+        let failure = err.failure().unwrap_or_else(|| panic!("{err}"));
+        assert!(
+            failure.nodes.iter().all(|n| matches!(
+                n.result,
+                Vote::Failed(NodeErrorKind::NoSafeForm) | Vote::Pending
+            )),
+            "{}: {err}",
+            A::NAME
+        );
+        return;
+    }
+    for loss in [Loss::Flush, Loss::Eviction] {
+        let (held, rival) = rival_try::<A>(loss, Rival::Untracked);
+        let err = rival
+            .err()
+            .unwrap_or_else(|| panic!("{}: {loss:?}: a second holder", A::NAME));
+        assert_losers_ineligible::<A>(&err);
+        held.release();
+    }
+    let (held, rival) = trust_then_eviction::<A>(Rival::Untracked);
+    let err = rival
+        .err()
+        .unwrap_or_else(|| panic!("{}: trust: a second holder", A::NAME));
+    assert_losers_ineligible::<A>(&err);
+    held.release();
+    let (held, rival) = self_eviction::<A>(Rival::Untracked);
+    let err = rival
+        .err()
+        .unwrap_or_else(|| panic!("{}: own eviction: a second holder", A::NAME));
+    assert_losers_ineligible::<A>(&err);
+    held.release();
 }

@@ -866,7 +866,8 @@ macro_rules! conformance_tests {
             a_trust_keeps_the_proof_without_optin,
             an_eviction_set_off_by_the_rivals_own_call_refuses_it,
             an_eviction_set_off_by_the_rivals_own_call_is_unheard_with_noloop,
-            a_flushed_node_votes_again_after_the_longest_ttl);
+            a_flushed_node_votes_again_after_the_longest_ttl,
+            an_untracked_client_checks_every_acquisition);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);
