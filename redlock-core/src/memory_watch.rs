@@ -57,10 +57,11 @@ use crate::reply::Reply;
 /// plain `SET`, as the crate docs' *Restart-aware voting* section describes.
 ///
 /// The protocol, in order: the connection turns client tracking on
-/// ([`tracking_on`](Self::tracking_on)); every batch goes out through a [`NodeBatch`](crate::NodeBatch), which says whether
-/// an acquisition must prove (`GET` of the epoch key, then the checked acquisition) or is
-/// vouched for (plain `SET NX PX`) and counts its answers; every push the connection reads goes
-/// to [`handle_invalidation`](Self::handle_invalidation) and its end to
+/// ([`tracking_on`](Self::tracking_on)); every batch goes out through a
+/// [`NodeBatch`](crate::NodeBatch), which says whether an acquisition must prove (`GET` of the
+/// epoch key, then the checked acquisition) or is vouched for (plain `SET NX PX`) and counts
+/// its answers; every push the connection reads goes to
+/// [`handle_invalidation`](Self::handle_invalidation) and its end to
 /// [`handle_closed`](Self::handle_closed) before the replies after them are counted.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryWatch {
