@@ -128,10 +128,7 @@ fn evict(server: &RedisServer, gone: &[&[u8]]) {
 }
 
 /// B's try for `res` after the loss, with A still inside its validity.
-fn rival_try<A: Adapter>(
-    loss: Loss,
-    rival: Rival,
-) -> (A::Lock, Result<A::Lock, redlock_redis::Error>) {
+fn rival_try<A: Adapter>(loss: Loss, rival: Rival) -> Outcome<A> {
     let nodes = Cluster::start(5);
     let holder: A = client(&nodes, Rival::Tracked);
     let rival: A = client(&nodes, rival);
@@ -178,32 +175,43 @@ fn assert_losers_ineligible<A: Adapter>(err: &redlock_redis::Error) {
     );
 }
 
-fn assert_refused<A: Adapter>(loss: Loss) {
-    let (held, rival) = rival_try::<A>(loss, Rival::Tracked);
+/// The outcome of a case: A's lock, and B's try while A is still valid.
+type Outcome<A> = (
+    <A as Adapter>::Lock,
+    Result<<A as Adapter>::Lock, redlock_redis::Error>,
+);
+
+/// B was refused, by the nodes that lost their memory ([`assert_losers_ineligible`]).
+fn expect_refused<A: Adapter>((held, rival): Outcome<A>, case: &str) {
     match rival {
         Err(err) => assert_losers_ineligible::<A>(&err),
-        Ok(_) => panic!(
-            "{}: a second holder of res after {loss:?} on 3 nodes",
-            A::NAME
-        ),
+        Ok(_) => panic!("{}: a second holder of res after {case}", A::NAME),
     }
     held.release();
 }
 
-fn assert_caught<A: Adapter>(loss: Loss) {
-    let (held, rival) = rival_try::<A>(loss, Rival::Faulty(WatchFault::Deaf));
-    let second = rival.unwrap_or_else(|err| {
-        panic!(
-            "{}: with the pushes ignored, {loss:?} should let a second holder in: {err}",
-            A::NAME
-        )
-    });
+/// A negative control: B got the lock A still holds — two valid holders at once.
+fn expect_second_holder<A: Adapter>((held, rival): Outcome<A>, case: &str) {
+    let second = rival
+        .unwrap_or_else(|err| panic!("{}: {case} should let a second holder in: {err}", A::NAME));
     assert!(
         held.is_valid() && second.is_valid(),
         "two valid holders at once"
     );
     second.release();
     held.release();
+}
+
+fn assert_refused<A: Adapter>(loss: Loss) {
+    expect_refused::<A>(
+        rival_try::<A>(loss, Rival::Tracked),
+        &format!("{loss:?} on 3 nodes"),
+    );
+}
+
+fn assert_caught<A: Adapter>(loss: Loss) {
+    let case = format!("with the pushes ignored, {loss:?}");
+    expect_second_holder::<A>(rival_try::<A>(loss, Rival::Faulty(WatchFault::Deaf)), &case);
 }
 
 /// `FLUSHALL` on three nodes under B's proven connections: they refuse to vote.
@@ -248,9 +256,7 @@ pub fn a_fresh_connection_to_a_flushed_node_never_votes_early<A: Adapter>() {
 /// are evicted; B asks while A is still valid. B's own trust write ended its proof (the node
 /// pushes it back to B, and B's batch saw the trust go out), so B proves again and the
 /// evicted nodes refuse.
-fn trust_then_eviction<A: Adapter>(
-    rival: Rival,
-) -> (A::Lock, Result<A::Lock, redlock_redis::Error>) {
+fn trust_then_eviction<A: Adapter>(rival: Rival) -> Outcome<A> {
     let nodes = Cluster::start(5);
     let holder: A = client(&nodes, Rival::Tracked);
     let rival: A = client(&nodes, rival);
@@ -268,30 +274,19 @@ fn trust_then_eviction<A: Adapter>(
 
 /// A trust over proven connections, then the epoch and the lock key evicted: refused.
 pub fn a_trust_ends_the_proof_of_its_connection<A: Adapter>() {
-    let (held, rival) = trust_then_eviction::<A>(Rival::Tracked);
-    match rival {
-        Err(err) => assert_losers_ineligible::<A>(&err),
-        Ok(_) => panic!("{}: a second holder after a trust and an eviction", A::NAME),
-    }
-    held.release();
+    expect_refused::<A>(
+        trust_then_eviction::<A>(Rival::Tracked),
+        "a trust and an eviction",
+    );
 }
 
 /// Negative control: tracking as before (`NOLOOP`, a trust keeps the proof) — the trust write
 /// stopped the node telling B about the epoch, and B gets the lock A still holds.
 pub fn a_trust_keeps_the_proof_without_optin<A: Adapter>() {
-    let (held, rival) = trust_then_eviction::<A>(Rival::Faulty(WatchFault::NoLoop));
-    let second = rival.unwrap_or_else(|err| {
-        panic!(
-            "{}: with NOLOOP tracking, the trust should leave B proven: {err}",
-            A::NAME
-        )
-    });
-    assert!(
-        held.is_valid() && second.is_valid(),
-        "two valid holders at once"
+    expect_second_holder::<A>(
+        trust_then_eviction::<A>(Rival::Faulty(WatchFault::NoLoop)),
+        "with NOLOOP tracking, a trust and an eviction",
     );
-    second.release();
-    held.release();
 }
 
 /// How long to wait at most for the nodes' LRU clock (1 s a tick) to tell two accesses apart.
@@ -388,9 +383,7 @@ fn brim(server: &RedisServer) {
 /// Scenario 4 of issue 21: B's connections are proven; A holds `res`; three nodes are at
 /// their memory limit, so B's own call makes them evict their coldest keys — the epoch and
 /// `res` — just before running it. No other command reaches those nodes in between.
-fn self_eviction<A: Adapter>(
-    rival_kind: Rival,
-) -> (A::Lock, Result<A::Lock, redlock_redis::Error>) {
+fn self_eviction<A: Adapter>(rival_kind: Rival) -> Outcome<A> {
     let nodes = Cluster::start(5);
     let holder: A = client(&nodes, Rival::Tracked);
     let rival: A = client(&nodes, rival_kind);
@@ -443,33 +436,19 @@ fn self_eviction<A: Adapter>(
 /// An eviction that B's own call sets off is pushed to B before that call's reply: the
 /// evicted nodes' votes do not count.
 pub fn an_eviction_set_off_by_the_rivals_own_call_refuses_it<A: Adapter>() {
-    let (held, rival) = self_eviction::<A>(Rival::Tracked);
-    match rival {
-        Err(err) => assert_losers_ineligible::<A>(&err),
-        Ok(_) => panic!(
-            "{}: a second holder after an eviction set off by its own call",
-            A::NAME
-        ),
-    }
-    held.release();
+    expect_refused::<A>(
+        self_eviction::<A>(Rival::Tracked),
+        "an eviction set off by its own call",
+    );
 }
 
 /// Negative control: tracking with `NOLOOP`, the eviction B's own call sets off is never
 /// pushed to B, and B gets the lock A still holds.
 pub fn an_eviction_set_off_by_the_rivals_own_call_is_unheard_with_noloop<A: Adapter>() {
-    let (held, rival) = self_eviction::<A>(Rival::Faulty(WatchFault::NoLoop));
-    let second = rival.unwrap_or_else(|err| {
-        panic!(
-            "{}: with NOLOOP tracking, B's own eviction should go unheard: {err}",
-            A::NAME
-        )
-    });
-    assert!(
-        held.is_valid() && second.is_valid(),
-        "two valid holders at once"
+    expect_second_holder::<A>(
+        self_eviction::<A>(Rival::Faulty(WatchFault::NoLoop)),
+        "with NOLOOP tracking, an eviction set off by B's own call",
     );
-    second.release();
-    held.release();
 }
 
 /// A node that lost its memory sits out the longest TTL, then votes again — through the
@@ -543,23 +522,11 @@ pub fn an_untracked_client_checks_every_acquisition<A: Adapter>() {
         return;
     }
     for loss in [Loss::Flush, Loss::Eviction] {
-        let (held, rival) = rival_try::<A>(loss, Rival::Untracked);
-        let err = rival
-            .err()
-            .unwrap_or_else(|| panic!("{}: {loss:?}: a second holder", A::NAME));
-        assert_losers_ineligible::<A>(&err);
-        held.release();
+        let case = format!("untracked, {loss:?}");
+        expect_refused::<A>(rival_try::<A>(loss, Rival::Untracked), &case);
     }
-    let (held, rival) = trust_then_eviction::<A>(Rival::Untracked);
-    let err = rival
-        .err()
-        .unwrap_or_else(|| panic!("{}: trust: a second holder", A::NAME));
-    assert_losers_ineligible::<A>(&err);
-    held.release();
-    let (held, rival) = self_eviction::<A>(Rival::Untracked);
-    let err = rival
-        .err()
-        .unwrap_or_else(|| panic!("{}: own eviction: a second holder", A::NAME));
-    assert_losers_ineligible::<A>(&err);
-    held.release();
+    let trust = trust_then_eviction::<A>(Rival::Untracked);
+    expect_refused::<A>(trust, "untracked, a trust and an eviction");
+    let own = self_eviction::<A>(Rival::Untracked);
+    expect_refused::<A>(own, "untracked, an eviction set off by its own call");
 }

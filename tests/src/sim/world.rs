@@ -420,35 +420,20 @@ impl<'s> World<'s> {
                 self.mix(5);
                 self.with_client(t, client, |c, env| c.on_resume(env));
             }
-            Event::Crash { node, down } if self.scenario.loss == MemoryLoss::OwnEviction => {
+            Event::Crash { node, down } if self.scenario.loss != MemoryLoss::Crash => {
                 self.mix(6);
                 self.stats.crashes += 1;
-                self.nodes[node].arm_eviction();
+                // The node stays up and its connections stay open: only pushes tell.
+                let text = if self.scenario.loss == MemoryLoss::Flush {
+                    self.nodes[node].flush();
+                    "FLUSH: every key lost, connections kept"
+                } else {
+                    self.nodes[node].arm_eviction();
+                    "at its memory limit: the next acquisition evicts every key"
+                };
                 if let Some(trace) = self.trace.as_mut() {
-                    trace.push(
-                        t,
-                        None,
-                        Some(node),
-                        Vec::new(),
-                        format!("at its memory limit: the next acquisition evicts every key ({} lost for)", ms(down)),
-                    );
-                }
-            }
-            Event::Crash { node, down } if self.scenario.loss == MemoryLoss::Flush => {
-                self.mix(6);
-                self.stats.crashes += 1;
-                self.nodes[node].flush();
-                if let Some(trace) = self.trace.as_mut() {
-                    trace.push(
-                        t,
-                        None,
-                        Some(node),
-                        Vec::new(),
-                        format!(
-                            "FLUSH: every key lost, connections kept ({} lost for)",
-                            ms(down)
-                        ),
-                    );
+                    let text = format!("{text} ({} lost for)", ms(down));
+                    trace.push(t, None, Some(node), Vec::new(), text);
                 }
             }
             Event::Crash { node, down } => {
