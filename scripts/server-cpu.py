@@ -23,11 +23,59 @@ BATCH = 100
 TTL = "10000"
 
 def engine_script(name):
-    """The Lua source of one of the engine's scripts, read from redlock-core (written once)."""
+    """The Lua source of one of the engine's scripts, read from redlock-core (written once):
+    a string literal, or a `concat!` of literals and the file's own `macro_rules!` pieces."""
     path = os.path.join(os.path.dirname(__file__), "..", "redlock-core", "src", "command.rs")
     text = open(path, encoding="utf-8").read()
-    start = text.index(f'pub const {name}: &str = "\\\n') + len(f'pub const {name}: &str = "\\\n')
-    return text[start:text.index('";', start)]
+    start = text.index(f"pub const {name}: &str = ") + len(f"pub const {name}: &str = ")
+    return rust_str(text, text[start:])
+
+
+def rust_str(text, expr):
+    """The value of the string expression at the start of `expr`: `"…"`, `concat!(…)` or
+    `name!()`, a macro of `text` whose body is one of these."""
+    expr = expr.lstrip()
+    if expr.startswith('"'):
+        end = expr.index('"', 1)
+        while expr[end - 1] == "\\" and expr[end - 2] != "\\":
+            end = expr.index('"', end + 1)
+        return expr[1:end].replace("\\\n", "").replace('\\"', '"').replace("\\\\", "\\")
+    if expr.startswith("concat!("):
+        out, rest = [], expr[len("concat!("):]
+        while not rest.lstrip().startswith(")"):
+            rest = rest.lstrip()
+            piece = rust_str(text, rest)
+            out.append(piece)
+            rest = rest[piece_len(rest):].lstrip().lstrip(",")
+        return "".join(out)
+    macro = expr[: expr.index("!()")]
+    body = text.index(f"macro_rules! {macro} {{")
+    body = text.index("() => {", body) + len("() => {")
+    return rust_str(text, text[body:])
+
+
+def piece_len(expr):
+    """How long the string expression at the start of `expr` is, in characters."""
+    if expr.startswith('"'):
+        end = expr.index('"', 1)
+        while expr[end - 1] == "\\" and expr[end - 2] != "\\":
+            end = expr.index('"', end + 1)
+        return end + 1
+    if expr.startswith("concat!("):
+        depth, i = 0, 0
+        while True:
+            c = expr[i]
+            if c == '"':
+                i += piece_len(expr[i:])
+                continue
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+    return expr.index("!()") + 3
 
 
 RELEASE = engine_script("RELEASE_SCRIPT")
@@ -105,9 +153,9 @@ def forms(conn, sha):
     setup = [("SET", k, "t", "PX", TTL) for k in keys]
     yield "SET k t NX PX", [], [("SET", k, "t", "NX", "PX", TTL) for k in keys]
     yield "checked acquire script, trusted node", [("SET", "redlock:epoch", "0")], [
-        ("EVALSHA", sha["checked"], 2, k, "redlock:epoch", "t", TTL, "60000") for k in keys]
+        ("EVALSHA", sha["checked"], 3, k, "redlock:epoch", "redlock:epoch:id", "t", TTL, "60000") for k in keys]
     yield "checked acquire script, old epoch", [("SET", "redlock:epoch", "1")], [
-        ("EVALSHA", sha["checked"], 2, k, "redlock:epoch", "t", TTL, "60000") for k in keys]
+        ("EVALSHA", sha["checked"], 3, k, "redlock:epoch", "redlock:epoch:id", "t", TTL, "60000") for k in keys]
     yield "GET redlock:epoch", [], [("GET", "redlock:epoch")] * N
     yield "release script with PUBLISH", setup, [
         ("EVALSHA", sha["release"], 1, k, "t", "1") for k in keys]

@@ -75,31 +75,97 @@ return 1
 ";
 
 /// The node's epoch key for restart-aware voting: the node's own time (ms, by `TIME`) when its
-/// acquire script first found the key missing, i.e. when the node's memory began; `0` once an
-/// operator trusted the node ([`TRUST_SCRIPT`]). One per node (per database), whatever the key
-/// prefix: with Redis ACLs, allow it besides the lock keys. No lock may use this key.
+/// acquire script first found the key missing, or found the node's identity changed
+/// ([`EPOCH_ID_KEY`]), i.e. when the node's memory began; `0` once an operator trusted the node
+/// ([`TRUST_SCRIPT`]). One per node (per database), whatever the key prefix: with Redis ACLs,
+/// allow it and [`EPOCH_ID_KEY`] besides the lock keys. No lock may use this key.
 pub const EPOCH_KEY: &[u8] = b"redlock:epoch";
 
-/// [`ACQUIRE_SCRIPT`] with restart-aware voting: before anything else, reads the node's epoch
-/// ([`EPOCH_KEY`], created with the node's `TIME` when missing) and refuses to vote while the
-/// node's memory is younger than the longest TTL in use. `KEYS` = the lock keys, then the epoch
-/// key; `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = the longest TTL in use, in ms.
-/// Answers 1 (set), 0 (taken), or −m: not eligible for `m` ms more (nothing set). An epoch of 0
-/// means trusted (and spares the node its `TIME` call); one key is set with a single
-/// `SET NX PX`, as without the check.
-pub const ACQUIRE_CHECKED_SCRIPT: &str = "\
-local n = #KEYS - 1
-local epoch = tonumber(redis.call('GET', KEYS[#KEYS]))
-if epoch ~= 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+/// The node's memory identity when its epoch was stamped: `run_id:master_replid` from the
+/// node's `INFO server replication`. A restart (from a snapshot or not) gives the node a new
+/// `run_id`; a promotion, or any change of its replication history, a new `master_replid`.
+/// Either one means the node may have lost writes it acknowledged, although the epoch it
+/// kept (from a snapshot, or replicated) looks old: the checked scripts then stamp a new epoch
+/// and the node sits out the longest TTL. A second key, not a part of the epoch's value, so
+/// that the previous releases' scripts (which read the epoch with `tonumber`) still read it.
+/// An epoch without it, or with it empty (stamped by a previous release, by an operator's
+/// `SET`, or trusted on a node that runs no script), adopts the node's identity without a
+/// sit-out. No lock may use this key.
+pub const EPOCH_ID_KEY: &[u8] = b"redlock:epoch:id";
+
+/// The Lua that reads the node's memory identity (see [`EPOCH_ID_KEY`]): `identity()` answers
+/// `run_id:master_replid`, or nil where `INFO` is denied or says neither (the node then votes
+/// under the epoch alone, and stamps no identity: two clients of which only one may read
+/// `INFO` never overwrite each other's).
+macro_rules! identity_lua {
+    () => {
+        "\
+local function identity()
+  local info = redis.pcall('INFO', 'server', 'replication')
+  if type(info) ~= 'string' then return nil end
+  local run = string.match(info, 'run_id:(%x+)')
+  local repl = string.match(info, 'master_replid:(%x+)')
+  if not run or not repl then return nil end
+  return run .. ':' .. repl
+end
+"
+    };
+}
+
+/// The Lua of the restart check: `young(e, max_ttl, now)` reads the epoch (`KEYS[e]`) and the
+/// identity it was stamped with (`KEYS[e + 1]`), stamps a new epoch at the node's `TIME` when
+/// the epoch is missing or the identity changed, adopts the identity for an epoch without one,
+/// and answers how many ms the node must still wait (nil: it may vote). `now` is the node's
+/// time in ms if the caller read it already (read here only when the epoch is not `0`).
+macro_rules! restart_check_lua {
+    () => {
+        concat!(
+            identity_lua!(),
+            "\
+local function young(e, max_ttl, now)
+  local id = identity()
+  local epoch = tonumber(redis.call('GET', KEYS[e]))
+  if epoch and id then
+    local stamped = redis.call('GET', KEYS[e + 1])
+    if not stamped or stamped == '' then
+      redis.call('SET', KEYS[e + 1], id)
+    elseif stamped ~= id then
+      epoch = nil
+    end
+  end
+  if epoch == 0 then return nil end
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
   if not epoch then
-    redis.call('SET', KEYS[#KEYS], now)
+    redis.call('SET', KEYS[e], now)
+    if id then redis.call('SET', KEYS[e + 1], id) else redis.call('DEL', KEYS[e + 1]) end
     epoch = now
   end
-  local young = tonumber(ARGV[3]) - (now - epoch)
-  if young > 0 then return -young end
+  local left = max_ttl - (now - epoch)
+  if left > 0 then return left end
+  return nil
 end
+"
+        )
+    };
+}
+
+/// [`ACQUIRE_SCRIPT`] with restart-aware voting: before anything else, reads the node's epoch
+/// ([`EPOCH_KEY`], stamped with the node's `TIME` when missing or when the node's identity
+/// changed, [`EPOCH_ID_KEY`]) and refuses to vote while the node's memory is younger than the
+/// longest TTL in use. `KEYS` = the lock keys, then the epoch key and its identity key;
+/// `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = the longest TTL in use, in ms.
+/// Answers 1 (set), 0 (taken), or −m: not eligible for `m` ms more (nothing set). An epoch of 0
+/// means trusted (and spares the node its `TIME` call, not its `INFO`); one key is set with a
+/// single `SET NX PX`, as without the check.
+pub const ACQUIRE_CHECKED_SCRIPT: &str = concat!(
+    restart_check_lua!(),
+    "\
+local n = #KEYS - 2
+local left = young(n + 1, tonumber(ARGV[3]))
+if left then return -left end
 if n == 1 then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
   return 0
@@ -111,7 +177,8 @@ for i = 1, n do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
 end
 return 1
-";
+"
+);
 
 /// The prefix of a lock key's fence counter: the counter of key `K` is `redlock:fence:K`. Locks
 /// may not use keys under it.
@@ -129,24 +196,19 @@ pub const FENCE_RETENTION_MS: u64 = 3_600_000;
 
 /// A fenced acquire: [`ACQUIRE_CHECKED_SCRIPT`] (its eligibility check skipped when `ARGV[3]`
 /// is 0) that on success also reads the keys' fence counters. `KEYS` = the `n` lock keys, the
-/// epoch key, then the `n` fence keys; `ARGV` = token, TTL in ms, longest TTL in use in ms (or
+/// epoch key and its identity key, then the `n` fence keys; `ARGV` = token, TTL in ms, longest TTL in use in ms (or
 /// 0). Answers 0 (taken), −m (not eligible for `m` ms more), or `v + 1` where `v` is the largest
 /// of the fence counters and the node's `TIME` in ms (set).
-pub const ACQUIRE_FENCED_SCRIPT: &str = "\
-local n = (#KEYS - 1) / 2
+pub const ACQUIRE_FENCED_SCRIPT: &str = concat!(
+    restart_check_lua!(),
+    "\
+local n = (#KEYS - 2) / 2
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max_ttl = tonumber(ARGV[3])
 if max_ttl > 0 then
-  local epoch = tonumber(redis.call('GET', KEYS[n + 1]))
-  if not epoch then
-    redis.call('SET', KEYS[n + 1], now)
-    epoch = now
-  end
-  if epoch ~= 0 then
-    local young = max_ttl - (now - epoch)
-    if young > 0 then return -young end
-  end
+  local left = young(n + 1, max_ttl, now)
+  if left then return -left end
 end
 for i = 1, n do
   if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
@@ -155,12 +217,13 @@ for i = 1, n do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
 end
 local v = now
-for i = n + 2, #KEYS do
+for i = n + 3, #KEYS do
   local c = tonumber(redis.call('GET', KEYS[i]))
   if c and c > v then v = c end
 end
 return v + 1
-";
+"
+);
 
 /// Commits a fence: if every lock key still holds the token, raises each fence counter to at
 /// least the fence (never lowers it) with the retention as its TTL. `KEYS` = the `n` lock keys,
@@ -184,11 +247,17 @@ return 1
 ";
 
 /// Marks the node trusted: its memory is old enough for any TTL (an operator who knows that no
-/// lock is live says so, for a fresh deployment). `KEYS[1]` = [`EPOCH_KEY`]. Answers 1.
-pub const TRUST_SCRIPT: &str = "\
+/// lock is live says so, for a fresh deployment), and stamps the node's identity. `KEYS` =
+/// [`EPOCH_KEY`], [`EPOCH_ID_KEY`]. Answers 1.
+pub const TRUST_SCRIPT: &str = concat!(
+    identity_lua!(),
+    "\
 redis.call('SET', KEYS[1], 0)
+local id = identity()
+if id then redis.call('SET', KEYS[2], id) else redis.call('DEL', KEYS[2]) end
 return 1
-";
+"
+);
 
 /// Whether [`EXTEND_SCRIPT`] only ever lengthens a key's TTL (its `PEXPIRE` is guarded by a
 /// `PTTL` comparison). Models of the script (simulators, fake nodes) follow this flag rather than
@@ -300,8 +369,10 @@ pub enum RedisForm<'a> {
         /// The TTL in milliseconds.
         ttl_ms: u64,
     },
-    /// `SET key 0`: marks the node trusted ([`EPOCH_KEY`]), as [`TRUST_SCRIPT`] does, on a
-    /// node that runs no script. Answers `OK`.
+    /// `MSET epoch 0 identity ""`: marks the node trusted ([`EPOCH_KEY`]), as [`TRUST_SCRIPT`]
+    /// does, on a node that runs no script, and empties the identity the epoch was stamped with
+    /// ([`EPOCH_ID_KEY`]: a script reads an empty one as none, and adopts the node's). Answers
+    /// `OK`.
     SetTrusted,
     /// The node can run neither the script nor a native form that keeps this command's meaning
     /// (a restart-aware or fenced acquire, a fence commit, or an extension of unknown TTL
@@ -480,20 +551,29 @@ impl<'a> RedisForm<'a> {
                 .into_iter()
                 .for_each(f);
             }
-            Self::SetTrusted => [Bytes(b"SET"), Bytes(EPOCH_KEY), Bytes(b"0")]
-                .into_iter()
-                .for_each(f),
+            Self::SetTrusted => [
+                Bytes(b"MSET"),
+                Bytes(EPOCH_KEY),
+                Bytes(b"0"),
+                Bytes(EPOCH_ID_KEY),
+                Bytes(b""),
+            ]
+            .into_iter()
+            .for_each(f),
             Self::Script { .. } | Self::Unsupported => {}
         }
     }
 }
 
-/// A script's `KEYS`: the lock keys, then the epoch key and the fence keys when the script takes
-/// them.
+/// A script's `KEYS`: the lock keys, then the epoch key, its identity key and the fence keys when
+/// the script takes them.
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptKeys<'a> {
     spec: &'a LockSpec,
+    /// Whether the epoch key and its identity key follow the lock keys.
     epoch: bool,
+    /// Whether the identity key alone follows them (the trust, whose one key is the epoch).
+    identity: bool,
     fence: bool,
 }
 
@@ -501,7 +581,9 @@ impl ScriptKeys<'_> {
     /// How many keys.
     pub fn len(&self) -> usize {
         let n = self.spec.len();
-        n + usize::from(self.epoch) + if self.fence { n } else { 0 }
+        n + 2 * usize::from(self.epoch)
+            + usize::from(self.identity)
+            + if self.fence { n } else { 0 }
     }
 
     /// Whether there are none (never: a lock has at least one key).
@@ -514,6 +596,9 @@ impl ScriptKeys<'_> {
         self.spec.keys().for_each(&mut f);
         if self.epoch {
             f(EPOCH_KEY);
+        }
+        if self.epoch || self.identity {
+            f(EPOCH_ID_KEY);
         }
         if self.fence {
             let mut buf = Vec::new();
@@ -750,6 +835,7 @@ impl Command {
             keys: ScriptKeys {
                 spec: &self.spec,
                 epoch,
+                identity: self.op == Op::Trust,
                 fence,
             },
             args: ScriptArgs { token, numbers },
@@ -904,7 +990,7 @@ mod tests {
         let trust = command(Op::Trust, &["a"], Extras::default());
         assert_eq!(
             encoded(&trust.redis_form_on(&NO_LUA)),
-            "*3 $3 SET $13 redlock:epoch $1 0 "
+            "*5 $4 MSET $13 redlock:epoch $1 0 $16 redlock:epoch:id $0  "
         );
         let no_native = Dialect {
             scripts: false,

@@ -140,7 +140,7 @@ pub enum ConfigError {
     /// A resource whose key is reserved by the engine ([`EPOCH_KEY`](crate::EPOCH_KEY), or a
     /// key under [`FENCE_KEY_PREFIX`](crate::FENCE_KEY_PREFIX)).
     #[error(
-        "resource #{index}: its key is reserved (the restart-aware voting epoch or a fence counter); use another name"
+        "resource #{index}: its key is reserved (the restart-aware voting epoch, its identity, or a fence counter); use another name"
     )]
     ReservedKey {
         /// Position of the resource in the request (0-based).

@@ -81,6 +81,15 @@ pub struct FakeNode {
     /// When the epoch key was claimed, by the node's clock in ms, if it holds an
     /// [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) (and no number).
     claimed: Option<u64>,
+    /// The node's memory identity now (`run_id:master_replid`): a new one with every restart
+    /// and promotion.
+    identity: u64,
+    /// The identity its epoch was stamped with ([`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY)), if
+    /// any.
+    stamped: Option<u64>,
+    /// Whether its scripts compare the two (`false`: the scripts before the identity, for
+    /// negative controls).
+    identity_check: bool,
     extend: ExtendSemantics,
     fence_fault: Option<FenceFault>,
     dialect: Dialect,
@@ -105,6 +114,9 @@ impl FakeNode {
             keys: Keys::new(),
             epoch: Some(Epoch::Trusted),
             claimed: None,
+            identity: 1,
+            stamped: None,
+            identity_check: true,
             extend,
             fence_fault: None,
             dialect: Dialect::SCRIPTS,
@@ -122,6 +134,13 @@ impl FakeNode {
     /// The dialect it speaks.
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    /// Whether the node's scripts compare its identity with the one its epoch was stamped with
+    /// (`false`: as before [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY), a negative control).
+    pub fn with_identity_check(mut self, check: bool) -> Self {
+        self.identity_check = check;
+        self
     }
 
     /// Breaks the node's fence counters as `fault` says (negative controls only).
@@ -159,6 +178,15 @@ impl FakeNode {
         self.keys.clear();
         self.epoch = None;
         self.claimed = None;
+        self.stamped = None;
+    }
+
+    /// Restarts from a snapshot taken before any of its lock keys was set, or is replaced by a
+    /// replica that missed them all (a failover behind the node's address): every lock key is
+    /// lost, the epoch and its identity stay as they were, and the node's identity is new.
+    pub fn restart_from_snapshot(&mut self) {
+        self.keys.clear();
+        self.identity += 1;
     }
 
     /// Whether any of `command`'s keys is alive at `now` under another token than its own.
@@ -179,9 +207,22 @@ impl FakeNode {
     /// of `max_ttl_ms`, as the script does.
     fn young(&mut self, now: Duration, max_ttl_ms: u64) -> Option<i64> {
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
-        // A claim is no number to the script: it stamps the key with its time.
-        self.claimed = None;
-        let epoch = *self.epoch.get_or_insert(Epoch::Began(now_ms));
+        if self.identity_check && self.epoch.is_some() {
+            match self.stamped {
+                // An epoch without an identity adopts the node's.
+                None => self.stamped = Some(self.identity),
+                // Stamped by another life of the node: its memory begins now.
+                Some(stamped) if stamped != self.identity => self.epoch = None,
+                Some(_) => {}
+            }
+        }
+        if self.epoch.is_none() {
+            // A claim is no number to the script: it stamps the key with its time.
+            self.claimed = None;
+            self.epoch = Some(Epoch::Began(now_ms));
+            self.stamped = Some(self.identity);
+        }
+        let epoch = self.epoch.unwrap_or(Epoch::Began(now_ms));
         epoch
             .refuses_for_ms(now_ms, max_ttl_ms)
             .map(|left| -i64::try_from(left).unwrap_or(i64::MAX))
@@ -191,6 +232,7 @@ impl FakeNode {
     pub fn trust(&mut self) {
         self.epoch = Some(Epoch::Trusted);
         self.claimed = None;
+        self.stamped = Some(self.identity);
     }
 
     /// The node's epoch (`None` when it has none yet).
@@ -249,15 +291,16 @@ impl FakeNode {
         let reply = match script {
             Script::Acquire => self.acquire(now, keys, token, number(0)?),
             Script::AcquireChecked => {
-                let locks = keys.get(..keys.len().checked_sub(1)?)?;
+                // The lock keys, then the epoch and its identity.
+                let locks = keys.get(..keys.len().checked_sub(2)?)?;
                 match self.young(now, number(1)?) {
                     Some(young) => Reply::Int(young),
                     None => self.acquire(now, locks, token, number(0)?),
                 }
             }
             Script::AcquireFenced => {
-                let n = keys.len().checked_sub(1)? / 2;
-                let (locks, fences) = (keys.get(..n)?, keys.get(n + 1..)?);
+                let n = keys.len().checked_sub(2)? / 2;
+                let (locks, fences) = (keys.get(..n)?, keys.get(n + 2..)?);
                 let max_ttl = number(1)?;
                 if let Some(young) = (max_ttl > 0).then(|| self.young(now, max_ttl)).flatten() {
                     return Some(Reply::Int(young));
@@ -429,6 +472,8 @@ impl FakeNode {
             }
             RedisForm::SetTrusted => {
                 self.trust();
+                // `MSET` empties the identity: the next script adopts the node's.
+                self.stamped = None;
                 form.answer(&[Reply::Ok])
             }
             RedisForm::Unsupported => form.answer(&[]),

@@ -218,9 +218,9 @@ pub use acquire::Acquire;
 pub use acquire::{AcquireFailure, AcquireOutcome};
 pub use command::{
     ACQUIRE_CHECKED_SCRIPT, ACQUIRE_FENCED_SCRIPT, ACQUIRE_SCRIPT, Arg, COMMIT_FENCE_SCRIPT,
-    Command, EPOCH_KEY, EXTEND_NEVER_SHORTENS, EXTEND_SCRIPT, FENCE_KEY_PREFIX, FENCE_RETENTION_MS,
-    Op, RELEASE_SCRIPT, RELEASED_CHANNEL_PREFIX, RedisForm, Script, ScriptArgs, ScriptKeys,
-    TRUST_SCRIPT, released_channel,
+    Command, EPOCH_ID_KEY, EPOCH_KEY, EXTEND_NEVER_SHORTENS, EXTEND_SCRIPT, FENCE_KEY_PREFIX,
+    FENCE_RETENTION_MS, Op, RELEASE_SCRIPT, RELEASED_CHANNEL_PREFIX, RedisForm, Script, ScriptArgs,
+    ScriptKeys, TRUST_SCRIPT, released_channel,
 };
 pub use config::{
     Config, ConfigBuilder, DEFAULT_MAX_TTL, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX, MAX_NODE_TIMEOUT,

@@ -11,7 +11,7 @@ use crate::request::LockRequest;
 use crate::retry::RetryPolicy;
 use crate::round::Vote;
 use crate::testing::{FakeNode, Net, epoch, rng};
-use crate::{ConfigError, EPOCH_KEY, Op};
+use crate::{ConfigError, EPOCH_ID_KEY, EPOCH_KEY, Op};
 
 const TTL: Duration = Duration::from_secs(10);
 const MAX_TTL: Duration = Duration::from_secs(30);
@@ -97,6 +97,115 @@ fn a_node_that_lost_its_memory_does_not_vote_for_the_longest_ttl_by_its_clock() 
     ));
 }
 
+/// A holder takes `r` on five nodes; nodes 0, 1, 2 then restart from a snapshot taken before
+/// the lock (or fail over to replicas that missed it): the lock key is gone, the epoch they
+/// kept is old. Returns the holder and a rival's try 5 ms later.
+fn snapshot_restart(nodes: &mut [FakeNode]) -> (crate::Lease, Option<LockEvent>, Duration) {
+    let config = config(true);
+    let mut net = Net::new(nodes, epoch());
+    net.node_clock = true;
+    let Some(LockEvent::Acquired(holder)) = try_lock(&mut net, &config, 4) else {
+        panic!("the first client takes the lock");
+    };
+    for node in net.nodes.iter_mut().take(3) {
+        node.restart_from_snapshot();
+    }
+    net.now += Duration::from_millis(5);
+    let rival = try_lock(&mut net, &config, 5);
+    (holder, rival, net.now - epoch())
+}
+
+#[test]
+fn a_node_with_a_new_identity_sits_out_though_its_epoch_is_old() {
+    let mut nodes = vec![FakeNode::default(); 5];
+    let (holder, rival, _) = snapshot_restart(&mut nodes);
+    match rival {
+        Some(LockEvent::NotAcquired(failure)) => {
+            let ineligible = failure.votes[..3]
+                .iter()
+                .filter(|v| matches!(v, Vote::Ineligible { for_ms } if *for_ms == 30_000))
+                .count();
+            assert_eq!(ineligible, 3, "{failure:?}");
+        }
+        other => panic!("a second holder inside {holder:?}'s validity: {other:?}"),
+    }
+    // A new epoch, stamped with the new identity: the next restart is caught again, and a
+    // trust (which stamps the identity) ends the wait at once.
+    assert!(matches!(nodes[0].epoch(), Some(crate::Epoch::Began(_))));
+    let config = config(true);
+    let mut net = Net::new(&mut nodes, epoch() + Duration::from_millis(10));
+    net.node_clock = true;
+    let mut trust = Lifecycle::trust(net.now, &config, &mut rng(2));
+    assert!(matches!(
+        net.next_event(&mut trust, None),
+        Some(LockEvent::Trusted(_))
+    ));
+    net.nodes[1].restart_from_snapshot();
+    match try_lock(&mut net, &config, 8) {
+        Some(LockEvent::NotAcquired(failure)) => {
+            assert!(
+                matches!(failure.votes[1], Vote::Ineligible { .. }),
+                "{failure:?}"
+            );
+        }
+        other => panic!("held by no one but 4 nodes voted: {other:?}"),
+    }
+}
+
+#[test]
+fn an_epoch_without_an_identity_adopts_the_nodes_at_once() {
+    // A fresh FakeNode is trusted without an identity (as `SET redlock:epoch 0` leaves it, or a
+    // previous release): the first check adopts the node's identity and votes at once.
+    let config = config(true);
+    let mut nodes = vec![FakeNode::default(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    net.node_clock = true;
+    assert!(matches!(
+        try_lock(&mut net, &config, 1),
+        Some(LockEvent::Acquired(_))
+    ));
+    // A trust on a node without scripts (`MSET`) empties the identity: a script adopts the
+    // node's new one, with no wait.
+    let native = crate::Dialect {
+        scripts: false,
+        ..crate::Dialect::SCRIPTS
+    };
+    for node in net.nodes.iter_mut() {
+        node.restart_from_snapshot();
+        *node = node.clone().with_dialect(native);
+    }
+    let mut trust = Lifecycle::trust(net.now, &config, &mut rng(2));
+    assert!(matches!(
+        net.next_event(&mut trust, None),
+        Some(LockEvent::Trusted(_))
+    ));
+    for node in net.nodes.iter_mut() {
+        *node = node.clone().with_dialect(crate::Dialect::SCRIPTS);
+    }
+    net.now += TTL;
+    assert!(matches!(
+        try_lock(&mut net, &config, 3),
+        Some(LockEvent::Acquired(_))
+    ));
+}
+
+#[test]
+fn without_the_identity_check_a_snapshot_restart_lets_a_second_holder_in() {
+    // The negative control: the scripts as before the identity key.
+    let mut nodes = vec![FakeNode::default().with_identity_check(false); 5];
+    let (holder, rival, now) = snapshot_restart(&mut nodes);
+    match rival {
+        Some(LockEvent::Acquired(second)) => {
+            assert!(
+                holder.valid_until() > epoch() + now,
+                "both believe they hold it"
+            );
+            assert_ne!(second.token(), holder.token());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn without_restart_aware_voting_the_redis_page_failure_happens() {
     // The negative control: the same schedule with the feature off grants a second holder
@@ -156,12 +265,14 @@ fn every_ttl_is_bounded_by_the_longest_ttl_in_use() {
 }
 
 #[test]
-fn the_epoch_key_cannot_be_locked() {
-    let config = Config::builder(3)
-        .key_prefix(&EPOCH_KEY[..4])
-        .build()
-        .expect("valid");
-    let request = LockRequest::new(&EPOCH_KEY[4..], TTL);
-    let refused = Lifecycle::acquire(epoch(), &config, &request, &mut rng(0));
-    assert_eq!(refused.err(), Some(ConfigError::ReservedKey { index: 0 }));
+fn the_epoch_key_and_its_identity_cannot_be_locked() {
+    for reserved in [EPOCH_KEY, EPOCH_ID_KEY] {
+        let config = Config::builder(3)
+            .key_prefix(&reserved[..4])
+            .build()
+            .expect("valid");
+        let request = LockRequest::new(&reserved[4..], TTL);
+        let refused = Lifecycle::acquire(epoch(), &config, &request, &mut rng(0));
+        assert_eq!(refused.err(), Some(ConfigError::ReservedKey { index: 0 }));
+    }
 }

@@ -26,12 +26,13 @@ struct Inner {
     ends: Vec<usize>,
 }
 
-/// Whether `prefix ++ resource` is the epoch key or a fence counter's key.
+/// Whether `prefix ++ resource` is the epoch key, its identity key or a fence counter's key.
 fn is_reserved(prefix: &[u8], resource: &[u8]) -> bool {
     let key = || prefix.iter().chain(resource).copied();
-    let epoch = crate::command::EPOCH_KEY;
     let fence = crate::command::FENCE_KEY_PREFIX;
-    key().eq(epoch.iter().copied())
+    [crate::command::EPOCH_KEY, crate::command::EPOCH_ID_KEY]
+        .iter()
+        .any(|reserved| key().eq(reserved.iter().copied()))
         || (prefix.len() + resource.len() >= fence.len()
             && key().take(fence.len()).eq(fence.iter().copied()))
 }

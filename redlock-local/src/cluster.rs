@@ -86,6 +86,11 @@ impl Cluster {
         self.servers[index].restart_empty();
     }
 
+    /// [`RedisServer::restart_from_snapshot`] on server `index`.
+    pub fn restart_from_snapshot(&mut self, index: usize, snapshot: &[u8]) {
+        self.servers[index].restart_from_snapshot(snapshot);
+    }
+
     /// [`RedisServer::pause`] on server `index`.
     pub fn pause(&mut self, index: usize) {
         self.servers[index].pause();

@@ -113,11 +113,12 @@ impl RedisServer {
         self.query::<i64>("EXISTS", key) == 1
     }
 
-    /// The number of keys (`DBSIZE`), not counting the restart-aware voting epoch key, which
-    /// every node that ever voted keeps for good.
+    /// The number of keys (`DBSIZE`), not counting the restart-aware voting epoch key and its
+    /// identity, which every node that ever voted keeps for good.
     pub fn dbsize(&self) -> i64 {
         let all: i64 = self.run(&redis::cmd("DBSIZE"), "DBSIZE");
-        all - i64::from(self.exists(redlock_core::EPOCH_KEY))
+        let kept = [redlock_core::EPOCH_KEY, redlock_core::EPOCH_ID_KEY];
+        all - kept.iter().map(|key| i64::from(self.exists(*key))).sum::<i64>()
     }
 
     /// Runs `name key` on a fresh inspection connection.

@@ -114,6 +114,12 @@ impl ServerOptions {
         self
     }
 
+    /// Whether clients log in as a user denied `@scripting` (set here, by [`MIX_ENV`] or by
+    /// [`DENY_SCRIPTING_ENV`]).
+    pub fn denies_scripting(&self) -> bool {
+        self.acl().is_some_and(|(_, _, denied)| denied)
+    }
+
     /// The options of server `index` of a cluster started with these: as they are, unless
     /// [`MIX_ENV`] names servers and these name no binary.
     pub(crate) fn mixed(&self, index: usize) -> Self {

@@ -104,14 +104,41 @@ impl RedisServer {
     /// # Panics
     /// If the new process cannot be started.
     pub fn restart_empty(&mut self) {
+        self.restart_with(None);
+    }
+
+    /// Saves an RDB snapshot (`SAVE`) and returns its bytes, for
+    /// [`RedisServer::restart_from_snapshot`].
+    ///
+    /// # Panics
+    /// If the server does not answer or its snapshot cannot be read.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let _: () = redis::cmd("SAVE").query(&mut self.client()).expect("SAVE");
+        let process = self.process.as_ref().expect("a running server");
+        fs::read(process.dir.path().join(SNAPSHOT_FILE)).expect("reading the snapshot")
+    }
+
+    /// Kills the process if it runs, then starts a new one with the same options on the same
+    /// port that loads `snapshot` (from [`RedisServer::snapshot`], of this server or another),
+    /// as a node that restarts from its last RDB does: what was written after the snapshot is
+    /// lost, what it holds comes back, and the process has a new `run_id`.
+    ///
+    /// # Panics
+    /// If the new process cannot be started.
+    pub fn restart_from_snapshot(&mut self, snapshot: &[u8]) {
+        self.restart_with(Some(snapshot));
+    }
+
+    fn restart_with(&mut self, snapshot: Option<&[u8]>) {
         self.kill();
         let deadline = Instant::now() + RESTART_TIMEOUT;
         loop {
-            let started = Process::spawn(&self.options, self.port).and_then(|process| {
-                process
-                    .wait_ready(self.port, self.options.is_tls())
-                    .map(|()| process)
-            });
+            let started =
+                Process::spawn_with(&self.options, self.port, snapshot).and_then(|process| {
+                    process
+                        .wait_ready(self.port, self.options.is_tls())
+                        .map(|()| process)
+                });
             match started {
                 Ok(process) => {
                     self.process = Some(process);
@@ -125,22 +152,26 @@ impl RedisServer {
         }
     }
 
-    /// Marks the node trusted for restart-aware voting (`SET redlock:epoch 0`, what the
-    /// library's `trust_nodes` does): the harness just started it, so it knows no lock is live
-    /// on it. Every server is trusted when [`RedisServer::start`]ed (if it accepts writes); one
+    /// Marks the node trusted for restart-aware voting (`MSET redlock:epoch 0 redlock:epoch:id
+    /// ""`, what the library's `trust_nodes` does on a node that runs no script: the next
+    /// checked script adopts the node's identity): the harness just started it, so it knows
+    /// no lock is live on it. Every server is trusted when [`RedisServer::start`]ed (if it accepts writes); one
     /// restarted empty is not.
     ///
     /// # Panics
     /// If the server does not answer.
     pub fn trust(&self) {
-        self.set(redlock_core::EPOCH_KEY, 0);
+        self.try_trust()
+            .unwrap_or_else(|err| panic!("trusting {}: {err}", self.addr()));
     }
 
     /// [`RedisServer::trust`], with the server's refusal as an error instead of a panic.
     pub fn try_trust(&self) -> redis::RedisResult<()> {
-        redis::cmd("SET")
+        redis::cmd("MSET")
             .arg(redlock_core::EPOCH_KEY)
             .arg(0)
+            .arg(redlock_core::EPOCH_ID_KEY)
+            .arg("")
             .query(&mut self.try_client()?)
     }
 
@@ -234,6 +265,9 @@ fn is_port_in_use(err: &HarnessError) -> bool {
     matches!(err, HarnessError::Exited { log, .. } if log.to_lowercase().contains(PORT_IN_USE_LINE))
 }
 
+/// The RDB file a server saves to and loads from, in its dir (redis-server's default name).
+const SNAPSHOT_FILE: &str = "dump.rdb";
+
 /// A running child and the temp dir it works in. Dropping it kills and reaps the child, then
 /// removes the dir.
 #[derive(Debug)]
@@ -246,9 +280,21 @@ struct Process {
 
 impl Process {
     fn spawn(options: &ServerOptions, port: u16) -> Result<Self, HarnessError> {
+        Self::spawn_with(options, port, None)
+    }
+
+    /// [`Process::spawn`], its dir holding `snapshot` as the RDB file it loads at start.
+    fn spawn_with(
+        options: &ServerOptions,
+        port: u16,
+        snapshot: Option<&[u8]>,
+    ) -> Result<Self, HarnessError> {
         let dir = tempfile::Builder::new()
             .prefix("redlock-redis-")
             .tempdir()?;
+        if let Some(snapshot) = snapshot {
+            fs::write(dir.path().join(SNAPSHOT_FILE), snapshot)?;
+        }
         let log = File::create(dir.path().join("redis.log"))?;
         let program = options.program();
         let child = Command::new(&program)

@@ -40,7 +40,7 @@ pub struct FaultProxy {
 /// State shared by the proxy handle, the accept loop and the pumps.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) target: SocketAddr,
+    target: Mutex<SocketAddr>,
     pub(crate) stopped: AtomicBool,
     controls: Mutex<Controls>,
     conns: Mutex<Vec<Weak<Conn>>>,
@@ -94,7 +94,7 @@ impl FaultProxy {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            target,
+            target: Mutex::new(target),
             stopped: AtomicBool::new(false),
             controls: Mutex::default(),
             conns: Mutex::default(),
@@ -129,7 +129,19 @@ impl FaultProxy {
 
     /// The address the proxy forwards to.
     pub fn target(&self) -> SocketAddr {
-        self.shared.target
+        self.shared.target()
+    }
+
+    /// Moves the address behind the proxy to `target`, as a failover moves a DNS name or a
+    /// cloud "primary endpoint": every open connection is closed (the old target's clients
+    /// see it end), and new ones reach `target`.
+    pub fn retarget(&self, target: SocketAddr) {
+        *self
+            .shared
+            .target
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = target;
+        self.shared.close_all();
     }
 
     /// Delays every chunk read from then on, in each direction, by `latency` (order is kept).
@@ -212,6 +224,11 @@ impl Shared {
         self.controls.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Where new connections go.
+    pub(crate) fn target(&self) -> SocketAddr {
+        *self.target.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(crate) fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
     }
@@ -278,7 +295,8 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
 
 /// Connects to the target and forwards both ways until either side closes.
 fn serve(shared: &Arc<Shared>, client: TcpStream) {
-    let Ok(server) = TcpStream::connect_timeout(&shared.target, CONNECT_TIMEOUT) else {
+    let target = shared.target();
+    let Ok(server) = TcpStream::connect_timeout(&target, CONNECT_TIMEOUT) else {
         return;
     };
     let Ok(conn) = Conn::new(client, server).map(Arc::new) else {

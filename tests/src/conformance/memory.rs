@@ -30,7 +30,7 @@ enum Loss {
 
 /// How the rival client B watches the nodes' memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Rival {
+pub(super) enum Rival {
     /// As every client does by default: proven once per connection, under client tracking.
     Tracked,
     /// With a safeguard switched off (negative controls).
@@ -40,7 +40,7 @@ enum Rival {
     Untracked,
 }
 
-fn client<A: Adapter>(nodes: &Cluster, rival: Rival) -> A {
+pub(super) fn client<A: Adapter>(nodes: &Cluster, rival: Rival) -> A {
     let options = Options {
         retry: Some(RetryPolicy::once()),
         memory_watch_fault: match rival {
@@ -144,14 +144,20 @@ fn rival_try<A: Adapter>(loss: Loss, rival: Rival) -> Outcome<A> {
     (held, rival_try)
 }
 
-/// The round failed, and every node that lost its memory and answered refused to vote (the
-/// round is decided once three nodes said no, so some may not have answered yet).
+/// The round failed, and every node that lost its memory ([`LOSERS`]) and answered refused to
+/// vote.
 fn assert_losers_ineligible<A: Adapter>(err: &redlock_redis::Error) {
+    assert_ineligible::<A>(err, &LOSERS);
+}
+
+/// The round failed, and every node of `losers` that answered refused to vote (the round is
+/// decided once three nodes said no, so some may not have answered yet).
+fn assert_ineligible<A: Adapter>(err: &redlock_redis::Error, losers: &[usize]) {
     let failure = err
         .failure()
         .unwrap_or_else(|| panic!("{}: {err}", A::NAME));
     let (mut ineligible, mut unchecked) = (0, 0);
-    for node in LOSERS {
+    for &node in losers {
         match failure.nodes[node].result {
             Vote::Ineligible { .. } => ineligible += 1,
             Vote::Pending => {}
@@ -176,22 +182,31 @@ fn assert_losers_ineligible<A: Adapter>(err: &redlock_redis::Error) {
 }
 
 /// The outcome of a case: A's lock, and B's try while A is still valid.
-type Outcome<A> = (
+pub(super) type Outcome<A> = (
     <A as Adapter>::Lock,
     Result<<A as Adapter>::Lock, redlock_redis::Error>,
 );
 
 /// B was refused, by the nodes that lost their memory ([`assert_losers_ineligible`]).
-fn expect_refused<A: Adapter>((held, rival): Outcome<A>, case: &str) {
+fn expect_refused<A: Adapter>(outcome: Outcome<A>, case: &str) {
+    expect_refused_by::<A>(outcome, case, &LOSERS);
+}
+
+/// B was refused, by the nodes of `losers` ([`assert_ineligible`]).
+pub(super) fn expect_refused_by<A: Adapter>(
+    (held, rival): Outcome<A>,
+    case: &str,
+    losers: &[usize],
+) {
     match rival {
-        Err(err) => assert_losers_ineligible::<A>(&err),
+        Err(err) => assert_ineligible::<A>(&err, losers),
         Ok(_) => panic!("{}: a second holder of res after {case}", A::NAME),
     }
     held.release();
 }
 
 /// A negative control: B got the lock A still holds — two valid holders at once.
-fn expect_second_holder<A: Adapter>((held, rival): Outcome<A>, case: &str) {
+pub(super) fn expect_second_holder<A: Adapter>((held, rival): Outcome<A>, case: &str) {
     let second = rival
         .unwrap_or_else(|err| panic!("{}: {case} should let a second holder in: {err}", A::NAME));
     assert!(

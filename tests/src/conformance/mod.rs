@@ -7,6 +7,7 @@ mod async_adapter;
 mod blocking;
 pub mod errors;
 pub mod handles;
+pub mod identity;
 pub mod memory;
 pub mod notices;
 pub mod scenarios;

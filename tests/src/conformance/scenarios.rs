@@ -868,6 +868,12 @@ macro_rules! conformance_tests {
             an_eviction_set_off_by_the_rivals_own_call_is_unheard_with_noloop,
             a_flushed_node_votes_again_after_the_longest_ttl,
             an_untracked_client_checks_every_acquisition);
+        $crate::conformance_tests!(@identity $adapter;
+            a_node_restarted_from_a_snapshot_refuses,
+            a_snapshot_restart_with_a_matching_identity_votes,
+            a_promoted_replica_refuses,
+            a_promoted_replica_with_a_matching_identity_votes,
+            a_restarted_node_votes_again_after_the_longest_ttl);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);
@@ -901,6 +907,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::memory::$case::<$adapter>();
+            }
+        )+
+    };
+    (@identity $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::identity::$case::<$adapter>();
             }
         )+
     };
