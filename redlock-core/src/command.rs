@@ -103,10 +103,10 @@ macro_rules! identity_lua {
 local function identity()
   local info = redis.pcall('INFO', 'server', 'replication')
   if type(info) ~= 'string' then return nil end
-  local run = string.match(info, 'run_id:(%x+)')
-  local repl = string.match(info, 'master_replid:(%x+)')
+  local run = string.find(info, '\\nrun_id:', 1, true)
+  local repl = string.find(info, '\\nmaster_replid:', 1, true)
   if not run or not repl then return nil end
-  return run .. ':' .. repl
+  return string.sub(info, run + 8, run + 47) .. ':' .. string.sub(info, repl + 15, repl + 54)
 end
 "
     };

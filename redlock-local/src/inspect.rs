@@ -118,7 +118,10 @@ impl RedisServer {
     pub fn dbsize(&self) -> i64 {
         let all: i64 = self.run(&redis::cmd("DBSIZE"), "DBSIZE");
         let kept = [redlock_core::EPOCH_KEY, redlock_core::EPOCH_ID_KEY];
-        all - kept.iter().map(|key| i64::from(self.exists(*key))).sum::<i64>()
+        all - kept
+            .iter()
+            .map(|key| i64::from(self.exists(*key)))
+            .sum::<i64>()
     }
 
     /// Runs `name key` on a fresh inspection connection.

@@ -220,6 +220,25 @@ fn explore_tracked(scenario: Scenario) {
     );
 }
 
+/// Nodes restart from snapshots (or fail over to replicas) right away and often: their epoch
+/// comes back old, their lock keys do not. The checked script sees each node's new identity and
+/// stamps a new epoch, so a restarted node sits out the longest TTL.
+#[test]
+fn snapshot_restart_without_delay() {
+    explore_tracked(Scenario::snapshot_restart_without_delay());
+}
+
+/// Negative control: the same on nodes whose scripts ignore the identity — a restarted node
+/// votes at once on its old epoch, and the checker must catch the second holder.
+#[test]
+fn snapshot_restart_identity_blind() {
+    let found = sim::hunt(&Scenario::snapshot_restart_identity_blind(), 200);
+    assert!(
+        found.is_some(),
+        "the checker missed nodes restarted from snapshots voting on their old epoch"
+    );
+}
+
 /// Memory lost without a restart (the connections stay open), right away and often: the
 /// invalidation pushes keep the flushed nodes from voting.
 #[test]

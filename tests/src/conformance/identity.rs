@@ -77,6 +77,19 @@ fn snapshot_restart<A: Adapter>(by_hand: bool) -> (Outcome<A>, Vec<usize>) {
     let losers = losers_or_first(&nodes);
     let holder: A = client(&nodes, Rival::Tracked);
     holder.lock("warm-up", TTL).expect("warm-up").release();
+    for &node in &losers {
+        let server = &nodes.servers()[node];
+        if !server.options().denies_scripting() {
+            let stamped = server
+                .get(redlock_core::EPOCH_ID_KEY)
+                .map(String::from_utf8);
+            assert_eq!(
+                stamped,
+                Some(Ok(identity(server))),
+                "the warm-up's proof stamped the node's run_id:master_replid"
+            );
+        }
+    }
     let snapshots: Vec<Vec<u8>> = losers
         .iter()
         .map(|&node| nodes.servers()[node].snapshot())

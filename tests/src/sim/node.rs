@@ -52,6 +52,13 @@ impl Node {
         }
     }
 
+    /// The node with its scripts comparing its identity with its epoch's (`false`: as before
+    /// the identity, a negative control).
+    pub(crate) fn with_identity_check(mut self, check: bool) -> Self {
+        self.store = self.store.with_identity_check(check);
+        self
+    }
+
     /// Whether the node is running.
     pub(crate) fn is_up(&self) -> bool {
         self.up
@@ -66,6 +73,14 @@ impl Node {
     pub(crate) fn crash(&mut self) {
         self.up = false;
         self.flush();
+    }
+
+    /// Stops the node; it comes back from a snapshot taken before any of its lock keys was
+    /// set: those are lost, the epoch comes back, and the node has a new identity.
+    pub(crate) fn crash_to_snapshot(&mut self) {
+        self.up = false;
+        self.losses += 1;
+        self.store.restart_from_snapshot();
     }
 
     /// Loses every key and stays up (`FLUSHALL`, or the epoch evicted with the keys): its

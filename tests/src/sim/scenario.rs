@@ -51,6 +51,10 @@ pub enum MemoryLoss {
     /// runs the next acquisition that reaches it — set off by that client's own command. The
     /// connections stay open.
     OwnEviction,
+    /// The process dies and restarts from a snapshot taken before any of its lock keys was set
+    /// (or a replica that missed them is promoted behind its address): every lock key is lost,
+    /// the epoch comes back as it was, and the node has a new identity. Every connection ends.
+    Snapshot,
 }
 
 /// How a client behaves while it holds a lock.
@@ -167,6 +171,9 @@ pub struct Scenario {
     pub tracked: Tracked,
     /// How a crash loses a node's memory.
     pub loss: MemoryLoss,
+    /// Whether the nodes' checked scripts compare their identity with the one their epoch was
+    /// stamped with (`false`: as before the identity, a negative control).
+    pub identity_check: bool,
     /// Whether the engine refuses votes of nodes that lost their memory (restart-aware voting),
     /// with the scenario's [`max_ttl`](Scenario::max_ttl) as the longest TTL in use.
     pub restart_aware: bool,
@@ -239,6 +246,7 @@ impl Scenario {
             dialect: Dialect::SCRIPTS,
             tracked: Tracked::Off,
             loss: MemoryLoss::Crash,
+            identity_check: true,
             restart_aware: true,
             fenced: false,
             fence_fault: None,
@@ -570,6 +578,29 @@ impl Scenario {
         }
     }
 
+    /// Inside the model: [`Scenario::restart_without_delay`] where each node restarts from a
+    /// snapshot (or fails over to a replica) — its epoch comes back old, its lock keys do not —
+    /// over tracked connections: the checked script sees the node's new identity and stamps a
+    /// new epoch.
+    pub fn snapshot_restart_without_delay() -> Self {
+        Self {
+            name: "snapshot_restart_without_delay",
+            loss: MemoryLoss::Snapshot,
+            ..Self::tracked_restart_without_delay()
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::snapshot_restart_without_delay`] on
+    /// nodes whose scripts ignore the identity — the old epoch lets a restarted node vote at
+    /// once.
+    pub fn snapshot_restart_identity_blind() -> Self {
+        Self {
+            name: "snapshot_restart_identity_blind",
+            identity_check: false,
+            ..Self::snapshot_restart_without_delay()
+        }
+    }
+
     /// Inside the model: fenced locks under lossy networks, delayed restarts, pauses of correct
     /// clients and node wall clocks up to 200 ms apart; every holder writes its fence through a
     /// fenced store. Fences of successive holders must strictly increase and no store may accept
@@ -798,6 +829,9 @@ impl Scenario {
             && self.crashes.per_node > 0
         {
             broken.push("connections: a flushed node's invalidation pushes go unheard".into());
+        }
+        if !self.identity_check && self.loss == MemoryLoss::Snapshot && self.crashes.per_node > 0 {
+            broken.push("identity: a node restarted from a snapshot keeps voting".into());
         }
         if self.tracked == Tracked::NoLoop
             && self.loss == MemoryLoss::OwnEviction

@@ -142,6 +142,7 @@ impl<'s> World<'s> {
                     scenario.fence_fault,
                     scenario.dialect,
                 )
+                .with_identity_check(scenario.identity_check)
             })
             .collect();
         let mut world = Self {
@@ -420,7 +421,9 @@ impl<'s> World<'s> {
                 self.mix(5);
                 self.with_client(t, client, |c, env| c.on_resume(env));
             }
-            Event::Crash { node, down } if self.scenario.loss != MemoryLoss::Crash => {
+            Event::Crash { node, down }
+                if !matches!(self.scenario.loss, MemoryLoss::Crash | MemoryLoss::Snapshot) =>
+            {
                 self.mix(6);
                 self.stats.crashes += 1;
                 // The node stays up and its connections stay open: only pushes tell.
@@ -439,7 +442,13 @@ impl<'s> World<'s> {
             Event::Crash { node, down } => {
                 self.mix(6);
                 self.stats.crashes += 1;
-                self.nodes[node].crash();
+                let text = if self.scenario.loss == MemoryLoss::Snapshot {
+                    self.nodes[node].crash_to_snapshot();
+                    "CRASH: lock keys lost, the epoch kept; restarts with a new identity in"
+                } else {
+                    self.nodes[node].crash();
+                    "CRASH: every key lost; restarts in"
+                };
                 let losses = self.nodes[node].losses();
                 for client in &mut self.clients {
                     client.on_connection_end(node, losses);
@@ -450,7 +459,7 @@ impl<'s> World<'s> {
                         None,
                         Some(node),
                         Vec::new(),
-                        format!("CRASH: every key lost; restarts in {}", ms(down)),
+                        format!("{text} {}", ms(down)),
                     );
                 }
                 self.schedule(t + down, Event::Restart { node });
@@ -459,7 +468,7 @@ impl<'s> World<'s> {
                 self.mix(7);
                 self.nodes[node].restart();
                 if let Some(trace) = self.trace.as_mut() {
-                    trace.push(t, None, Some(node), Vec::new(), "RESTART, empty".to_owned());
+                    trace.push(t, None, Some(node), Vec::new(), "RESTART".to_owned());
                 }
             }
         }
