@@ -122,11 +122,13 @@
 //! until its clock reads `E + max_ttl`. Measured on the holder's clock that is at least
 //! `max_ttl − drift` after `L > t0` — the same bound that makes a key's `ttl` on the node outlast
 //! the holder's `ttl − drift` in plain Redlock (clock rates within the drift factor). So the node
-//! votes again only after `V`. A *partial* loss of memory is the caveat, outside the model: an
-//! eviction policy other than `noeviction` may drop lock keys while the epoch stays; a node that
-//! reloads an older state (RDB snapshots without AOF, or `appendfsync everysec`/`no` after a
-//! machine crash) comes back with the epoch but without the newest lock keys; and a promoted
-//! replica that replicated the epoch but not the newest lock keys is not detected either. `TIME` is the
+//! votes again only after `V`. A *partial* loss of memory keeps the epoch but not the newest lock
+//! keys: a node that reloads an older state (an RDB snapshot, `appendfsync everysec` after a
+//! machine crash) or a replica promoted in its place. The epoch carries the identity of the
+//! memory it was stamped in ([`EPOCH_ID_KEY`]: `run_id:master_replid`), which both change, so
+//! the script stamps a new epoch then, as for a missing one. Outside the model: an eviction
+//! policy other than `noeviction` may drop lock keys while the epoch stays, and nodes proven
+//! natively (no scripts) do not read the identity yet. `TIME` is the
 //! node's wall clock: a forward jump shortens the wait as it shortens key TTLs in Redis itself
 //! (outside the model either way), a backward jump lengthens it.
 //!
