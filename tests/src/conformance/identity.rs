@@ -279,3 +279,100 @@ pub fn a_restarted_node_votes_again_after_the_longest_ttl<A: Adapter>() {
     );
     assert!(again, "{}: the nodes never voted again", A::NAME);
 }
+
+/// The acquire script of the previous release (before the identity), as its clients send it.
+const PREVIOUS_CHECKED: &str = include_str!("previous_acquire_checked.lua");
+
+/// The previous release's checked acquisition of `key` on `server`, with the longest TTL
+/// `max_ttl`; its key, if it set one, is deleted again. Answers as the script does: 1 (set),
+/// 0 (taken), −m (not eligible for m ms more).
+fn previous_acquire(server: &RedisServer, key: &str, max_ttl: Duration) -> i64 {
+    let mut conn = server.client();
+    let answer: i64 = redis::cmd("EVAL")
+        .arg(PREVIOUS_CHECKED)
+        .arg(2)
+        .arg(key)
+        .arg(redlock_core::EPOCH_KEY)
+        .arg("previous-release")
+        .arg(10_000)
+        .arg(u64::try_from(max_ttl.as_millis()).unwrap_or(u64::MAX))
+        .query(&mut conn)
+        .expect("the previous release's script");
+    let _: () = redis::cmd("DEL").arg(key).query(&mut conn).expect("DEL");
+    answer
+}
+
+/// A rolling upgrade: clients of the previous release (whose script reads the epoch with
+/// `tonumber` and knows no identity) and of this one share the nodes. Neither stamps what the
+/// other cannot read, so no node is stuck refusing: after a trust both vote at once; after a
+/// restart that emptied the nodes (the previous script stamping first, without an identity)
+/// and after a restart from a snapshot (this one restamping), both vote again within ten times
+/// `max_ttl`.
+pub fn the_previous_release_and_this_one_share_nodes<A: Adapter>() {
+    const MAX_TTL: Duration = Duration::from_secs(2);
+    let mut nodes = Cluster::start(5);
+    let options = Options {
+        retry: Some(RetryPolicy::once()),
+        max_ttl: Some(MAX_TTL),
+        ..Options::default()
+    };
+    let urls = nodes.urls();
+    let client = A::build(&urls, &options).unwrap_or_else(|err| panic!("{}: {err}", A::NAME));
+    let Some(scripted) = losers(&nodes) else {
+        // Where no client may run scripts, the previous release proved natively, with the same
+        // reads as this one: the native proof writes no identity, so both meet the same keys.
+        client.lock("warm-up", MAX_TTL).expect("warm-up").release();
+        for server in nodes.servers() {
+            let identity = server.get(redlock_core::EPOCH_ID_KEY);
+            assert!(
+                identity.as_deref().is_none_or(<[u8]>::is_empty),
+                "a native proof wrote an identity: {identity:?}"
+            );
+        }
+        return;
+    };
+    let previous_votes = |nodes: &Cluster| {
+        scripted
+            .iter()
+            .all(|&node| previous_acquire(&nodes.servers()[node], "p", MAX_TTL) == 1)
+    };
+    let both_vote = |nodes: &Cluster| {
+        super::scenarios::eventually(MAX_TTL * 10, || {
+            client
+                .try_lock("res", MAX_TTL)
+                .map(HeldLock::release)
+                .is_ok()
+                && previous_votes(nodes)
+        })
+    };
+    // Trusted nodes: this release adopts their identity, the previous one sees a trusted epoch.
+    client.lock("warm-up", MAX_TTL).expect("warm-up").release();
+    assert!(previous_votes(&nodes), "the previous release is refused");
+    // Emptied: the previous release stamps the epoch first, without an identity.
+    for node in 0..nodes.len() {
+        nodes.restart_empty(node);
+    }
+    for &node in &scripted {
+        let answer = previous_acquire(&nodes.servers()[node], "p", MAX_TTL);
+        assert!(
+            answer < 0,
+            "an emptied node voted for the previous release: {answer}"
+        );
+    }
+    assert!(
+        both_vote(&nodes),
+        "{}: a node stuck refusing after a restart",
+        A::NAME
+    );
+    // Restarted from snapshots: this release restamps the epoch with the new identity, which the
+    // previous one reads as a young epoch.
+    let snapshots: Vec<Vec<u8>> = nodes.servers().iter().map(RedisServer::snapshot).collect();
+    for (node, snapshot) in snapshots.iter().enumerate() {
+        nodes.restart_from_snapshot(node, snapshot);
+    }
+    assert!(
+        both_vote(&nodes),
+        "{}: a node stuck refusing after a snapshot",
+        A::NAME
+    );
+}
