@@ -85,10 +85,10 @@ pub struct FakeNode {
     /// and promotion.
     identity: u64,
     /// The identity its epoch was stamped with ([`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY)), if
-    /// any.
-    stamped: Option<u64>,
-    /// Whether its scripts compare the two (`false`: the scripts before the identity, for
-    /// negative controls).
+    /// any (an empty one reads as none).
+    stamped: Option<Vec<u8>>,
+    /// Whether the node shows its identity (`false`: as a node whose `INFO` is denied, or the
+    /// scripts before the identity — the check off, for negative controls).
     identity_check: bool,
     extend: ExtendSemantics,
     fence_fault: Option<FenceFault>,
@@ -136,8 +136,9 @@ impl FakeNode {
         self.dialect
     }
 
-    /// Whether the node's scripts compare its identity with the one its epoch was stamped with
-    /// (`false`: as before [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY), a negative control).
+    /// Whether the node shows its identity, so that its scripts and native proofs compare it
+    /// with the one its epoch was stamped with (`false`: as before
+    /// [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY), or `INFO` denied — a negative control).
     pub fn with_identity_check(mut self, check: bool) -> Self {
         self.identity_check = check;
         self
@@ -207,12 +208,13 @@ impl FakeNode {
     /// of `max_ttl_ms`, as the script does.
     fn young(&mut self, now: Duration, max_ttl_ms: u64) -> Option<i64> {
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
-        if self.identity_check && self.epoch.is_some() {
-            match self.stamped {
+        let identity = self.identity_check.then(|| self.identity_value());
+        if let (Some(identity), Some(_)) = (&identity, self.epoch) {
+            match &self.stamped {
                 // An epoch without an identity adopts the node's.
-                None => self.stamped = Some(self.identity),
+                None => self.stamped = Some(identity.clone()),
                 // Stamped by another life of the node: its memory begins now.
-                Some(stamped) if stamped != self.identity => self.epoch = None,
+                Some(stamped) if stamped != identity => self.epoch = None,
                 Some(_) => {}
             }
         }
@@ -220,7 +222,7 @@ impl FakeNode {
             // A claim is no number to the script: it stamps the key with its time.
             self.claimed = None;
             self.epoch = Some(Epoch::Began(now_ms));
-            self.stamped = Some(self.identity);
+            self.stamped = identity;
         }
         let epoch = self.epoch.unwrap_or(Epoch::Began(now_ms));
         epoch
@@ -232,7 +234,53 @@ impl FakeNode {
     pub fn trust(&mut self) {
         self.epoch = Some(Epoch::Trusted);
         self.claimed = None;
-        self.stamped = Some(self.identity);
+        self.stamped = self.identity_check.then(|| self.identity_value());
+    }
+
+    /// The node's identity now, as the scripts and
+    /// [`node_identity`](crate::node_identity) read it: `run_id:master_replid`.
+    pub fn identity_value(&self) -> Vec<u8> {
+        let hex = format!("{:040x}", self.identity);
+        format!("{hex}:{hex}").into_bytes()
+    }
+
+    /// What `INFO server replication` answers: the node's `run_id` and `master_replid`, or
+    /// neither when it hides its identity ([`with_identity_check`](Self::with_identity_check)).
+    pub fn info_value(&self) -> Vec<u8> {
+        if !self.identity_check {
+            return b"# Server\r\n# Replication\r\nrole:master\r\n".to_vec();
+        }
+        let hex = format!("{:040x}", self.identity);
+        format!("# Server\r\nrun_id:{hex}\r\n# Replication\r\nmaster_replid:{hex}\r\n").into_bytes()
+    }
+
+    /// What `GET` of [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY) reads (an empty one as none).
+    pub fn stamped_value(&self) -> Option<Vec<u8>> {
+        self.stamped.clone()
+    }
+
+    /// Runs a native proof's follow-up write ([`Stamp`](crate::Stamp)) at `now` on the node's
+    /// clock, as the node runs its `SET`.
+    pub fn run_stamp(&mut self, now: Duration, stamp: &crate::Stamp) {
+        match stamp {
+            crate::Stamp::Restamp { read } => {
+                if read
+                    .as_ref()
+                    .is_none_or(|read| self.epoch_value().as_ref() == Some(read))
+                {
+                    self.epoch = None;
+                    self.claimed = Some(u64::try_from(now.as_millis()).unwrap_or(u64::MAX));
+                }
+            }
+            crate::Stamp::Identity {
+                identity,
+                if_missing,
+            } => {
+                if !*if_missing || self.stamped.is_none() {
+                    self.stamped = Some(identity.clone());
+                }
+            }
+        }
     }
 
     /// The node's epoch (`None` when it has none yet).
@@ -472,7 +520,7 @@ impl FakeNode {
             }
             RedisForm::SetTrusted => {
                 self.trust();
-                // `MSET` empties the identity: the next script adopts the node's.
+                // `MSET` empties the identity: the next proof adopts the node's.
                 self.stamped = None;
                 form.answer(&[Reply::Ok])
             }

@@ -127,8 +127,7 @@
 //! machine crash) or a replica promoted in its place. The epoch carries the identity of the
 //! memory it was stamped in ([`EPOCH_ID_KEY`]: `run_id:master_replid`), which both change, so
 //! the script stamps a new epoch then, as for a missing one. Outside the model: an eviction
-//! policy other than `noeviction` may drop lock keys while the epoch stays, and nodes proven
-//! natively (no scripts) do not read the identity yet. `TIME` is the
+//! policy other than `noeviction` may drop lock keys while the epoch stays. `TIME` is the
 //! node's wall clock: a forward jump shortens the wait as it shortens key TTLs in Redis itself
 //! (outside the model either way), a backward jump lengthens it.
 //!
@@ -229,7 +228,7 @@ pub use config::{
     MAX_NODES,
 };
 pub use dialect::{DeleteIfEq, Dialect, ServerFacts};
-pub use epoch::{EPOCH_CLAIM, EPOCH_CLAIM_TTL_MS, Epoch};
+pub use epoch::{EPOCH_CLAIM, EPOCH_CLAIM_TTL_MS, Epoch, node_identity};
 pub use error::ConfigError;
 pub use event::{LockEvent, LockOutput, Operation, Trigger, WakeReason};
 #[cfg(any(test, feature = "testing"))]
@@ -242,7 +241,7 @@ pub use lifecycle::Lifecycle;
 pub use machine::Machine;
 pub use memory_watch::{MemoryWatch, WatchFault};
 pub use multiplexer::{Batch, Change, LINGER, LockId, Multiplexer, Start, Timeout, TimeoutReason};
-pub use node_batch::{NodeBatch, ProofRead};
+pub use node_batch::{NodeBatch, ProofRead, Stamp};
 #[cfg(any(test, feature = "testing"))]
 pub use output::Output;
 pub use output::Transmit;

@@ -39,9 +39,11 @@
 //!
 //! # Without scripts
 //! A node that runs no script proves natively ([`NodeBatch`](crate::NodeBatch)): `GET` and
-//! `PTTL` of the epoch key and `TIME`, then `SET epoch claimed NX PX 2^40` (the
-//! [`EPOCH_CLAIM`](crate::EPOCH_CLAIM)), then the acquisition without the check, in one
-//! pipeline; the watch decides from the epoch and the node's time, as the script would. A
+//! `PTTL` of the epoch key, `TIME`, `GET` of its identity and `INFO`, then
+//! `SET epoch claimed NX PX 2^40` (the [`EPOCH_CLAIM`](crate::EPOCH_CLAIM)), then the
+//! acquisition without the check, in one pipeline; the watch decides from the epoch, the
+//! identities and the node's time, as the script would, and what the script would write is
+//! sent right after ([`Stamp`](crate::Stamp)). A
 //! missing epoch is so claimed by the node itself: its expiry, set by the node's own clock,
 //! says when the claim was made — after the memory was lost, whatever ran in between — so no
 //! time of the client's ever becomes an epoch, and nothing has to be undone. A claim reads as

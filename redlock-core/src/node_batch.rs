@@ -6,9 +6,9 @@
 
 use smallvec::SmallVec;
 
-use crate::command::{Command, EPOCH_KEY, Op, RedisForm};
+use crate::command::{Command, EPOCH_ID_KEY, EPOCH_KEY, Op, RedisForm};
 use crate::dialect::Dialect;
-use crate::epoch::{EPOCH_CLAIM, Epoch};
+use crate::epoch::{EPOCH_CLAIM, Epoch, node_identity};
 use crate::memory_watch::{MemoryCheck, MemoryWatch};
 use crate::output::Transmit;
 use crate::reply::{NodeErrorKind, Reply};
@@ -29,10 +29,66 @@ pub enum ProofRead {
     /// `TIME`: the node's clock, on a node that runs no script. Its reply goes to
     /// [`NodeBatch::handle_time`].
     Time,
+    /// `GET` of [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY), on a node that runs no script: the
+    /// identity the epoch was stamped with. Its reply goes to [`NodeBatch::handle_stamped`].
+    Stamped,
+    /// `INFO server replication`, on a node that runs no script: the node's identity now. Its
+    /// reply goes to [`NodeBatch::handle_info`].
+    Info,
     /// `SET` of the epoch key to [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) `NX PX 2^40`, on a node
     /// that runs no script: a missing epoch is claimed, by the node's own clock. Its reply
-    /// decides nothing (the next proof reads what it left).
+    /// (whether it wrote) goes to [`NodeBatch::handle_claim`].
     Claim,
+}
+
+/// A write that follows a native proof's replies on the same connection, right away
+/// ([`NodeBatch::stamps`]): what the checked script does in one call, in the two steps a node
+/// without scripts allows. Each writes only what the proof read, so a stamp that arrives after
+/// the node changed again at worst makes it wait once more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stamp {
+    /// `SET` of the epoch key to [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) `PX 2^40`, `IFEQ` the
+    /// value the proof read where the node has `IFEQ`: the node's identity changed, its memory
+    /// begins now.
+    Restamp {
+        /// The epoch as the proof read it (`None`: overwrite whatever is there).
+        read: Option<Vec<u8>>,
+    },
+    /// `SET` of [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY) to the identity the proof read: after a
+    /// restamp or a claim, or (`NX`) for an epoch that has none yet, which adopts it.
+    Identity {
+        /// `run_id:master_replid`, as [`node_identity`] reads it.
+        identity: Vec<u8>,
+        /// Only where the key is missing (`NX`).
+        if_missing: bool,
+    },
+}
+
+impl Stamp {
+    /// The command's arguments.
+    pub fn args(&self) -> SmallVec<[&[u8]; 7]> {
+        match self {
+            Self::Restamp { read } => {
+                let mut args: SmallVec<[&[u8]; 7]> =
+                    SmallVec::from_slice(&[b"SET", EPOCH_KEY, EPOCH_CLAIM, b"PX", CLAIM_TTL]);
+                if let Some(read) = read {
+                    args.extend_from_slice(&[b"IFEQ", read]);
+                }
+                args
+            }
+            Self::Identity {
+                identity,
+                if_missing,
+            } => {
+                let mut args: SmallVec<[&[u8]; 7]> =
+                    SmallVec::from_slice(&[b"SET", EPOCH_ID_KEY, identity]);
+                if *if_missing {
+                    args.push(b"NX");
+                }
+                args
+            }
+        }
+    }
 }
 
 /// `EPOCH_CLAIM_TTL_MS` in decimal, for the claim's `PX`.
@@ -46,6 +102,8 @@ impl ProofRead {
             Self::Epoch => &[b"GET", EPOCH_KEY],
             Self::Pttl => &[b"PTTL", EPOCH_KEY],
             Self::Time => &[b"TIME"],
+            Self::Stamped => &[b"GET", EPOCH_ID_KEY],
+            Self::Info => &[b"INFO", b"server", b"replication"],
             Self::Claim => &[b"SET", EPOCH_KEY, EPOCH_CLAIM, b"NX", b"PX", CLAIM_TTL],
         }
     }
@@ -60,12 +118,16 @@ const PROVE_NATIVELY: &[ProofRead] = &[
     ProofRead::Epoch,
     ProofRead::Pttl,
     ProofRead::Time,
+    ProofRead::Stamped,
+    ProofRead::Info,
     ProofRead::Claim,
 ];
 const PROVE_NATIVELY_NOLOOP: &[ProofRead] = &[
     ProofRead::Epoch,
     ProofRead::Pttl,
     ProofRead::Time,
+    ProofRead::Stamped,
+    ProofRead::Info,
     ProofRead::Claim,
 ];
 
@@ -87,17 +149,44 @@ struct Proof {
     pttl: Result<Option<i64>, NodeErrorKind>,
     /// The node's time in ms, when it was read.
     time: Result<Option<u64>, NodeErrorKind>,
+    /// The identity the epoch was stamped with (`None`: missing), or why it could not be read.
+    stamped: Result<Option<Vec<u8>>, NodeErrorKind>,
+    /// The node's identity now (`None`: `INFO` denied or unreadable — the node votes under its
+    /// epoch alone, as the scripts decide).
+    identity: Option<Vec<u8>>,
+    /// Whether this proof's claim wrote the epoch.
+    claimed: bool,
+}
+
+/// What a native proof's reads say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NativeReads {
+    /// The epoch (`None`: missing or unreadable).
+    epoch: Option<Epoch>,
+    /// The node's time, in ms.
+    now: u64,
+    /// Whether the node's identity differs from the one the epoch was stamped with.
+    changed: bool,
 }
 
 impl Proof {
-    /// The epoch the reads say (`None`: missing or unreadable) and the node's time, or why
-    /// they cannot be trusted.
-    fn native_reads(&self) -> Result<(Option<Epoch>, u64), NodeErrorKind> {
+    /// What the reads say, or why they cannot be trusted.
+    fn native_reads(&self) -> Result<NativeReads, NodeErrorKind> {
         self.caching?;
-        let epoch = self.epoch.clone()?;
+        let value = self.epoch.clone()?;
         let pttl = self.pttl?;
         let now = self.time?.ok_or(NodeErrorKind::Protocol)?;
-        Ok((epoch.and_then(|value| Epoch::read(&value, pttl, now)), now))
+        let stamped = self.stamped.clone()?;
+        let epoch = value.and_then(|value| Epoch::read(&value, pttl, now));
+        let changed = match (&self.identity, stamped) {
+            (Some(identity), Some(stamped)) => !stamped.is_empty() && stamped != *identity,
+            _ => false,
+        };
+        Ok(NativeReads {
+            epoch,
+            now,
+            changed: changed && epoch.is_some(),
+        })
     }
 }
 
@@ -111,10 +200,12 @@ impl Proof {
 /// 1. it writes [`NodeBatch::reads`] (each as [`ProofRead::args`]), then every request's
 ///    [`NodeBatch::form`], all in one pipeline;
 /// 2. it hands the reads' replies to [`NodeBatch::handle_caching`],
-///    [`NodeBatch::handle_epoch`], [`NodeBatch::handle_pttl`] and [`NodeBatch::handle_time`]
-///    (a [`ProofRead::Claim`]'s reply decides nothing), and every push it read before the
-///    replies to the watch;
-/// 3. it makes each request's answer of its parts ([`RedisForm::answer`]) and lets
+///    [`NodeBatch::handle_epoch`], [`NodeBatch::handle_pttl`], [`NodeBatch::handle_time`],
+///    [`NodeBatch::handle_stamped`], [`NodeBatch::handle_info`] and
+///    [`NodeBatch::handle_claim`], and every push it read before the replies to the watch;
+/// 3. it sends [`NodeBatch::stamps`], if any, on the same connection right away (a node that
+///    runs no script stamps its epoch and identity in these separate writes);
+/// 4. it makes each request's answer of its parts ([`RedisForm::answer`]) and lets
 ///    [`NodeBatch::finish`] count them: a vouched answer counts only if the node pushed nothing
 ///    since the request went out, and a proving one may make the connection vouch.
 ///
@@ -161,6 +252,13 @@ impl NodeBatch {
                 Err(UNANSWERED)
             },
             time: Err(UNANSWERED),
+            stamped: if dialect.scripts {
+                Ok(None)
+            } else {
+                Err(UNANSWERED)
+            },
+            identity: None,
+            claimed: false,
         });
         let trusts = transmits.iter().any(|t| t.command.op() == Op::Trust);
         Self {
@@ -254,6 +352,66 @@ impl NodeBatch {
         }
     }
 
+    /// The reply to [`ProofRead::Stamped`]: the identity the epoch was stamped with (`None`:
+    /// nil), or the error it failed with.
+    pub fn handle_stamped(&mut self, read: Result<Option<&[u8]>, NodeErrorKind>) {
+        if let Some(proof) = &mut self.proof {
+            proof.stamped = read.map(|value| value.map(<[u8]>::to_vec));
+        }
+    }
+
+    /// The reply to [`ProofRead::Info`]: its text, or `None` when it failed or came back in
+    /// another shape (a user denied `INFO`: the node votes under its epoch alone).
+    pub fn handle_info(&mut self, read: Option<&[u8]>) {
+        if let Some(proof) = &mut self.proof {
+            proof.identity = read.and_then(node_identity);
+        }
+    }
+
+    /// The reply to [`ProofRead::Claim`]: whether it wrote the epoch (`OK`; nil when the key
+    /// was there, or when it failed).
+    pub fn handle_claim(&mut self, wrote: bool) {
+        if let Some(proof) = &mut self.proof {
+            proof.claimed = wrote;
+        }
+    }
+
+    /// The writes to send on the connection right after this batch's replies were read (and
+    /// before [`finish`](Self::finish) counts them), when a native proof read that the node's
+    /// identity changed ([`Stamp::Restamp`], then its identity), that its claim wrote the
+    /// epoch (its identity), or that the epoch has no identity yet (adopted, `NX`). Their
+    /// replies decide nothing: the next proof reads what they left. Empty on a node that runs
+    /// scripts (the checked script stamps), or where the node's identity is unknown.
+    pub fn stamps(&self) -> SmallVec<[Stamp; 2]> {
+        let mut stamps = SmallVec::new();
+        let Some(proof) = self.proof.as_ref().filter(|proof| proof.native) else {
+            return stamps;
+        };
+        let (Some(identity), Ok(reads)) = (&proof.identity, proof.native_reads()) else {
+            return stamps;
+        };
+        let stamp = |if_missing| Stamp::Identity {
+            identity: identity.clone(),
+            if_missing,
+        };
+        if reads.changed {
+            let read = proof.epoch.clone().ok().flatten();
+            stamps.push(Stamp::Restamp {
+                read: read.filter(|_| self.dialect.set_if_eq),
+            });
+            stamps.push(stamp(false));
+        } else if proof.claimed {
+            stamps.push(stamp(false));
+        } else if reads.epoch.is_some() {
+            match proof.stamped.as_ref().ok().and_then(Option::as_deref) {
+                None => stamps.push(stamp(true)),
+                Some([]) => stamps.push(stamp(false)),
+                Some(_) => {}
+            }
+        }
+        stamps
+    }
+
     /// Counts each request's answer, in order (`answers`: each request's answer made of its
     /// parts, replaced in place by the engine's reply), under the connection's watch, to which
     /// every push read before these replies was handed first.
@@ -275,8 +433,12 @@ impl NodeBatch {
                     *answer
                 }
                 (MemoryCheck::Prove { seen }, Some(proof)) => match proof.native_reads() {
-                    Ok((epoch, now)) => {
-                        watch.handle_native_proof(seen, epoch, now, *answer, *max_ttl)
+                    Ok(reads) if reads.changed => {
+                        // Another life of the node stamped the epoch: its memory begins now.
+                        watch.handle_native_proof(seen, None, reads.now, *answer, *max_ttl)
+                    }
+                    Ok(reads) => {
+                        watch.handle_native_proof(seen, reads.epoch, reads.now, *answer, *max_ttl)
                     }
                     // The proof's own reads failed: the node's vote cannot count.
                     Err(failed) => Reply::Error(failed),
@@ -354,7 +516,9 @@ mod tests {
                 ProofRead::Epoch => batch.handle_epoch(Ok(epoch)),
                 ProofRead::Pttl => batch.handle_pttl(Ok(Some(pttl))),
                 ProofRead::Time => batch.handle_time(Ok(Some(time))),
-                ProofRead::Claim => {}
+                ProofRead::Stamped => batch.handle_stamped(Ok(None)),
+                ProofRead::Info => batch.handle_info(None),
+                ProofRead::Claim => batch.handle_claim(false),
             }
         }
         batch.finish(Some(watch), answers);
@@ -480,10 +644,12 @@ mod tests {
                 ProofRead::Epoch,
                 ProofRead::Pttl,
                 ProofRead::Time,
+                ProofRead::Stamped,
+                ProofRead::Info,
                 ProofRead::Claim
             ]
         );
-        assert_eq!(batch.wire_len(&transmits), 6);
+        assert_eq!(batch.wire_len(&transmits), 8);
         assert!(matches!(
             batch.form(0, &acquire.command),
             RedisForm::Set { .. }
@@ -571,6 +737,100 @@ mod tests {
         let mut answer = [Reply::Ok];
         batch.finish(Some(&mut watch), &mut answer);
         assert_eq!(answer, [Reply::Error(UNANSWERED)]);
+    }
+
+    /// `INFO` text naming identity `id` (40 hex digits each, `run_id` and `master_replid`).
+    fn info(id: char) -> Vec<u8> {
+        let hex = id.to_string().repeat(40);
+        format!("# Server\r\nrun_id:{hex}\r\n# Replication\r\nmaster_replid:{hex}\r\n").into_bytes()
+    }
+
+    /// The identity [`info`] names.
+    fn identity(id: char) -> Vec<u8> {
+        let hex = id.to_string().repeat(40);
+        format!("{hex}:{hex}").into_bytes()
+    }
+
+    /// A native proof of an acquisition that read the epoch `1000` (61 s ago, so old enough)
+    /// or none, the identity `stamped`, `INFO` `info` and whether its claim wrote: the
+    /// answer, the stamps to send, and whether the connection vouches afterwards.
+    fn native_proof(
+        epoch: Option<&[u8]>,
+        stamped: Option<&[u8]>,
+        info: Option<&[u8]>,
+        claimed: bool,
+    ) -> (Reply, SmallVec<[Stamp; 2]>, bool) {
+        let (acquire, _) = commands("r");
+        let transmits = [acquire];
+        let dialect = Dialect {
+            set_if_eq: true,
+            ..native()
+        };
+        let mut watch = MemoryWatch::new();
+        let mut batch = NodeBatch::new(&transmits, &dialect, Some(&watch));
+        batch.handle_caching(Ok(()));
+        batch.handle_epoch(Ok(epoch));
+        batch.handle_pttl(Ok(Some(-1)));
+        batch.handle_time(Ok(Some((61, 0))));
+        batch.handle_stamped(Ok(stamped));
+        batch.handle_info(info);
+        batch.handle_claim(claimed);
+        let stamps = batch.stamps();
+        let mut answer = [Reply::Ok];
+        batch.finish(Some(&mut watch), &mut answer);
+        (answer[0], stamps, watch.vouches_for(MAX))
+    }
+
+    #[test]
+    fn a_node_without_scripts_sees_its_identity() {
+        let (old, a, b) = (Some(&b"1000"[..]), identity('a'), identity('b'));
+        let stamp = |id: &[u8], if_missing| Stamp::Identity {
+            identity: id.to_vec(),
+            if_missing,
+        };
+        // The same identity: the node votes, nothing to write.
+        let same = native_proof(old, Some(&a), Some(&info('a')), false);
+        assert_eq!(same, (Reply::Ok, SmallVec::new(), true));
+        // Another life of the node stamped the epoch: refused for the longest TTL, and the
+        // epoch is restamped (only if it still holds what was read), then the identity.
+        let (answer, stamps, vouches) = native_proof(old, Some(&b), Some(&info('a')), false);
+        assert_eq!(answer, Reply::Int(-60_000));
+        assert!(!vouches);
+        let restamp = Stamp::Restamp {
+            read: Some(b"1000".to_vec()),
+        };
+        assert_eq!(stamps.as_slice(), [restamp.clone(), stamp(&a, false)]);
+        assert_eq!(
+            restamp.args().as_slice(),
+            [
+                &b"SET"[..],
+                EPOCH_KEY,
+                EPOCH_CLAIM,
+                b"PX",
+                CLAIM_TTL,
+                b"IFEQ",
+                b"1000"
+            ]
+        );
+        // No identity yet: adopted (NX), no wait; an empty one (a native trust): overwritten.
+        let adopt = native_proof(old, None, Some(&info('a')), false);
+        assert_eq!((adopt.0, adopt.2), (Reply::Ok, true));
+        assert_eq!(adopt.1.as_slice(), [stamp(&a, true)]);
+        assert_eq!(
+            stamp(&a, true).args().as_slice(),
+            [&b"SET"[..], EPOCH_ID_KEY, &a, b"NX"]
+        );
+        let trusted = native_proof(old, Some(b""), Some(&info('a')), false);
+        assert_eq!(trusted.1.as_slice(), [stamp(&a, false)]);
+        // The proof's own claim wrote a missing epoch: it is stamped with the identity read.
+        let claimed = native_proof(None, Some(&b), Some(&info('a')), true);
+        assert_eq!(claimed.0, Reply::Int(-60_000));
+        assert_eq!(claimed.1.as_slice(), [stamp(&a, false)]);
+        // INFO denied or unreadable: the epoch alone decides, nothing is written.
+        let unknown = native_proof(old, Some(&b), Some(b"NOPERM"), false);
+        assert_eq!(unknown, (Reply::Ok, SmallVec::new(), true));
+        let unknown = native_proof(old, Some(&b), None, false);
+        assert_eq!(unknown, (Reply::Ok, SmallVec::new(), true));
     }
 
     #[test]

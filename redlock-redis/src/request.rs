@@ -304,9 +304,10 @@ impl<'a> Reading<'a> {
                 ProofRead::Caching => self.plan.handle_caching(acknowledged(&result)),
                 ProofRead::Epoch => self.plan.handle_epoch(epoch_value(&result)),
                 ProofRead::Pttl => self.plan.handle_pttl(integer(&result)),
-                // The claim's answer decides nothing: the next proof reads what it left.
-                ProofRead::Claim => {}
+                ProofRead::Claim => self.plan.handle_claim(acknowledged(&result).is_ok()),
                 ProofRead::Time => self.plan.handle_time(node_time(&result)),
+                ProofRead::Stamped => self.plan.handle_stamped(epoch_value(&result)),
+                ProofRead::Info => self.plan.handle_info(text(&result)),
             }
         }
         for index in 0..self.batch.len() {
@@ -340,6 +341,33 @@ impl<'a> Reading<'a> {
     fn rerun(&mut self, index: usize, result: Result<redis::Value, redis::RedisError>) {
         note_failure(&result, &mut self.reconnect, &mut self.rebuild);
         self.parts[index] = smallvec::smallvec![map_result(result)];
+    }
+
+    /// The writes a native proof's replies call for ([`NodeBatch::stamps`]), as one pipeline
+    /// to send right away (`None`: none).
+    fn stamp_pipeline(&self) -> Option<redis::Pipeline> {
+        let stamps = self.plan.stamps();
+        if stamps.is_empty() {
+            return None;
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for stamp in &stamps {
+            let mut cmd = redis::Cmd::new();
+            for arg in stamp.args() {
+                cmd.arg(arg);
+            }
+            pipe.add_command(cmd);
+        }
+        Some(pipe)
+    }
+
+    /// What the stamps answered: nothing but a broken connection matters (the next proof reads
+    /// what they left).
+    fn stamped(&mut self, values: Result<Vec<redis::Value>, redis::RedisError>) {
+        if let Err(err) = values {
+            note_failure(&Err(err), &mut self.reconnect, &mut self.rebuild);
+        }
     }
 
     /// `GET key` for every missed compare-and-delete, as one pipeline (`None`: none missed).
@@ -433,7 +461,18 @@ fn integer(result: &Result<redis::Value, redis::RedisError>) -> Result<Option<i6
     }
 }
 
-/// What `GET` of the epoch key read, for [`NodeBatch::handle_epoch`].
+/// A text reply (`INFO`: a bulk string, or a verbatim string over RESP3), for
+/// [`NodeBatch::handle_info`]; `None` for an error or another shape.
+fn text(result: &Result<redis::Value, redis::RedisError>) -> Option<&[u8]> {
+    match result {
+        Ok(redis::Value::BulkString(bytes)) => Some(bytes),
+        Ok(redis::Value::VerbatimString { text, .. }) => Some(text.as_bytes()),
+        _ => None,
+    }
+}
+
+/// What `GET` of the epoch key (or of its identity) read, for [`NodeBatch::handle_epoch`] and
+/// [`NodeBatch::handle_stamped`].
 fn epoch_value(
     result: &Result<redis::Value, redis::RedisError>,
 ) -> Result<Option<&[u8]>, NodeErrorKind> {
@@ -523,6 +562,10 @@ pub fn run_batch(
         }
         reading.read(results);
     }
+    if let Some(pipe) = reading.stamp_pipeline() {
+        let values = pipe.query::<Vec<redis::Value>>(conn);
+        reading.stamped(values);
+    }
     for index in std::mem::take(&mut reading.again) {
         if let Some(request) = reading.rerun_request(index) {
             let result = request.run(conn);
@@ -577,6 +620,10 @@ pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
             }
             Err(err) => return BatchReplies::failed(batch, &err),
         },
+    }
+    if let Some(pipe) = reading.stamp_pipeline() {
+        let values = pipe.query_async::<Vec<redis::Value>>(conn).await;
+        reading.stamped(values);
     }
     for index in std::mem::take(&mut reading.again) {
         if let Some(request) = reading.rerun_request(index) {

@@ -239,6 +239,23 @@ fn snapshot_restart_identity_blind() {
     );
 }
 
+/// [`snapshot_restart_without_delay`] on nodes that run no script: the native proof reads the
+/// identity and restamps in the writes that follow it.
+#[test]
+fn native_snapshot_restart_without_delay() {
+    explore_tracked(Scenario::native_snapshot_restart_without_delay());
+}
+
+/// Negative control: the same on nodes that show no identity — caught.
+#[test]
+fn native_snapshot_restart_identity_blind() {
+    let found = sim::hunt(&Scenario::native_snapshot_restart_identity_blind(), 200);
+    assert!(
+        found.is_some(),
+        "the checker missed natively proven nodes restarted from snapshots voting at once"
+    );
+}
+
 /// Memory lost without a restart (the connections stay open), right away and often: the
 /// invalidation pushes keep the flushed nodes from voting.
 #[test]

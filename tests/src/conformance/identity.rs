@@ -6,11 +6,9 @@
 //! identity), the same loss lets a second holder in.
 //!
 //! In every case client A holds `res` on all five nodes; three of them then lose it. Client B
-//! is new: the loss ended every connection to those nodes.
-//!
-//! Nodes whose clients may not run scripts prove their memory natively, and that proof does
-//! not read the identity yet (issue 21): where every node is such a node, the cases show the
-//! gap instead, by name.
+//! is new: the loss ended every connection to those nodes. Where clients may not run scripts,
+//! the native proof reads the identity (`INFO`) and restamps in writes of its own
+//! (`redlock_core::Stamp`): the same cases hold there.
 
 use std::time::Duration;
 
@@ -23,22 +21,10 @@ use redlock_local::RedisServer;
 
 const TTL: Duration = Duration::from_secs(30);
 
-/// The three nodes that lose `res`: nodes whose clients run scripts, where a setup has three
-/// (a mix of servers); `None` where it has fewer (every node denies scripting).
-fn losers(nodes: &Cluster) -> Option<Vec<usize>> {
-    let scripted: Vec<usize> = (0..nodes.len())
-        .filter(|&node| !nodes.servers()[node].options().denies_scripting())
-        .take(3)
-        .collect();
-    (scripted.len() == 3).then_some(scripted)
-}
+/// The three nodes that lose `res`.
+const LOSERS: [usize; 3] = [0, 1, 2];
 
-/// The losers of `nodes`, or `[0, 1, 2]` where every node runs no script.
-fn losers_or_first(nodes: &Cluster) -> Vec<usize> {
-    losers(nodes).unwrap_or_else(|| vec![0, 1, 2])
-}
-
-/// The node's identity as the checked scripts read it: `run_id:master_replid`.
+/// The node's identity as the checked scripts and native proofs read it: `run_id:master_replid`.
 fn identity(server: &RedisServer) -> String {
     let info: String = redis::cmd("INFO")
         .arg("server")
@@ -52,6 +38,19 @@ fn identity(server: &RedisServer) -> String {
             .unwrap_or_else(|| panic!("INFO has no {name}"))
     };
     format!("{}:{}", field("run_id:"), field("master_replid:"))
+}
+
+/// The node's epoch carries its identity now, as a proof stamped (or adopted) it.
+fn assert_stamped(server: &RedisServer) {
+    let expected = identity(server);
+    let stamped = super::scenarios::eventually(Duration::from_secs(5), || {
+        server.get(redlock_core::EPOCH_ID_KEY) == Some(expected.clone().into_bytes())
+    });
+    assert!(
+        stamped,
+        "the proof stamped the node's run_id:master_replid: {:?}",
+        server.get(redlock_core::EPOCH_ID_KEY)
+    );
 }
 
 /// The control's "rule disabled": the identity key made to match the node's new identity, as
@@ -74,21 +73,11 @@ fn wait_for_every_node<A: Adapter>(nodes: &Cluster, held: &A::Lock) {
 /// Then a new client B tries `res` while A is still valid.
 fn snapshot_restart<A: Adapter>(by_hand: bool) -> (Outcome<A>, Vec<usize>) {
     let mut nodes = Cluster::start(5);
-    let losers = losers_or_first(&nodes);
+    let losers = LOSERS.to_vec();
     let holder: A = client(&nodes, Rival::Tracked);
     holder.lock("warm-up", TTL).expect("warm-up").release();
     for &node in &losers {
-        let server = &nodes.servers()[node];
-        if !server.options().denies_scripting() {
-            let stamped = server
-                .get(redlock_core::EPOCH_ID_KEY)
-                .map(String::from_utf8);
-            assert_eq!(
-                stamped,
-                Some(Ok(identity(server))),
-                "the warm-up's proof stamped the node's run_id:master_replid"
-            );
-        }
+        assert_stamped(&nodes.servers()[node]);
     }
     let snapshots: Vec<Vec<u8>> = losers
         .iter()
@@ -119,7 +108,7 @@ fn snapshot_restart<A: Adapter>(by_hand: bool) -> (Outcome<A>, Vec<usize>) {
 /// promoted (`REPLICAOF NO ONE`), and the name leads to it. Then a new client B tries `res`.
 fn failover<A: Adapter>(by_hand: bool) -> (Outcome<A>, Vec<usize>) {
     let mut nodes = Cluster::start(5);
-    let losers = losers_or_first(&nodes);
+    let losers = LOSERS.to_vec();
     let proxies: Vec<FaultProxy> = losers
         .iter()
         .map(|&node| FaultProxy::start(nodes.servers()[node].addr()))
@@ -172,33 +161,17 @@ fn failover<A: Adapter>(by_hand: bool) -> (Outcome<A>, Vec<usize>) {
 fn replica_of(master: &RedisServer) -> (RedisServer, FaultProxy) {
     let link = FaultProxy::start(master.addr());
     let replica = master.options().clone().replica_of(link.addr()).start();
-    // A node proven natively stamps no identity (the gap named in the module docs).
-    let native = master.options().denies_scripting();
     let synced = super::scenarios::eventually(Duration::from_secs(20), || {
-        replica.exists(redlock_core::EPOCH_KEY)
-            && (native || replica.exists(redlock_core::EPOCH_ID_KEY))
+        replica.exists(redlock_core::EPOCH_KEY) && replica.exists(redlock_core::EPOCH_ID_KEY)
     });
     assert!(synced, "the replica of {} never synced", master.addr());
     (replica, link)
 }
 
-/// Whether every node runs no script: the native proof reads no identity yet.
-fn all_native(losers: &[usize], nodes_denied: bool) -> bool {
-    nodes_denied && losers == [0, 1, 2]
-}
-
-fn expect_refused_or_gap<A: Adapter>((outcome, losers): (Outcome<A>, Vec<usize>), case: &str) {
-    if all_native(&losers, super::scenarios::scripting_denied()) {
-        // The gap, shown: nodes that run no script vote after the loss (issue 21, open).
-        expect_second_holder::<A>(outcome, &format!("{case}, natively proven (known gap)"));
-    } else {
-        expect_refused_by::<A>(outcome, case, &losers);
-    }
-}
-
 /// Three nodes restart from a snapshot taken before A's lock: they refuse B.
 pub fn a_node_restarted_from_a_snapshot_refuses<A: Adapter>() {
-    expect_refused_or_gap::<A>(snapshot_restart::<A>(false), "a restart from a snapshot");
+    let (outcome, losers) = snapshot_restart::<A>(false);
+    expect_refused_by::<A>(outcome, "a restart from a snapshot", &losers);
 }
 
 /// Negative control: the identity made to match by hand — B gets the lock A still holds.
@@ -210,7 +183,8 @@ pub fn a_snapshot_restart_with_a_matching_identity_votes<A: Adapter>() {
 /// Three nodes fail over, behind their address, to replicas that missed A's lock: they refuse
 /// B.
 pub fn a_promoted_replica_refuses<A: Adapter>() {
-    expect_refused_or_gap::<A>(failover::<A>(false), "a failover to a replica");
+    let (outcome, losers) = failover::<A>(false);
+    expect_refused_by::<A>(outcome, "a failover to a replica", &losers);
 }
 
 /// Negative control: the promoted replicas' identity made to match by hand — B gets the lock.
@@ -224,8 +198,7 @@ pub fn a_promoted_replica_with_a_matching_identity_votes<A: Adapter>() {
 pub fn a_restarted_node_votes_again_after_the_longest_ttl<A: Adapter>() {
     const MAX_TTL: Duration = Duration::from_secs(1);
     let mut nodes = Cluster::start(5);
-    let scripted = losers(&nodes);
-    let restarted = losers_or_first(&nodes);
+    let restarted = LOSERS;
     let options = Options {
         retry: Some(RetryPolicy::once()),
         max_ttl: Some(MAX_TTL),
@@ -243,15 +216,8 @@ pub fn a_restarted_node_votes_again_after_the_longest_ttl<A: Adapter>() {
     }
     let since = std::time::Instant::now();
     let client = build();
-    let first = client.try_lock("res", MAX_TTL);
-    if scripted.is_none() {
-        // The gap where no node runs scripts: restarted from snapshots, they vote at once.
-        first
-            .unwrap_or_else(|err| panic!("{}: natively proven nodes refused: {err}", A::NAME))
-            .release();
-        return;
-    }
-    let err = first
+    let err = client
+        .try_lock("res", MAX_TTL)
         .err()
         .unwrap_or_else(|| panic!("{}: a restarted node voted at once", A::NAME));
     let failure = err.failure().unwrap_or_else(|| panic!("{err}"));
@@ -318,19 +284,23 @@ pub fn the_previous_release_and_this_one_share_nodes<A: Adapter>() {
     };
     let urls = nodes.urls();
     let client = A::build(&urls, &options).unwrap_or_else(|err| panic!("{}: {err}", A::NAME));
-    let Some(scripted) = losers(&nodes) else {
-        // Where no client may run scripts, the previous release proved natively, with the same
-        // reads as this one: the native proof writes no identity, so both meet the same keys.
+    // The previous release ran its script where clients may run scripts; elsewhere it proved
+    // natively, reading only the epoch, which this release still writes as it did (a claim).
+    let scripted: Vec<usize> = (0..nodes.len())
+        .filter(|&node| !nodes.servers()[node].options().denies_scripting())
+        .collect();
+    if scripted.is_empty() {
         client.lock("warm-up", MAX_TTL).expect("warm-up").release();
         for server in nodes.servers() {
-            let identity = server.get(redlock_core::EPOCH_ID_KEY);
-            assert!(
-                identity.as_deref().is_none_or(<[u8]>::is_empty),
-                "a native proof wrote an identity: {identity:?}"
+            assert_stamped(server);
+            let epoch = server.get(redlock_core::EPOCH_KEY).unwrap_or_default();
+            assert_eq!(
+                epoch, b"0",
+                "the epoch keeps the format every release reads"
             );
         }
         return;
-    };
+    }
     let previous_votes = |nodes: &Cluster| {
         scripted
             .iter()

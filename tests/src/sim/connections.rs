@@ -27,7 +27,7 @@ pub(crate) struct Sent {
     pub(crate) batch: NodeBatch,
 }
 
-/// What a node answered to a batch's proof reads (a claim's answer decides nothing).
+/// What a node answered to a batch's proof reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ReadBack {
     /// Whether `CLIENT CACHING YES` was answered (always `OK` on a simulated node).
@@ -38,6 +38,35 @@ pub(crate) struct ReadBack {
     pub(crate) pttl: Option<i64>,
     /// `TIME` as `[seconds, microseconds]`, when it was read.
     pub(crate) time: Option<(u64, u64)>,
+    /// `GET` of the epoch's identity, when it was read.
+    pub(crate) stamped: Option<Option<Vec<u8>>>,
+    /// `INFO server replication`, when it was read.
+    pub(crate) info: Option<Vec<u8>>,
+    /// Whether the proof's claim wrote the epoch.
+    pub(crate) claimed: bool,
+}
+
+impl ReadBack {
+    /// Hands every read to `batch`, as an adapter hands it the replies.
+    pub(crate) fn feed(&self, batch: &mut NodeBatch) {
+        if self.cached {
+            batch.handle_caching(Ok(()));
+        }
+        if let Some(epoch) = &self.epoch {
+            batch.handle_epoch(Ok(epoch.as_deref()));
+        }
+        if let Some(pttl) = self.pttl {
+            batch.handle_pttl(Ok(Some(pttl)));
+        }
+        if let Some(time) = self.time {
+            batch.handle_time(Ok(Some(time)));
+        }
+        if let Some(stamped) = &self.stamped {
+            batch.handle_stamped(Ok(stamped.as_deref()));
+        }
+        batch.handle_info(self.info.as_deref());
+        batch.handle_claim(self.claimed);
+    }
 }
 
 /// One client's connection to one node.
@@ -124,18 +153,7 @@ impl Connections {
             connection,
             mut batch,
         } = sent;
-        if read_back.cached {
-            batch.handle_caching(Ok(()));
-        }
-        if let Some(epoch) = &read_back.epoch {
-            batch.handle_epoch(Ok(epoch.as_deref()));
-        }
-        if let Some(pttl) = read_back.pttl {
-            batch.handle_pttl(Ok(Some(pttl)));
-        }
-        if let Some(time) = read_back.time {
-            batch.handle_time(Ok(Some(time)));
-        }
+        read_back.feed(&mut batch);
         let mut ended = ended();
         let watch = self.heard(node, connection, losses).unwrap_or(&mut ended);
         let mut counted = replies.to_vec();

@@ -154,7 +154,12 @@ impl Node {
                 ProofRead::Time => {
                     read_back.time = Some((now.as_secs(), u64::from(now.subsec_micros())));
                 }
-                ProofRead::Claim => self.claims += u64::from(self.store.claim_epoch(now)),
+                ProofRead::Stamped => read_back.stamped = Some(self.store.stamped_value()),
+                ProofRead::Info => read_back.info = Some(self.store.info_value()),
+                ProofRead::Claim => {
+                    read_back.claimed = self.store.claim_epoch(now);
+                    self.claims += u64::from(read_back.claimed);
+                }
             }
         }
         let replies = transmits
@@ -168,6 +173,15 @@ impl Node {
                 }
             })
             .collect();
+        // The stamps the client sends right after these replies, run as if nothing came in
+        // between (the client decides them from the same reads, through its own plan).
+        if let Some(plan) = plan {
+            let mut fed = plan.clone();
+            read_back.feed(&mut fed);
+            for stamp in fed.stamps() {
+                self.store.run_stamp(now, &stamp);
+            }
+        }
         (replies, read_back)
     }
 

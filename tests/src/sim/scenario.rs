@@ -601,6 +601,32 @@ impl Scenario {
         }
     }
 
+    /// Inside the model: [`Scenario::snapshot_restart_without_delay`] on nodes that run no
+    /// script: the native proof reads the node's identity (`INFO`) beside the epoch, and on a
+    /// change restamps the epoch and its identity in writes that follow the proof's replies
+    /// ([`Stamp`](redlock_core::Stamp)).
+    pub fn native_snapshot_restart_without_delay() -> Self {
+        Self {
+            name: "native_snapshot_restart_without_delay",
+            dialect: Dialect {
+                scripts: false,
+                ..VALKEY_9_1
+            },
+            ..Self::snapshot_restart_without_delay()
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::native_snapshot_restart_without_delay`]
+    /// on nodes that show no identity (as where `INFO` is denied): a restarted node votes at
+    /// once on its old epoch.
+    pub fn native_snapshot_restart_identity_blind() -> Self {
+        Self {
+            name: "native_snapshot_restart_identity_blind",
+            identity_check: false,
+            ..Self::native_snapshot_restart_without_delay()
+        }
+    }
+
     /// Inside the model: fenced locks under lossy networks, delayed restarts, pauses of correct
     /// clients and node wall clocks up to 200 ms apart; every holder writes its fence through a
     /// fenced store. Fences of successive holders must strictly increase and no store may accept
