@@ -52,6 +52,8 @@
 //! What it never does: it never reads a clock or a socket, never vouches for a longer TTL than
 //! it proved, and never lets a reply count across a push or a connection's end.
 
+use std::time::{Duration, Instant};
+
 use crate::command::EPOCH_KEY;
 use crate::reply::Reply;
 
@@ -69,13 +71,32 @@ use crate::reply::Reply;
 pub struct MemoryWatch {
     /// Invalidations of the epoch key (flushes included) and connection ends seen so far.
     seen: u64,
-    /// The longest TTL the node's memory was proven old enough for, and `seen` at the proof.
-    proof: Option<(u64, u64)>,
+    /// What the connection proved, if anything.
+    proof: Option<Proven>,
     /// Whether the connection ended: nothing is vouched for any more.
     closed: bool,
     /// Negative controls only: what the watch fails to do.
     fault: Option<WatchFault>,
 }
+
+/// A proof that holds: the node's memory was old enough for `ttl` when the watch had seen
+/// `seen`, and the proof counts until `until` (half that TTL after the proving request went
+/// out, on the driver's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Proven {
+    seen: u64,
+    ttl: u64,
+    until: Instant,
+}
+
+/// How long a proof counts: this share of the TTL it proved. A node demoted to a replica and
+/// promoted again keeps its connections open and pushes nothing, while a master promoted in
+/// between may grant keys that never reach it; that master sits out the longest TTL after its
+/// promotion (its identity is new) before it grants anything, so a vouched request sent within
+/// half the longest TTL of its proof, and answered within the node timeout, ran before any
+/// such key was granted. Then the connection proves again, and the re-promoted node's new
+/// `master_replid` makes it sit out.
+const PROOF_LIFETIME_DIVISOR: u32 = 2;
 
 /// A watch with one of its safeguards switched off, for the negative controls that show what
 /// that safeguard prevents. Never for use outside tests.
@@ -86,6 +107,9 @@ pub enum WatchFault {
     /// Tracking as before `OPTIN`: `NOLOOP` everywhere (the connection's own commands push
     /// nothing to it), and a trust over the connection keeps its proof.
     NoLoop,
+    /// A proof counts for as long as the connection lives (no lifetime): a node demoted and
+    /// promoted again under the connection keeps vouching.
+    Ageless,
 }
 
 /// How one restart-checked acquisition goes out on a connection.
@@ -153,16 +177,16 @@ impl MemoryWatch {
 
     /// Whether the connection vouches for the node's memory against `max_ttl_ms` now: a
     /// restart-checked acquisition with that longest TTL would go out without its check.
-    pub fn vouches_for(&self, max_ttl_ms: u64) -> bool {
-        matches!(self.check(max_ttl_ms), MemoryCheck::Vouched { .. })
+    pub fn vouches_for(&self, max_ttl_ms: u64, now: Instant) -> bool {
+        matches!(self.check(max_ttl_ms, now), MemoryCheck::Vouched { .. })
     }
 
-    /// A watch that vouches for `max_ttl_ms` as if a proof had just succeeded (tests of the
-    /// code that feeds a watch its pushes).
+    /// A watch that vouches for `max_ttl_ms` as if a proof sent at `at` had just succeeded
+    /// (tests of the code that feeds a watch its pushes).
     #[cfg(any(test, feature = "testing"))]
-    pub fn proven_for_tests(max_ttl_ms: u64) -> Self {
+    pub fn proven_for_tests(max_ttl_ms: u64, at: Instant) -> Self {
         let mut watch = Self::new();
-        watch.prove(0, max_ttl_ms);
+        watch.prove(0, max_ttl_ms, at);
         watch
     }
 
@@ -189,10 +213,16 @@ impl MemoryWatch {
         self.proof = None;
     }
 
-    /// How an acquisition that checks the node's memory against `max_ttl_ms` goes out now.
-    pub(crate) fn check(&self, max_ttl_ms: u64) -> MemoryCheck {
+    /// How an acquisition that checks the node's memory against `max_ttl_ms` goes out at `now`.
+    pub(crate) fn check(&self, max_ttl_ms: u64, now: Instant) -> MemoryCheck {
+        let ageless = self.fault == Some(WatchFault::Ageless);
         match self.proof {
-            Some((seen, proven)) if !self.closed && seen == self.seen && proven >= max_ttl_ms => {
+            Some(Proven { seen, ttl, until })
+                if !self.closed
+                    && seen == self.seen
+                    && ttl >= max_ttl_ms
+                    && (now < until || ageless) =>
+            {
                 MemoryCheck::Vouched { seen }
             }
             _ => MemoryCheck::Prove { seen: self.seen },
@@ -214,12 +244,12 @@ impl MemoryWatch {
     /// A [`MemoryCheck::Prove`] acquisition on a node that runs no script went out without the
     /// check, after the reads of the epoch (`epoch`: what it says, `None` when missing or
     /// unreadable) and of the node's `TIME` (`node_ms`) in the same pipeline, when the watch had
-    /// seen `seen`. Returns the engine's reply — the node's own only if its memory is old
+    /// seen `seen`, at `at`. Returns the engine's reply — the node's own only if its memory is old
     /// enough for `max_ttl_ms` and nothing was pushed since; the connection then vouches for
     /// that TTL.
     pub(crate) fn handle_native_proof(
         &mut self,
-        seen: u64,
+        (seen, at): (u64, Instant),
         epoch: Option<crate::Epoch>,
         node_ms: u64,
         reply: Reply,
@@ -235,7 +265,7 @@ impl MemoryWatch {
         match epoch.refuses_for_ms(node_ms, max_ttl_ms) {
             Some(left) => refuse(left),
             None if seen == self.seen && !self.closed => {
-                self.prove(seen, max_ttl_ms);
+                self.prove(seen, max_ttl_ms, at);
                 reply
             }
             None => refuse(max_ttl_ms),
@@ -243,25 +273,35 @@ impl MemoryWatch {
     }
 
     /// The reply of a [`MemoryCheck::Prove`] acquisition that went out when the watch had seen
-    /// `seen`: when the check let the node vote (a non-negative answer) and nothing was pushed
+    /// `seen`, at `at`: when the check let the node vote (a non-negative answer) and nothing was pushed
     /// since, the connection vouches for `max_ttl_ms` from now on.
-    pub(crate) fn handle_proof(&mut self, seen: u64, reply: Reply, max_ttl_ms: u64) {
+    pub(crate) fn handle_proof(
+        &mut self,
+        (seen, at): (u64, Instant),
+        reply: Reply,
+        max_ttl_ms: u64,
+    ) {
         if matches!(reply, Reply::Int(n) if n >= 0) {
-            self.prove(seen, max_ttl_ms);
+            self.prove(seen, max_ttl_ms, at);
         }
     }
 
-    /// The node's memory was old enough for `max_ttl_ms` when the watch had seen `seen`: the
-    /// connection vouches for it, if nothing was pushed since.
-    pub(crate) fn prove(&mut self, seen: u64, max_ttl_ms: u64) {
+    /// The node's memory was old enough for `max_ttl_ms` when the watch had seen `seen`, by a
+    /// request that went out at `at`: the connection vouches for it, if nothing was pushed
+    /// since, for half that TTL from `at` ([`PROOF_LIFETIME_DIVISOR`]).
+    pub(crate) fn prove(&mut self, seen: u64, max_ttl_ms: u64, at: Instant) {
         if self.closed || seen != self.seen {
             return;
         }
-        let proven = match self.proof {
-            Some((at, proven)) if at == seen => proven.max(max_ttl_ms),
+        let ttl = match self.proof {
+            Some(proven) if proven.seen == seen => proven.ttl.max(max_ttl_ms),
             _ => max_ttl_ms,
         };
-        self.proof = Some((seen, proven));
+        // A lifetime past what an `Instant` holds: none at all (every acquisition proves).
+        let until = at
+            .checked_add(Duration::from_millis(max_ttl_ms) / PROOF_LIFETIME_DIVISOR)
+            .unwrap_or(at);
+        self.proof = Some(Proven { seen, ttl, until });
     }
 }
 
@@ -271,22 +311,30 @@ mod tests {
 
     const MAX: u64 = 60_000;
 
+    /// The driver's clock when the tests' requests go out.
+    fn now() -> Instant {
+        crate::testing::epoch()
+    }
+
     fn proven() -> MemoryWatch {
         let mut watch = MemoryWatch::new();
-        let MemoryCheck::Prove { seen } = watch.check(MAX) else {
+        let MemoryCheck::Prove { seen } = watch.check(MAX, now()) else {
             panic!("a new connection proves first");
         };
-        watch.handle_proof(seen, Reply::Int(1), MAX);
+        watch.handle_proof((seen, now()), Reply::Int(1), MAX);
         watch
     }
 
     #[test]
     fn a_new_connection_proves_before_it_vouches() {
         let watch = proven();
-        assert_eq!(watch.check(MAX), MemoryCheck::Vouched { seen: 0 });
-        assert_eq!(watch.check(MAX / 2), MemoryCheck::Vouched { seen: 0 });
+        assert_eq!(watch.check(MAX, now()), MemoryCheck::Vouched { seen: 0 });
         assert_eq!(
-            watch.check(MAX + 1),
+            watch.check(MAX / 2, now()),
+            MemoryCheck::Vouched { seen: 0 }
+        );
+        assert_eq!(
+            watch.check(MAX + 1, now()),
             MemoryCheck::Prove { seen: 0 },
             "never for a longer TTL than proven"
         );
@@ -295,19 +343,19 @@ mod tests {
     #[test]
     fn a_young_memory_or_a_push_during_the_proof_proves_nothing() {
         let mut young = MemoryWatch::new();
-        young.handle_proof(0, Reply::Int(-5_000), MAX);
-        assert_eq!(young.check(MAX), MemoryCheck::Prove { seen: 0 });
+        young.handle_proof((0, now()), Reply::Int(-5_000), MAX);
+        assert_eq!(young.check(MAX, now()), MemoryCheck::Prove { seen: 0 });
         let mut pushed = MemoryWatch::new();
         pushed.handle_invalidation(true, []);
-        pushed.handle_proof(0, Reply::Int(1), MAX);
-        assert_eq!(pushed.check(MAX), MemoryCheck::Prove { seen: 1 });
+        pushed.handle_proof((0, now()), Reply::Int(1), MAX);
+        assert_eq!(pushed.check(MAX, now()), MemoryCheck::Prove { seen: 1 });
     }
 
     #[test]
     fn an_invalidation_of_the_epoch_or_a_flush_voids_vouched_replies() {
         for everything in [false, true] {
             let mut watch = proven();
-            let MemoryCheck::Vouched { seen } = watch.check(MAX) else {
+            let MemoryCheck::Vouched { seen } = watch.check(MAX, now()) else {
                 panic!("vouched");
             };
             watch.handle_invalidation(everything, [EPOCH_KEY]);
@@ -315,7 +363,7 @@ mod tests {
                 watch.vouched_reply(seen, Reply::Ok, MAX),
                 Reply::Int(-60_000)
             );
-            assert_eq!(watch.check(MAX), MemoryCheck::Prove { seen: 1 });
+            assert_eq!(watch.check(MAX, now()), MemoryCheck::Prove { seen: 1 });
         }
     }
 
@@ -323,7 +371,7 @@ mod tests {
     fn other_keys_change_nothing_and_errors_stay_errors() {
         let mut watch = proven();
         watch.handle_invalidation(false, [&b"redlock:res"[..], b"other"]);
-        assert_eq!(watch.check(MAX), MemoryCheck::Vouched { seen: 0 });
+        assert_eq!(watch.check(MAX, now()), MemoryCheck::Vouched { seen: 0 });
         assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Ok);
         assert_eq!(watch.vouched_reply(0, Reply::Nil, MAX), Reply::Nil);
         let failed = Reply::Error(crate::NodeErrorKind::Timeout);
@@ -335,17 +383,33 @@ mod tests {
         let mut watch = proven();
         watch.handle_closed();
         assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Int(-60_000));
-        let MemoryCheck::Prove { seen } = watch.check(MAX) else {
+        let MemoryCheck::Prove { seen } = watch.check(MAX, now()) else {
             panic!("prove again");
         };
-        watch.handle_proof(seen, Reply::Int(1), MAX);
-        assert_eq!(watch.check(MAX), MemoryCheck::Prove { seen });
+        watch.handle_proof((seen, now()), Reply::Int(1), MAX);
+        assert_eq!(watch.check(MAX, now()), MemoryCheck::Prove { seen });
+    }
+
+    #[test]
+    fn a_proof_counts_for_half_the_ttl_it_proved() {
+        let watch = proven();
+        let half = Duration::from_millis(MAX / 2);
+        assert!(watch.vouches_for(MAX, now() + half - Duration::from_millis(1)));
+        assert!(!watch.vouches_for(MAX, now() + half), "proves again");
+        // A new proof starts a new lifetime.
+        let mut watch = watch;
+        watch.handle_proof((0, now() + half), Reply::Int(1), MAX);
+        assert!(watch.vouches_for(MAX, now() + half * 2 - Duration::from_millis(1)));
+        // The control keeps a proof for as long as the connection lives.
+        let mut ageless = MemoryWatch::with_fault(Some(WatchFault::Ageless));
+        ageless.handle_proof((0, now()), Reply::Int(1), MAX);
+        assert!(ageless.vouches_for(MAX, now() + half * 1_000));
     }
 
     #[test]
     fn the_deaf_control_hears_nothing() {
         let mut watch = MemoryWatch::deaf();
-        watch.handle_proof(0, Reply::Int(1), MAX);
+        watch.handle_proof((0, now()), Reply::Int(1), MAX);
         watch.handle_invalidation(true, []);
         assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Ok);
     }
@@ -355,30 +419,33 @@ mod tests {
         use crate::Epoch;
         let mut watch = MemoryWatch::new();
         // Trusted, or old enough: the node's own reply counts, and the proof holds.
-        let answer = watch.handle_native_proof(0, Some(Epoch::Trusted), 5, Reply::Ok, MAX);
+        let answer = watch.handle_native_proof((0, now()), Some(Epoch::Trusted), 5, Reply::Ok, MAX);
         assert_eq!(answer, Reply::Ok);
-        assert_eq!(watch.check(MAX), MemoryCheck::Vouched { seen: 0 });
+        assert_eq!(watch.check(MAX, now()), MemoryCheck::Vouched { seen: 0 });
         let mut old = MemoryWatch::new();
         let began = Some(Epoch::Began(1_000));
         assert_eq!(
-            old.handle_native_proof(0, began, 61_000, Reply::Nil, MAX),
+            old.handle_native_proof((0, now()), began, 61_000, Reply::Nil, MAX),
             Reply::Nil
         );
         // Young: refused for what is left, nothing proven.
         let mut young = MemoryWatch::new();
-        let answer = young.handle_native_proof(0, began, 31_000, Reply::Ok, MAX);
+        let answer = young.handle_native_proof((0, now()), began, 31_000, Reply::Ok, MAX);
         assert_eq!(answer, Reply::Int(-30_000));
-        assert_eq!(young.check(MAX), MemoryCheck::Prove { seen: 0 });
+        assert_eq!(young.check(MAX, now()), MemoryCheck::Prove { seen: 0 });
         // Missing: refused for the longest TTL.
         let mut fresh = MemoryWatch::new();
-        let answer = fresh.handle_native_proof(0, None, 7_000, Reply::Ok, MAX);
+        let answer = fresh.handle_native_proof((0, now()), None, 7_000, Reply::Ok, MAX);
         assert_eq!(answer, Reply::Int(-60_000));
         // A push before the reply: nothing counts.
         fresh.handle_invalidation(true, []);
         let trusted = Some(Epoch::Trusted);
-        let answer = fresh.handle_native_proof(0, trusted, u64::MAX, Reply::Ok, MAX);
+        let answer = fresh.handle_native_proof((0, now()), trusted, u64::MAX, Reply::Ok, MAX);
         assert_eq!(answer, Reply::Int(-60_000));
         let failed = Reply::Error(crate::NodeErrorKind::Timeout);
-        assert_eq!(fresh.handle_native_proof(1, None, 0, failed, MAX), failed);
+        assert_eq!(
+            fresh.handle_native_proof((1, now()), None, 0, failed, MAX),
+            failed
+        );
     }
 }

@@ -4,6 +4,8 @@
 //!
 //! See [`NodeBatch`] for the protocol.
 
+use std::time::Instant;
+
 use smallvec::SmallVec;
 
 use crate::command::{Command, EPOCH_ID_KEY, EPOCH_KEY, Op, RedisForm};
@@ -223,18 +225,25 @@ pub struct NodeBatch {
     proof: Option<Proof>,
     /// Whether the batch writes the epoch itself (a trust): the proof ends with it.
     trusts: bool,
+    /// When the batch went out, on the driver's clock: a proof counts from then.
+    sent_at: Instant,
 }
 
 impl NodeBatch {
-    /// The batch `transmits` on a connection to a node of `dialect`, whose watch over the node's
-    /// memory is `watch` (`None`: the connection is not tracked, and every restart-checked
-    /// acquisition keeps its check).
-    pub fn new(transmits: &[Transmit], dialect: &Dialect, watch: Option<&MemoryWatch>) -> Self {
+    /// The batch `transmits`, going out at `now` on the driver's clock, on a connection to a
+    /// node of `dialect` whose watch over the node's memory is `watch` (`None`: the connection
+    /// is not tracked, and every restart-checked acquisition keeps its check).
+    pub fn new(
+        transmits: &[Transmit],
+        dialect: &Dialect,
+        watch: Option<&MemoryWatch>,
+        now: Instant,
+    ) -> Self {
         let checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]> = transmits
             .iter()
             .map(|transmit| {
                 let max_ttl = transmit.command.restart_check_ms()?;
-                Some((watch?.check(max_ttl), max_ttl))
+                Some((watch?.check(max_ttl, now), max_ttl))
             })
             .collect();
         let proves = checks
@@ -266,6 +275,7 @@ impl NodeBatch {
             checks,
             proof,
             trusts,
+            sent_at: now,
         }
     }
 
@@ -428,17 +438,16 @@ impl NodeBatch {
                 // The checked script answered: its answer counts as it is, and may prove.
                 (MemoryCheck::Prove { seen }, Some(proof)) if !proof.native => {
                     if proof.caching.is_ok() && proof.epoch.is_ok() {
-                        watch.handle_proof(seen, *answer, *max_ttl);
+                        watch.handle_proof((seen, self.sent_at), *answer, *max_ttl);
                     }
                     *answer
                 }
                 (MemoryCheck::Prove { seen }, Some(proof)) => match proof.native_reads() {
-                    Ok(reads) if reads.changed => {
-                        // Another life of the node stamped the epoch: its memory begins now.
-                        watch.handle_native_proof(seen, None, reads.now, *answer, *max_ttl)
-                    }
                     Ok(reads) => {
-                        watch.handle_native_proof(seen, reads.epoch, reads.now, *answer, *max_ttl)
+                        // Another life of the node stamped the epoch: its memory begins now.
+                        let epoch = reads.epoch.filter(|_| !reads.changed);
+                        let sent = (seen, self.sent_at);
+                        watch.handle_native_proof(sent, epoch, reads.now, *answer, *max_ttl)
                     }
                     // The proof's own reads failed: the node's vote cannot count.
                     Err(failed) => Reply::Error(failed),
@@ -458,6 +467,11 @@ mod tests {
     use crate::request::LockRequest;
 
     const MAX: u64 = 60_000;
+
+    /// The driver's clock when the tests' batches go out.
+    fn now() -> std::time::Instant {
+        crate::testing::epoch()
+    }
 
     /// A restart-checked acquisition of `resource`, then its release.
     fn commands(resource: &str) -> (Transmit, Transmit) {
@@ -509,7 +523,7 @@ mod tests {
         time: (u64, u64),
         answers: &mut [Reply],
     ) {
-        let mut batch = NodeBatch::new(transmits, dialect, Some(watch));
+        let mut batch = NodeBatch::new(transmits, dialect, Some(watch), now());
         for read in batch.reads() {
             match read {
                 ProofRead::Caching => batch.handle_caching(Ok(())),
@@ -527,7 +541,12 @@ mod tests {
     #[test]
     fn untracked_connections_keep_every_check() {
         let (acquire, release) = commands("r");
-        let batch = NodeBatch::new(&[acquire.clone(), release.clone()], &Dialect::SCRIPTS, None);
+        let batch = NodeBatch::new(
+            &[acquire.clone(), release.clone()],
+            &Dialect::SCRIPTS,
+            None,
+            now(),
+        );
         assert!(batch.reads().is_empty());
         assert!(matches!(
             batch.form(0, &acquire.command),
@@ -546,7 +565,7 @@ mod tests {
         let (acquire, release) = commands("r");
         let mut watch = MemoryWatch::new();
         let transmits = [acquire.clone(), release];
-        let batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&watch));
+        let batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&watch), now());
         assert_eq!(batch.reads(), &[ProofRead::Caching, ProofRead::Epoch]);
         assert_eq!(batch.wire_len(&transmits), 4);
         let mut answers = [Reply::Int(1), Reply::Int(1)];
@@ -560,7 +579,7 @@ mod tests {
         );
         assert_eq!(answers, [Reply::Int(1), Reply::Int(1)]);
         // Proven: a plain SET NX PX, no reads, and its answer counts while nothing is pushed.
-        let vouched = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch));
+        let vouched = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch), now());
         assert!(vouched.reads().is_empty());
         assert!(matches!(
             vouched.form(0, &acquire.command),
@@ -574,7 +593,7 @@ mod tests {
         let mut answer = [Reply::Ok];
         vouched.finish(Some(&mut watch), &mut answer);
         assert_eq!(answer, [Reply::Int(-60_000)]);
-        let again = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch));
+        let again = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch), now());
         assert!(!again.reads().is_empty(), "proves again");
     }
 
@@ -594,7 +613,7 @@ mod tests {
         );
         assert_eq!(answer, [Reply::Int(-5_000)]);
         let mut failed = MemoryWatch::new();
-        let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&failed));
+        let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&failed), now());
         batch.handle_caching(Ok(()));
         batch.handle_epoch(Err(NodeErrorKind::Timeout));
         let mut answer = [Reply::Int(1)];
@@ -606,12 +625,12 @@ mod tests {
         );
         // `CLIENT CACHING YES` failed or never answered: the epoch may be untracked.
         let mut uncached = MemoryWatch::new();
-        let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&uncached));
+        let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&uncached), now());
         batch.handle_caching(Err(NodeErrorKind::Other));
         batch.handle_epoch(Ok(Some(b"0")));
         batch.finish(Some(&mut uncached), &mut [Reply::Int(1)]);
         let mut unanswered = MemoryWatch::new();
-        let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&unanswered));
+        let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&unanswered), now());
         batch.handle_epoch(Ok(Some(b"0")));
         batch.finish(Some(&mut unanswered), &mut [Reply::Int(1)]);
         // The control: both reads answered, the proof holds.
@@ -625,9 +644,9 @@ mod tests {
             (0, 0),
             &mut answer,
         );
-        assert!(proven.vouches_for(MAX));
+        assert!(proven.vouches_for(MAX, now()));
         for watch in [young, failed, uncached, unanswered] {
-            assert!(!watch.vouches_for(MAX), "not proven: {watch:?}");
+            assert!(!watch.vouches_for(MAX, now()), "not proven: {watch:?}");
         }
     }
 
@@ -636,7 +655,7 @@ mod tests {
         let (acquire, _) = commands("r");
         let transmits = [acquire.clone()];
         let mut watch = MemoryWatch::new();
-        let batch = NodeBatch::new(&transmits, &native(), Some(&watch));
+        let batch = NodeBatch::new(&transmits, &native(), Some(&watch), now());
         assert_eq!(
             batch.reads(),
             &[
@@ -659,7 +678,7 @@ mod tests {
         let old = (Some(&b"1000"[..]), -1);
         run_with_ttl(&transmits, &native(), &mut watch, old, (61, 0), &mut answer);
         assert_eq!(answer, [Reply::Ok]);
-        assert!(watch.vouches_for(MAX));
+        assert!(watch.vouches_for(MAX, now()));
         // Young: refused for what is left.
         let mut young = MemoryWatch::new();
         let mut answer = [Reply::Ok];
@@ -686,7 +705,7 @@ mod tests {
                 &mut answer,
             );
             assert_eq!(answer, [Reply::Int(-60_000)], "{epoch:?}");
-            assert!(!fresh.vouches_for(MAX));
+            assert!(!fresh.vouches_for(MAX, now()));
         }
         // A claim 45 s old by its TTL: refused for 15 s more; 61 s old: the node votes.
         let claim_ttl = i64::try_from(crate::EPOCH_CLAIM_TTL_MS).expect("fits");
@@ -719,7 +738,7 @@ mod tests {
             (Ok(Some(&b"0"[..])), Ok(None), NodeErrorKind::Protocol),
         ] {
             let mut watch = MemoryWatch::new();
-            let mut batch = NodeBatch::new(&transmits, &native(), Some(&watch));
+            let mut batch = NodeBatch::new(&transmits, &native(), Some(&watch), now());
             batch.handle_caching(Ok(()));
             batch.handle_epoch(epoch);
             batch.handle_pttl(Ok(Some(-1)));
@@ -730,7 +749,7 @@ mod tests {
         }
         // CLIENT CACHING unanswered: the epoch may be untracked, the vote is an error.
         let mut watch = MemoryWatch::new();
-        let mut batch = NodeBatch::new(&transmits, &native(), Some(&watch));
+        let mut batch = NodeBatch::new(&transmits, &native(), Some(&watch), now());
         batch.handle_epoch(Ok(Some(b"0")));
         batch.handle_pttl(Ok(Some(-1)));
         batch.handle_time(Ok(Some((1, 0))));
@@ -767,7 +786,7 @@ mod tests {
             ..native()
         };
         let mut watch = MemoryWatch::new();
-        let mut batch = NodeBatch::new(&transmits, &dialect, Some(&watch));
+        let mut batch = NodeBatch::new(&transmits, &dialect, Some(&watch), now());
         batch.handle_caching(Ok(()));
         batch.handle_epoch(Ok(epoch));
         batch.handle_pttl(Ok(Some(-1)));
@@ -778,7 +797,7 @@ mod tests {
         let stamps = batch.stamps();
         let mut answer = [Reply::Ok];
         batch.finish(Some(&mut watch), &mut answer);
-        (answer[0], stamps, watch.vouches_for(MAX))
+        (answer[0], stamps, watch.vouches_for(MAX, now()))
     }
 
     #[test]
@@ -833,6 +852,58 @@ mod tests {
         assert_eq!(unknown, (Reply::Ok, SmallVec::new(), true));
     }
 
+    /// Runs `transmit` at `at` on `node` through a batch on the connection watched by `watch`
+    /// (a node that runs scripts: the proof's only read is the epoch), as a driver does.
+    fn on_node(
+        node: &mut crate::fake::FakeNode,
+        watch: &mut MemoryWatch,
+        transmit: &Transmit,
+        at: std::time::Instant,
+    ) -> Reply {
+        let transmits = std::slice::from_ref(transmit);
+        let mut batch = NodeBatch::new(transmits, &Dialect::SCRIPTS, Some(watch), at);
+        let node_now = at - now();
+        for read in batch.reads() {
+            match read {
+                ProofRead::Caching => batch.handle_caching(Ok(())),
+                ProofRead::Epoch => batch.handle_epoch(Ok(node.epoch_value().as_deref())),
+                other => panic!("a node with scripts is not asked {other:?}"),
+            }
+        }
+        let mut answer = [node.run_form(
+            node_now,
+            &transmit.command,
+            batch.form(0, &transmit.command),
+        )];
+        batch.finish(Some(watch), &mut answer);
+        answer[0]
+    }
+
+    /// Scenario 7 of issue 21: a node demoted and promoted again under an open, proven
+    /// connection pushes nothing and ends nothing. The connection proves again once half the
+    /// longest TTL has passed since its proof, and the node's new identity (a promotion changes
+    /// its `master_replid`) makes it sit out; the `Ageless` control keeps vouching.
+    #[test]
+    fn a_proof_expires_so_a_repromoted_node_is_checked_again() {
+        let half = Duration::from_millis(MAX / 2);
+        for (fault, refused) in [(None, true), (Some(crate::WatchFault::Ageless), false)] {
+            let mut node = crate::fake::FakeNode::new();
+            let mut watch = MemoryWatch::with_fault(fault);
+            let (first, _) = commands("first");
+            assert_eq!(on_node(&mut node, &mut watch, &first, now()), Reply::Int(1));
+            assert!(watch.vouches_for(MAX, now()), "proven");
+            // Demoted, then promoted again: keys another master granted meanwhile are not here.
+            node.restart_from_snapshot();
+            let (again, _) = commands("again");
+            let answer = on_node(&mut node, &mut watch, &again, now() + half);
+            assert_eq!(
+                answer == Reply::Int(-i64::try_from(MAX).expect("fits")),
+                refused,
+                "{fault:?}: {answer:?}"
+            );
+        }
+    }
+
     #[test]
     fn the_claim_is_set_by_the_nodes_clock() {
         assert_eq!(
@@ -859,13 +930,14 @@ mod tests {
             std::slice::from_ref(&acquire),
             &Dialect::SCRIPTS,
             Some(&legacy),
+            now(),
         );
         assert_eq!(
             batch.reads(),
             &[ProofRead::Epoch],
             "no CLIENT CACHING without OPTIN"
         );
-        let batch = NodeBatch::new(&[acquire], &native(), Some(&legacy));
+        let batch = NodeBatch::new(&[acquire], &native(), Some(&legacy), now());
         assert_eq!(batch.reads()[0], ProofRead::Epoch);
     }
 
@@ -874,9 +946,8 @@ mod tests {
     #[test]
     fn a_trust_ends_the_proof() {
         let config = Config::builder(1).build().expect("valid");
-        let now = crate::testing::epoch();
-        let mut trust = crate::Trust::new(now, &config);
-        let crate::Output::Send(trusting) = trust.poll_output(now) else {
+        let mut trust = crate::Trust::new(now(), &config);
+        let crate::Output::Send(trusting) = trust.poll_output(now()) else {
             panic!("a trust sends");
         };
         for (dialect, fault, ends) in [
@@ -885,11 +956,20 @@ mod tests {
             (Dialect::SCRIPTS, Some(crate::WatchFault::NoLoop), false),
         ] {
             let mut watch = MemoryWatch::with_fault(fault);
-            watch.prove(0, MAX);
-            let batch = NodeBatch::new(std::slice::from_ref(&trusting), &dialect, Some(&watch));
+            watch.prove(0, MAX, now());
+            let batch = NodeBatch::new(
+                std::slice::from_ref(&trusting),
+                &dialect,
+                Some(&watch),
+                now(),
+            );
             assert!(batch.reads().is_empty());
             batch.finish(Some(&mut watch), &mut [Reply::Int(1)]);
-            assert_eq!(!watch.vouches_for(MAX), ends, "{dialect:?} {fault:?}");
+            assert_eq!(
+                !watch.vouches_for(MAX, now()),
+                ends,
+                "{dialect:?} {fault:?}"
+            );
         }
     }
 }

@@ -179,9 +179,16 @@ mod tests {
     use super::*;
     use redlock_core::EPOCH_KEY;
 
+    /// One instant for the whole test: a proof made at it is looked at at it, whatever the
+    /// machine's load (a proof counts for half its TTL).
+    fn at() -> std::time::Instant {
+        static AT: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        *AT.get_or_init(std::time::Instant::now)
+    }
+
     fn proven(tracking: &Tracking) {
-        *tracking.lock() = MemoryWatch::proven_for_tests(1_000);
-        assert!(tracking.lock().vouches_for(1_000));
+        *tracking.lock() = MemoryWatch::proven_for_tests(1_000, at());
+        assert!(tracking.lock().vouches_for(1_000, at()));
     }
 
     fn invalidate(data: Vec<Value>) -> PushInfo {
@@ -206,7 +213,7 @@ mod tests {
             let tracking = Tracking::new(None);
             proven(&tracking);
             tracking.handle_push(&push);
-            assert!(!tracking.lock().vouches_for(1_000), "{push:?}");
+            assert!(!tracking.lock().vouches_for(1_000, at()), "{push:?}");
         }
     }
 
@@ -216,7 +223,7 @@ mod tests {
         proven(&tracking);
         let other = Value::BulkString(b"redlock:res".to_vec());
         tracking.handle_push(&invalidate(vec![Value::Array(vec![other])]));
-        assert!(tracking.lock().vouches_for(1_000));
+        assert!(tracking.lock().vouches_for(1_000, at()));
     }
 
     #[test]
@@ -225,8 +232,8 @@ mod tests {
         let tracking = Tracking::queued(None, rx);
         proven(&tracking);
         tx.send(invalidate(vec![Value::Nil])).expect("open");
-        assert!(tracking.lock().vouches_for(1_000), "not drained yet");
+        assert!(tracking.lock().vouches_for(1_000, at()), "not drained yet");
         tracking.drain();
-        assert!(!tracking.lock().vouches_for(1_000));
+        assert!(!tracking.lock().vouches_for(1_000, at()));
     }
 }

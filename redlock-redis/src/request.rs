@@ -236,7 +236,7 @@ impl<'a> Reading<'a> {
                 tracking.drain();
                 tracking.lock()
             });
-            NodeBatch::new(batch, dialect, watch.as_deref())
+            NodeBatch::new(batch, dialect, watch.as_deref(), std::time::Instant::now())
         };
         Self {
             batch,

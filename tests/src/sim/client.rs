@@ -358,7 +358,7 @@ impl<'s> Client<'s> {
             let sent = self
                 .connections
                 .as_ref()
-                .map(|connections| connections.send(batch.node, &batch.transmits));
+                .map(|connections| connections.send(batch.node, &batch.transmits, now));
             if let Some(sent) = &sent {
                 let vouched = (0..batch.transmits.len()).filter(|&i| sent.batch.vouched(i));
                 env.stats.vouched += u64::try_from(vouched.count()).unwrap_or(0);

@@ -16,6 +16,8 @@
 //!
 //! What it never does: decide anything itself — the core's `NodeBatch` and `MemoryWatch` do.
 
+use std::time::Instant;
+
 use redlock_core::{Dialect, MemoryWatch, NodeBatch, Reply, Transmit, WatchFault};
 
 /// The connection a request went out on, and its plan there.
@@ -103,12 +105,12 @@ impl Connections {
         }
     }
 
-    /// A batch goes out to `node`.
-    pub(crate) fn send(&self, node: usize, transmits: &[Transmit]) -> Sent {
+    /// A batch goes out to `node` at `now` on the client's clock.
+    pub(crate) fn send(&self, node: usize, transmits: &[Transmit], now: Instant) -> Sent {
         let connection = &self.connections[node];
         Sent {
             connection: connection.number,
-            batch: NodeBatch::new(transmits, &self.dialect, Some(&connection.watch)),
+            batch: NodeBatch::new(transmits, &self.dialect, Some(&connection.watch), now),
         }
     }
 
