@@ -182,6 +182,12 @@ impl FakeNode {
         self.stamped = None;
     }
 
+    /// Takes `identity` as its identity now, keeping every key (a promotion: its
+    /// `master_replid` is new). Identities are told apart by number; a node starts with 1.
+    pub fn promote(&mut self, identity: u64) {
+        self.identity = identity;
+    }
+
     /// Restarts from a snapshot taken before any of its lock keys was set, or is replaced by a
     /// replica that missed them all (a failover behind the node's address): every lock key is
     /// lost, the epoch and its identity stay as they were, and the node's identity is new.

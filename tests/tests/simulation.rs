@@ -256,6 +256,24 @@ fn native_snapshot_restart_identity_blind() {
     );
 }
 
+/// Nodes fail over to a replica and back, often, some connections kept to the demoted server
+/// (scenario 7 of issue 21): proofs expire after half the longest TTL, and the re-promoted
+/// node's new identity makes it sit out.
+#[test]
+fn failover_flip_flops() {
+    explore_tracked(Scenario::failover_flip_flops());
+}
+
+/// Negative control: the same with proofs that never expire — caught.
+#[test]
+fn failover_flip_flops_ageless() {
+    let found = sim::hunt(&Scenario::failover_flip_flops_ageless(), 250);
+    assert!(
+        found.is_some(),
+        "the checker missed a kept connection vouching for a re-promoted node"
+    );
+}
+
 /// Memory lost without a restart (the connections stay open), right away and often: the
 /// invalidation pushes keep the flushed nodes from voting.
 #[test]

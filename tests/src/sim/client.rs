@@ -54,6 +54,8 @@ pub(crate) enum Outgoing {
         transmits: Vec<Transmit>,
         /// Its plan on a tracked connection (the forms the node runs, the proof reads).
         plan: Option<NodeBatch>,
+        /// The node's server its connection was opened to (`None`: untracked, the master).
+        server: Option<usize>,
     },
 }
 
@@ -235,11 +237,19 @@ impl<'s> Client<'s> {
         self.advance(env);
     }
 
-    /// Every connection to `node` ended (it crashed, after `losses` losses of its memory): the
-    /// next batch opens a new one.
-    pub(crate) fn on_connection_end(&mut self, node: usize, losses: u64) {
+    /// The server of `node` this client's connection to it was opened to (`None`: untracked).
+    pub(crate) fn server(&self, node: usize) -> Option<usize> {
+        self.connections
+            .as_ref()
+            .map(|connections| connections.server(node))
+    }
+
+    /// Every connection to `node` ended (it crashed, after `losses` losses of its memory, or
+    /// the client reconnects after a failover): the next batch opens a new one, to the node's
+    /// server `server`.
+    pub(crate) fn on_connection_end(&mut self, node: usize, losses: u64, server: usize) {
         if let Some(connections) = &mut self.connections {
-            connections.crash(node, losses);
+            connections.crash(node, losses, server);
         }
     }
 
@@ -378,6 +388,7 @@ impl<'s> Client<'s> {
                 number,
                 node: batch.node,
                 transmits: batch.transmits,
+                server: sent.as_ref().map(|sent| sent.server),
                 plan: sent.map(|sent| sent.batch),
             });
         }

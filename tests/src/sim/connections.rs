@@ -25,6 +25,8 @@ use redlock_core::{Dialect, MemoryWatch, NodeBatch, Reply, Transmit, WatchFault}
 pub(crate) struct Sent {
     /// Which connection to the node it went out on (counted from 0; a crash opens the next).
     connection: u64,
+    /// Which of the node's servers the connection was opened to.
+    pub(crate) server: usize,
     /// The request as a batch of one on that connection.
     pub(crate) batch: NodeBatch,
 }
@@ -79,6 +81,8 @@ struct Connection {
     watch: MemoryWatch,
     /// The node's loss count the connection has heard of.
     losses_heard: u64,
+    /// Which of the node's servers it was opened to (a failover does not move it).
+    server: usize,
 }
 
 /// One client's connections to every node.
@@ -97,6 +101,7 @@ impl Connections {
             number: 0,
             watch: MemoryWatch::with_fault(fault),
             losses_heard: 0,
+            server: 0,
         };
         Self {
             connections: vec![connection; nodes],
@@ -110,19 +115,27 @@ impl Connections {
         let connection = &self.connections[node];
         Sent {
             connection: connection.number,
+            server: connection.server,
             batch: NodeBatch::new(transmits, &self.dialect, Some(&connection.watch), now),
         }
     }
 
-    /// `node` crashed (after `losses` losses): the connection to it ends, and the next batch
-    /// opens a new one (which proves again).
-    pub(crate) fn crash(&mut self, node: usize, losses: u64) {
+    /// The server of `node` the connection to it was opened to.
+    pub(crate) fn server(&self, node: usize) -> usize {
+        self.connections[node].server
+    }
+
+    /// The connection to `node` ended (it crashed after `losses` losses, or the client
+    /// reconnects after a failover), and the next batch opens a new one to its server `server`
+    /// (which proves again).
+    pub(crate) fn crash(&mut self, node: usize, losses: u64, server: usize) {
         let connection = &mut self.connections[node];
         connection.watch.handle_closed();
         *connection = Connection {
             number: connection.number + 1,
             watch: MemoryWatch::with_fault(self.fault),
             losses_heard: losses,
+            server,
         };
     }
 
@@ -154,6 +167,7 @@ impl Connections {
         let Sent {
             connection,
             mut batch,
+            ..
         } = sent;
         read_back.feed(&mut batch);
         let mut ended = ended();

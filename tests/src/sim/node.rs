@@ -18,7 +18,15 @@ use super::connections::ReadBack;
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     clock: Clock,
+    /// The master's memory.
     store: FakeNode,
+    /// The other server behind the node's address, after a failover: the demoted master (or
+    /// the dead interim one), which answers writes with `READONLY`.
+    standby: Option<FakeNode>,
+    /// Which server is the master (0 or 1): a connection stays with the one it was opened to.
+    active: usize,
+    /// Identities handed out so far (a server starts with 1; each promotion takes a new one).
+    identities: u64,
     up: bool,
     /// How many times it lost its memory (crashes and flushes).
     losses: u64,
@@ -44,6 +52,9 @@ impl Node {
             store: FakeNode::with_extend(extend)
                 .with_fence_fault(fault)
                 .with_dialect(dialect),
+            standby: None,
+            active: 0,
+            identities: 1,
             up: true,
             losses: 0,
             claims: 0,
@@ -111,6 +122,42 @@ impl Node {
         self.up = true;
     }
 
+    /// Which server is the master now (0 or 1): new connections go to it.
+    pub(crate) fn active(&self) -> usize {
+        self.active
+    }
+
+    /// Whether the node's address leads to the interim master of a failover.
+    pub(crate) fn failed_over(&self) -> bool {
+        self.standby.is_some()
+    }
+
+    /// A graceful `FAILOVER`: the replica, which has every key, is promoted (a new identity)
+    /// and the master becomes its replica, keeping what it had. Never during one.
+    pub(crate) fn fail_over(&mut self) {
+        if self.failed_over() {
+            return;
+        }
+        let mut promoted = self.store.clone();
+        self.identities += 1;
+        promoted.promote(self.identities);
+        self.standby = Some(std::mem::replace(&mut self.store, promoted));
+        self.active = 1 - self.active;
+    }
+
+    /// The interim master dies and the demoted one is promoted again (a new identity) with
+    /// what it had at the failover: the interim master's writes never reached it. The dead
+    /// server comes back later as a fresh replica (its connections all ended).
+    pub(crate) fn fail_back(&mut self) {
+        let Some(mut old) = self.standby.take() else {
+            return;
+        };
+        self.identities += 1;
+        old.promote(self.identities);
+        self.store = old;
+        self.active = 1 - self.active;
+    }
+
     /// The node's clock at true time `t`.
     fn local(&self, t: Nanos) -> Duration {
         Duration::from_nanos(self.clock.local(t))
@@ -121,17 +168,23 @@ impl Node {
         self.store.holder(self.local(t), key)
     }
 
-    /// Runs a batch at true time `t` (the node must be up) and returns Redis's answers, one
-    /// per request: in the forms `plan` (a tracked connection's) says, after its proof reads, or
+    /// Runs a batch at true time `t` (the node must be up) on `server` (the one its connection
+    /// was opened to; `None`: the master) and returns Redis's answers, one per request: in the forms `plan` (a tracked connection's) says, after its proof reads, or
     /// each in its usual form on this node.
     pub(crate) fn run(
         &mut self,
         t: Nanos,
         client: usize,
+        server: Option<usize>,
         transmits: &[Transmit],
         plan: Option<&NodeBatch>,
     ) -> (Vec<Reply>, ReadBack) {
         debug_assert!(self.up);
+        if server.is_some_and(|server| server != self.active) {
+            // A replica: every request writes, and none runs (no proof read counts either).
+            let read_only = Reply::Error(redlock_core::NodeErrorKind::ReadOnly);
+            return (vec![read_only; transmits.len()], ReadBack::default());
+        }
         let now = self.local(t);
         let acquires = transmits
             .iter()

@@ -37,6 +37,9 @@ pub enum Tracked {
     /// Tracking as before `OPTIN` (`WatchFault::NoLoop`): a connection never hears a loss its
     /// own command set off (negative control).
     NoLoop,
+    /// A proof counts for as long as its connection lives (`WatchFault::Ageless`, negative
+    /// control): a node demoted and promoted again keeps vouching.
+    Ageless,
 }
 
 /// How a node loses its memory in the scenario's crashes.
@@ -51,6 +54,14 @@ pub enum MemoryLoss {
     /// runs the next acquisition that reaches it — set off by that client's own command. The
     /// connections stay open.
     OwnEviction,
+    /// A failover and a failback, connections kept: each "crash" hands the node's address to
+    /// its replica (a graceful `FAILOVER`: the replica has every key, and a new identity), and
+    /// after the downtime the interim master dies and the old master is promoted again with
+    /// what it had at the failover (the interim master's writes never reached it) and a new
+    /// identity. Nothing is pushed. At each switch some clients reconnect to the new master;
+    /// the others keep their connection to the demoted server, which answers writes with
+    /// `READONLY` until it is promoted again.
+    Flip,
     /// The process dies and restarts from a snapshot taken before any of its lock keys was set
     /// (or a replica that missed them is promoted behind its address): every lock key is lost,
     /// the epoch comes back as it was, and the node has a new identity. Every connection ends.
@@ -627,6 +638,42 @@ impl Scenario {
         }
     }
 
+    /// Inside the model: nodes fail over to a replica and back, often, with some connections
+    /// kept to the demoted server the whole time (issue 21, scenario 7). The interim master
+    /// sits out the longest TTL (its identity is new) before it grants; a kept connection's
+    /// proof counts for half the longest TTL, and its next proof sees the re-promoted node's new
+    /// identity.
+    pub fn failover_flip_flops() -> Self {
+        let base = Self::baseline();
+        Self {
+            name: "failover_flip_flops",
+            nodes: 3,
+            loss: MemoryLoss::Flip,
+            tracked: Tracked::Heard,
+            crashes: CrashConfig {
+                per_node: 6,
+                down_for: (base.max_ttl().mul_f64(0.2), base.max_ttl().mul_f64(3.0)),
+            },
+            hold: HoldConfig {
+                auto_extend: 0.5,
+                fixed_work: (0.8, 1.2),
+                ..base.hold
+            },
+            ..base
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::failover_flip_flops`] with proofs that
+    /// never expire — a kept connection vouches for the re-promoted node, which lacks the
+    /// interim master's keys.
+    pub fn failover_flip_flops_ageless() -> Self {
+        Self {
+            name: "failover_flip_flops_ageless",
+            tracked: Tracked::Ageless,
+            ..Self::failover_flip_flops()
+        }
+    }
+
     /// Inside the model: fenced locks under lossy networks, delayed restarts, pauses of correct
     /// clients and node wall clocks up to 200 ms apart; every holder writes its fence through a
     /// fenced store. Fences of successive holders must strictly increase and no store may accept
@@ -858,6 +905,12 @@ impl Scenario {
         }
         if !self.identity_check && self.loss == MemoryLoss::Snapshot && self.crashes.per_node > 0 {
             broken.push("identity: a node restarted from a snapshot keeps voting".into());
+        }
+        if self.tracked == Tracked::Ageless
+            && self.loss == MemoryLoss::Flip
+            && self.crashes.per_node > 0
+        {
+            broken.push("connections: a proof outlives a demotion and a re-promotion".into());
         }
         if self.tracked == Tracked::NoLoop
             && self.loss == MemoryLoss::OwnEviction

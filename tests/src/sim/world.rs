@@ -36,6 +36,8 @@ enum Event {
         transmits: Vec<Transmit>,
         /// Its plan on a tracked connection.
         plan: Option<NodeBatch>,
+        /// The node's server its connection was opened to (`None`: the master).
+        server: Option<usize>,
     },
     /// The replies to a batch reach its client.
     ToClient {
@@ -119,6 +121,7 @@ impl<'s> World<'s> {
                     Tracked::Heard => Some(None),
                     Tracked::Deaf => Some(Some(WatchFault::Deaf)),
                     Tracked::NoLoop => Some(Some(WatchFault::NoLoop)),
+                    Tracked::Ageless => Some(Some(WatchFault::Ageless)),
                 }
                 .map(|fault| Connections::new(scenario.nodes, scenario.dialect, fault));
                 Client::new(
@@ -295,6 +298,7 @@ impl<'s> World<'s> {
                 node,
                 transmits,
                 plan,
+                server,
             } => {
                 self.mix(1);
                 self.mix(u64::try_from(client * 64 + node).unwrap_or(0));
@@ -310,7 +314,7 @@ impl<'s> World<'s> {
                 }
                 let answer = if self.nodes[node].is_up() {
                     let (replies, read_back) =
-                        self.nodes[node].run(t, client, &transmits, plan.as_ref());
+                        self.nodes[node].run(t, client, server, &transmits, plan.as_ref());
                     for (transmit, reply) in transmits.iter().zip(&replies) {
                         let command = &transmit.command;
                         if command.op() == redlock_core::Op::SetIfAbsent
@@ -421,8 +425,49 @@ impl<'s> World<'s> {
                 self.mix(5);
                 self.with_client(t, client, |c, env| c.on_resume(env));
             }
+            Event::Crash { node, down } if self.scenario.loss == MemoryLoss::Flip => {
+                self.mix(6);
+                if self.nodes[node].failed_over() {
+                    return;
+                }
+                self.stats.crashes += 1;
+                self.nodes[node].fail_over();
+                // Some clients reconnect to the new master; the others keep the demoted one.
+                let (losses, server) = (self.nodes[node].losses(), self.nodes[node].active());
+                for client in &mut self.clients {
+                    if self.net_rng.chance(0.5) {
+                        client.on_connection_end(node, losses, server);
+                    }
+                }
+                if let Some(trace) = self.trace.as_mut() {
+                    let text = format!("FAILOVER to the replica; fails back in {}", ms(down));
+                    trace.push(t, None, Some(node), Vec::new(), text);
+                }
+                self.schedule(t + down, Event::Restart { node });
+            }
+            Event::Restart { node } if self.scenario.loss == MemoryLoss::Flip => {
+                self.mix(7);
+                let dying = self.nodes[node].active();
+                self.nodes[node].fail_back();
+                // The interim master's connections end with it; the demoted master's stay.
+                let (losses, server) = (self.nodes[node].losses(), self.nodes[node].active());
+                for client in &mut self.clients {
+                    if client.server(node) == Some(dying) {
+                        client.on_connection_end(node, losses, server);
+                    }
+                }
+                if let Some(trace) = self.trace.as_mut() {
+                    let text = "FAILBACK: the interim master dies, the old one is promoted again \
+                                with what it had"
+                        .to_owned();
+                    trace.push(t, None, Some(node), Vec::new(), text);
+                }
+            }
             Event::Crash { node, down }
-                if !matches!(self.scenario.loss, MemoryLoss::Crash | MemoryLoss::Snapshot) =>
+                if !matches!(
+                    self.scenario.loss,
+                    MemoryLoss::Crash | MemoryLoss::Snapshot | MemoryLoss::Flip
+                ) =>
             {
                 self.mix(6);
                 self.stats.crashes += 1;
@@ -449,9 +494,9 @@ impl<'s> World<'s> {
                     self.nodes[node].crash();
                     "CRASH: every key lost; restarts in"
                 };
-                let losses = self.nodes[node].losses();
+                let (losses, server) = (self.nodes[node].losses(), self.nodes[node].active());
                 for client in &mut self.clients {
-                    client.on_connection_end(node, losses);
+                    client.on_connection_end(node, losses, server);
                 }
                 if let Some(trace) = self.trace.as_mut() {
                     trace.push(
@@ -501,6 +546,7 @@ impl<'s> World<'s> {
                     node,
                     transmits,
                     plan,
+                    server,
                 } => {
                     if let Some(trace) = self.trace.as_mut() {
                         for transmit in &transmits {
@@ -525,6 +571,7 @@ impl<'s> World<'s> {
                         node,
                         transmits: transmits.clone(),
                         plan: plan.clone(),
+                        server,
                     });
                 }
             }
