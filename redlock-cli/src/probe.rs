@@ -110,6 +110,10 @@ pub(crate) enum Eligibility {
     Ineligible { for_ms: u64 },
     /// No epoch yet (new, restarted or flushed): its first acquire starts the wait.
     Unknown,
+    /// Its epoch was stamped by another life of the node (it restarted from a snapshot, or a
+    /// replica was promoted in its place): its next proof stamps a new epoch and it refuses to
+    /// vote for the longest TTL from then.
+    NewIdentity,
 }
 
 impl Eligibility {
@@ -131,12 +135,32 @@ impl Eligibility {
         let Some(epoch) = Epoch::read(&value, Some(pttl), now) else {
             return Ok(Self::Unknown);
         };
+        if Self::identity_changed(probe, node)? {
+            return Ok(Self::NewIdentity);
+        }
         let max_ttl = u64::try_from(max_ttl.as_millis()).unwrap_or(u64::MAX);
         Ok(match (epoch, epoch.refuses_for_ms(now, max_ttl)) {
             (Epoch::Trusted, _) => Self::Trusted,
             (_, Some(for_ms)) => Self::Ineligible { for_ms },
             (_, None) => Self::Eligible,
         })
+    }
+
+    /// Whether the identity the epoch was stamped with (`redlock:epoch:id`) differs from the
+    /// node's own now (`INFO server replication`); `false` when either is unknown (none
+    /// stamped yet, or `INFO` denied), as the checks on the node decide.
+    fn identity_changed(probe: &mut Probe, node: &NodeAddr) -> Result<bool, String> {
+        let stamped: Option<Vec<u8>> =
+            probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_ID_KEY))?;
+        let Some(stamped) = stamped.filter(|stamped| !stamped.is_empty()) else {
+            return Ok(false);
+        };
+        let info: Result<Vec<u8>, String> =
+            probe.query(node, redis::cmd("INFO").arg("server").arg("replication"));
+        Ok(info
+            .ok()
+            .and_then(|info| redlock_core::node_identity(&info))
+            .is_some_and(|identity| identity != stamped))
     }
 
     /// One word for JSON.
@@ -146,6 +170,7 @@ impl Eligibility {
             Self::Eligible => "eligible",
             Self::Ineligible { .. } => "ineligible",
             Self::Unknown => "unknown",
+            Self::NewIdentity => "new-identity",
         }
     }
 
@@ -157,6 +182,9 @@ impl Eligibility {
                 crate::output::human_ms(for_ms)
             ),
             Self::Unknown => "no epoch yet (waits --max-ttl after its first acquire)".to_owned(),
+            Self::NewIdentity => "restarted from a snapshot or failed over since its epoch was \
+                                  stamped (waits --max-ttl after its next acquire)"
+                .to_owned(),
             other => other.word().to_owned(),
         }
     }

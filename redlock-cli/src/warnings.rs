@@ -184,8 +184,8 @@ pub(crate) fn warnings(
                 "replica",
                 format!(
                     "is a replica (role:{role}): it refuses the lock's writes (READONLY), so it \
-                     never votes, and if a failover promotes it, it may lack the newest lock keys \
-                     while it has the epoch, which restart-aware voting cannot see; use \
+                     never votes; if a failover promotes it, restart-aware voting sees its new \
+                     identity and it refuses to vote for --max-ttl after the promotion; use \
                      independent masters"
                 ),
             );
@@ -269,28 +269,30 @@ fn same_server(run_ids: &[Option<&str>], index: usize) -> Option<usize> {
         .position(|other| *other == Some(ours))
 }
 
-/// Persistence settings that matter to restart-aware voting, which sees a node that comes back
-/// empty (no epoch) but not one that comes back with its epoch and without recent lock keys.
+/// Persistence settings, and what a restart costs under them. Restart-aware voting sees every
+/// restart — an empty one by its missing epoch, one from an older state (a snapshot, AOF after a
+/// crash) by the node's new `run_id` — and the node refuses to vote for the longest TTL after
+/// it; what persistence still decides is which keys a restart loses.
 fn persistence(persistence: &Result<Persistence, String>, max_ttl: Duration) -> Option<String> {
+    let wait = human(max_ttl);
     let p = match persistence {
         Ok(p) => p,
         Err(why) => {
             return Some(format!(
-                "cannot read its persistence settings ({why}): check them yourself; RDB \
-                 snapshots without AOF, or appendfsync other than always, can bring a node back \
-                 from a crash with its epoch but without recent lock keys, which restart-aware \
-                 voting cannot see"
+                "cannot read its persistence settings ({why}): after any restart the node \
+                 refuses to vote for --max-ttl ({wait}) — restart-aware voting sees a restart \
+                 by the node's new run_id, which its clients must be allowed to read (INFO)"
             ));
         }
     };
-    let wait = human(max_ttl);
     let snapshots = !p.save.trim().is_empty();
     match (p.aof, p.appendfsync.as_str()) {
         (true, "always") => None,
         (true, fsync) => Some(format!(
             "appendfsync {fsync}: a crash (power loss, kernel panic, or redis-server itself \
-             while the disk is slow) can lose the last {} of writes, lock keys gone while the \
-             epoch stays, which restart-aware voting cannot see; use appendfsync always",
+             while the disk is slow) can lose the last {} of writes; restart-aware voting sees \
+             the restart by the node's new run_id, and the node refuses to vote for --max-ttl \
+             ({wait}) after it, as after any restart",
             if fsync == "no" {
                 "seconds (the OS flushes when it likes)"
             } else {
@@ -299,17 +301,16 @@ fn persistence(persistence: &Result<Persistence, String>, max_ttl: Duration) -> 
         )),
         (false, _) if snapshots => Some(format!(
             "RDB snapshots without AOF (save \"{}\", appendonly no): after a crash the node \
-             reloads an older snapshot, with its epoch but without the lock keys written since, \
-             and votes at once, which restart-aware voting cannot see; use appendonly yes with \
-             appendfsync always, or no persistence (save \"\") so that a restart comes back \
-             empty and waits",
+             reloads an older snapshot, with its epoch but without the lock keys written since; \
+             restart-aware voting sees the restart by the node's new run_id, and the node \
+             refuses to vote for --max-ttl ({wait}) after it, as after any restart",
             p.save.trim()
         )),
         (false, _) => Some(format!(
             "no persistence (appendonly no, no snapshots): a restart loses every lock key; \
              restart-aware voting covers it, the node refusing to vote for --max-ttl ({wait}) \
              after a restart, so each restart costs its vote that long; appendonly yes with \
-             appendfsync always keeps the keys"
+             appendfsync always keeps the keys (the wait after a restart stays)"
         )),
     }
 }
@@ -442,17 +443,15 @@ mod tests {
             )
         };
         assert_eq!(with(true, "always", "3600 1"), None);
-        assert!(
-            with(true, "everysec", "")
-                .expect("warns")
-                .contains("cannot see")
-        );
-        assert!(with(true, "no", "").expect("warns").contains("cannot see"));
-        assert!(
-            with(false, "everysec", "3600 1")
-                .expect("warns")
-                .contains("cannot see")
-        );
+        for (aof, fsync, save) in [
+            (true, "everysec", ""),
+            (true, "no", ""),
+            (false, "everysec", "3600 1"),
+        ] {
+            let warning = with(aof, fsync, save).expect("warns");
+            assert!(warning.contains("new run_id"), "{warning}");
+            assert!(warning.contains("1m00s"), "{warning}");
+        }
         let none = with(false, "everysec", "").expect("warns");
         assert!(none.contains("restart-aware voting covers it"), "{none}");
         assert!(none.contains("1m00s"), "{none}");

@@ -73,6 +73,36 @@ fn status_shows_the_holder_on_each_node_and_changes_nothing() {
 }
 
 #[test]
+fn status_names_a_node_restarted_from_a_snapshot() {
+    let mut nodes = Cluster::start(3);
+    // An acquire proves every node: each epoch carries its node's identity from then on.
+    let output = redlock(&nodes, &["acquire", "warm-up", "--ttl", "1s"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = json(&redlock(&nodes, &["status", "idle", "--json"]));
+    for node in report["resources"][0]["nodes"].as_array().expect("nodes") {
+        assert_eq!(node["eligibility"], "trusted", "{node}");
+    }
+    let snapshot = nodes.servers()[0].snapshot();
+    nodes.restart_from_snapshot(0, &snapshot);
+    let report = json(&redlock(&nodes, &["status", "idle", "--json"]));
+    let restarted = &report["resources"][0]["nodes"][0];
+    assert_eq!(restarted["eligibility"], "new-identity", "{report}");
+    assert_eq!(report["resources"][0]["nodes"][1]["eligibility"], "trusted");
+    let text = stdout(&redlock(&nodes, &["status", "idle"]));
+    assert!(
+        text.contains("restarted from a snapshot or failed over"),
+        "{text}"
+    );
+    // Its next acquire stamps a new epoch: it refuses to vote for the longest TTL.
+    let _ = redlock(&nodes, &["acquire", "other"]);
+    let report = json(&redlock(&nodes, &["status", "idle", "--json"]));
+    assert_eq!(
+        report["resources"][0]["nodes"][0]["eligibility"], "ineligible",
+        "{report}"
+    );
+}
+
+#[test]
 fn nodes_check_reports_each_node_and_fails_on_a_dead_one() {
     let mut nodes = Cluster::start(3);
     let output = redlock(&nodes, &["nodes", "check"]);
