@@ -346,3 +346,120 @@ pub fn the_previous_release_and_this_one_share_nodes<A: Adapter>() {
         A::NAME
     );
 }
+
+/// Scenario 7 of issue 21: three nodes fail over to their replicas (a graceful `FAILOVER`, the
+/// old masters become replicas that keep their clients' connections open) and back again
+/// after the interim masters granted A a key that never reached the old ones. B's connections
+/// to the old masters stay open the whole time and hear nothing. Returns A's lock and B's try.
+fn demoted_and_promoted_again<A: Adapter>(rival: Rival) -> Outcome<A> {
+    const MAX_TTL: Duration = Duration::from_secs(4);
+    let nodes = Cluster::start(5);
+    let options = |rival| Options {
+        retry: Some(RetryPolicy::once()),
+        max_ttl: Some(MAX_TTL),
+        memory_watch_fault: match rival {
+            Rival::Faulty(fault) => Some(fault),
+            Rival::Tracked | Rival::Untracked => None,
+        },
+        ..Options::default()
+    };
+    let build = |urls: &[String], rival| {
+        A::build(urls, &options(rival)).unwrap_or_else(|err| panic!("{}: build: {err}", A::NAME))
+    };
+    // B proves every node through connections it keeps.
+    let rival: A = build(&nodes.urls(), rival);
+    rival.lock("warm-up", MAX_TTL).expect("warm-up").release();
+    // Each loser gets a replica whose address, as the old master will see it after the
+    // failover, is a proxy: the link that later drops the interim master's writes.
+    let mut interim = Vec::new();
+    for node in LOSERS {
+        let master = &nodes.servers()[node];
+        let link = FaultProxy::start(master.addr());
+        let replica = master
+            .options()
+            .clone()
+            .replica_of(master.addr())
+            .arg("--replica-announce-ip")
+            .arg("127.0.0.1")
+            .arg("--replica-announce-port")
+            .arg(link.addr().port().to_string())
+            .start();
+        link.retarget(replica.addr());
+        let synced = super::scenarios::eventually(Duration::from_secs(20), || {
+            replica.exists(redlock_core::EPOCH_ID_KEY)
+        });
+        assert!(synced, "the replica of {} never synced", master.addr());
+        interim.push((replica, link));
+    }
+    for (node, (replica, link)) in LOSERS.iter().zip(&interim) {
+        let _: () = redis::cmd("FAILOVER")
+            .query(&mut nodes.servers()[*node].client())
+            .expect("FAILOVER");
+        let promoted = super::scenarios::eventually(Duration::from_secs(20), || {
+            role(replica) == "master" && role(&nodes.servers()[*node]) == "slave"
+        });
+        assert!(promoted, "the failover of node {node} never completed");
+        // From now on the old master hears nothing of the interim master's writes.
+        link.stall();
+    }
+    // A reaches the interim masters; they sit out MAX_TTL (their identity is new), then vote.
+    let mut urls = nodes.urls();
+    for (node, (replica, _)) in LOSERS.iter().zip(&interim) {
+        urls[*node] = replica.url();
+    }
+    let holder: A = build(&urls, Rival::Tracked);
+    let mut held = None;
+    let granted = super::scenarios::eventually(MAX_TTL * 5, || {
+        held = holder.try_lock("res", MAX_TTL).ok();
+        held.is_some()
+    });
+    assert!(granted, "{}: the interim masters never voted", A::NAME);
+    let held = held.expect("A holds res");
+    // The interim masters die; the old ones are promoted again, without A's key.
+    for (node, (mut replica, link)) in LOSERS.into_iter().zip(interim) {
+        replica.kill();
+        link.drop_all();
+        let old = &nodes.servers()[node];
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query(&mut old.client())
+            .expect("REPLICAOF NO ONE");
+        assert!(!old.exists("res"), "the old master missed A's key");
+    }
+    let rival_try = rival.try_lock("res", MAX_TTL);
+    assert!(held.is_valid(), "A is still inside its validity");
+    (held, rival_try)
+}
+
+/// The node's `role` from `INFO replication`.
+fn role(server: &RedisServer) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut server.client())
+        .expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix("role:"))
+        .map(|role| role.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// A node demoted and promoted again under B's open connections refuses B: B's proofs
+/// expired (they count for half the longest TTL, and the interim master sat out all of it),
+/// and the next proof sees the node's new `master_replid`.
+pub fn a_node_demoted_and_promoted_again_refuses<A: Adapter>() {
+    expect_refused_by::<A>(
+        demoted_and_promoted_again::<A>(Rival::Tracked),
+        "a demotion and a re-promotion under open connections",
+        &LOSERS,
+    );
+}
+
+/// Negative control: proofs that never expire — B's connections vouch for the re-promoted
+/// nodes, which lack A's key, and B gets the lock A still holds.
+pub fn a_node_demoted_and_promoted_again_votes_for_an_ageless_proof<A: Adapter>() {
+    expect_second_holder::<A>(
+        demoted_and_promoted_again::<A>(Rival::Faulty(redlock_core::WatchFault::Ageless)),
+        "with ageless proofs, a demotion and a re-promotion",
+    );
+}
