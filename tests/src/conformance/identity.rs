@@ -15,7 +15,9 @@ use std::time::Duration;
 use redlock_core::{RetryPolicy, Vote};
 
 use super::adapter::{Adapter, HeldLock, Options};
-use super::memory::{Outcome, Rival, client, expect_refused_by, expect_second_holder};
+use super::memory::{
+    Outcome, Rival, client, expect_every_node_refuses, expect_refused_by, expect_second_holder,
+};
 use crate::{Cluster, FaultProxy};
 use redlock_local::RedisServer;
 
@@ -371,35 +373,44 @@ fn demoted_and_promoted_again<A: Adapter>(rival: Rival) -> Outcome<A> {
     rival.lock("warm-up", MAX_TTL).expect("warm-up").release();
     // Each loser gets a replica whose address, as the old master will see it after the
     // failover, is a proxy: the link that later drops the interim master's writes.
-    let mut interim = Vec::new();
+    let interim: Vec<(RedisServer, FaultProxy)> = LOSERS
+        .iter()
+        .map(|&node| {
+            let master = &nodes.servers()[node];
+            let link = FaultProxy::start(master.addr());
+            let replica = master
+                .options()
+                .clone()
+                .replica_of(master.addr())
+                .arg("--replica-announce-ip")
+                .arg("127.0.0.1")
+                .arg("--replica-announce-port")
+                .arg(link.addr().port().to_string())
+                .start();
+            link.retarget(replica.addr());
+            (replica, link)
+        })
+        .collect();
+    let synced = super::scenarios::eventually(Duration::from_secs(20), || {
+        interim
+            .iter()
+            .all(|(replica, _)| replica.exists(redlock_core::EPOCH_ID_KEY))
+    });
+    assert!(synced, "the replicas never synced");
+    // The three failovers at once (each returns at once, and completes on its own).
     for node in LOSERS {
-        let master = &nodes.servers()[node];
-        let link = FaultProxy::start(master.addr());
-        let replica = master
-            .options()
-            .clone()
-            .replica_of(master.addr())
-            .arg("--replica-announce-ip")
-            .arg("127.0.0.1")
-            .arg("--replica-announce-port")
-            .arg(link.addr().port().to_string())
-            .start();
-        link.retarget(replica.addr());
-        let synced = super::scenarios::eventually(Duration::from_secs(20), || {
-            replica.exists(redlock_core::EPOCH_ID_KEY)
-        });
-        assert!(synced, "the replica of {} never synced", master.addr());
-        interim.push((replica, link));
-    }
-    for (node, (replica, link)) in LOSERS.iter().zip(&interim) {
         let _: () = redis::cmd("FAILOVER")
-            .query(&mut nodes.servers()[*node].client())
+            .query(&mut nodes.servers()[node].client())
             .expect("FAILOVER");
-        let promoted = super::scenarios::eventually(Duration::from_secs(20), || {
-            role(replica) == "master" && role(&nodes.servers()[*node]) == "slave"
-        });
-        assert!(promoted, "the failover of node {node} never completed");
-        // From now on the old master hears nothing of the interim master's writes.
+    }
+    let promoted = super::scenarios::eventually(Duration::from_secs(20), || {
+        LOSERS.iter().zip(&interim).all(|(&node, (replica, _))| {
+            role(replica) == "master" && role(&nodes.servers()[node]) == "slave"
+        })
+    });
+    assert!(promoted, "the failovers never completed");
+    // From now on the old masters hear nothing of the interim masters' writes.
+    for (_, link) in &interim {
         link.stall();
     }
     // A reaches the interim masters; they sit out MAX_TTL (their identity is new), then vote.
@@ -461,5 +472,76 @@ pub fn a_node_demoted_and_promoted_again_votes_for_an_ageless_proof<A: Adapter>(
     expect_second_holder::<A>(
         demoted_and_promoted_again::<A>(Rival::Faulty(redlock_core::WatchFault::Ageless)),
         "with ageless proofs, a demotion and a re-promotion",
+    );
+}
+
+/// A user denied `INFO` (an ACL with `-info`, or `-@dangerous`): the node votes under its epoch
+/// alone, as before the identity — the checked script reads `INFO` through `redis.pcall`, the
+/// native proof takes a failed `INFO` as no identity — and stamps none, so it never fights a
+/// client allowed `INFO` on the same node. What goes unseen, shown: after a restart from a
+/// snapshot the node votes at once for such a user, while a client allowed `INFO` is refused.
+pub fn a_node_that_denies_info_votes_under_its_epoch_alone<A: Adapter>() {
+    const USER: (&str, &str) = ("no-info", "no-info-password");
+    let base = redlock_local::ServerOptions::new();
+    let mut rules = vec![
+        "--user",
+        USER.0,
+        "on",
+        ">no-info-password",
+        "~*",
+        "&*",
+        "+@all",
+        "-info",
+    ];
+    if base.denies_scripting() {
+        rules.push("-@scripting");
+    }
+    let mut nodes = Cluster::start_with(3, &base.args(rules));
+    let denied: Vec<String> = nodes
+        .addrs()
+        .iter()
+        .map(|addr| format!("redis://{}:{}@{addr}/", USER.0, USER.1))
+        .collect();
+    let options = Options {
+        retry: Some(RetryPolicy::once()),
+        ..Options::default()
+    };
+    let build = |urls: &[String]| {
+        A::build(urls, &options).unwrap_or_else(|err| panic!("{}: {err}", A::NAME))
+    };
+    build(&denied)
+        .lock("warm-up", TTL)
+        .unwrap_or_else(|err| panic!("{}: a node denying INFO refused: {err}", A::NAME))
+        .release();
+    for server in nodes.servers() {
+        let stamped = server.get(redlock_core::EPOCH_ID_KEY);
+        assert!(
+            stamped.as_deref().is_none_or(<[u8]>::is_empty),
+            "{}: an identity stamped without INFO: {stamped:?}",
+            A::NAME
+        );
+    }
+    // A client allowed INFO stamps the identity; then the nodes restart from snapshots.
+    let allowed = nodes.urls();
+    build(&allowed)
+        .lock("warm-up", TTL)
+        .expect("warm-up")
+        .release();
+    for server in nodes.servers() {
+        assert_stamped(server);
+    }
+    let snapshots: Vec<Vec<u8>> = nodes.servers().iter().map(RedisServer::snapshot).collect();
+    for (node, snapshot) in snapshots.iter().enumerate() {
+        nodes.restart_from_snapshot(node, snapshot);
+    }
+    // Unseen without INFO: the nodes vote at once for that user.
+    build(&denied)
+        .try_lock("res", TTL)
+        .unwrap_or_else(|err| panic!("{}: {err}", A::NAME))
+        .release();
+    // Seen with it: the new identity restamps, and the nodes refuse.
+    expect_every_node_refuses::<A>(
+        build(&allowed).try_lock("res", TTL),
+        "restarted from snapshots, for a client allowed INFO",
     );
 }

@@ -466,6 +466,26 @@ pub fn an_eviction_set_off_by_the_rivals_own_call_is_unheard_with_noloop<A: Adap
     );
 }
 
+/// The lock failed, and every node that answered refused to vote (`case`: what the nodes went
+/// through).
+pub(super) fn expect_every_node_refuses<A: Adapter>(
+    result: Result<A::Lock, redlock_redis::Error>,
+    case: &str,
+) {
+    let err = result
+        .err()
+        .unwrap_or_else(|| panic!("{}: {case}, the nodes voted at once", A::NAME));
+    let failure = err.failure().unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        failure
+            .nodes
+            .iter()
+            .all(|n| matches!(n.result, Vote::Ineligible { .. } | Vote::Pending)),
+        "{}: {case}, every node refuses: {err}",
+        A::NAME
+    );
+}
+
 /// A node that lost its memory sits out the longest TTL, then votes again — through the
 /// checked script where scripts run, through the node's own epoch claim where none do: never
 /// stuck refusing. Three nodes flushed under proven connections, `max_ttl` 1 s.
@@ -484,19 +504,7 @@ pub fn a_flushed_node_votes_again_after_the_longest_ttl<A: Adapter>() {
     for server in nodes.servers() {
         lose(server, Loss::Flush);
     }
-    let err = client
-        .try_lock("res", MAX_TTL)
-        .err()
-        .unwrap_or_else(|| panic!("{}: a flushed node voted at once", A::NAME));
-    let failure = err.failure().unwrap_or_else(|| panic!("{err}"));
-    assert!(
-        failure
-            .nodes
-            .iter()
-            .all(|n| matches!(n.result, Vote::Ineligible { .. } | Vote::Pending)),
-        "{}: every flushed node refuses: {err}",
-        A::NAME
-    );
+    expect_every_node_refuses::<A>(client.try_lock("res", MAX_TTL), "flushed");
     // The first proof after the flush stamps (or claims) the epoch by the node's clock, so no
     // node votes before the longest TTL has passed since the flush.
     let again = super::scenarios::eventually(MAX_TTL * 10, || {

@@ -876,7 +876,8 @@ macro_rules! conformance_tests {
             a_restarted_node_votes_again_after_the_longest_ttl,
             the_previous_release_and_this_one_share_nodes,
             a_node_demoted_and_promoted_again_refuses,
-            a_node_demoted_and_promoted_again_votes_for_an_ageless_proof);
+            a_node_demoted_and_promoted_again_votes_for_an_ageless_proof,
+            a_node_that_denies_info_votes_under_its_epoch_alone);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);
