@@ -31,6 +31,32 @@ struct Report {
     version: String,
     latency: Duration,
     eligibility: Eligibility,
+    /// The node's memory identity now (`run_id:master_replid`), if `INFO` says it.
+    identity: Option<String>,
+    /// The identity its epoch was stamped with (`redlock:epoch:id`), if any.
+    stamped: Option<String>,
+}
+
+impl Report {
+    /// The identity for people: both ids shortened, and how it compares with the epoch's.
+    fn identity_text(&self) -> String {
+        let short = |identity: &str| {
+            identity
+                .split(':')
+                .map(|id| format!("{}…", id.get(..8).unwrap_or(id)))
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        let Some(identity) = &self.identity else {
+            return "identity unknown (INFO names none)".to_owned();
+        };
+        let epoch = match self.stamped.as_deref() {
+            None | Some("") => "the epoch has none yet",
+            Some(stamped) if stamped == identity => "the epoch's",
+            Some(_) => "the epoch was stamped by another",
+        };
+        format!("identity {} ({epoch})", short(identity))
+    }
 }
 
 /// Checks every node, then warns about settings that put a held lock at risk; exit 69 if any
@@ -60,11 +86,12 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
             for node in &checked {
                 let line = match &node.result {
                     Ok(r) => format!(
-                        "ok  {} {}, login ok, scripts ok, {:?} round trip, {}",
+                        "ok  {} {}, login ok, scripts ok, {:?} round trip, {}, {}",
                         r.server,
                         r.version,
                         r.latency,
-                        r.eligibility.describe()
+                        r.eligibility.describe(),
+                        r.identity_text()
                     ),
                     Err(why) => format!("FAILED  {why}"),
                 };
@@ -89,6 +116,8 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
                         "version": r.version,
                         "latency_us": u64::try_from(r.latency.as_micros()).unwrap_or(u64::MAX),
                         "eligibility": r.eligibility.word(),
+                        "identity": r.identity,
+                        "stamped_identity": r.stamped,
                     }),
                     Err(why) => json!({"node": node.label, "ok": false, "error": why}),
                 })
@@ -159,11 +188,16 @@ fn check_rest(
     if one != 1 {
         return Err(format!("scripts do not run: EVAL answered {one}"));
     }
+    let stamped: Option<Vec<u8>> =
+        probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_ID_KEY))?;
     Ok(Report {
         server,
         version: version.unwrap_or_else(|| "(version unknown)".to_owned()),
         latency: probe.latency(node, PINGS)?,
         eligibility: Eligibility::read(probe, node, max_ttl)?,
+        identity: redlock_core::node_identity(info.as_bytes())
+            .map(|identity| String::from_utf8_lossy(&identity).into_owned()),
+        stamped: stamped.map(|stamped| String::from_utf8_lossy(&stamped).into_owned()),
     })
 }
 

@@ -93,6 +93,22 @@ fn status_names_a_node_restarted_from_a_snapshot() {
         text.contains("restarted from a snapshot or failed over"),
         "{text}"
     );
+    // nodes check shows each node's identity, and whose the epoch's is.
+    let text = stdout(&redlock(&nodes, &["nodes", "check"]));
+    assert_eq!(text.matches("(the epoch's)").count(), 2, "{text}");
+    assert_eq!(
+        text.matches("(the epoch was stamped by another)").count(),
+        1,
+        "{text}"
+    );
+    let report = json(&redlock(&nodes, &["nodes", "check", "--json"]));
+    let checked = &report["nodes"][0];
+    assert_ne!(checked["identity"], checked["stamped_identity"], "{report}");
+    assert_eq!(
+        checked["identity"].as_str().map(str::len),
+        Some(81),
+        "run_id:master_replid, {report}"
+    );
     // Its next acquire stamps a new epoch: it refuses to vote for the longest TTL.
     let _ = redlock(&nodes, &["acquire", "other"]);
     let report = json(&redlock(&nodes, &["status", "idle", "--json"]));
