@@ -17,6 +17,7 @@ use redlock_core::{RetryPolicy, Vote};
 use super::adapter::{Adapter, HeldLock, Options};
 use super::memory::{
     Outcome, Rival, client, expect_every_node_refuses, expect_refused_by, expect_second_holder,
+    expect_votes_again,
 };
 use crate::{Cluster, FaultProxy};
 use redlock_local::RedisServer;
@@ -233,19 +234,7 @@ pub fn a_restarted_node_votes_again_after_the_longest_ttl<A: Adapter>() {
             A::NAME
         );
     }
-    let again = super::scenarios::eventually(MAX_TTL * 10, || {
-        client
-            .try_lock("res", MAX_TTL)
-            .map(HeldLock::release)
-            .is_ok()
-    });
-    let waited = since.elapsed();
-    assert!(
-        waited + Duration::from_millis(50) >= MAX_TTL,
-        "{}: voted again after {waited:?}",
-        A::NAME
-    );
-    assert!(again, "{}: the nodes never voted again", A::NAME);
+    expect_votes_again(&client, since, MAX_TTL);
 }
 
 /// The acquire script of the previous release (before the identity), as its clients send it.

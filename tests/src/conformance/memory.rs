@@ -507,15 +507,25 @@ pub fn a_flushed_node_votes_again_after_the_longest_ttl<A: Adapter>() {
     expect_every_node_refuses::<A>(client.try_lock("res", MAX_TTL), "flushed");
     // The first proof after the flush stamps (or claims) the epoch by the node's clock, so no
     // node votes before the longest TTL has passed since the flush.
-    let again = super::scenarios::eventually(MAX_TTL * 10, || {
+    expect_votes_again(&client, flushed, MAX_TTL);
+}
+
+/// The nodes vote for `client` again, but not before `max_ttl` has passed since `since` (when
+/// they lost their memory): never stuck refusing, never early.
+pub(super) fn expect_votes_again<A: Adapter>(
+    client: &A,
+    since: std::time::Instant,
+    max_ttl: Duration,
+) {
+    let again = super::scenarios::eventually(max_ttl * 10, || {
         client
-            .try_lock("res", MAX_TTL)
+            .try_lock("res", max_ttl)
             .map(HeldLock::release)
             .is_ok()
     });
-    let waited = flushed.elapsed();
+    let waited = since.elapsed();
     assert!(
-        waited + Duration::from_millis(50) >= MAX_TTL,
+        waited + Duration::from_millis(50) >= max_ttl,
         "{}: voted again after {waited:?}",
         A::NAME
     );
