@@ -4,11 +4,11 @@
     scripts/server-cpu.py /usr/bin/redis-server "$(scripts/ensure-valkey.sh 9.1)"
 
 For each server binary it starts one server on a free loopback port (no persistence), and for
-each form sends N commands pipelined (batches of 100) over one RESP2 connection, reading
+each form sends N of it pipelined (batches of 100 commands) over one RESP2 connection, reading
 `used_cpu_sys + used_cpu_user` from `INFO cpu` before and after: microseconds of server CPU per
-command, whatever the client's speed. Keys are set up unmeasured where a form needs them. Forms
-a server does not have are reported as `-`. Never touches a server it did not start; stops each
-by its pid.
+form (one command, or the several of a `MULTI`), whatever the client's speed. Keys are set up
+unmeasured where a form needs them. Forms a server does not have are reported as `-`. Never
+touches a server it did not start; stops each by its pid.
 """
 
 import os
@@ -153,10 +153,19 @@ def forms(conn, sha):
     setup = [("SET", k, "t", "PX", TTL) for k in keys]
     yield "SET k t NX PX", [], [("SET", k, "t", "NX", "PX", TTL) for k in keys]
     yield "checked acquire script, trusted node", [("SET", "redlock:epoch", "0")], [
-        ("EVALSHA", sha["checked"], 3, k, "redlock:epoch", "redlock:epoch:id", "t", TTL, "60000") for k in keys]
+        ("EVALSHA", sha["checked"], 3, k, "redlock:epoch", "redlock:epoch:id", "t", TTL, "60000", "0")
+        for k in keys]
     yield "checked acquire script, old epoch", [("SET", "redlock:epoch", "1")], [
-        ("EVALSHA", sha["checked"], 3, k, "redlock:epoch", "redlock:epoch:id", "t", TTL, "60000") for k in keys]
+        ("EVALSHA", sha["checked"], 3, k, "redlock:epoch", "redlock:epoch:id", "t", TTL, "60000", "0")
+        for k in keys]
     yield "GET redlock:epoch", [], [("GET", "redlock:epoch")] * N
+    stamps = [("SET", "redlock:epoch", "0"), ("SET", "redlock:epoch:id", "a" * 40 + ":" + "b" * 40 + ":0:0")]
+    yield "sealed SET: MULTI, SET k t NX PX, MGET epoch id, EXEC", stamps, [
+        [("MULTI",), ("SET", k, "t", "NX", "PX", TTL), ("MGET", "redlock:epoch", "redlock:epoch:id"),
+         ("EXEC",)] for k in keys]
+    yield "sealed SET on an evicting node: … INFO stats …", stamps, [
+        [("MULTI",), ("SET", k, "t", "NX", "PX", TTL), ("MGET", "redlock:epoch", "redlock:epoch:id"),
+         ("INFO", "stats"), ("EXEC",)] for k in keys]
     yield "release script with PUBLISH", setup, [
         ("EVALSHA", sha["release"], 1, k, "t", "1") for k in keys]
     yield "release script without PUBLISH", setup, [
@@ -194,11 +203,13 @@ def measure(binary):
         for form, setup, measured in forms(conn, sha):
             conn.call("FLUSHALL")
             conn.pipeline(setup)
+            # A form of several commands (a list) is sent as they are, and costs per form.
+            commands = [c for m in measured for c in (m if isinstance(m, list) else [m])]
             before = conn.cpu()
-            errors = conn.pipeline(measured)
+            errors = conn.pipeline(commands)
             after = conn.cpu()
             cost = (after - before) * 1e6 / len(measured)
-            results.append((form, None if errors == len(measured) else cost))
+            results.append((form, None if errors == len(commands) else cost))
         return name, results
     finally:
         server.terminate()

@@ -31,19 +31,76 @@ struct Report {
     version: String,
     latency: Duration,
     eligibility: Eligibility,
-    /// The node's memory identity now (`run_id:master_replid`), if `INFO` says it.
+    /// The node's memory identity now (`run_id:master_replid:database:evicted_keys`), if `INFO`
+    /// says it.
     identity: Option<String>,
     /// The identity its epoch was stamped with (`redlock:epoch:id`), if any.
     stamped: Option<String>,
+    /// What a proven connection's acquisitions read there besides their `SET`.
+    seal: Seal,
+}
+
+/// What a proven connection's acquisitions read on a node besides their `SET` (the seal of
+/// `redlock_core::NodeBatch`), by what the node can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seal {
+    /// `SWAPDB` is renamed away and the policy is `noeviction`: a plain `SET NX PX`.
+    Plain,
+    /// `SWAPDB` can run: the epoch and the stamp, in a `MULTI` with the `SET`.
+    Stamps,
+    /// The policy evicts: `INFO stats` too.
+    Evictions,
+    /// The node's identity is unknown (`INFO` denied): a plain `SET`, a swap or a lone eviction
+    /// unseen.
+    Blind,
+}
+
+impl Seal {
+    fn of(info: &str, identity: bool, swapdb: bool) -> Self {
+        match (
+            identity,
+            redlock_core::evicts(info.as_bytes()) != Some(false),
+            swapdb,
+        ) {
+            (false, _, _) => Self::Blind,
+            (true, true, _) => Self::Evictions,
+            (true, false, true) => Self::Stamps,
+            (true, false, false) => Self::Plain,
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Stamps => "sealed",
+            Self::Evictions => "sealed-evictions",
+            Self::Blind => "blind",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Plain => "acquires with a plain SET (SWAPDB renamed away, noeviction)",
+            Self::Stamps => "seals each acquisition (SWAPDB can run)",
+            Self::Evictions => {
+                "seals each acquisition with INFO stats (its policy evicts: every eviction makes it sit out)"
+            }
+            Self::Blind => "sees no swap nor lone eviction (INFO denied)",
+        }
+    }
 }
 
 impl Report {
-    /// The identity for people: both ids shortened, and how it compares with the epoch's.
+    /// The identity for people: both ids shortened (the database and eviction count as they
+    /// are), and how it compares with the epoch's.
     fn identity_text(&self) -> String {
         let short = |identity: &str| {
             identity
                 .split(':')
-                .map(|id| format!("{}…", id.get(..8).unwrap_or(id)))
+                .map(|id| match id.get(..8) {
+                    Some(head) if id.len() > 8 => format!("{head}…"),
+                    _ => id.to_owned(),
+                })
                 .collect::<Vec<_>>()
                 .join(":")
         };
@@ -86,12 +143,13 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
             for node in &checked {
                 let line = match &node.result {
                     Ok(r) => format!(
-                        "ok  {} {}, login ok, scripts ok, {:?} round trip, {}, {}",
+                        "ok  {} {}, login ok, scripts ok, {:?} round trip, {}, {}, {}",
                         r.server,
                         r.version,
                         r.latency,
                         r.eligibility.describe(),
-                        r.identity_text()
+                        r.identity_text(),
+                        r.seal.describe()
                     ),
                     Err(why) => format!("FAILED  {why}"),
                 };
@@ -118,6 +176,7 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
                         "eligibility": r.eligibility.word(),
                         "identity": r.identity,
                         "stamped_identity": r.stamped,
+                        "vouched": r.seal.word(),
                     }),
                     Err(why) => json!({"node": node.label, "ok": false, "error": why}),
                 })
@@ -190,13 +249,18 @@ fn check_rest(
     }
     let stamped: Option<Vec<u8>> =
         probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_ID_KEY))?;
+    // `COMMAND INFO` of a command renamed away answers nil; unanswered, it may run.
+    let swapdb: Result<Vec<redis::Value>, String> =
+        probe.query(node, redis::cmd("COMMAND").arg("INFO").arg("SWAPDB"));
+    let swapdb = swapdb.map_or(true, |found| !matches!(found[..], [redis::Value::Nil]));
+    let identity = redlock_core::node_identity(info.as_bytes(), node.database());
     Ok(Report {
         server,
         version: version.unwrap_or_else(|| "(version unknown)".to_owned()),
         latency: probe.latency(node, PINGS)?,
         eligibility: Eligibility::read(probe, node, max_ttl)?,
-        identity: redlock_core::node_identity(info.as_bytes())
-            .map(|identity| String::from_utf8_lossy(&identity).into_owned()),
+        seal: Seal::of(info, identity.is_some(), swapdb),
+        identity: identity.map(|identity| String::from_utf8_lossy(&identity).into_owned()),
         stamped: stamped.map(|stamped| String::from_utf8_lossy(&stamped).into_owned()),
     })
 }

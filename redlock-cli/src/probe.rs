@@ -147,7 +147,7 @@ impl Eligibility {
     }
 
     /// Whether the identity the epoch was stamped with (`redlock:epoch:id`) differs from the
-    /// node's own now (`INFO server replication`); `false` when either is unknown (none
+    /// node's own now (`INFO server replication stats`); `false` when either is unknown (none
     /// stamped yet, or `INFO` denied), as the checks on the node decide.
     fn identity_changed(probe: &mut Probe, node: &NodeAddr) -> Result<bool, String> {
         let stamped: Option<Vec<u8>> =
@@ -155,11 +155,16 @@ impl Eligibility {
         let Some(stamped) = stamped.filter(|stamped| !stamped.is_empty()) else {
             return Ok(false);
         };
-        let info: Result<Vec<u8>, String> =
-            probe.query(node, redis::cmd("INFO").arg("server").arg("replication"));
+        let info: Result<Vec<u8>, String> = probe.query(
+            node,
+            redis::cmd("INFO")
+                .arg("server")
+                .arg("replication")
+                .arg("stats"),
+        );
         Ok(info
             .ok()
-            .and_then(|info| redlock_core::node_identity(&info))
+            .and_then(|info| redlock_core::node_identity(&info, node.database()))
             .is_some_and(|identity| identity != stamped))
     }
 

@@ -81,53 +81,61 @@ return 1
 /// allow it and [`EPOCH_ID_KEY`] besides the lock keys. No lock may use this key.
 pub const EPOCH_KEY: &[u8] = b"redlock:epoch";
 
-/// The node's memory identity when its epoch was stamped: `run_id:master_replid` from the
-/// node's `INFO server replication`. A restart (from a snapshot or not) gives the node a new
-/// `run_id`; a promotion, or any change of its replication history, a new `master_replid`.
-/// Either one means the node may have lost writes it acknowledged, although the epoch it
-/// kept (from a snapshot, or replicated) looks old: the checked scripts then stamp a new epoch
-/// and the node sits out the longest TTL. A second key, not a part of the epoch's value, so
-/// that the previous releases' scripts (which read the epoch with `tonumber`) still read it.
-/// An epoch without it, or with it empty (stamped by a previous release, by an operator's
-/// `SET`, or trusted on a node that runs no script), adopts the node's identity without a
-/// sit-out. No lock may use this key.
+/// The node's memory identity when its epoch was stamped:
+/// `run_id:master_replid:database:evicted_keys` from the node's `INFO server replication stats`
+/// and the database the client selected ([`node_identity`](crate::node_identity)). A restart
+/// (from a snapshot or not) gives the node a new `run_id`; a promotion, or any change of its
+/// replication history, a new `master_replid`; a `SWAPDB` brings in a database stamped under
+/// another number; an eviction moves the count. Each means the node may have lost writes it
+/// acknowledged, although the epoch it kept looks old: the checked scripts then stamp a new
+/// epoch and the node sits out the longest TTL. A second key, not a part of the epoch's value,
+/// so that the previous releases' scripts (which read the epoch with `tonumber`) still read it.
+/// An epoch with it empty (trusted on a node that runs no script), or without it on a node that
+/// never evicted a key (stamped by a previous release, or by an operator's `SET`), adopts the
+/// node's identity without a sit-out; without it on a node that evicted keys, the key itself
+/// may have been evicted, and the node sits out. No lock may use this key.
 pub const EPOCH_ID_KEY: &[u8] = b"redlock:epoch:id";
 
-/// The Lua that reads the node's memory identity (see [`EPOCH_ID_KEY`]): `identity()` answers
-/// `run_id:master_replid`, or nil where `INFO` is denied or says neither (the node then votes
-/// under the epoch alone, and stamps no identity: two clients of which only one may read
-/// `INFO` never overwrite each other's).
+/// The Lua that reads the node's memory identity (see [`EPOCH_ID_KEY`]): `identity(db)` answers
+/// `run_id:master_replid:db:evicted_keys`, or nil where `INFO` is denied or says none of them
+/// (the node then votes under the epoch alone, and stamps no identity: two clients of which
+/// only one may read `INFO` never overwrite each other's).
 macro_rules! identity_lua {
     () => {
         "\
-local function identity()
-  local info = redis.pcall('INFO', 'server', 'replication')
+local function identity(db)
+  local info = redis.pcall('INFO', 'server', 'replication', 'stats')
   if type(info) ~= 'string' then return nil end
   local run = string.find(info, '\\nrun_id:', 1, true)
   local repl = string.find(info, '\\nmaster_replid:', 1, true)
-  if not run or not repl then return nil end
+  local ev = string.find(info, '\\nevicted_keys:', 1, true)
+  if not run or not repl or not ev then return nil end
+  local evicted = string.match(info, '^%d+', ev + 14)
+  if not evicted then return nil end
   return string.sub(info, run + 8, run + 47) .. ':' .. string.sub(info, repl + 15, repl + 54)
+    .. ':' .. db .. ':' .. evicted
 end
 "
     };
 }
 
-/// The Lua of the restart check: `young(e, max_ttl, now)` reads the epoch (`KEYS[e]`) and the
+/// The Lua of the restart check: `young(e, max_ttl, now, db)` reads the epoch (`KEYS[e]`) and the
 /// identity it was stamped with (`KEYS[e + 1]`), stamps a new epoch at the node's `TIME` when
-/// the epoch is missing or the identity changed, adopts the identity for an epoch without one,
-/// and answers how many ms the node must still wait (nil: it may vote). `now` is the node's
-/// time in ms if the caller read it already (read here only when the epoch is not `0`).
+/// the epoch is missing or the identity changed, adopts the identity for an epoch without one
+/// (empty, or missing on a node that never evicted: see [`EPOCH_ID_KEY`]), and answers how many ms the node must still wait (nil: it may vote). `now` is the node's
+/// time in ms if the caller read it already (read here only when the epoch is not `0`); `db` the
+/// database the client selected.
 macro_rules! restart_check_lua {
     () => {
         concat!(
             identity_lua!(),
             "\
-local function young(e, max_ttl, now)
-  local id = identity()
+local function young(e, max_ttl, now, db)
+  local id = identity(db)
   local epoch = tonumber(redis.call('GET', KEYS[e]))
   if epoch and id then
     local stamped = redis.call('GET', KEYS[e + 1])
-    if not stamped or stamped == '' then
+    if stamped == '' or (not stamped and string.sub(id, -2) == ':0') then
       redis.call('SET', KEYS[e + 1], id)
     elseif stamped ~= id then
       epoch = nil
@@ -156,7 +164,8 @@ end
 /// ([`EPOCH_KEY`], stamped with the node's `TIME` when missing or when the node's identity
 /// changed, [`EPOCH_ID_KEY`]) and refuses to vote while the node's memory is younger than the
 /// longest TTL in use. `KEYS` = the lock keys, then the epoch key and its identity key;
-/// `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = the longest TTL in use, in ms.
+/// `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = the longest TTL in use, in ms,
+/// `ARGV[4]` = the database the client selected.
 /// Answers 1 (set), 0 (taken), or −m: not eligible for `m` ms more (nothing set). An epoch of 0
 /// means trusted (and spares the node its `TIME` call, not its `INFO`); one key is set with a
 /// single `SET NX PX`, as without the check.
@@ -164,7 +173,7 @@ pub const ACQUIRE_CHECKED_SCRIPT: &str = concat!(
     restart_check_lua!(),
     "\
 local n = #KEYS - 2
-local left = young(n + 1, tonumber(ARGV[3]))
+local left = young(n + 1, tonumber(ARGV[3]), nil, ARGV[4])
 if left then return -left end
 if n == 1 then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
@@ -196,9 +205,10 @@ pub const FENCE_RETENTION_MS: u64 = 3_600_000;
 
 /// A fenced acquire: [`ACQUIRE_CHECKED_SCRIPT`] (its eligibility check skipped when `ARGV[3]`
 /// is 0) that on success also reads the keys' fence counters. `KEYS` = the `n` lock keys, the
-/// epoch key and its identity key, then the `n` fence keys; `ARGV` = token, TTL in ms, longest TTL in use in ms (or
-/// 0). Answers 0 (taken), −m (not eligible for `m` ms more), or `v + 1` where `v` is the largest
-/// of the fence counters and the node's `TIME` in ms (set).
+/// epoch key and its identity key, then the `n` fence keys; `ARGV` = token, TTL in ms, longest
+/// TTL in use in ms (or 0), the database the client selected. Answers 0 (taken), −m (not
+/// eligible for `m` ms more), or `v + 1` where `v` is the largest of the fence counters and
+/// the node's `TIME` in ms (set).
 pub const ACQUIRE_FENCED_SCRIPT: &str = concat!(
     restart_check_lua!(),
     "\
@@ -207,7 +217,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max_ttl = tonumber(ARGV[3])
 if max_ttl > 0 then
-  local left = young(n + 1, max_ttl, now)
+  local left = young(n + 1, max_ttl, now, ARGV[4])
   if left then return -left end
 end
 for i = 1, n do
@@ -248,12 +258,12 @@ return 1
 
 /// Marks the node trusted: its memory is old enough for any TTL (an operator who knows that no
 /// lock is live says so, for a fresh deployment), and stamps the node's identity. `KEYS` =
-/// [`EPOCH_KEY`], [`EPOCH_ID_KEY`]. Answers 1.
+/// [`EPOCH_KEY`], [`EPOCH_ID_KEY`]; `ARGV[2]` = the database the client selected. Answers 1.
 pub const TRUST_SCRIPT: &str = concat!(
     identity_lua!(),
     "\
 redis.call('SET', KEYS[1], 0)
-local id = identity()
+local id = identity(ARGV[2])
 if id then redis.call('SET', KEYS[2], id) else redis.call('DEL', KEYS[2]) end
 return 1
 "
@@ -766,7 +776,7 @@ impl Command {
             Op::Trust if !dialect.scripts => Some(RedisForm::SetTrusted),
             _ => None,
         };
-        match (native, self.scripts_form(max_ttl_ms)) {
+        match (native, self.scripts_form(max_ttl_ms, dialect.database)) {
             (Some(form), _) => form,
             (None, RedisForm::Script { .. }) if !dialect.scripts => RedisForm::Unsupported,
             (None, form) => form,
@@ -777,25 +787,26 @@ impl Command {
     /// `SET NX PX` for a one-key acquire without restart-aware voting or fencing, a script
     /// otherwise.
     pub fn redis_form(&self) -> RedisForm<'_> {
-        self.scripts_form(self.extras.max_ttl_ms)
+        self.scripts_form(self.extras.max_ttl_ms, Dialect::SCRIPTS.database)
     }
 
     /// [`redis_form`](Self::redis_form), with an acquisition's restart check against
-    /// `max_ttl_ms` (none: no check).
-    fn scripts_form(&self, max_ttl_ms: Option<u64>) -> RedisForm<'_> {
+    /// `max_ttl_ms` (none: no check), in `database` (what the identity is stamped with).
+    fn scripts_form(&self, max_ttl_ms: Option<u64>, database: u32) -> RedisForm<'_> {
         let token = self.spec.token().as_bytes();
+        let db = Some(u64::from(database));
         let (script, epoch, fence, numbers) = match self.op {
             Op::SetIfAbsent if self.extras.fenced => (
                 Script::AcquireFenced,
                 true,
                 true,
-                [Some(self.ttl_ms), Some(max_ttl_ms.unwrap_or(0)), None],
+                [Some(self.ttl_ms), Some(max_ttl_ms.unwrap_or(0)), db],
             ),
             Op::SetIfAbsent if max_ttl_ms.is_some() => (
                 Script::AcquireChecked,
                 true,
                 false,
-                [Some(self.ttl_ms), max_ttl_ms, None],
+                [Some(self.ttl_ms), max_ttl_ms, db],
             ),
             Op::SetIfAbsent if self.spec.len() == 1 => {
                 return RedisForm::Set {
@@ -822,7 +833,7 @@ impl Command {
                 false,
                 [Some(self.ttl_ms), None, None],
             ),
-            Op::Trust => (Script::Trust, false, false, [None; 3]),
+            Op::Trust => (Script::Trust, false, false, [db, None, None]),
             Op::CommitFence => (
                 Script::CommitFence,
                 false,
@@ -883,6 +894,8 @@ mod tests {
         delete_if_eq: DeleteIfEq::DelIfEq,
         set_if_eq: true,
         msetex: true,
+        swapdb: true,
+        database: 0,
     };
     const NO_LUA: Dialect = Dialect {
         scripts: false,

@@ -44,6 +44,15 @@ pub struct Dialect {
     pub set_if_eq: bool,
     /// `MSETEX numkeys key value … NX PX ttl`, all keys or none (Valkey ≥ 9.1, Redis ≥ 8.4).
     pub msetex: bool,
+    /// Whether `SWAPDB` can run on the node (`COMMAND INFO` describes it, or did not answer):
+    /// another database may then be swapped in under a proven connection, which hears nothing
+    /// of it, so each vouched acquisition there is sealed ([`SealRead`](crate::SealRead)).
+    /// False where the command is renamed away — or where the operator says, knowingly, that
+    /// nothing ever swaps the node's databases.
+    pub swapdb: bool,
+    /// The database the client selected on the node (a node URL's `/db`): what the node's
+    /// identity is stamped with ([`node_identity`](crate::node_identity)).
+    pub database: u32,
 }
 
 impl Default for Dialect {
@@ -67,6 +76,9 @@ pub struct ServerFacts<'a> {
     pub delex: bool,
     /// Whether `COMMAND INFO MSETEX` described the command.
     pub msetex: bool,
+    /// Whether `COMMAND INFO SWAPDB` described the command, or `COMMAND INFO` did not answer
+    /// (taken as: it may run).
+    pub swapdb: bool,
 }
 
 impl Dialect {
@@ -76,6 +88,8 @@ impl Dialect {
         delete_if_eq: DeleteIfEq::None,
         set_if_eq: false,
         msetex: false,
+        swapdb: true,
+        database: 0,
     };
 
     /// What a node of these facts can run. A version that does not parse counts as the oldest
@@ -99,6 +113,8 @@ impl Dialect {
             delete_if_eq,
             set_if_eq: (valkey && at_least((8, 1))) || (redis && at_least((8, 4))),
             msetex: facts.msetex,
+            swapdb: facts.swapdb,
+            database: 0,
         }
     }
 
@@ -131,6 +147,7 @@ mod tests {
             server,
             version,
             lua_module: false,
+            swapdb: true,
             ..ServerFacts::default()
         }
     }
@@ -155,6 +172,8 @@ mod tests {
                 delete_if_eq: DeleteIfEq::DelIfEq,
                 set_if_eq: true,
                 msetex: true,
+                swapdb: true,
+                database: 0,
             }
         );
     }
@@ -188,6 +207,16 @@ mod tests {
         assert_eq!(found.delete_if_eq, DeleteIfEq::DelEx);
         assert!(found.set_if_eq && found.msetex && found.scripts);
         assert!(!Dialect::detect(&facts("redis", "8.2.1")).set_if_eq);
+    }
+
+    #[test]
+    fn a_node_whose_swapdb_is_renamed_away_cannot_swap() {
+        let renamed = Dialect::detect(&ServerFacts {
+            swapdb: false,
+            ..facts("redis", "7.0.15")
+        });
+        assert!(!renamed.swapdb);
+        assert!(Dialect::detect(&facts("redis", "7.0.15")).swapdb);
     }
 
     #[test]

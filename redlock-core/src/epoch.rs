@@ -16,25 +16,6 @@ pub const EPOCH_CLAIM: &[u8] = b"claimed";
 /// minus its `PTTL`.
 pub const EPOCH_CLAIM_TTL_MS: u64 = 1 << 40;
 
-/// A node's memory identity as `INFO server replication` (`info`) tells it:
-/// `run_id:master_replid`, as the checked scripts stamp it in
-/// [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY); `None` when `info` names neither (the node then votes
-/// under its epoch alone, as where `INFO` is denied).
-pub fn node_identity(info: &[u8]) -> Option<Vec<u8>> {
-    let field = |name: &[u8]| {
-        let at = info.windows(name.len()).position(|window| window == name)? + name.len();
-        let value = info.get(at..at + 40)?;
-        value.iter().all(u8::is_ascii_hexdigit).then_some(value)
-    };
-    let run = field(b"\nrun_id:")?;
-    let repl = field(b"\nmaster_replid:")?;
-    let mut identity = Vec::with_capacity(81);
-    identity.extend_from_slice(run);
-    identity.push(b':');
-    identity.extend_from_slice(repl);
-    Some(identity)
-}
-
 /// What a node's epoch key says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Epoch {
@@ -88,26 +69,6 @@ impl Epoch {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_identity_is_run_id_and_master_replid() {
-        let run = "a".repeat(40);
-        let repl = "0123456789".repeat(4);
-        let info = format!(
-            "# Server\r\nredis_version:7.0.15\r\nrun_id:{run}\r\ntcp_port:6379\r\n\r\n\
-             # Replication\r\nrole:master\r\nmaster_replid:{repl}\r\nmaster_replid2:{}\r\n",
-            "0".repeat(40)
-        );
-        assert_eq!(
-            node_identity(info.as_bytes()),
-            Some(format!("{run}:{repl}").into_bytes())
-        );
-        // Denied, cut short, or not hex: unknown.
-        assert_eq!(node_identity(b"NOPERM"), None);
-        assert_eq!(node_identity(format!("\nrun_id:{run}").as_bytes()), None);
-        let short = format!("\nrun_id:abc\r\n\nmaster_replid:{repl}\r\n");
-        assert_eq!(node_identity(short.as_bytes()), None);
-    }
 
     #[test]
     fn a_claim_began_when_it_was_made_by_the_nodes_clock() {

@@ -81,8 +81,8 @@ pub struct FakeNode {
     /// When the epoch key was claimed, by the node's clock in ms, if it holds an
     /// [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) (and no number).
     claimed: Option<u64>,
-    /// The node's memory identity now (`run_id:master_replid`): a new one with every restart
-    /// and promotion.
+    /// The node's memory identity now (its `run_id` and `master_replid`, by number): a new one
+    /// with every restart and promotion.
     identity: u64,
     /// The identity its epoch was stamped with ([`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY)), if
     /// any (an empty one reads as none).
@@ -90,6 +90,10 @@ pub struct FakeNode {
     /// Whether the node shows its identity (`false`: as a node whose `INFO` is denied, or the
     /// scripts before the identity — the check off, for negative controls).
     identity_check: bool,
+    /// How many keys it evicted (`evicted_keys`): a part of its identity.
+    evicted: u64,
+    /// Whether its `maxmemory-policy` evicts keys.
+    evicts: bool,
     extend: ExtendSemantics,
     fence_fault: Option<FenceFault>,
     dialect: Dialect,
@@ -117,6 +121,8 @@ impl FakeNode {
             identity: 1,
             stamped: None,
             identity_check: true,
+            evicted: 0,
+            evicts: false,
             extend,
             fence_fault: None,
             dialect: Dialect::SCRIPTS,
@@ -217,8 +223,10 @@ impl FakeNode {
         let identity = self.identity_check.then(|| self.identity_value());
         if let (Some(identity), Some(_)) = (&identity, self.epoch) {
             match &self.stamped {
-                // An epoch without an identity adopts the node's.
-                None => self.stamped = Some(identity.clone()),
+                // An epoch without an identity adopts the node's, unless the node evicted keys
+                // (the identity itself may have been evicted).
+                None if self.evicted == 0 => self.stamped = Some(identity.clone()),
+                None => self.epoch = None,
                 // Stamped by another life of the node: its memory begins now.
                 Some(stamped) if stamped != identity => self.epoch = None,
                 Some(_) => {}
@@ -243,21 +251,65 @@ impl FakeNode {
         self.stamped = self.identity_check.then(|| self.identity_value());
     }
 
-    /// The node's identity now, as the scripts and
-    /// [`node_identity`](crate::node_identity) read it: `run_id:master_replid`.
+    /// The node's identity now in database 0, as the scripts and
+    /// [`node_identity`](crate::node_identity) read it:
+    /// `run_id:master_replid:database:evicted_keys`.
     pub fn identity_value(&self) -> Vec<u8> {
-        let hex = format!("{:040x}", self.identity);
-        format!("{hex}:{hex}").into_bytes()
+        self.identity_in(0)
     }
 
-    /// What `INFO server replication` answers: the node's `run_id` and `master_replid`, or
-    /// neither when it hides its identity ([`with_identity_check`](Self::with_identity_check)).
+    /// [`identity_value`](Self::identity_value) as stamped in `database`.
+    fn identity_in(&self, database: u32) -> Vec<u8> {
+        let hex = format!("{:040x}", self.identity);
+        format!("{hex}:{hex}:{database}:{}", self.evicted).into_bytes()
+    }
+
+    /// What `INFO server replication stats memory` answers: the node's `run_id`,
+    /// `master_replid`, `evicted_keys` and `maxmemory_policy`, or none of them when it hides its
+    /// identity ([`with_identity_check`](Self::with_identity_check)).
     pub fn info_value(&self) -> Vec<u8> {
         if !self.identity_check {
             return b"# Server\r\n# Replication\r\nrole:master\r\n".to_vec();
         }
         let hex = format!("{:040x}", self.identity);
-        format!("# Server\r\nrun_id:{hex}\r\n# Replication\r\nmaster_replid:{hex}\r\n").into_bytes()
+        let policy = if self.evicts {
+            "volatile-lru"
+        } else {
+            "noeviction"
+        };
+        let stats = String::from_utf8(self.stats_value()).unwrap_or_default();
+        format!(
+            "# Server\r\nrun_id:{hex}\r\n# Replication\r\nmaster_replid:{hex}\r\n{stats}\
+             # Memory\r\nmaxmemory_policy:{policy}\r\n"
+        )
+        .into_bytes()
+    }
+
+    /// What `INFO stats` answers: the node's `evicted_keys` (none when it hides its identity).
+    pub fn stats_value(&self) -> Vec<u8> {
+        if !self.identity_check {
+            return b"# Stats\r\n".to_vec();
+        }
+        format!("# Stats\r\nevicted_keys:{}\r\n", self.evicted).into_bytes()
+    }
+
+    /// Its `maxmemory-policy` evicts keys (`volatile-lru`) from now on.
+    pub fn set_evicting(&mut self, evicts: bool) {
+        self.evicts = evicts;
+    }
+
+    /// Evicts every lock key on its own (a `volatile-lru` node under memory pressure): the
+    /// epoch and its stamp (no TTL) stay, and the eviction count moves.
+    pub fn evict_lock_keys(&mut self) {
+        self.evicted += u64::try_from(self.keys.len()).unwrap_or(u64::MAX).max(1);
+        self.keys.clear();
+    }
+
+    /// `SWAPDB` brings in another database of the same server: one with an old epoch of its
+    /// own, stamped there (database 1), and none of this one's lock keys.
+    pub fn swap_database(&mut self) {
+        self.keys.clear();
+        self.stamped = Some(self.identity_in(1));
     }
 
     /// What `GET` of [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY) reads (an empty one as none).

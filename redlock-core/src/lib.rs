@@ -125,9 +125,11 @@
 //! votes again only after `V`. A *partial* loss of memory keeps the epoch but not the newest lock
 //! keys: a node that reloads an older state (an RDB snapshot, `appendfsync everysec` after a
 //! machine crash) or a replica promoted in its place. The epoch carries the identity of the
-//! memory it was stamped in ([`EPOCH_ID_KEY`]: `run_id:master_replid`), which both change, so
-//! the script stamps a new epoch then, as for a missing one. Outside the model: an eviction
-//! policy other than `noeviction` may drop lock keys while the epoch stays. `TIME` is the
+//! memory it was stamped in ([`EPOCH_ID_KEY`]: `run_id:master_replid:database:evicted_keys`),
+//! which both change, so the script stamps a new epoch then, as for a missing one. A database
+//! swapped in carries another number, and an eviction (a lock key dropped while the epoch
+//! stays) moves the count: the same. A proven connection, which no push tells of either, seals
+//! its acquisitions on nodes where they can happen ([`SealRead`]). `TIME` is the
 //! node's wall clock: a forward jump shortens the wait as it shortens key TTLs in Redis itself
 //! (outside the model either way), a backward jump lengthens it.
 //!
@@ -192,6 +194,7 @@ mod extend;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 mod id;
+mod identity;
 mod jitter;
 mod lease;
 mod lifecycle;
@@ -228,13 +231,14 @@ pub use config::{
     MAX_NODES,
 };
 pub use dialect::{DeleteIfEq, Dialect, ServerFacts};
-pub use epoch::{EPOCH_CLAIM, EPOCH_CLAIM_TTL_MS, Epoch, node_identity};
+pub use epoch::{EPOCH_CLAIM, EPOCH_CLAIM_TTL_MS, Epoch};
 pub use error::ConfigError;
 pub use event::{LockEvent, LockOutput, Operation, Trigger, WakeReason};
 #[cfg(any(test, feature = "testing"))]
 pub use extend::Extend;
 pub use extend::{ExtendFailure, ExtendOutcome};
 pub use id::{Origin, RequestId};
+pub use identity::{SealRead, SealReplies, evicts, node_identity};
 pub use lease::Lease;
 pub use lifecycle::Lifecycle;
 #[cfg(any(test, feature = "testing"))]

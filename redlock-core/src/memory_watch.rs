@@ -55,6 +55,7 @@
 use std::time::{Duration, Instant};
 
 use crate::command::EPOCH_KEY;
+use crate::identity::Seal;
 use crate::reply::Reply;
 
 /// One connection's knowledge of its node's memory: restart-aware voting for the price of a
@@ -87,6 +88,14 @@ struct Proven {
     seen: u64,
     ttl: u64,
     until: Instant,
+    /// What each vouched acquisition reads with its `SET` (`None`: nothing, a plain `SET`).
+    seal: Option<Seal>,
+}
+
+/// The engine's reply for a node that may not vote for `ms` more: minus that many ms, as the
+/// checked script answers for a young memory (at least 1).
+pub(crate) fn refusal(ms: u64) -> Reply {
+    Reply::Int(-i64::try_from(ms.max(1)).unwrap_or(i64::MAX))
 }
 
 /// How long a proof counts: this share of the TTL it proved. A node demoted to a replica and
@@ -99,7 +108,9 @@ struct Proven {
 const PROOF_LIFETIME_DIVISOR: u32 = 2;
 
 /// A watch with one of its safeguards switched off, for the negative controls that show what
-/// that safeguard prevents. Never for use outside tests.
+/// that safeguard prevents. Each one also leaves vouched acquisitions unsealed (a plain `SET`,
+/// as on a node that can neither swap databases nor evict), so that its control shows what its
+/// own safeguard prevents where nothing else does. Never for use outside tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WatchFault {
     /// Invalidation pushes are not heard.
@@ -110,6 +121,9 @@ pub enum WatchFault {
     /// A proof counts for as long as the connection lives (no lifetime): a node demoted and
     /// promoted again under the connection keeps vouching.
     Ageless,
+    /// Vouched acquisitions go out unsealed (a plain `SET`) on every node: a database swapped
+    /// in, or a lock key evicted on its own, under a proven connection goes unseen.
+    Unsealed,
 }
 
 /// How one restart-checked acquisition goes out on a connection.
@@ -120,6 +134,8 @@ pub(crate) enum MemoryCheck {
     Vouched {
         /// What the watch had seen when the request went out.
         seen: u64,
+        /// What it reads with its `SET`, atomically (`None`: nothing).
+        seal: Option<Seal>,
     },
     /// With the check, after a `GET` of the epoch key in the same pipeline; its reply may prove
     /// the node's memory ([`MemoryWatch::handle_proof`]).
@@ -186,7 +202,7 @@ impl MemoryWatch {
     #[cfg(any(test, feature = "testing"))]
     pub fn proven_for_tests(max_ttl_ms: u64, at: Instant) -> Self {
         let mut watch = Self::new();
-        watch.prove(0, max_ttl_ms, at);
+        watch.prove(0, max_ttl_ms, at, None);
         watch
     }
 
@@ -217,13 +233,20 @@ impl MemoryWatch {
     pub(crate) fn check(&self, max_ttl_ms: u64, now: Instant) -> MemoryCheck {
         let ageless = self.fault == Some(WatchFault::Ageless);
         match self.proof {
-            Some(Proven { seen, ttl, until })
-                if !self.closed
-                    && seen == self.seen
-                    && ttl >= max_ttl_ms
-                    && (now < until || ageless) =>
+            Some(Proven {
+                seen,
+                ttl,
+                until,
+                seal,
+            }) if !self.closed
+                && seen == self.seen
+                && ttl >= max_ttl_ms
+                && (now < until || ageless) =>
             {
-                MemoryCheck::Vouched { seen }
+                // Every control goes unsealed: it shows what its own safeguard prevents where
+                // nothing else does (a node that can neither swap nor evict).
+                let seal = seal.filter(|_| self.fault.is_none());
+                MemoryCheck::Vouched { seen, seal }
             }
             _ => MemoryCheck::Prove { seen: self.seen },
         }
@@ -237,7 +260,7 @@ impl MemoryWatch {
         match reply {
             Reply::Error(_) => reply,
             _ if self.seen == seen && !self.closed => reply,
-            _ => Reply::Int(-i64::try_from(max_ttl_ms.max(1)).unwrap_or(i64::MAX)),
+            _ => refusal(max_ttl_ms),
         }
     }
 
@@ -246,16 +269,16 @@ impl MemoryWatch {
     /// unreadable) and of the node's `TIME` (`node_ms`) in the same pipeline, when the watch had
     /// seen `seen`, at `at`. Returns the engine's reply — the node's own only if its memory is old
     /// enough for `max_ttl_ms` and nothing was pushed since; the connection then vouches for
-    /// that TTL.
+    /// that TTL, sealing each vouched acquisition with `seal`.
     pub(crate) fn handle_native_proof(
         &mut self,
-        (seen, at): (u64, Instant),
+        (seen, at, seal): (u64, Instant, Option<Seal>),
         epoch: Option<crate::Epoch>,
         node_ms: u64,
         reply: Reply,
         max_ttl_ms: u64,
     ) -> Reply {
-        let refuse = |ms: u64| Reply::Int(-i64::try_from(ms.max(1)).unwrap_or(i64::MAX));
+        let refuse = refusal;
         if let Reply::Error(_) = reply {
             return reply;
         }
@@ -265,7 +288,7 @@ impl MemoryWatch {
         match epoch.refuses_for_ms(node_ms, max_ttl_ms) {
             Some(left) => refuse(left),
             None if seen == self.seen && !self.closed => {
-                self.prove(seen, max_ttl_ms, at);
+                self.prove(seen, max_ttl_ms, at, seal);
                 reply
             }
             None => refuse(max_ttl_ms),
@@ -274,22 +297,24 @@ impl MemoryWatch {
 
     /// The reply of a [`MemoryCheck::Prove`] acquisition that went out when the watch had seen
     /// `seen`, at `at`: when the check let the node vote (a non-negative answer) and nothing was pushed
-    /// since, the connection vouches for `max_ttl_ms` from now on.
+    /// since, the connection vouches for `max_ttl_ms` from now on, sealing each vouched
+    /// acquisition with `seal`.
     pub(crate) fn handle_proof(
         &mut self,
-        (seen, at): (u64, Instant),
+        (seen, at, seal): (u64, Instant, Option<Seal>),
         reply: Reply,
         max_ttl_ms: u64,
     ) {
         if matches!(reply, Reply::Int(n) if n >= 0) {
-            self.prove(seen, max_ttl_ms, at);
+            self.prove(seen, max_ttl_ms, at, seal);
         }
     }
 
     /// The node's memory was old enough for `max_ttl_ms` when the watch had seen `seen`, by a
     /// request that went out at `at`: the connection vouches for it, if nothing was pushed
-    /// since, for half that TTL from `at` ([`PROOF_LIFETIME_DIVISOR`]).
-    pub(crate) fn prove(&mut self, seen: u64, max_ttl_ms: u64, at: Instant) {
+    /// since, for half that TTL from `at` ([`PROOF_LIFETIME_DIVISOR`]), each vouched
+    /// acquisition sealed with `seal`.
+    pub(crate) fn prove(&mut self, seen: u64, max_ttl_ms: u64, at: Instant, seal: Option<Seal>) {
         if self.closed || seen != self.seen {
             return;
         }
@@ -301,7 +326,21 @@ impl MemoryWatch {
         let until = at
             .checked_add(Duration::from_millis(max_ttl_ms) / PROOF_LIFETIME_DIVISOR)
             .unwrap_or(at);
-        self.proof = Some(Proven { seen, ttl, until });
+        self.proof = Some(Proven {
+            seen,
+            ttl,
+            until,
+            seal,
+        });
+    }
+
+    /// A sealed acquisition found that it ran outside the memory the connection proved (another
+    /// database swapped in, or an eviction since the stamp): the proof ends, and the next
+    /// acquisition proves again (and the checked script, seeing the identity changed, stamps a
+    /// new epoch).
+    pub(crate) fn handle_broken_seal(&mut self) {
+        self.seen += 1;
+        self.proof = None;
     }
 }
 
@@ -321,17 +360,26 @@ mod tests {
         let MemoryCheck::Prove { seen } = watch.check(MAX, now()) else {
             panic!("a new connection proves first");
         };
-        watch.handle_proof((seen, now()), Reply::Int(1), MAX);
+        watch.handle_proof((seen, now(), None), Reply::Int(1), MAX);
         watch
     }
 
     #[test]
     fn a_new_connection_proves_before_it_vouches() {
         let watch = proven();
-        assert_eq!(watch.check(MAX, now()), MemoryCheck::Vouched { seen: 0 });
+        assert_eq!(
+            watch.check(MAX, now()),
+            MemoryCheck::Vouched {
+                seen: 0,
+                seal: None
+            }
+        );
         assert_eq!(
             watch.check(MAX / 2, now()),
-            MemoryCheck::Vouched { seen: 0 }
+            MemoryCheck::Vouched {
+                seen: 0,
+                seal: None
+            }
         );
         assert_eq!(
             watch.check(MAX + 1, now()),
@@ -343,11 +391,11 @@ mod tests {
     #[test]
     fn a_young_memory_or_a_push_during_the_proof_proves_nothing() {
         let mut young = MemoryWatch::new();
-        young.handle_proof((0, now()), Reply::Int(-5_000), MAX);
+        young.handle_proof((0, now(), None), Reply::Int(-5_000), MAX);
         assert_eq!(young.check(MAX, now()), MemoryCheck::Prove { seen: 0 });
         let mut pushed = MemoryWatch::new();
         pushed.handle_invalidation(true, []);
-        pushed.handle_proof((0, now()), Reply::Int(1), MAX);
+        pushed.handle_proof((0, now(), None), Reply::Int(1), MAX);
         assert_eq!(pushed.check(MAX, now()), MemoryCheck::Prove { seen: 1 });
     }
 
@@ -355,7 +403,7 @@ mod tests {
     fn an_invalidation_of_the_epoch_or_a_flush_voids_vouched_replies() {
         for everything in [false, true] {
             let mut watch = proven();
-            let MemoryCheck::Vouched { seen } = watch.check(MAX, now()) else {
+            let MemoryCheck::Vouched { seen, .. } = watch.check(MAX, now()) else {
                 panic!("vouched");
             };
             watch.handle_invalidation(everything, [EPOCH_KEY]);
@@ -371,7 +419,13 @@ mod tests {
     fn other_keys_change_nothing_and_errors_stay_errors() {
         let mut watch = proven();
         watch.handle_invalidation(false, [&b"redlock:res"[..], b"other"]);
-        assert_eq!(watch.check(MAX, now()), MemoryCheck::Vouched { seen: 0 });
+        assert_eq!(
+            watch.check(MAX, now()),
+            MemoryCheck::Vouched {
+                seen: 0,
+                seal: None
+            }
+        );
         assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Ok);
         assert_eq!(watch.vouched_reply(0, Reply::Nil, MAX), Reply::Nil);
         let failed = Reply::Error(crate::NodeErrorKind::Timeout);
@@ -386,7 +440,7 @@ mod tests {
         let MemoryCheck::Prove { seen } = watch.check(MAX, now()) else {
             panic!("prove again");
         };
-        watch.handle_proof((seen, now()), Reply::Int(1), MAX);
+        watch.handle_proof((seen, now(), None), Reply::Int(1), MAX);
         assert_eq!(watch.check(MAX, now()), MemoryCheck::Prove { seen });
     }
 
@@ -398,18 +452,18 @@ mod tests {
         assert!(!watch.vouches_for(MAX, now() + half), "proves again");
         // A new proof starts a new lifetime.
         let mut watch = watch;
-        watch.handle_proof((0, now() + half), Reply::Int(1), MAX);
+        watch.handle_proof((0, now() + half, None), Reply::Int(1), MAX);
         assert!(watch.vouches_for(MAX, now() + half * 2 - Duration::from_millis(1)));
         // The control keeps a proof for as long as the connection lives.
         let mut ageless = MemoryWatch::with_fault(Some(WatchFault::Ageless));
-        ageless.handle_proof((0, now()), Reply::Int(1), MAX);
+        ageless.handle_proof((0, now(), None), Reply::Int(1), MAX);
         assert!(ageless.vouches_for(MAX, now() + half * 1_000));
     }
 
     #[test]
     fn the_deaf_control_hears_nothing() {
         let mut watch = MemoryWatch::deaf();
-        watch.handle_proof((0, now()), Reply::Int(1), MAX);
+        watch.handle_proof((0, now(), None), Reply::Int(1), MAX);
         watch.handle_invalidation(true, []);
         assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Ok);
     }
@@ -419,32 +473,39 @@ mod tests {
         use crate::Epoch;
         let mut watch = MemoryWatch::new();
         // Trusted, or old enough: the node's own reply counts, and the proof holds.
-        let answer = watch.handle_native_proof((0, now()), Some(Epoch::Trusted), 5, Reply::Ok, MAX);
+        let answer =
+            watch.handle_native_proof((0, now(), None), Some(Epoch::Trusted), 5, Reply::Ok, MAX);
         assert_eq!(answer, Reply::Ok);
-        assert_eq!(watch.check(MAX, now()), MemoryCheck::Vouched { seen: 0 });
+        assert_eq!(
+            watch.check(MAX, now()),
+            MemoryCheck::Vouched {
+                seen: 0,
+                seal: None
+            }
+        );
         let mut old = MemoryWatch::new();
         let began = Some(Epoch::Began(1_000));
         assert_eq!(
-            old.handle_native_proof((0, now()), began, 61_000, Reply::Nil, MAX),
+            old.handle_native_proof((0, now(), None), began, 61_000, Reply::Nil, MAX),
             Reply::Nil
         );
         // Young: refused for what is left, nothing proven.
         let mut young = MemoryWatch::new();
-        let answer = young.handle_native_proof((0, now()), began, 31_000, Reply::Ok, MAX);
+        let answer = young.handle_native_proof((0, now(), None), began, 31_000, Reply::Ok, MAX);
         assert_eq!(answer, Reply::Int(-30_000));
         assert_eq!(young.check(MAX, now()), MemoryCheck::Prove { seen: 0 });
         // Missing: refused for the longest TTL.
         let mut fresh = MemoryWatch::new();
-        let answer = fresh.handle_native_proof((0, now()), None, 7_000, Reply::Ok, MAX);
+        let answer = fresh.handle_native_proof((0, now(), None), None, 7_000, Reply::Ok, MAX);
         assert_eq!(answer, Reply::Int(-60_000));
         // A push before the reply: nothing counts.
         fresh.handle_invalidation(true, []);
         let trusted = Some(Epoch::Trusted);
-        let answer = fresh.handle_native_proof((0, now()), trusted, u64::MAX, Reply::Ok, MAX);
+        let answer = fresh.handle_native_proof((0, now(), None), trusted, u64::MAX, Reply::Ok, MAX);
         assert_eq!(answer, Reply::Int(-60_000));
         let failed = Reply::Error(crate::NodeErrorKind::Timeout);
         assert_eq!(
-            fresh.handle_native_proof((1, now()), None, 0, failed, MAX),
+            fresh.handle_native_proof((1, now(), None), None, 0, failed, MAX),
             failed
         );
     }

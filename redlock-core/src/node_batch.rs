@@ -10,8 +10,9 @@ use smallvec::SmallVec;
 
 use crate::command::{Command, EPOCH_ID_KEY, EPOCH_KEY, Op, RedisForm};
 use crate::dialect::Dialect;
-use crate::epoch::{EPOCH_CLAIM, Epoch, node_identity};
-use crate::memory_watch::{MemoryCheck, MemoryWatch};
+use crate::epoch::{EPOCH_CLAIM, Epoch};
+use crate::identity::{Seal, SealEpoch, SealRead, SealReplies, evicts, node_identity, seal_holds};
+use crate::memory_watch::{MemoryCheck, MemoryWatch, refusal};
 use crate::output::Transmit;
 use crate::reply::{NodeErrorKind, Reply};
 
@@ -34,8 +35,10 @@ pub enum ProofRead {
     /// `GET` of [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY), on a node that runs no script: the
     /// identity the epoch was stamped with. Its reply goes to [`NodeBatch::handle_stamped`].
     Stamped,
-    /// `INFO server replication`, on a node that runs no script: the node's identity now. Its
-    /// reply goes to [`NodeBatch::handle_info`].
+    /// `INFO server replication stats memory`: the node's identity now (which a node without
+    /// scripts compares with the stamped one), and whether it evicts keys (which decides what
+    /// the connection's vouched acquisitions read, [`SealRead`]). Its reply goes to
+    /// [`NodeBatch::handle_info`].
     Info,
     /// `SET` of the epoch key to [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) `NX PX 2^40`, on a node
     /// that runs no script: a missing epoch is claimed, by the node's own clock. Its reply
@@ -59,7 +62,7 @@ pub enum Stamp {
     /// `SET` of [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY) to the identity the proof read: after a
     /// restamp or a claim, or (`NX`) for an epoch that has none yet, which adopts it.
     Identity {
-        /// `run_id:master_replid`, as [`node_identity`] reads it.
+        /// `run_id:master_replid:database:evicted_keys`, as [`node_identity`] reads it.
         identity: Vec<u8>,
         /// Only where the key is missing (`NX`).
         if_missing: bool,
@@ -105,16 +108,17 @@ impl ProofRead {
             Self::Pttl => &[b"PTTL", EPOCH_KEY],
             Self::Time => &[b"TIME"],
             Self::Stamped => &[b"GET", EPOCH_ID_KEY],
-            Self::Info => &[b"INFO", b"server", b"replication"],
+            Self::Info => &[b"INFO", b"server", b"replication", b"stats", b"memory"],
             Self::Claim => &[b"SET", EPOCH_KEY, EPOCH_CLAIM, b"NX", b"PX", CLAIM_TTL],
         }
     }
 }
 
 /// What goes ahead of a batch that proves: the epoch (tracked for this connection alone on an
-/// `OPTIN` connection), and on a node without scripts its age, the time and the claim.
-const PROVE_BY_SCRIPT: &[ProofRead] = &[ProofRead::Caching, ProofRead::Epoch];
-const PROVE_BY_SCRIPT_NOLOOP: &[ProofRead] = &[ProofRead::Epoch];
+/// `OPTIN` connection), the node's `INFO`, and on a node without scripts the epoch's age, its
+/// stamp, the time and the claim.
+const PROVE_BY_SCRIPT: &[ProofRead] = &[ProofRead::Caching, ProofRead::Epoch, ProofRead::Info];
+const PROVE_BY_SCRIPT_NOLOOP: &[ProofRead] = &[ProofRead::Epoch, ProofRead::Info];
 const PROVE_NATIVELY: &[ProofRead] = &[
     ProofRead::Caching,
     ProofRead::Epoch,
@@ -156,6 +160,8 @@ struct Proof {
     /// The node's identity now (`None`: `INFO` denied or unreadable — the node votes under its
     /// epoch alone, as the scripts decide).
     identity: Option<Vec<u8>>,
+    /// Whether the node evicts keys (`None`: unread).
+    evicts: Option<bool>,
     /// Whether this proof's claim wrote the epoch.
     claimed: bool,
 }
@@ -172,6 +178,21 @@ struct NativeReads {
 }
 
 impl Proof {
+    /// What the connection's vouched acquisitions read with their `SET` once this proof holds:
+    /// nothing where the node can neither swap databases nor evict; the stamp, and on a node
+    /// that evicts (or does not say) its eviction count, otherwise. Nothing either where the
+    /// node's identity is unknown: no stamp to read, it votes under its epoch alone.
+    fn seal(&self, dialect: &Dialect) -> Option<Seal> {
+        self.identity.as_ref()?;
+        let evictions = self.evicts != Some(false);
+        let value = self.epoch.as_ref().ok().and_then(Option::as_deref);
+        let pttl = self.pttl.ok().flatten();
+        (dialect.swapdb || evictions).then_some(Seal {
+            evictions,
+            epoch: SealEpoch::of(value, pttl),
+        })
+    }
+
     /// What the reads say, or why they cannot be trusted.
     fn native_reads(&self) -> Result<NativeReads, NodeErrorKind> {
         self.caching?;
@@ -182,7 +203,9 @@ impl Proof {
         let epoch = value.and_then(|value| Epoch::read(&value, pttl, now));
         let changed = match (&self.identity, stamped) {
             (Some(identity), Some(stamped)) => !stamped.is_empty() && stamped != *identity,
-            _ => false,
+            // No stamp on a node that evicted keys: the stamp itself may have been evicted.
+            (Some(identity), None) => !identity.ends_with(b":0"),
+            (None, _) => false,
         };
         Ok(NativeReads {
             epoch,
@@ -223,6 +246,8 @@ pub struct NodeBatch {
     checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]>,
     /// The reads ahead of the batch, when an acquisition proves.
     proof: Option<Proof>,
+    /// Per request: whether its seal held (read by [`NodeBatch::handle_seal`]).
+    seal_held: SmallVec<[bool; 1]>,
     /// Whether the batch writes the epoch itself (a trust): the proof ends with it.
     trusts: bool,
     /// When the batch went out, on the driver's clock: a proof counts from then.
@@ -243,9 +268,25 @@ impl NodeBatch {
             .iter()
             .map(|transmit| {
                 let max_ttl = transmit.command.restart_check_ms()?;
-                Some((watch?.check(max_ttl, now), max_ttl))
+                let check = match watch?.check(max_ttl, now) {
+                    // Only a plain `SET` (or `MSETEX`) goes in a `MULTI` with its seal; any
+                    // other form proves instead, its checked script reading the identity.
+                    MemoryCheck::Vouched {
+                        seen,
+                        seal: Some(_),
+                    } if !matches!(
+                        transmit.command.redis_form_vouched(dialect),
+                        RedisForm::Set { .. } | RedisForm::MSetEx { .. }
+                    ) =>
+                    {
+                        MemoryCheck::Prove { seen }
+                    }
+                    check => check,
+                };
+                Some((check, max_ttl))
             })
             .collect();
+        let seal_held = checks.iter().map(|_| false).collect();
         let proves = checks
             .iter()
             .any(|check| matches!(check, Some((MemoryCheck::Prove { .. }, _))));
@@ -267,6 +308,7 @@ impl NodeBatch {
                 Err(UNANSWERED)
             },
             identity: None,
+            evicts: None,
             claimed: false,
         });
         let trusts = transmits.iter().any(|t| t.command.op() == Op::Trust);
@@ -274,6 +316,7 @@ impl NodeBatch {
             dialect: *dialect,
             checks,
             proof,
+            seal_held,
             trusts,
             sent_at: now,
         }
@@ -322,8 +365,47 @@ impl NodeBatch {
             + transmits
                 .iter()
                 .enumerate()
-                .map(|(index, transmit)| self.form(index, &transmit.command).parts())
+                .map(|(index, transmit)| {
+                    let form = self.form(index, &transmit.command).parts();
+                    match self.seal_reads(index) {
+                        [] => form,
+                        reads => form + reads.len() + 2,
+                    }
+                })
                 .sum::<usize>()
+    }
+
+    /// What request `index` reads with its `SET`, atomically: empty when it goes out on its
+    /// own; otherwise it goes as `MULTI`, its form's parts, these reads, `EXEC`, and the
+    /// `EXEC`'s answers to the reads go to [`handle_seal`](Self::handle_seal). A vouched
+    /// acquisition on a node that can swap databases or evicts keys is sealed so.
+    pub fn seal_reads(&self, index: usize) -> &'static [SealRead] {
+        match self.checks.get(index).copied().flatten() {
+            Some((
+                MemoryCheck::Vouched {
+                    seal: Some(seal), ..
+                },
+                _,
+            )) => seal.reads(),
+            _ => &[],
+        }
+    }
+
+    /// What request `index`'s [seal reads](Self::seal_reads) answered inside its `EXEC`.
+    /// Unless they show the memory the connection proved — its epoch, a stamp of this database
+    /// and, where read, the eviction count stamped — the request's answer is a refusal to vote
+    /// and the proof ends. Not handing them in counts as broken.
+    pub fn handle_seal(&mut self, index: usize, replies: SealReplies<'_>) {
+        if let Some(Some((
+            MemoryCheck::Vouched {
+                seal: Some(seal), ..
+            },
+            _,
+        ))) = self.checks.get(index)
+            && let Some(held) = self.seal_held.get_mut(index)
+        {
+            *held = seal_holds(*seal, replies, self.dialect.database);
+        }
     }
 
     /// The reply to [`ProofRead::Caching`]: when it failed, the node may not track the epoch
@@ -374,7 +456,8 @@ impl NodeBatch {
     /// another shape (a user denied `INFO`: the node votes under its epoch alone).
     pub fn handle_info(&mut self, read: Option<&[u8]>) {
         if let Some(proof) = &mut self.proof {
-            proof.identity = read.and_then(node_identity);
+            proof.identity = read.and_then(|info| node_identity(info, self.dialect.database));
+            proof.evicts = read.and_then(evicts);
         }
     }
 
@@ -429,16 +512,32 @@ impl NodeBatch {
         if let Some(watch) = watch.as_deref_mut().filter(|_| self.trusts) {
             watch.handle_own_epoch_write();
         }
-        for (check, answer) in self.checks.iter().zip(answers.iter_mut()) {
+        let seal = self
+            .proof
+            .as_ref()
+            .and_then(|proof| proof.seal(&self.dialect));
+        for (index, (check, answer)) in self.checks.iter().zip(answers.iter_mut()).enumerate() {
             let (Some((check, max_ttl)), Some(watch)) = (check, watch.as_deref_mut()) else {
                 continue;
             };
             *answer = match (*check, &self.proof) {
-                (MemoryCheck::Vouched { seen }, _) => watch.vouched_reply(seen, *answer, *max_ttl),
+                (MemoryCheck::Vouched { seen, seal }, _) => {
+                    let held = seal.is_none() || self.seal_held.get(index) == Some(&true);
+                    match *answer {
+                        Reply::Error(_) => *answer,
+                        _ if held => watch.vouched_reply(seen, *answer, *max_ttl),
+                        // Another database, or an eviction: the node's memory is not the one
+                        // proven (its key, if it set one, is released as any failed lock's).
+                        _ => {
+                            watch.handle_broken_seal();
+                            refusal(*max_ttl)
+                        }
+                    }
+                }
                 // The checked script answered: its answer counts as it is, and may prove.
                 (MemoryCheck::Prove { seen }, Some(proof)) if !proof.native => {
                     if proof.caching.is_ok() && proof.epoch.is_ok() {
-                        watch.handle_proof((seen, self.sent_at), *answer, *max_ttl);
+                        watch.handle_proof((seen, self.sent_at, seal), *answer, *max_ttl);
                     }
                     *answer
                 }
@@ -446,7 +545,7 @@ impl NodeBatch {
                     Ok(reads) => {
                         // Another life of the node stamped the epoch: its memory begins now.
                         let epoch = reads.epoch.filter(|_| !reads.changed);
-                        let sent = (seen, self.sent_at);
+                        let sent = (seen, self.sent_at, seal);
                         watch.handle_native_proof(sent, epoch, reads.now, *answer, *max_ttl)
                     }
                     // The proof's own reads failed: the node's vote cannot count.
@@ -566,8 +665,11 @@ mod tests {
         let mut watch = MemoryWatch::new();
         let transmits = [acquire.clone(), release];
         let batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&watch), now());
-        assert_eq!(batch.reads(), &[ProofRead::Caching, ProofRead::Epoch]);
-        assert_eq!(batch.wire_len(&transmits), 4);
+        assert_eq!(
+            batch.reads(),
+            &[ProofRead::Caching, ProofRead::Epoch, ProofRead::Info]
+        );
+        assert_eq!(batch.wire_len(&transmits), 5);
         let mut answers = [Reply::Int(1), Reply::Int(1)];
         run(
             &transmits,
@@ -758,16 +860,21 @@ mod tests {
         assert_eq!(answer, [Reply::Error(UNANSWERED)]);
     }
 
-    /// `INFO` text naming identity `id` (40 hex digits each, `run_id` and `master_replid`).
+    /// `INFO` text naming identity `id` (40 hex digits each, `run_id` and `master_replid`; no
+    /// evictions).
     fn info(id: char) -> Vec<u8> {
         let hex = id.to_string().repeat(40);
-        format!("# Server\r\nrun_id:{hex}\r\n# Replication\r\nmaster_replid:{hex}\r\n").into_bytes()
+        format!(
+            "# Server\r\nrun_id:{hex}\r\n# Replication\r\nmaster_replid:{hex}\r\n\
+             # Stats\r\nevicted_keys:0\r\n# Memory\r\nmaxmemory_policy:noeviction\r\n"
+        )
+        .into_bytes()
     }
 
-    /// The identity [`info`] names.
+    /// The identity [`info`] names, in database 0.
     fn identity(id: char) -> Vec<u8> {
         let hex = id.to_string().repeat(40);
-        format!("{hex}:{hex}").into_bytes()
+        format!("{hex}:{hex}:0:0").into_bytes()
     }
 
     /// A native proof of an acquisition that read the epoch `1000` (61 s ago, so old enough)
@@ -841,6 +948,19 @@ mod tests {
         );
         let trusted = native_proof(old, Some(b""), Some(&info('a')), false);
         assert_eq!(trusted.1.as_slice(), [stamp(&a, false)]);
+        // No identity on a node that evicted keys: the identity itself may have been evicted
+        // (with the lock keys, the epoch kept), so the node sits out instead of adopting.
+        let evicted = String::from_utf8(info('a'))
+            .expect("utf-8")
+            .replace("evicted_keys:0", "evicted_keys:3");
+        let (answer, stamps, vouches) = native_proof(old, None, Some(evicted.as_bytes()), false);
+        assert_eq!((answer, vouches), (Reply::Int(-60_000), false));
+        let restamped = identity('a')
+            .strip_suffix(b":0")
+            .expect("no evictions")
+            .to_vec();
+        let restamped = [restamped, b":3".to_vec()].concat();
+        assert_eq!(stamps.last(), Some(&stamp(&restamped, false)));
         // The proof's own claim wrote a missing epoch: it is stamped with the identity read.
         let claimed = native_proof(None, Some(&b), Some(&info('a')), true);
         assert_eq!(claimed.0, Reply::Int(-60_000));
@@ -853,7 +973,8 @@ mod tests {
     }
 
     /// Runs `transmit` at `at` on `node` through a batch on the connection watched by `watch`
-    /// (a node that runs scripts: the proof's only read is the epoch), as a driver does.
+    /// (a node that runs scripts: the proof reads the epoch and `INFO`), as a driver does, a
+    /// sealed request's reads right after it.
     fn on_node(
         node: &mut crate::fake::FakeNode,
         watch: &mut MemoryWatch,
@@ -867,6 +988,7 @@ mod tests {
             match read {
                 ProofRead::Caching => batch.handle_caching(Ok(())),
                 ProofRead::Epoch => batch.handle_epoch(Ok(node.epoch_value().as_deref())),
+                ProofRead::Info => batch.handle_info(Some(&node.info_value())),
                 other => panic!("a node with scripts is not asked {other:?}"),
             }
         }
@@ -875,8 +997,118 @@ mod tests {
             &transmit.command,
             batch.form(0, &transmit.command),
         )];
+        if !batch.seal_reads(0).is_empty() {
+            let (epoch, stamped, stats) =
+                (node.epoch_value(), node.stamped_value(), node.stats_value());
+            let replies = SealReplies {
+                epoch: epoch.as_deref(),
+                stamped: stamped.as_deref(),
+                claim_ttl: Some(node.epoch_pttl(node_now)),
+                evictions: Some(&stats),
+            };
+            batch.handle_seal(0, replies);
+        }
         batch.finish(Some(watch), &mut answer);
         answer[0]
+    }
+
+    /// Scenarios 6 and 3 of issue 21: a database swapped in by `SWAPDB`, or a lock key evicted
+    /// on its own (`volatile-lru`: the epoch, without a TTL, stays), under a proven connection
+    /// push nothing. Each vouched acquisition on a node that can swap or evicts is sealed: its
+    /// `MULTI` reads the stamp (and on an evicting node `INFO stats`), which names another
+    /// database or another eviction count; the vote is refused, and the proof that follows
+    /// sees the identity changed and sits out. The `Unsealed` control lets the second holder
+    /// in.
+    #[test]
+    fn a_swapped_database_or_a_lone_eviction_breaks_the_seal() {
+        type Loss = fn(&mut crate::fake::FakeNode);
+        let losses: [(&str, bool, Loss); 2] = [
+            ("swapdb", false, crate::fake::FakeNode::swap_database),
+            ("eviction", true, crate::fake::FakeNode::evict_lock_keys),
+        ];
+        let refusal = Reply::Int(-i64::try_from(MAX).expect("fits"));
+        for (loss_name, evicting, loss) in losses {
+            for fault in [None, Some(crate::WatchFault::Unsealed)] {
+                let name = format!("{loss_name}, {fault:?}");
+                let mut node = crate::fake::FakeNode::new();
+                node.set_evicting(evicting);
+                let mut watch = MemoryWatch::with_fault(fault);
+                let (first, _) = commands("first");
+                assert_eq!(on_node(&mut node, &mut watch, &first, now()), Reply::Int(1));
+                let (held, _) = commands("held");
+                let sealed = NodeBatch::new(
+                    std::slice::from_ref(&held),
+                    &Dialect::SCRIPTS,
+                    Some(&watch),
+                    now(),
+                );
+                let expected: &[SealRead] = match (fault, evicting) {
+                    (Some(_), _) => &[],
+                    (None, false) => &[SealRead::Stamps],
+                    (None, true) => &[SealRead::Stamps, SealRead::Evictions],
+                };
+                assert_eq!(sealed.seal_reads(0), expected, "{name}");
+                assert_eq!(
+                    sealed.wire_len(std::slice::from_ref(&held)),
+                    1 + expected.len() + if expected.is_empty() { 0 } else { 2 }
+                );
+                assert_eq!(
+                    on_node(&mut node, &mut watch, &held, now()),
+                    Reply::Ok,
+                    "{name}"
+                );
+                loss(&mut node);
+                let (rival, _) = commands("held");
+                let answer = on_node(&mut node, &mut watch, &rival, now());
+                if fault.is_some() {
+                    assert_eq!(
+                        answer,
+                        Reply::Ok,
+                        "{name}: the control lets a second holder in"
+                    );
+                    continue;
+                }
+                assert_eq!(answer, refusal, "{name}");
+                assert!(!watch.vouches_for(MAX, now()), "{name}: the proof ended");
+                let (next, _) = commands("next");
+                assert_eq!(
+                    on_node(&mut node, &mut watch, &next, now()),
+                    refusal,
+                    "{name}: sits out"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_that_cannot_swap_nor_evict_vouches_with_a_plain_set() {
+        let (acquire, _) = commands("r");
+        let transmits = [acquire];
+        let proven = |dialect: &Dialect| {
+            let mut watch = MemoryWatch::new();
+            let mut batch = NodeBatch::new(&transmits, dialect, Some(&watch), now());
+            batch.handle_caching(Ok(()));
+            batch.handle_epoch(Ok(Some(b"0")));
+            batch.handle_info(Some(&info('a')));
+            let mut answer = [Reply::Int(1)];
+            batch.finish(Some(&mut watch), &mut answer);
+            watch
+        };
+        let renamed = Dialect {
+            swapdb: false,
+            ..Dialect::SCRIPTS
+        };
+        let vouched = NodeBatch::new(&transmits, &renamed, Some(&proven(&renamed)), now());
+        assert!(vouched.reads().is_empty() && vouched.seal_reads(0).is_empty());
+        assert_eq!(vouched.wire_len(&transmits), 1);
+        // The same node where SWAPDB can run: sealed with the stamp only.
+        let mut watch = proven(&Dialect::SCRIPTS);
+        let swaps = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&watch), now());
+        assert_eq!(swaps.seal_reads(0), &[SealRead::Stamps]);
+        // A seal whose reads never came back counts as broken: a refusal, never a vote.
+        let mut answer = [Reply::Ok];
+        swaps.finish(Some(&mut watch), &mut answer);
+        assert_eq!(answer, [Reply::Int(-60_000)]);
     }
 
     /// Scenario 7 of issue 21: a node demoted and promoted again under an open, proven
@@ -934,7 +1166,7 @@ mod tests {
         );
         assert_eq!(
             batch.reads(),
-            &[ProofRead::Epoch],
+            &[ProofRead::Epoch, ProofRead::Info],
             "no CLIENT CACHING without OPTIN"
         );
         let batch = NodeBatch::new(&[acquire], &native(), Some(&legacy), now());
@@ -956,7 +1188,7 @@ mod tests {
             (Dialect::SCRIPTS, Some(crate::WatchFault::NoLoop), false),
         ] {
             let mut watch = MemoryWatch::with_fault(fault);
-            watch.prove(0, MAX, now());
+            watch.prove(0, MAX, now(), None);
             let batch = NodeBatch::new(
                 std::slice::from_ref(&trusting),
                 &dialect,

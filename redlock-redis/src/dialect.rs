@@ -1,7 +1,7 @@
 //! Learning a node's [`Dialect`] when its connection is made: `HELLO` (no arguments: the
 //! connection's protocol stays as it is) for the server's name, version and modules, and
-//! `COMMAND INFO DELIFEQ DELEX MSETEX` for the native commands it has. Never `INFO`'s
-//! `redis_version`, which Valkey pins at 7.2.4.
+//! `COMMAND INFO DELIFEQ DELEX MSETEX SWAPDB` for the native commands it has and whether it can
+//! swap databases. Never `INFO`'s `redis_version`, which Valkey pins at 7.2.4.
 //!
 //! Whether the connection may run scripts at all is asked too, with `SCRIPT EXISTS` (the
 //! `@scripting` category): an ACL that denies it, or a server without Lua, answers with an
@@ -14,8 +14,9 @@
 use redis::Value;
 use redlock_core::{Dialect, ServerFacts};
 
-/// The commands whose presence `COMMAND INFO` is asked about, in this order.
-const NATIVE: [&str; 3] = ["DELIFEQ", "DELEX", "MSETEX"];
+/// The commands whose presence `COMMAND INFO` is asked about, in this order: the native forms,
+/// and `SWAPDB` (renamed away, no database can be swapped under a proven connection).
+const NATIVE: [&str; 4] = ["DELIFEQ", "DELEX", "MSETEX", "SWAPDB"];
 
 /// The one pipeline that asks: `HELLO`, `COMMAND INFO` of the native commands, and whether
 /// scripts may run (`SCRIPT EXISTS` of a hash no script has).
@@ -36,7 +37,7 @@ fn probe() -> redis::Pipeline {
 pub fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, redis::RedisError> {
     let values = probe().query::<Vec<Value>>(conn)?;
     answerable(&values)?;
-    Ok(from_replies(&values))
+    Ok(in_database(from_replies(&values), conn.get_db()))
 }
 
 /// [`detect`] on an async connection.
@@ -46,7 +47,16 @@ pub async fn detect_async<C: redis::aio::ConnectionLike>(
 ) -> Result<Dialect, redis::RedisError> {
     let values = probe().query_async::<Vec<Value>>(conn).await?;
     answerable(&values)?;
-    Ok(from_replies(&values))
+    Ok(in_database(from_replies(&values), conn.get_db()))
+}
+
+/// `dialect` on a connection that selected database `db` (a URL's `/db`).
+fn in_database(dialect: Dialect, db: i64) -> Dialect {
+    Dialect {
+        // A database number is never negative nor past `u32` (the server takes an `int`).
+        database: u32::try_from(db).unwrap_or_default(),
+        ..dialect
+    }
 }
 
 /// A node that is busy running a script or still loading its dataset answers every command
@@ -95,10 +105,15 @@ fn from_hello(hello: &Value, info: &Value) -> Dialect {
             pairs(module).any(|(k, v)| text(k) == Some("name") && text(v) == Some("lua"))
         })
     });
-    let found: Vec<bool> = match info {
-        Value::Array(entries) => entries.iter().map(|e| !matches!(e, Value::Nil)).collect(),
-        _ => Vec::new(),
+    let found: Option<Vec<bool>> = match info {
+        Value::Array(entries) => Some(entries.iter().map(|e| !matches!(e, Value::Nil)).collect()),
+        _ => None,
     };
+    // Unasked is not absent: a node that did not answer may swap.
+    let swapdb = found
+        .as_ref()
+        .is_none_or(|found| found.get(3) != Some(&false));
+    let found = found.unwrap_or_default();
     let has = |i: usize| found.get(i).copied().unwrap_or(false);
     Dialect::detect(&ServerFacts {
         server,
@@ -107,6 +122,7 @@ fn from_hello(hello: &Value, info: &Value) -> Dialect {
         delifeq: has(0),
         delex: has(1),
         msetex: has(2),
+        swapdb,
     })
 }
 
@@ -167,7 +183,7 @@ mod tests {
         redis::parse_redis_value(format!("-{code} denied\r\n").as_bytes()).expect("an error reply")
     }
 
-    fn info(found: [bool; 3]) -> Value {
+    fn info<const N: usize>(found: [bool; N]) -> Value {
         Value::Array(
             found
                 .iter()
@@ -216,6 +232,16 @@ mod tests {
         // An ACL user denied `@scripting`: native forms only.
         let denied = from_replies(&[resp3, info([false; 3]), error("NOPERM")]);
         assert!(!denied.scripts);
+    }
+
+    #[test]
+    fn swapdb_renamed_away_is_seen_and_an_unanswered_one_may_swap() {
+        let hello = || hello("redis", "7.0.15", vec![]);
+        let renamed = from_replies(&[hello(), info([false, false, false, false]), allowed()]);
+        assert!(!renamed.swapdb);
+        let there = from_replies(&[hello(), info([false, false, false, true]), allowed()]);
+        assert!(there.swapdb);
+        assert!(from_replies(&[hello(), error("NOPERM"), allowed()]).swapdb);
     }
 
     #[test]

@@ -107,6 +107,13 @@ impl NodeAddr {
     pub fn label(&self) -> &Arc<str> {
         &self.label
     }
+
+    /// The database the URL selects (`/db`; 0 without one): what the node's memory identity is
+    /// stamped with there ([`redlock_core::node_identity`]).
+    pub fn database(&self) -> u32 {
+        let db = self.client.get_connection_info().redis_settings().db();
+        u32::try_from(db).unwrap_or_default()
+    }
 }
 
 impl fmt::Debug for NodeAddr {

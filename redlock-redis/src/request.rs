@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use redlock_core::{
     Arg, Dialect, NodeBatch, NodeErrorKind, ProofRead, RELEASED_CHANNEL_PREFIX, RedisForm, Reply,
-    RequestId, Script, Transmit, released_channel,
+    RequestId, Script, SealRead, SealReplies, Transmit, released_channel,
 };
 
 use crate::memory::Tracking;
@@ -287,8 +287,22 @@ impl<'a> Reading<'a> {
         }
         for index in 0..self.batch.len() {
             let form = self.form(index);
+            let seal = self.plan.seal_reads(index);
+            if !seal.is_empty() {
+                pipe.cmd("MULTI");
+            }
             for part in 0..form.parts() {
                 pipe.add_command(part_cmd(&form, part));
+            }
+            if !seal.is_empty() {
+                for read in seal {
+                    let mut cmd = redis::Cmd::new();
+                    for arg in read.args() {
+                        cmd.arg(*arg);
+                    }
+                    pipe.add_command(cmd);
+                }
+                pipe.cmd("EXEC");
             }
         }
         pipe
@@ -312,6 +326,13 @@ impl<'a> Reading<'a> {
         }
         for index in 0..self.batch.len() {
             let form = self.form(index);
+            let seal = self.plan.seal_reads(index);
+            if !seal.is_empty() {
+                if !self.read_sealed(index, &form, seal, &mut results) {
+                    return;
+                }
+                continue;
+            }
             for part in 0..form.parts() {
                 let Some(result) = results.next() else { return };
                 if is_noscript(&result) {
@@ -330,6 +351,83 @@ impl<'a> Reading<'a> {
                 self.parts[index].push(reply);
             }
         }
+    }
+
+    /// The replies of sealed request `index` (`MULTI`, its parts and seal reads `QUEUED`, then
+    /// `EXEC`): the parts' answers from the `EXEC`, and its seal reads to the plan. A
+    /// transaction that failed (a command refused while queued, `EXEC` without an array) fails
+    /// each part with what the node said. `false` when the replies ran out.
+    fn read_sealed(
+        &mut self,
+        index: usize,
+        form: &RedisForm<'a>,
+        seal: &[SealRead],
+        results: &mut impl Iterator<Item = Result<redis::Value, redis::RedisError>>,
+    ) -> bool {
+        let mut failed = None;
+        for _ in 0..1 + form.parts() + seal.len() {
+            let Some(result) = results.next() else {
+                return false;
+            };
+            note_failure(&result, &mut self.reconnect, &mut self.rebuild);
+            if let reply @ Reply::Error(_) = map_result(result) {
+                failed.get_or_insert(reply);
+            }
+        }
+        let Some(exec) = results.next() else {
+            return false;
+        };
+        note_failure(&exec, &mut self.reconnect, &mut self.rebuild);
+        match exec {
+            Ok(redis::Value::Array(items))
+                if failed.is_none() && items.len() == form.parts() + seal.len() =>
+            {
+                let (parts, reads) = items.split_at(form.parts());
+                for part in parts {
+                    self.parts[index].push(map_result(Ok(part.clone())));
+                }
+                let read = |which: SealRead| {
+                    let at = seal.iter().position(|read| *read == which)?;
+                    reads.get(at)
+                };
+                let bytes = |value: &'_ redis::Value| -> Option<Vec<u8>> {
+                    match value {
+                        redis::Value::BulkString(bytes) => Some(bytes.clone()),
+                        redis::Value::VerbatimString { text, .. } => {
+                            Some(text.clone().into_bytes())
+                        }
+                        _ => None,
+                    }
+                };
+                let (epoch, stamped) = match read(SealRead::Stamps) {
+                    Some(redis::Value::Array(values)) => (
+                        values.first().and_then(bytes),
+                        values.get(1).and_then(bytes),
+                    ),
+                    _ => (None, None),
+                };
+                let claim_ttl = match read(SealRead::ClaimTtl) {
+                    Some(redis::Value::Int(pttl)) => Some(*pttl),
+                    _ => None,
+                };
+                let evictions = read(SealRead::Evictions).and_then(bytes);
+                let replies = SealReplies {
+                    epoch: epoch.as_deref(),
+                    stamped: stamped.as_deref(),
+                    claim_ttl,
+                    evictions: evictions.as_deref(),
+                };
+                self.plan.handle_seal(index, replies);
+            }
+            other => {
+                let reply = failed.unwrap_or_else(|| match map_result(other) {
+                    failed @ Reply::Error(_) => failed,
+                    _ => Reply::Error(NodeErrorKind::Protocol),
+                });
+                self.parts[index].extend((0..form.parts()).map(|_| reply));
+            }
+        }
+        true
     }
 
     /// Request `index`'s script, to run again on its own.

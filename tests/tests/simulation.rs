@@ -274,6 +274,42 @@ fn failover_flip_flops_ageless() {
     );
 }
 
+/// Another database swapped in under open, proven connections, right away and often
+/// (scenario 6 of issue 21): each vouched acquisition is sealed, and the stamp it reads names
+/// the other database.
+#[test]
+fn tracked_swapdb_without_delay() {
+    explore_tracked(Scenario::tracked_swapdb_without_delay());
+}
+
+/// Negative control: the same with vouched acquisitions unsealed — caught.
+#[test]
+fn tracked_swapdb_unsealed() {
+    let found = sim::hunt(&Scenario::tracked_swapdb_unsealed(), 200);
+    assert!(
+        found.is_some(),
+        "the checker missed a swapped-in database voting through an unsealed connection"
+    );
+}
+
+/// Lock keys evicted on their own (`volatile-lru`, the epoch kept) under open, proven
+/// connections, on nodes that run no script (scenario 3 of issue 21): the seal reads the
+/// eviction count, which moved.
+#[test]
+fn tracked_lone_eviction_without_delay() {
+    explore_tracked(Scenario::tracked_lone_eviction_without_delay());
+}
+
+/// Negative control: the same with vouched acquisitions unsealed — caught.
+#[test]
+fn tracked_lone_eviction_unsealed() {
+    let found = sim::hunt(&Scenario::tracked_lone_eviction_unsealed(), 200);
+    assert!(
+        found.is_some(),
+        "the checker missed a node voting again for lock keys it evicted on its own"
+    );
+}
+
 /// Memory lost without a restart (the connections stay open), right away and often: the
 /// invalidation pushes keep the flushed nodes from voting.
 #[test]

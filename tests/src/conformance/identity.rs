@@ -17,7 +17,7 @@ use redlock_core::{RetryPolicy, Vote};
 use super::adapter::{Adapter, HeldLock, Options};
 use super::memory::{
     Outcome, Rival, client, expect_every_node_refuses, expect_refused_by, expect_second_holder,
-    expect_votes_again,
+    expect_votes_again, wait_for_every_node,
 };
 use crate::{Cluster, FaultProxy};
 use redlock_local::RedisServer;
@@ -27,20 +27,10 @@ const TTL: Duration = Duration::from_secs(30);
 /// The three nodes that lose `res`.
 const LOSERS: [usize; 3] = [0, 1, 2];
 
-/// The node's identity as the checked scripts and native proofs read it: `run_id:master_replid`.
+/// The node's identity as the checked scripts and native proofs read it in database 0:
+/// `run_id:master_replid:0:evicted_keys`.
 fn identity(server: &RedisServer) -> String {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .arg("replication")
-        .query(&mut server.client())
-        .expect("INFO");
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.strip_prefix(name))
-            .map(|value| value.trim().to_owned())
-            .unwrap_or_else(|| panic!("INFO has no {name}"))
-    };
-    format!("{}:{}", field("run_id:"), field("master_replid:"))
+    super::sealed::identity_in(server, 0)
 }
 
 /// The node's epoch carries its identity now, as a proof stamped (or adopted) it.
@@ -51,7 +41,7 @@ fn assert_stamped(server: &RedisServer) {
     });
     assert!(
         stamped,
-        "the proof stamped the node's run_id:master_replid: {:?}",
+        "the proof stamped the node's identity: {:?}",
         server.get(redlock_core::EPOCH_ID_KEY)
     );
 }
@@ -60,15 +50,6 @@ fn assert_stamped(server: &RedisServer) {
 /// if the check never saw the change.
 fn restamp_by_hand(server: &RedisServer) {
     server.set(redlock_core::EPOCH_ID_KEY, identity(server));
-}
-
-/// Waits until A's lock call has been answered by every node (it returns on a quorum).
-fn wait_for_every_node<A: Adapter>(nodes: &Cluster, held: &A::Lock) {
-    let token = held.token();
-    let everywhere = super::scenarios::eventually(Duration::from_secs(5), || {
-        nodes.count_holding("res", &token) == 5
-    });
-    assert!(everywhere, "A holds res on every node");
 }
 
 /// A warms up (its proofs stamp every node's identity), the losers save a snapshot, A locks

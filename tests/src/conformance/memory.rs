@@ -56,7 +56,7 @@ pub(super) fn client<A: Adapter>(nodes: &Cluster, rival: Rival) -> A {
 
 /// Waits until A's lock call has been answered by every node (it returns on a quorum): a late
 /// acquisition running after the loss would bring the epoch back.
-fn wait_for_every_node<A: Adapter>(nodes: &Cluster, held: &A::Lock) {
+pub(super) fn wait_for_every_node<A: Adapter>(nodes: &Cluster, held: &A::Lock) {
     let token = held.token();
     let everywhere = super::scenarios::eventually(Duration::from_secs(5), || {
         nodes.count_holding("res", &token) == 5
@@ -71,7 +71,7 @@ fn lose(server: &RedisServer, loss: Loss) {
                 .query(&mut server.client())
                 .expect("FLUSHALL");
         }
-        Loss::Eviction => evict(server, &[redlock_core::EPOCH_KEY, b"res"]),
+        Loss::Eviction => evict(server, &[redlock_core::EPOCH_KEY, b"res"], "allkeys-random"),
     }
     assert!(!server.exists("res"), "the lock key is gone");
     assert!(
@@ -80,9 +80,11 @@ fn lose(server: &RedisServer, loss: Loss) {
     );
 }
 
-/// Fills `server` under a small `maxmemory` with `allkeys-random` until every key of `gone`
-/// was evicted, then lifts the limit (the filler stays: no flush, which would push on its own).
-fn evict(server: &RedisServer, gone: &[&[u8]]) {
+/// Fills `server` under a small `maxmemory` with `policy` until every key of `gone` was
+/// evicted, then lifts the limit (the filler stays: no flush, which would push on its own).
+/// The filler has no TTL: under a `volatile-*` policy only keys with one (lock keys) go. Past
+/// the limit with nothing left to evict, a write is refused (OOM): ignored.
+pub(super) fn evict(server: &RedisServer, gone: &[&[u8]], policy: &str) {
     let mut conn = server.client();
     let info: String = redis::cmd("INFO")
         .arg("memory")
@@ -101,27 +103,28 @@ fn evict(server: &RedisServer, gone: &[&[u8]]) {
             .query(&mut server.client())
             .expect("CONFIG SET");
     };
-    config("maxmemory-policy", "allkeys-random".into());
+    config("maxmemory-policy", policy.into());
     config("maxmemory", (used + 2 * 1024 * 1024).to_string());
     let filler = vec![b'x'; 1024];
     let mut batch = 0;
     loop {
         let mut pipe = redis::pipe();
-        for i in 0..500 {
+        pipe.ignore_errors();
+        for i in 0..100 {
             pipe.cmd("SET")
                 .arg(format!("filler:{batch}:{i}"))
                 .arg(&filler)
                 .ignore();
         }
-        let _: () = pipe.query(&mut conn).expect("filler");
+        let _: redis::RedisResult<()> = pipe.query(&mut conn);
         batch += 1;
         let left = gone.iter().filter(|key| server.exists(**key)).count();
         if left == 0 {
             break;
         }
         assert!(
-            batch < 2_000,
-            "{left} key(s) never evicted after {batch}×500 writes"
+            batch < 10_000,
+            "{left} key(s) never evicted after {batch}×100 writes"
         );
     }
     config("maxmemory", "0".into());
@@ -129,15 +132,28 @@ fn evict(server: &RedisServer, gone: &[&[u8]]) {
 
 /// B's try for `res` after the loss, with A still inside its validity.
 fn rival_try<A: Adapter>(loss: Loss, rival: Rival) -> Outcome<A> {
+    rival_try_after::<A>(rival, |_| {}, |server| lose(server, loss))
+}
+
+/// B's try for `res` while A is still valid, after each of the [`LOSERS`] went through
+/// `lose`: the losers are set up with `prepare` first, then B's connections prove every node
+/// (and stay open) and A takes `res`.
+pub(super) fn rival_try_after<A: Adapter>(
+    rival: Rival,
+    prepare: impl Fn(&RedisServer),
+    lose: impl Fn(&RedisServer),
+) -> Outcome<A> {
     let nodes = Cluster::start(5);
+    for node in LOSERS {
+        prepare(&nodes.servers()[node]);
+    }
     let holder: A = client(&nodes, Rival::Tracked);
     let rival: A = client(&nodes, rival);
-    // B's connections prove their nodes' memory (and stay open).
     rival.lock("warm-up", TTL).expect("warm-up").release();
     let held = holder.lock("res", TTL).expect("A locks res");
     wait_for_every_node::<A>(&nodes, &held);
     for node in LOSERS {
-        lose(&nodes.servers()[node], loss);
+        lose(&nodes.servers()[node]);
     }
     let rival_try = rival.try_lock("res", TTL);
     assert!(held.is_valid(), "A is still inside its validity");
@@ -177,6 +193,25 @@ fn assert_ineligible<A: Adapter>(err: &redlock_redis::Error, losers: &[usize]) {
     assert!(
         ineligible + unchecked > 0,
         "{}: no node refused to vote: {err}",
+        A::NAME
+    );
+}
+
+/// Where no node runs scripts, an untracked client cannot check a node's memory on each
+/// acquisition, and says so: every node that answered fails with `NoSafeForm`.
+pub(super) fn expect_untracked_needs_scripts<A: Adapter>() {
+    let nodes = Cluster::start(3);
+    let err = client::<A>(&nodes, Rival::Untracked)
+        .try_lock("res", TTL)
+        .err()
+        .unwrap_or_else(|| panic!("{}: untracked, without scripts, it locked", A::NAME));
+    let failure = err.failure().unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        failure.nodes.iter().all(|n| matches!(
+            n.result,
+            Vote::Failed(NodeErrorKind::NoSafeForm) | Vote::Pending
+        )),
+        "{}: {err}",
         A::NAME
     );
 }
@@ -408,6 +443,15 @@ fn self_eviction<A: Adapter>(rival_kind: Rival) -> Outcome<A> {
     wait_until_colder(&nodes, redlock_core::EPOCH_KEY);
     let held = holder.lock("res", TTL).expect("A locks res");
     wait_for_every_node::<A>(&nodes, &held);
+    // A's sealed acquisition read the epoch with `res`: let the epoch go cold again, then make
+    // `res` the more recently used of the two.
+    wait_until_colder(&nodes, redlock_core::EPOCH_KEY);
+    for node in LOSERS {
+        let _: Option<Vec<u8>> = redis::cmd("GET")
+            .arg("res")
+            .query(&mut nodes.servers()[node].client())
+            .expect("GET res");
+    }
     wait_until_colder(&nodes, b"res");
     for node in LOSERS {
         brim(&nodes.servers()[node]);
@@ -538,20 +582,7 @@ pub(super) fn expect_votes_again<A: Adapter>(
 /// there is no such check, and an untracked client's lock fails clearly (`NoSafeForm`).
 pub fn an_untracked_client_checks_every_acquisition<A: Adapter>() {
     if super::scenarios::scripting_denied() {
-        let nodes = Cluster::start(3);
-        let err = client::<A>(&nodes, Rival::Untracked)
-            .try_lock("res", TTL)
-            .err()
-            .unwrap_or_else(|| panic!("{}: untracked, without scripts, it locked", A::NAME));
-        let failure = err.failure().unwrap_or_else(|| panic!("{err}"));
-        assert!(
-            failure.nodes.iter().all(|n| matches!(
-                n.result,
-                Vote::Failed(NodeErrorKind::NoSafeForm) | Vote::Pending
-            )),
-            "{}: {err}",
-            A::NAME
-        );
+        expect_untracked_needs_scripts::<A>();
         return;
     }
     for loss in [Loss::Flush, Loss::Eviction] {

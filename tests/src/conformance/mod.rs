@@ -11,6 +11,7 @@ pub mod identity;
 pub mod memory;
 pub mod notices;
 pub mod scenarios;
+pub mod sealed;
 pub mod tls;
 
 pub use adapter::{Adapter, HeldLock, Options, Work, transport};

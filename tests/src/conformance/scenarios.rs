@@ -878,6 +878,13 @@ macro_rules! conformance_tests {
             a_node_demoted_and_promoted_again_refuses,
             a_node_demoted_and_promoted_again_votes_for_an_ageless_proof,
             a_node_that_denies_info_votes_under_its_epoch_alone);
+        $crate::conformance_tests!(@sealed $adapter;
+            a_swapped_in_database_refuses_a_proven_connection,
+            a_swapped_in_database_votes_for_an_unsealed_connection,
+            a_swapped_in_database_refuses_an_untracked_client,
+            a_lone_eviction_refuses_a_proven_connection,
+            a_lone_eviction_votes_for_an_unsealed_connection,
+            a_lone_eviction_refuses_an_untracked_client);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes);
@@ -919,6 +926,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::identity::$case::<$adapter>();
+            }
+        )+
+    };
+    (@sealed $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::sealed::$case::<$adapter>();
             }
         )+
     };

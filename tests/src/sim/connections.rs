@@ -18,7 +18,7 @@
 
 use std::time::Instant;
 
-use redlock_core::{Dialect, MemoryWatch, NodeBatch, Reply, Transmit, WatchFault};
+use redlock_core::{Dialect, MemoryWatch, NodeBatch, Reply, SealReplies, Transmit, WatchFault};
 
 /// The connection a request went out on, and its plan there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,10 +44,27 @@ pub(crate) struct ReadBack {
     pub(crate) time: Option<(u64, u64)>,
     /// `GET` of the epoch's identity, when it was read.
     pub(crate) stamped: Option<Option<Vec<u8>>>,
-    /// `INFO server replication`, when it was read.
+    /// `INFO server replication stats memory`, when it was read.
     pub(crate) info: Option<Vec<u8>>,
+    /// Per sealed request: what its seal reads answered inside its `EXEC`.
+    pub(crate) seals: Vec<SealedBack>,
     /// Whether the proof's claim wrote the epoch.
     pub(crate) claimed: bool,
+}
+
+/// What a sealed request's reads answered inside its `EXEC` (each `None` where not read).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SealedBack {
+    /// Which request of the batch.
+    pub(crate) index: usize,
+    /// The epoch's value.
+    pub(crate) epoch: Option<Vec<u8>>,
+    /// The identity it was stamped with.
+    pub(crate) stamped: Option<Vec<u8>>,
+    /// The epoch's `PTTL`.
+    pub(crate) claim_ttl: Option<i64>,
+    /// `INFO stats`.
+    pub(crate) evictions: Option<Vec<u8>>,
 }
 
 impl ReadBack {
@@ -70,6 +87,15 @@ impl ReadBack {
         }
         batch.handle_info(self.info.as_deref());
         batch.handle_claim(self.claimed);
+        for sealed in &self.seals {
+            let replies = SealReplies {
+                epoch: sealed.epoch.as_deref(),
+                stamped: sealed.stamped.as_deref(),
+                claim_ttl: sealed.claim_ttl,
+                evictions: sealed.evictions.as_deref(),
+            };
+            batch.handle_seal(sealed.index, replies);
+        }
     }
 }
 

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use redlock_core::fake::FakeNode;
 pub use redlock_core::fake::{ExtendSemantics, FenceFault};
-use redlock_core::{Dialect, NodeBatch, ProofRead, Reply, Transmit};
+use redlock_core::{Dialect, NodeBatch, ProofRead, Reply, SealRead, Transmit};
 
 use super::clock::{Clock, Nanos};
-use super::connections::ReadBack;
+use super::connections::{ReadBack, SealedBack};
 
 /// One simulated Redis master.
 #[derive(Debug, Clone)]
@@ -68,6 +68,23 @@ impl Node {
     pub(crate) fn with_identity_check(mut self, check: bool) -> Self {
         self.store = self.store.with_identity_check(check);
         self
+    }
+
+    /// The node with a `maxmemory-policy` that evicts keys (`true`), which its `INFO` shows.
+    pub(crate) fn evicting(mut self, evicts: bool) -> Self {
+        self.store.set_evicting(evicts);
+        self
+    }
+
+    /// `SWAPDB`: another database of the same server comes in (its own old epoch, stamped
+    /// there, no lock key). Nothing is pushed: no loss a connection hears of.
+    pub(crate) fn swap_database(&mut self) {
+        self.store.swap_database();
+    }
+
+    /// Evicts every lock key on its own, the epoch kept. Nothing is pushed.
+    pub(crate) fn evict_lock_keys(&mut self) {
+        self.store.evict_lock_keys();
     }
 
     /// Whether the node is running.
@@ -220,10 +237,23 @@ impl Node {
             .enumerate()
             .map(|(index, transmit)| {
                 let command = &transmit.command;
-                match plan {
-                    Some(plan) => self.store.run_form(now, command, plan.form(index, command)),
-                    None => self.store.run(now, command),
+                let Some(plan) = plan else {
+                    return self.store.run(now, command);
+                };
+                let reply = self.store.run_form(now, command, plan.form(index, command));
+                // A sealed request's reads run in its `MULTI`, right after it.
+                let seal = plan.seal_reads(index);
+                if !seal.is_empty() {
+                    let read = |which| seal.contains(&which);
+                    read_back.seals.push(SealedBack {
+                        index,
+                        epoch: self.store.epoch_value(),
+                        stamped: self.store.stamped_value(),
+                        claim_ttl: read(SealRead::ClaimTtl).then(|| self.store.epoch_pttl(now)),
+                        evictions: read(SealRead::Evictions).then(|| self.store.stats_value()),
+                    });
                 }
+                reply
             })
             .collect();
         // The stamps the client sends right after these replies, run as if nothing came in

@@ -21,6 +21,8 @@ const VALKEY_9_1: Dialect = Dialect {
     delete_if_eq: redlock_core::DeleteIfEq::DelIfEq,
     set_if_eq: true,
     msetex: true,
+    swapdb: true,
+    database: 0,
 };
 
 /// Whether clients' connections track the nodes' memory (the adapters' per-connection restart
@@ -40,6 +42,9 @@ pub enum Tracked {
     /// A proof counts for as long as its connection lives (`WatchFault::Ageless`, negative
     /// control): a node demoted and promoted again keeps vouching.
     Ageless,
+    /// Vouched acquisitions go out unsealed, a plain `SET` (`WatchFault::Unsealed`, negative
+    /// control): a database swapped in, or a lock key evicted on its own, goes unseen.
+    Unsealed,
 }
 
 /// How a node loses its memory in the scenario's crashes.
@@ -66,6 +71,13 @@ pub enum MemoryLoss {
     /// (or a replica that missed them is promoted behind its address): every lock key is lost,
     /// the epoch comes back as it was, and the node has a new identity. Every connection ends.
     Snapshot,
+    /// `SWAPDB` brings in another database of the same server: an old epoch of its own, stamped
+    /// there, and none of the lock keys. The node stays up, its connections stay open, and
+    /// nothing is pushed.
+    Swap,
+    /// Under `volatile-lru`, every lock key is evicted on its own; the epoch (no TTL) stays, the
+    /// node's eviction count moves. Nothing is pushed, the connections stay open.
+    LoneEviction,
 }
 
 /// How a client behaves while it holds a lock.
@@ -541,6 +553,49 @@ impl Scenario {
         }
     }
 
+    /// Inside the model: nodes get another database swapped in (`SWAPDB`), right away and
+    /// often, under tracked connections that stay open and hear nothing: each vouched
+    /// acquisition is sealed (its `MULTI` reads the stamp, which names the other database).
+    pub fn tracked_swapdb_without_delay() -> Self {
+        Self {
+            name: "tracked_swapdb_without_delay",
+            loss: MemoryLoss::Swap,
+            ..Self::tracked_flush_without_delay()
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::tracked_swapdb_without_delay`] with
+    /// vouched acquisitions unsealed — the swapped-in database grants keys others hold.
+    pub fn tracked_swapdb_unsealed() -> Self {
+        Self {
+            name: "tracked_swapdb_unsealed",
+            tracked: Tracked::Unsealed,
+            ..Self::tracked_swapdb_without_delay()
+        }
+    }
+
+    /// Inside the model: nodes that evict (`volatile-lru`) lose their lock keys on their own,
+    /// right away and often, the epoch kept, under tracked connections that hear nothing: each
+    /// vouched acquisition is sealed (its `MULTI` reads the stamp and `INFO stats`, whose
+    /// eviction count moved); on nodes that run no script too.
+    pub fn tracked_lone_eviction_without_delay() -> Self {
+        Self {
+            name: "tracked_lone_eviction_without_delay",
+            loss: MemoryLoss::LoneEviction,
+            ..Self::tracked_native_flush_without_delay()
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::tracked_lone_eviction_without_delay`]
+    /// with vouched acquisitions unsealed — the node grants evicted keys again.
+    pub fn tracked_lone_eviction_unsealed() -> Self {
+        Self {
+            name: "tracked_lone_eviction_unsealed",
+            tracked: Tracked::Unsealed,
+            ..Self::tracked_lone_eviction_without_delay()
+        }
+    }
+
     /// Outside the model (negative control): [`Scenario::tracked_flush_without_delay`] with the
     /// pushes unheard — a flushed node keeps voting through a proven connection.
     pub fn tracked_flush_deaf() -> Self {
@@ -911,6 +966,15 @@ impl Scenario {
             && self.crashes.per_node > 0
         {
             broken.push("connections: a proof outlives a demotion and a re-promotion".into());
+        }
+        if self.tracked == Tracked::Unsealed
+            && matches!(self.loss, MemoryLoss::Swap | MemoryLoss::LoneEviction)
+            && self.crashes.per_node > 0
+        {
+            broken.push(format!(
+                "connections: vouched acquisitions unsealed, a {:?} goes unseen",
+                self.loss
+            ));
         }
         if self.tracked == Tracked::NoLoop
             && self.loss == MemoryLoss::OwnEviction

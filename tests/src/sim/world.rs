@@ -122,6 +122,7 @@ impl<'s> World<'s> {
                     Tracked::Deaf => Some(Some(WatchFault::Deaf)),
                     Tracked::NoLoop => Some(Some(WatchFault::NoLoop)),
                     Tracked::Ageless => Some(Some(WatchFault::Ageless)),
+                    Tracked::Unsealed => Some(Some(WatchFault::Unsealed)),
                 }
                 .map(|fault| Connections::new(scenario.nodes, scenario.dialect, fault));
                 Client::new(
@@ -146,6 +147,7 @@ impl<'s> World<'s> {
                     scenario.dialect,
                 )
                 .with_identity_check(scenario.identity_check)
+                .evicting(scenario.loss == MemoryLoss::LoneEviction)
             })
             .collect();
         let mut world = Self {
@@ -472,12 +474,23 @@ impl<'s> World<'s> {
                 self.mix(6);
                 self.stats.crashes += 1;
                 // The node stays up and its connections stay open: only pushes tell.
-                let text = if self.scenario.loss == MemoryLoss::Flush {
-                    self.nodes[node].flush();
-                    "FLUSH: every key lost, connections kept"
-                } else {
-                    self.nodes[node].arm_eviction();
-                    "at its memory limit: the next acquisition evicts every key"
+                let text = match self.scenario.loss {
+                    MemoryLoss::Flush => {
+                        self.nodes[node].flush();
+                        "FLUSH: every key lost, connections kept"
+                    }
+                    MemoryLoss::Swap => {
+                        self.nodes[node].swap_database();
+                        "SWAPDB: another database, its own old epoch, no lock key; nothing pushed"
+                    }
+                    MemoryLoss::LoneEviction => {
+                        self.nodes[node].evict_lock_keys();
+                        "EVICTED every lock key on its own, the epoch kept; nothing pushed"
+                    }
+                    _ => {
+                        self.nodes[node].arm_eviction();
+                        "at its memory limit: the next acquisition evicts every key"
+                    }
                 };
                 if let Some(trace) = self.trace.as_mut() {
                     let text = format!("{text} ({} lost for)", ms(down));

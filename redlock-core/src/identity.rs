@@ -1,0 +1,322 @@
+//! A node's memory identity ([`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY)) and the seal of a vouched
+//! acquisition: how a node whose memory lost acknowledged writes, while its epoch looks old, is
+//! told apart from one whose memory is whole.
+//!
+//! The identity is `run_id:master_replid:database:evicted_keys`:
+//! - `run_id` is new after every restart, from a snapshot or not;
+//! - `master_replid` is new after a promotion, or any change of the replication history;
+//! - `database` is the database the client selected: a database swapped in by `SWAPDB` carries
+//!   the number it was stamped in, never this one;
+//! - `evicted_keys` moves with every eviction (and `CONFIG RESETSTAT` zeroes it), so a lock
+//!   key evicted on its own — under `volatile-lru`, say, where the epoch (no TTL) stays — makes
+//!   the identity differ from the one stamped.
+//!
+//! A checked script compares it whole; a native proof does the same from the `INFO` it reads.
+//! A proven connection whose node could lose keys without telling it (a `SWAPDB` the node can
+//! run, an evicting `maxmemory-policy`) seals each vouched acquisition instead: the `SET` goes
+//! out in a `MULTI` with a `GET` of the stamp and, on an evicting node, `INFO stats`
+//! ([`SealRead`]), and counts only if the stamp names this database and, where read, the
+//! eviction count has not moved ([`seal_holds`]).
+//!
+//! What it never does: it never reads a socket, and never takes an identity it cannot parse
+//! as one (`None`: the node votes under its epoch alone, as where `INFO` is denied).
+
+use crate::command::{EPOCH_ID_KEY, EPOCH_KEY};
+use crate::epoch::EPOCH_CLAIM;
+
+/// A node's memory identity as its `INFO server replication stats` (`info`) tells it, in
+/// `database`: `run_id:master_replid:database:evicted_keys`, as the checked scripts stamp it;
+/// `None` when `info` lacks any of them (a user denied `INFO`).
+pub fn node_identity(info: &[u8], database: u32) -> Option<Vec<u8>> {
+    let hex = |name: &[u8]| {
+        let value = field(info, name)?;
+        let value = value.get(..40)?;
+        value.iter().all(u8::is_ascii_hexdigit).then_some(value)
+    };
+    let run = hex(b"run_id")?;
+    let repl = hex(b"master_replid")?;
+    let evicted = evicted_keys(info)?;
+    let mut identity = Vec::with_capacity(100);
+    identity.extend_from_slice(run);
+    identity.push(b':');
+    identity.extend_from_slice(repl);
+    identity.extend_from_slice(format!(":{database}:").as_bytes());
+    identity.extend_from_slice(evicted);
+    Some(identity)
+}
+
+/// Whether the node evicts keys at its `maxmemory` (any `maxmemory_policy` but `noeviction`),
+/// as its `INFO memory` (`info`) tells; `None` when `info` does not say.
+pub fn evicts(info: &[u8]) -> Option<bool> {
+    field(info, b"maxmemory_policy").map(|policy| policy != b"noeviction")
+}
+
+/// `evicted_keys` of `INFO stats` (`info`): its digits, `None` when missing.
+fn evicted_keys(info: &[u8]) -> Option<&[u8]> {
+    let value = field(info, b"evicted_keys")?;
+    (!value.is_empty() && value.iter().all(u8::is_ascii_digit)).then_some(value)
+}
+
+/// The value of `name:` on a line of `INFO` text, up to the line's end.
+fn field<'i>(info: &'i [u8], name: &[u8]) -> Option<&'i [u8]> {
+    info.split(|&b| b == b'\n').find_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        line.strip_prefix(name)?.strip_prefix(b":")
+    })
+}
+
+/// A read inside a sealed acquisition's `MULTI`, after the acquisition itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealRead {
+    /// `MGET` of [`EPOCH_KEY`](crate::EPOCH_KEY) and [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY):
+    /// the epoch the connection proved, and the identity the database was stamped with.
+    Stamps,
+    /// `PTTL` of the epoch key, where the connection proved an
+    /// [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) (a claim made again reads the same value).
+    ClaimTtl,
+    /// `INFO stats`: the node's eviction count now (on a node that evicts).
+    Evictions,
+}
+
+impl SealRead {
+    /// The command's arguments.
+    pub fn args(self) -> &'static [&'static [u8]] {
+        match self {
+            Self::Stamps => &[b"MGET", EPOCH_KEY, EPOCH_ID_KEY],
+            Self::ClaimTtl => &[b"PTTL", EPOCH_KEY],
+            Self::Evictions => &[b"INFO", b"stats"],
+        }
+    }
+}
+
+/// What a sealed acquisition's reads answered inside its `EXEC` (`None`: nil, not read, or
+/// failed), for [`NodeBatch::handle_seal`](crate::NodeBatch::handle_seal).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SealReplies<'a> {
+    /// The epoch's value ([`SealRead::Stamps`]).
+    pub epoch: Option<&'a [u8]>,
+    /// The identity the database was stamped with ([`SealRead::Stamps`]).
+    pub stamped: Option<&'a [u8]>,
+    /// The epoch's `PTTL` ([`SealRead::ClaimTtl`]).
+    pub claim_ttl: Option<i64>,
+    /// The `INFO stats` text ([`SealRead::Evictions`]).
+    pub evictions: Option<&'a [u8]>,
+}
+
+/// The epoch a connection proved, as a seal compares it: a new epoch always reads otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum SealEpoch {
+    /// A number (the ms its memory began, or 0: trusted). A new one is stamped with the node's
+    /// time, after the proof, so never with this number again.
+    Number(u64),
+    /// An [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) whose `PTTL` was at most this: a claim made
+    /// again starts over at 2^40 ms, above it.
+    Claim {
+        /// The claim's `PTTL` at the proof.
+        pttl: i64,
+    },
+    /// Unreadable: no seal holds (every vouched acquisition is refused, and proves again).
+    Unknown,
+}
+
+impl SealEpoch {
+    /// The epoch a proof read: its value and, for a claim, its `PTTL`.
+    pub(crate) fn of(value: Option<&[u8]>, pttl: Option<i64>) -> Self {
+        match (value, pttl) {
+            (Some(EPOCH_CLAIM), Some(pttl)) if pttl >= 0 => Self::Claim { pttl },
+            (Some(value), _) => number(value).map_or(Self::Unknown, Self::Number),
+            (None, _) => Self::Unknown,
+        }
+    }
+}
+
+/// An epoch's value as a number, as the scripts read it.
+fn number(value: &[u8]) -> Option<u64> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}
+
+/// What a proven connection's vouched acquisitions read with their `SET`, atomically: the
+/// epoch and the stamp, a claim's `PTTL`, and on a node that evicts the eviction count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Seal {
+    /// Whether the node evicts: `INFO stats` goes in too.
+    pub(crate) evictions: bool,
+    /// The epoch the connection proved.
+    pub(crate) epoch: SealEpoch,
+}
+
+impl Seal {
+    /// The reads, in the order they go after the acquisition.
+    pub(crate) fn reads(self) -> &'static [SealRead] {
+        use SealRead::{ClaimTtl, Evictions, Stamps};
+        let claim = matches!(self.epoch, SealEpoch::Claim { .. });
+        match (claim, self.evictions) {
+            (false, false) => &[Stamps],
+            (false, true) => &[Stamps, Evictions],
+            (true, false) => &[Stamps, ClaimTtl],
+            (true, true) => &[Stamps, ClaimTtl, Evictions],
+        }
+    }
+}
+
+/// Whether a sealed acquisition ran in the memory its connection proved: the epoch is the one
+/// proven (the same number; a claim no younger), the stamp names `database`, and where the
+/// node's eviction count was read, it is the count the stamp holds. Anything unreadable does
+/// not hold.
+pub(crate) fn seal_holds(seal: Seal, replies: SealReplies<'_>, database: u32) -> bool {
+    let epoch = match seal.epoch {
+        SealEpoch::Number(n) => replies.epoch.and_then(number) == Some(n),
+        SealEpoch::Claim { pttl } => {
+            replies.epoch == Some(EPOCH_CLAIM)
+                && replies
+                    .claim_ttl
+                    .is_some_and(|now| (0..=pttl).contains(&now))
+        }
+        SealEpoch::Unknown => false,
+    };
+    let Some(stamped) = replies.stamped.filter(|_| epoch) else {
+        return false;
+    };
+    let mut parts = stamped.rsplitn(3, |&b| b == b':');
+    let (Some(evicted), Some(db), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    if db != database.to_string().as_bytes() {
+        return false;
+    }
+    !seal.evictions || replies.evictions.and_then(evicted_keys) == Some(evicted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(run: &str, repl: &str, evicted: u64) -> String {
+        format!(
+            "# Server\r\nredis_version:7.0.15\r\nrun_id:{run}\r\ntcp_port:6379\r\n\r\n\
+             # Replication\r\nrole:master\r\nmaster_replid:{repl}\r\nmaster_replid2:{}\r\n\r\n\
+             # Stats\r\nexpired_keys:3\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\n",
+            "0".repeat(40)
+        )
+    }
+
+    #[test]
+    fn the_identity_is_run_id_master_replid_database_and_evictions() {
+        let run = "a".repeat(40);
+        let repl = "0123456789".repeat(4);
+        assert_eq!(
+            node_identity(info(&run, &repl, 17).as_bytes(), 3),
+            Some(format!("{run}:{repl}:3:17").into_bytes())
+        );
+        // Denied, cut short, not hex, or without the eviction count: unknown.
+        assert_eq!(node_identity(b"NOPERM", 0), None);
+        assert_eq!(node_identity(format!("\nrun_id:{run}").as_bytes(), 0), None);
+        let short = format!("\nrun_id:abc\r\n\nmaster_replid:{repl}\r\nevicted_keys:0\r\n");
+        assert_eq!(node_identity(short.as_bytes(), 0), None);
+        let no_stats = format!("\nrun_id:{run}\r\nmaster_replid:{repl}\r\n");
+        assert_eq!(node_identity(no_stats.as_bytes(), 0), None);
+    }
+
+    #[test]
+    fn a_node_evicts_under_any_policy_but_noeviction() {
+        assert_eq!(
+            evicts(b"# Memory\r\nmaxmemory_policy:noeviction\r\n"),
+            Some(false)
+        );
+        assert_eq!(
+            evicts(b"maxmemory:0\r\nmaxmemory_policy:volatile-lru\r\n"),
+            Some(true)
+        );
+        assert_eq!(evicts(b"maxmemory_policy:allkeys-lfu"), Some(true));
+        assert_eq!(evicts(b"NOPERM this user has no permissions"), None);
+    }
+
+    /// What a seal read: the epoch `epoch` and the stamp `stamped`.
+    fn read<'a>(epoch: &'a [u8], stamped: &'a [u8]) -> SealReplies<'a> {
+        SealReplies {
+            epoch: Some(epoch),
+            stamped: Some(stamped),
+            ..SealReplies::default()
+        }
+    }
+
+    #[test]
+    fn a_seal_holds_only_in_the_database_epoch_and_eviction_count_it_proved() {
+        let stamped = format!("{}:{}:2:5", "a".repeat(40), "b".repeat(40)).into_bytes();
+        let plain = Seal {
+            evictions: false,
+            epoch: SealEpoch::Number(1_700),
+        };
+        assert!(seal_holds(plain, read(b"1700", &stamped), 2));
+        // A database swapped in from elsewhere, or none at all.
+        assert!(!seal_holds(plain, read(b"1700", &stamped), 0));
+        assert!(!seal_holds(plain, SealReplies::default(), 2));
+        assert!(!seal_holds(plain, read(b"1700", b"x:y"), 2));
+        assert!(!seal_holds(plain, read(b"1700", b""), 2));
+        // A new epoch since the proof (stamped again by another client: the same identity).
+        assert!(!seal_holds(plain, read(b"1800", &stamped), 2));
+        assert!(!seal_holds(plain, read(b"0", &stamped), 2));
+        // An eviction since the stamp, a reset count, an unreadable one.
+        let evicting = Seal {
+            evictions: true,
+            ..plain
+        };
+        let counts: Vec<Vec<u8>> = [5, 6, 0]
+            .iter()
+            .map(|n| format!("# Stats\r\nevicted_keys:{n}\r\n").into_bytes())
+            .collect();
+        let with = |evictions: Option<&[u8]>| {
+            let replies = SealReplies {
+                evictions,
+                ..read(b"1700", &stamped)
+            };
+            seal_holds(evicting, replies, 2)
+        };
+        assert!(with(Some(&counts[0])));
+        assert!(!with(Some(&counts[1])));
+        assert!(!with(Some(&counts[2])));
+        assert!(!with(Some(b"NOPERM")));
+        assert!(!with(None));
+        // A claim proven at PTTL p holds while its PTTL only falls; made again, it is above p.
+        let claim = Seal {
+            evictions: false,
+            epoch: SealEpoch::of(Some(EPOCH_CLAIM), Some(1_000)),
+        };
+        let ttl = |pttl| {
+            let replies = SealReplies {
+                claim_ttl: Some(pttl),
+                ..read(b"claimed", &stamped)
+            };
+            seal_holds(claim, replies, 2)
+        };
+        assert!(ttl(900));
+        assert!(!ttl(1_001));
+        assert!(!ttl(-2));
+        let unknown = Seal {
+            evictions: false,
+            epoch: SealEpoch::of(Some(b"x"), None),
+        };
+        assert!(!seal_holds(unknown, read(b"x", &stamped), 2));
+    }
+
+    #[test]
+    fn a_seal_reads_the_stamps_a_claims_ttl_and_on_an_evicting_node_the_eviction_count() {
+        let number = Seal {
+            evictions: false,
+            epoch: SealEpoch::Number(5),
+        };
+        assert_eq!(number.reads(), &[SealRead::Stamps]);
+        let claim = Seal {
+            evictions: true,
+            epoch: SealEpoch::Claim { pttl: 5 },
+        };
+        assert_eq!(
+            claim.reads(),
+            &[SealRead::Stamps, SealRead::ClaimTtl, SealRead::Evictions]
+        );
+        assert_eq!(
+            SealRead::Stamps.args(),
+            &[&b"MGET"[..], EPOCH_KEY, EPOCH_ID_KEY]
+        );
+    }
+}
