@@ -94,7 +94,7 @@ impl Node {
             .client()
             .get_multiplexed_async_connection_with_config(&self.config())
             .await?;
-        let dialect = detect_dialect_async(&mut conn).await?;
+        let dialect = self.addr.dialect(detect_dialect_async(&mut conn).await?);
         Connected::new(conn, dialect, None, self.addr.label())
     }
 
@@ -108,7 +108,7 @@ impl Node {
         let mut conn = resp3_client(self.addr.client())?
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        let dialect = detect_dialect_async(&mut conn).await?;
+        let dialect = self.addr.dialect(detect_dialect_async(&mut conn).await?);
         let tracked = tracking.tracking_on().query_async::<()>(&mut conn).await;
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }

@@ -153,7 +153,7 @@ impl Connection {
     /// its own.
     fn connect_untracked(&self) -> Result<Connected, redis::RedisError> {
         let mut conn = self.open(self.addr.client())?;
-        let dialect = detect_dialect(&mut conn)?;
+        let dialect = self.addr.dialect(detect_dialect(&mut conn)?);
         Connected::new(conn, dialect, None, self.addr.label())
     }
 
@@ -169,7 +169,7 @@ impl Connection {
         let mut conn = self.open(&resp3_client(self.addr.client())?)?;
         let (pushes, queued) = mpsc::channel();
         conn.set_push_sender(pushes);
-        let dialect = detect_dialect(&mut conn)?;
+        let dialect = self.addr.dialect(detect_dialect(&mut conn)?);
         let tracking = Tracking::queued(self.watch.fault, queued);
         let tracked = tracking.tracking_on().query::<()>(&mut conn);
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())

@@ -43,6 +43,8 @@ pub struct Builder<C> {
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::Tls>,
     memory_watch: crate::MemoryWatchSettings,
+    /// Nodes (by position) on which the operator says nothing ever runs `SWAPDB`.
+    never_swapped: Vec<usize>,
     client: PhantomData<fn() -> C>,
 }
 
@@ -68,6 +70,7 @@ impl<C: FromSettings> Builder<C> {
             urls,
             io_timeout: DEFAULT_IO_TIMEOUT,
             memory_watch: crate::MemoryWatchSettings::default(),
+            never_swapped: Vec::new(),
             #[cfg(feature = "tls")]
             tls: None,
             client: PhantomData,
@@ -147,6 +150,20 @@ impl<C: FromSettings> Builder<C> {
         self
     }
 
+    /// Declares, knowingly, that nothing ever runs `SWAPDB` on the nodes at these positions of
+    /// the URL list (counted from 0). On a node that can swap, a proven connection seals each
+    /// acquisition (`MULTI`, the `SET`, `MGET` of the epoch and its stamp, `EXEC`: about twice
+    /// the server CPU of a plain `SET`), because a database swapped in under the connection
+    /// pushes nothing; on these nodes it sends a plain `SET NX PX` instead, unless the node
+    /// evicts keys. If anything does swap such a node's databases, a second client can get a
+    /// lock that is held. Safer: rename `SWAPDB` away on the server (`rename-command SWAPDB
+    /// ""`), which the client sees by itself. A position past the list is an error at
+    /// [`build`](Self::build).
+    pub fn swapdb_never_runs_on(mut self, nodes: impl IntoIterator<Item = usize>) -> Self {
+        self.never_swapped.extend(nodes);
+        self
+    }
+
     /// Checks the settings and the URLs and makes the client; connects to nothing yet.
     pub fn build(self) -> Result<C, Error> {
         let config = self.config.build()?;
@@ -161,9 +178,22 @@ impl<C: FromSettings> Builder<C> {
             .into());
         }
         #[cfg(feature = "tls")]
-        let nodes = NodeAddr::parse_all_with(&self.urls, self.tls.as_ref())?;
+        let mut nodes = NodeAddr::parse_all_with(&self.urls, self.tls.as_ref())?;
         #[cfg(not(feature = "tls"))]
-        let nodes = NodeAddr::parse_all(&self.urls)?;
+        let mut nodes = NodeAddr::parse_all(&self.urls)?;
+        for &index in &self.never_swapped {
+            let count = nodes.len();
+            let Some(node) = nodes.get_mut(index) else {
+                return Err(Error::InvalidNode {
+                    index,
+                    reason: format!(
+                        "swapdb_never_runs_on names node #{index}, but there are {count} node URLs (positions 0 to {})",
+                        count.saturating_sub(1)
+                    ),
+                });
+            };
+            *node = node.clone().declared_never_swapped();
+        }
         C::from_settings(Settings {
             config,
             nodes,

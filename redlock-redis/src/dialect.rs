@@ -37,7 +37,7 @@ fn probe() -> redis::Pipeline {
 pub fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, redis::RedisError> {
     let values = probe().query::<Vec<Value>>(conn)?;
     answerable(&values)?;
-    Ok(in_database(from_replies(&values), conn.get_db()))
+    Ok(from_replies(&values))
 }
 
 /// [`detect`] on an async connection.
@@ -47,16 +47,7 @@ pub async fn detect_async<C: redis::aio::ConnectionLike>(
 ) -> Result<Dialect, redis::RedisError> {
     let values = probe().query_async::<Vec<Value>>(conn).await?;
     answerable(&values)?;
-    Ok(in_database(from_replies(&values), conn.get_db()))
-}
-
-/// `dialect` on a connection that selected database `db` (a URL's `/db`).
-fn in_database(dialect: Dialect, db: i64) -> Dialect {
-    Dialect {
-        // A database number is never negative nor past `u32` (the server takes an `int`).
-        database: u32::try_from(db).unwrap_or_default(),
-        ..dialect
-    }
+    Ok(from_replies(&values))
 }
 
 /// A node that is busy running a script or still loading its dataset answers every command

@@ -10,6 +10,9 @@ use crate::error::Error;
 pub struct NodeAddr {
     client: redis::Client,
     label: Arc<str>,
+    /// The operator says nothing ever runs `SWAPDB` on this node
+    /// ([`Builder::swapdb_never_runs_on`](crate::Builder::swapdb_never_runs_on)).
+    swapdb_never_runs: bool,
 }
 
 impl NodeAddr {
@@ -50,7 +53,11 @@ impl NodeAddr {
             },
         })?;
         let label = client.get_connection_info().addr().to_string().into();
-        Ok(Self { client, label })
+        Ok(Self {
+            client,
+            label,
+            swapdb_never_runs: false,
+        })
     }
 
     /// Parses a list of URLs. The same `host:port` twice is rejected: one server counted as two
@@ -113,6 +120,23 @@ impl NodeAddr {
     pub fn database(&self) -> u32 {
         let db = self.client.get_connection_info().redis_settings().db();
         u32::try_from(db).unwrap_or_default()
+    }
+
+    /// This node as the operator declared it: nothing ever runs `SWAPDB` on it.
+    pub(crate) fn declared_never_swapped(mut self) -> Self {
+        self.swapdb_never_runs = true;
+        self
+    }
+
+    /// What a node of the `detected` dialect is to this client: in the URL's database, and
+    /// unable to swap where the operator declared so (a node that can swap keeps its
+    /// `detected.swapdb`).
+    pub fn dialect(&self, detected: redlock_core::Dialect) -> redlock_core::Dialect {
+        redlock_core::Dialect {
+            database: self.database(),
+            swapdb: detected.swapdb && !self.swapdb_never_runs,
+            ..detected
+        }
     }
 }
 

@@ -28,6 +28,8 @@ pub struct Options {
     pub max_ttl: Option<Duration>,
     /// No client tracking: every acquisition checks the node's memory on its own.
     pub untracked: bool,
+    /// Nodes (by position) declared never to run `SWAPDB`.
+    pub swapdb_never_runs_on: Vec<usize>,
 }
 
 impl Options {
@@ -144,5 +146,5 @@ pub fn transport<C: redlock_redis::FromSettings>(
     if let Some(fault) = options.memory_watch_fault {
         builder = builder.memory_watch_fault_for_tests(fault);
     }
-    builder
+    builder.swapdb_never_runs_on(options.swapdb_never_runs_on.iter().copied())
 }

@@ -162,6 +162,22 @@ pub fn small_deployments<A: Adapter>() {
     }
 }
 
+/// A node position past the URL list in `swapdb_never_runs_on` is an error that names it.
+pub fn a_node_position_past_the_list<A: Adapter>() {
+    let nodes = Cluster::start(2);
+    let options = Options {
+        swapdb_never_runs_on: vec![1, 2],
+        ..Options::default()
+    };
+    match A::build(&nodes.urls(), &options) {
+        Err(err @ Error::InvalidNode { index: 2, .. }) => {
+            assert!(err.to_string().contains("2 node URLs"), "{err}");
+        }
+        Err(other) => panic!("expected node #2 named, got {other}"),
+        Ok(_) => panic!("a position past the list was accepted"),
+    }
+}
+
 /// The same server twice is a configuration error, not two votes.
 pub fn duplicate_nodes<A: Adapter>() {
     let nodes = Cluster::start(2);

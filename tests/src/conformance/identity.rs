@@ -329,10 +329,7 @@ fn demoted_and_promoted_again<A: Adapter>(rival: Rival) -> Outcome<A> {
     let options = |rival| Options {
         retry: Some(RetryPolicy::once()),
         max_ttl: Some(MAX_TTL),
-        memory_watch_fault: match rival {
-            Rival::Faulty(fault) => Some(fault),
-            Rival::Tracked | Rival::Untracked => None,
-        },
+        memory_watch_fault: Rival::fault(rival),
         ..Options::default()
     };
     let build = |urls: &[String], rival| {

@@ -38,16 +38,29 @@ pub(super) enum Rival {
     /// Without client tracking (`client_tracking(false)`): the checked script on every
     /// acquisition.
     Untracked,
+    /// Tracked, with every node declared never to run `SWAPDB` (`swapdb_never_runs_on`).
+    NeverSwapped,
+}
+
+impl Rival {
+    /// The safeguard switched off, for a negative control.
+    pub(super) fn fault(self) -> Option<WatchFault> {
+        match self {
+            Self::Faulty(fault) => Some(fault),
+            Self::Tracked | Self::Untracked | Self::NeverSwapped => None,
+        }
+    }
 }
 
 pub(super) fn client<A: Adapter>(nodes: &Cluster, rival: Rival) -> A {
     let options = Options {
         retry: Some(RetryPolicy::once()),
-        memory_watch_fault: match rival {
-            Rival::Faulty(fault) => Some(fault),
-            Rival::Tracked | Rival::Untracked => None,
-        },
+        memory_watch_fault: rival.fault(),
         untracked: rival == Rival::Untracked,
+        swapdb_never_runs_on: match rival {
+            Rival::NeverSwapped => (0..nodes.servers().len()).collect(),
+            _ => Vec::new(),
+        },
         ..Options::default()
     };
     A::build(&nodes.urls(), &options)

@@ -884,10 +884,12 @@ macro_rules! conformance_tests {
             a_swapped_in_database_refuses_an_untracked_client,
             a_lone_eviction_refuses_a_proven_connection,
             a_lone_eviction_votes_for_an_unsealed_connection,
-            a_lone_eviction_refuses_an_untracked_client);
+            a_lone_eviction_refuses_an_untracked_client,
+            a_node_declared_never_swapped_misses_a_swap,
+            a_node_declared_never_swapped_still_seals_its_evictions);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
-            keys_and_tiny_ttls, small_deployments, duplicate_nodes);
+            keys_and_tiny_ttls, small_deployments, duplicate_nodes, a_node_position_past_the_list);
     };
     (@tls $adapter:ty; $($case:ident),+ $(,)?) => {
         $(

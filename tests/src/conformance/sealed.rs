@@ -168,3 +168,17 @@ pub fn a_lone_eviction_votes_for_an_unsealed_connection<A: Adapter>() {
 pub fn a_lone_eviction_refuses_an_untracked_client<A: Adapter>() {
     refused::<A>(Loss::Eviction, Rival::Untracked);
 }
+
+/// A node declared, knowingly, never to run `SWAPDB` (`swapdb_never_runs_on`) gets plain
+/// `SET`s: a swap then goes unseen, and a second holder gets in — what the declaration trades.
+pub fn a_node_declared_never_swapped_misses_a_swap<A: Adapter>() {
+    expect_second_holder::<A>(
+        rival_try::<A>(Loss::Swap, Rival::NeverSwapped),
+        "declared never swapped, a SWAPDB",
+    );
+}
+
+/// The declaration is about `SWAPDB` only: a node that evicts still seals each acquisition.
+pub fn a_node_declared_never_swapped_still_seals_its_evictions<A: Adapter>() {
+    refused::<A>(Loss::Eviction, Rival::NeverSwapped);
+}
