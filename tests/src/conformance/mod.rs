@@ -13,6 +13,7 @@ pub mod notices;
 pub mod scenarios;
 pub mod sealed;
 pub mod tls;
+pub mod trim;
 
 pub use adapter::{Adapter, HeldLock, Options, Work, transport};
 pub use async_adapter::{

@@ -887,6 +887,9 @@ macro_rules! conformance_tests {
             a_lone_eviction_refuses_an_untracked_client,
             a_node_declared_never_swapped_misses_a_swap,
             a_node_declared_never_swapped_still_seals_its_evictions);
+        $crate::conformance_tests!(@trim $adapter;
+            a_tracking_table_trim_set_off_by_the_rivals_own_call_refuses_it,
+            a_tracking_table_trim_set_off_by_the_rivals_own_call_is_unheard_with_noloop);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes, a_node_position_past_the_list);
@@ -936,6 +939,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::sealed::$case::<$adapter>();
+            }
+        )+
+    };
+    (@trim $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::trim::$case::<$adapter>();
             }
         )+
     };
