@@ -147,14 +147,15 @@ impl Eligibility {
     }
 
     /// Whether the identity the epoch was stamped with (`redlock:epoch:id`) differs from the
-    /// node's own now (`INFO server replication stats`); `false` when either is unknown (none
-    /// stamped yet, or `INFO` denied), as the checks on the node decide.
+    /// node's own now (`INFO server replication stats`), as the checks on the node decide:
+    /// `false` when `INFO` is denied or the stamp is empty (a native trust: adopted); a missing
+    /// stamp differs only on a node that evicted keys (the stamp itself may have been evicted).
     fn identity_changed(probe: &mut Probe, node: &NodeAddr) -> Result<bool, String> {
         let stamped: Option<Vec<u8>> =
             probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_ID_KEY))?;
-        let Some(stamped) = stamped.filter(|stamped| !stamped.is_empty()) else {
+        if stamped.as_ref().is_some_and(Vec::is_empty) {
             return Ok(false);
-        };
+        }
         let info: Result<Vec<u8>, String> = probe.query(
             node,
             redis::cmd("INFO")
@@ -165,7 +166,10 @@ impl Eligibility {
         Ok(info
             .ok()
             .and_then(|info| redlock_core::node_identity(&info, node.database()))
-            .is_some_and(|identity| identity != stamped))
+            .is_some_and(|identity| match &stamped {
+                Some(stamped) => identity != *stamped,
+                None => !identity.ends_with(b":0"),
+            }))
     }
 
     /// One word for JSON.

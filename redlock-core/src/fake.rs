@@ -224,9 +224,11 @@ impl FakeNode {
         if let (Some(identity), Some(_)) = (&identity, self.epoch) {
             match &self.stamped {
                 // An epoch without an identity adopts the node's, unless the node evicted keys
-                // (the identity itself may have been evicted).
+                // (the identity itself may have been evicted); an empty one (a native trust)
+                // adopts it always.
                 None if self.evicted == 0 => self.stamped = Some(identity.clone()),
                 None => self.epoch = None,
+                Some(empty) if empty.is_empty() => self.stamped = Some(identity.clone()),
                 // Stamped by another life of the node: its memory begins now.
                 Some(stamped) if stamped != identity => self.epoch = None,
                 Some(_) => {}
@@ -312,7 +314,7 @@ impl FakeNode {
         self.stamped = Some(self.identity_in(1));
     }
 
-    /// What `GET` of [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY) reads (an empty one as none).
+    /// What `GET` of [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY) reads (empty after a native trust).
     pub fn stamped_value(&self) -> Option<Vec<u8>> {
         self.stamped.clone()
     }
@@ -578,8 +580,9 @@ impl FakeNode {
             }
             RedisForm::SetTrusted => {
                 self.trust();
-                // `MSET` empties the identity: the next proof adopts the node's.
-                self.stamped = None;
+                // `MSET` empties the identity: the next proof adopts the node's, whatever the
+                // node evicted (an empty stamp was written on purpose, never evicted).
+                self.stamped = Some(Vec::new());
                 form.answer(&[Reply::Ok])
             }
             RedisForm::Unsupported => form.answer(&[]),

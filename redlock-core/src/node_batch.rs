@@ -1080,6 +1080,31 @@ mod tests {
         }
     }
 
+    /// The adopt rule, as the checked script keeps it: an epoch with no stamp on a node that
+    /// evicted keys sits out (the stamp may have been evicted with the lock keys); an empty
+    /// stamp (a native trust's `MSET`) is adopted whatever the node evicted.
+    #[test]
+    fn a_missing_stamp_after_evictions_sits_out_and_an_empty_one_is_adopted() {
+        let (first, _) = commands("first");
+        let refusal = Reply::Int(-i64::try_from(MAX).expect("fits"));
+        let mut evicted = crate::fake::FakeNode::new();
+        evicted.evict_lock_keys();
+        assert_eq!(evicted.stamped_value(), None);
+        let mut watch = MemoryWatch::new();
+        assert_eq!(on_node(&mut evicted, &mut watch, &first, now()), refusal);
+        let mut trusted = crate::fake::FakeNode::new();
+        trusted.evict_lock_keys();
+        let answer = trusted.run_form(Duration::ZERO, &first.command, RedisForm::SetTrusted);
+        assert_eq!(answer, Reply::Int(1));
+        assert_eq!(trusted.stamped_value(), Some(Vec::new()));
+        let mut watch = MemoryWatch::new();
+        assert_eq!(
+            on_node(&mut trusted, &mut watch, &first, now()),
+            Reply::Int(1)
+        );
+        assert_eq!(trusted.stamped_value(), Some(trusted.identity_value()));
+    }
+
     #[test]
     fn a_node_that_cannot_swap_nor_evict_vouches_with_a_plain_set() {
         let (acquire, _) = commands("r");
