@@ -181,7 +181,12 @@ pub(crate) fn seal_holds(seal: Seal, replies: SealReplies<'_>, database: u32) ->
     let (Some(evicted), Some(db), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
         return false;
     };
-    if db != database.to_string().as_bytes() {
+    // As the scripts write it (no sign, no leading zero), compared without an allocation.
+    let canonical = db.len() == 1 || db.first() != Some(&b'0');
+    let number = std::str::from_utf8(db)
+        .ok()
+        .and_then(|db| db.parse::<u32>().ok());
+    if !canonical || db.first() == Some(&b'+') || number != Some(database) {
         return false;
     }
     !seal.evictions || replies.evictions.and_then(evicted_keys) == Some(evicted)
@@ -253,6 +258,10 @@ mod tests {
         assert!(!seal_holds(plain, SealReplies::default(), 2));
         assert!(!seal_holds(plain, read(b"1700", b"x:y"), 2));
         assert!(!seal_holds(plain, read(b"1700", b""), 2));
+        let padded = format!("{}:{}:02:5", "a".repeat(40), "b".repeat(40)).into_bytes();
+        let signed = format!("{}:{}:+2:5", "a".repeat(40), "b".repeat(40)).into_bytes();
+        assert!(!seal_holds(plain, read(b"1700", &padded), 2));
+        assert!(!seal_holds(plain, read(b"1700", &signed), 2));
         // A new epoch since the proof (stamped again by another client: the same identity).
         assert!(!seal_holds(plain, read(b"1800", &stamped), 2));
         assert!(!seal_holds(plain, read(b"0", &stamped), 2));

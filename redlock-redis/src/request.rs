@@ -390,15 +390,6 @@ impl<'a> Reading<'a> {
                     let at = seal.iter().position(|read| *read == which)?;
                     reads.get(at)
                 };
-                let bytes = |value: &'_ redis::Value| -> Option<Vec<u8>> {
-                    match value {
-                        redis::Value::BulkString(bytes) => Some(bytes.clone()),
-                        redis::Value::VerbatimString { text, .. } => {
-                            Some(text.clone().into_bytes())
-                        }
-                        _ => None,
-                    }
-                };
                 let (epoch, stamped) = match read(SealRead::Stamps) {
                     Some(redis::Value::Array(values)) => (
                         values.first().and_then(bytes),
@@ -410,12 +401,11 @@ impl<'a> Reading<'a> {
                     Some(redis::Value::Int(pttl)) => Some(*pttl),
                     _ => None,
                 };
-                let evictions = read(SealRead::Evictions).and_then(bytes);
                 let replies = SealReplies {
-                    epoch: epoch.as_deref(),
-                    stamped: stamped.as_deref(),
+                    epoch,
+                    stamped,
                     claim_ttl,
-                    evictions: evictions.as_deref(),
+                    evictions: read(SealRead::Evictions).and_then(bytes),
                 };
                 self.plan.handle_seal(index, replies);
             }
@@ -562,9 +552,15 @@ fn integer(result: &Result<redis::Value, redis::RedisError>) -> Result<Option<i6
 /// A text reply (`INFO`: a bulk string, or a verbatim string over RESP3), for
 /// [`NodeBatch::handle_info`]; `None` for an error or another shape.
 fn text(result: &Result<redis::Value, redis::RedisError>) -> Option<&[u8]> {
-    match result {
-        Ok(redis::Value::BulkString(bytes)) => Some(bytes),
-        Ok(redis::Value::VerbatimString { text, .. }) => Some(text.as_bytes()),
+    result.as_ref().ok().and_then(bytes)
+}
+
+/// The bytes of a bulk string, or of a verbatim string over RESP3 (`INFO`); `None` for any
+/// other shape. Borrowed: a sealed acquisition's reads are never copied.
+fn bytes(value: &redis::Value) -> Option<&[u8]> {
+    match value {
+        redis::Value::BulkString(bytes) => Some(bytes),
+        redis::Value::VerbatimString { text, .. } => Some(text.as_bytes()),
         _ => None,
     }
 }

@@ -108,16 +108,8 @@ pub(super) fn evict(server: &RedisServer, gone: &[&[u8]], policy: &str) {
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .expect("used_memory");
-    let config = |name: &str, value: String| {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(name)
-            .arg(value)
-            .query(&mut server.client())
-            .expect("CONFIG SET");
-    };
-    config("maxmemory-policy", policy.into());
-    config("maxmemory", (used + 2 * 1024 * 1024).to_string());
+    config_set(server, "maxmemory-policy", policy);
+    config_set(server, "maxmemory", &(used + 2 * 1024 * 1024).to_string());
     let filler = vec![b'x'; 1024];
     let mut batch = 0;
     loop {
@@ -140,7 +132,17 @@ pub(super) fn evict(server: &RedisServer, gone: &[&[u8]], policy: &str) {
             "{left} key(s) never evicted after {batch}×100 writes"
         );
     }
-    config("maxmemory", "0".into());
+    config_set(server, "maxmemory", "0");
+}
+
+/// `CONFIG SET name value` on `server`.
+pub(super) fn config_set(server: &RedisServer, name: &str, value: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(&mut server.client())
+        .expect("CONFIG SET");
 }
 
 /// B's try for `res` after the loss, with A still inside its validity.

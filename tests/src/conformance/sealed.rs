@@ -17,8 +17,8 @@ use redlock_local::RedisServer;
 
 use super::adapter::Adapter;
 use super::memory::{
-    Outcome, Rival, evict, expect_refused_by, expect_second_holder, expect_untracked_needs_scripts,
-    rival_try_after,
+    Outcome, Rival, config_set, evict, expect_refused_by, expect_second_holder,
+    expect_untracked_needs_scripts, rival_try_after,
 };
 
 /// The three nodes that lose `res`.
@@ -55,16 +55,6 @@ pub(super) fn identity_in(server: &RedisServer, db: u32) -> String {
     )
 }
 
-/// Sets `name` to `value` on `server`.
-fn config(server: &RedisServer, name: &str, value: &str) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg(name)
-        .arg(value)
-        .query(&mut server.client())
-        .expect("CONFIG SET");
-}
-
 /// What each loser is set up with before anyone proves it: for [`Loss::Eviction`] an evicting
 /// policy (the proof reads it); for [`Loss::Swap`] another deployment's trusted epoch in
 /// database 1, stamped there. (Client tracking names keys without their database: a write of
@@ -72,7 +62,7 @@ fn config(server: &RedisServer, name: &str, value: &str) {
 /// again — the swap itself pushes nothing.)
 fn prepare(server: &RedisServer, loss: Loss) {
     match loss {
-        Loss::Eviction => config(server, "maxmemory-policy", "volatile-lru"),
+        Loss::Eviction => config_set(server, "maxmemory-policy", "volatile-lru"),
         Loss::Swap => {
             let _: () = redis::pipe()
                 .cmd("SELECT")
