@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use redis::{Connection, ErrorKind, RedisError};
-use redlock_core::Epoch;
+use redlock_core::{Epoch, SitOutCause};
 use redlock_redis::NodeAddr;
 
 use crate::cli::Global;
@@ -53,6 +53,16 @@ impl Probe {
         command
             .query(&mut self.connection)
             .map_err(|err| describe(node, &err))
+    }
+
+    /// The node's default `INFO`, or `None` when the user may not run it (`NOPERM`: an ACL
+    /// without `+info`); any other failure is an error.
+    pub(crate) fn info(&mut self, node: &NodeAddr) -> Result<Option<String>, String> {
+        match redis::cmd("INFO").query(&mut self.connection) {
+            Ok(info) => Ok(Some(info)),
+            Err(err) if err.code() == Some("NOPERM") => Ok(None),
+            Err(err) => Err(describe(node, &err)),
+        }
     }
 
     /// The node's clock, in ms since the Unix epoch (`TIME`).
@@ -106,14 +116,15 @@ pub(crate) enum Eligibility {
     Trusted,
     /// Its memory began more than the longest TTL ago.
     Eligible,
-    /// Its memory began less than the longest TTL ago: it refuses to vote for this many ms.
-    Ineligible { for_ms: u64 },
+    /// Its memory began less than the longest TTL ago: it refuses to vote for this many ms, for
+    /// the cause its stamp recorded.
+    Ineligible { for_ms: u64, cause: SitOutCause },
     /// No epoch yet (new, restarted or flushed): its first acquire starts the wait.
     Unknown,
-    /// Its epoch was stamped by another life of the node (it restarted from a snapshot, or a
-    /// replica was promoted in its place): its next proof stamps a new epoch and it refuses to
-    /// vote for the longest TTL from then.
-    NewIdentity,
+    /// Its epoch was stamped by another life of the node (`cause`: it restarted, a replica was
+    /// promoted in its place, another database was swapped in, or it evicted keys): its next
+    /// proof stamps a new epoch and it refuses to vote for the longest TTL from then.
+    NewIdentity { cause: SitOutCause },
 }
 
 impl Eligibility {
@@ -135,26 +146,38 @@ impl Eligibility {
         let Some(epoch) = Epoch::read(&value, Some(pttl), now) else {
             return Ok(Self::Unknown);
         };
-        if Self::identity_changed(probe, node)? {
-            return Ok(Self::NewIdentity);
+        let (changed, recorded) = Self::stamp(probe, node)?;
+        if let Some(cause) = changed {
+            return Ok(Self::NewIdentity { cause });
         }
         let max_ttl = u64::try_from(max_ttl.as_millis()).unwrap_or(u64::MAX);
         Ok(match (epoch, epoch.refuses_for_ms(now, max_ttl)) {
             (Epoch::Trusted, _) => Self::Trusted,
-            (_, Some(for_ms)) => Self::Ineligible { for_ms },
+            (_, Some(for_ms)) => Self::Ineligible {
+                for_ms,
+                cause: recorded.unwrap_or(SitOutCause::Unrecorded),
+            },
             (_, None) => Self::Eligible,
         })
     }
 
-    /// Whether the identity the epoch was stamped with (`redlock:epoch:id`) differs from the
-    /// node's own now (`INFO server replication stats`), as the checks on the node decide:
-    /// `false` when `INFO` is denied or the stamp is empty (a native trust: adopted); a missing
-    /// stamp differs only on a node that evicted keys (the stamp itself may have been evicted).
-    fn identity_changed(probe: &mut Probe, node: &NodeAddr) -> Result<bool, String> {
+    /// What the stamp of the epoch (`redlock:epoch:id`) says against the node's identity now
+    /// (`INFO server replication stats`), as the checks on the node decide: what changed
+    /// (`None` when nothing did, `INFO` is denied, or the stamp is empty: a native trust,
+    /// adopted; a missing stamp differs only on a node that evicted keys, since the stamp itself
+    /// may have been evicted), and the cause of the sit-out the stamp recorded, if any.
+    fn stamp(
+        probe: &mut Probe,
+        node: &NodeAddr,
+    ) -> Result<(Option<SitOutCause>, Option<SitOutCause>), String> {
         let stamped: Option<Vec<u8>> =
             probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_ID_KEY))?;
-        if stamped.as_ref().is_some_and(Vec::is_empty) {
-            return Ok(false);
+        let (was, recorded) = match stamped.as_deref().map(redlock_core::split_stamp) {
+            Some((was, recorded)) => (Some(was), recorded),
+            None => (None, None),
+        };
+        if was.is_some_and(<[u8]>::is_empty) {
+            return Ok((None, recorded));
         }
         let info: Result<Vec<u8>, String> = probe.query(
             node,
@@ -163,13 +186,17 @@ impl Eligibility {
                 .arg("replication")
                 .arg("stats"),
         );
-        Ok(info
+        let identity = info
             .ok()
-            .and_then(|info| redlock_core::node_identity(&info, node.database()))
-            .is_some_and(|identity| match &stamped {
-                Some(stamped) => identity != *stamped,
+            .and_then(|info| redlock_core::node_identity(&info, node.database()));
+        let changed = identity.and_then(|identity| {
+            let differs = match was {
+                Some(was) => identity != was,
                 None => !identity.ends_with(b":0"),
-            }))
+            };
+            differs.then(|| SitOutCause::of_change(was, &identity))
+        });
+        Ok((changed, recorded))
     }
 
     /// One word for JSON.
@@ -179,22 +206,30 @@ impl Eligibility {
             Self::Eligible => "eligible",
             Self::Ineligible { .. } => "ineligible",
             Self::Unknown => "unknown",
-            Self::NewIdentity => "new-identity",
+            Self::NewIdentity { .. } => "new-identity",
         }
     }
 
     /// A phrase for people.
     pub(crate) fn describe(self) -> String {
         match self {
-            Self::Ineligible { for_ms } => format!(
-                "ineligible for {} (lost its memory recently)",
+            Self::Ineligible { for_ms, cause } => format!(
+                "ineligible for {}: {cause}",
                 crate::output::human_ms(for_ms)
             ),
             Self::Unknown => "no epoch yet (waits --max-ttl after its first acquire)".to_owned(),
-            Self::NewIdentity => "restarted from a snapshot or failed over since its epoch was \
-                                  stamped (waits --max-ttl after its next acquire)"
-                .to_owned(),
+            Self::NewIdentity { cause } => {
+                format!("{cause} (waits --max-ttl after its next acquire)")
+            }
             other => other.word().to_owned(),
+        }
+    }
+
+    /// The cause a refusal of the node names (or will name, for a new identity), if any.
+    pub(crate) fn cause(self) -> Option<SitOutCause> {
+        match self {
+            Self::Ineligible { cause, .. } | Self::NewIdentity { cause } => Some(cause),
+            _ => None,
         }
     }
 }

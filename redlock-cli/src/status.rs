@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use redlock_core::SitOutCause;
 use redlock_redis::NodeAddr;
 use serde_json::{Value, json};
 
@@ -153,9 +154,10 @@ fn json_report(args: &StatusArgs, keys: &[Vec<u8>], views: &[NodeView], quorum: 
                             "fence": holding.fence,
                             "eligibility": eligibility.word(),
                             "ineligible_for_ms": match eligibility {
-                                Eligibility::Ineligible { for_ms } => Some(*for_ms),
+                                Eligibility::Ineligible { for_ms, .. } => Some(*for_ms),
                                 _ => None,
                             },
+                            "sit_out_cause": eligibility.cause().map(SitOutCause::word),
                         })
                     }
                 })

@@ -55,6 +55,7 @@ fn status_shows_the_holder_on_each_node_and_changes_nothing() {
     let report = json(&redlock(&nodes, &["status", "idle", "--json"]));
     let node = &report["resources"][0]["nodes"][0];
     assert_eq!(node["eligibility"], "ineligible", "{report}");
+    assert_eq!(node["sit_out_cause"], "no-epoch", "{report}");
     assert!(
         node["ineligible_for_ms"].as_u64().expect("ms") > 1_000,
         "{node}"
@@ -87,10 +88,11 @@ fn status_names_a_node_restarted_from_a_snapshot() {
     let report = json(&redlock(&nodes, &["status", "idle", "--json"]));
     let restarted = &report["resources"][0]["nodes"][0];
     assert_eq!(restarted["eligibility"], "new-identity", "{report}");
+    assert_eq!(restarted["sit_out_cause"], "restart", "{report}");
     assert_eq!(report["resources"][0]["nodes"][1]["eligibility"], "trusted");
     let text = stdout(&redlock(&nodes, &["status", "idle"]));
     assert!(
-        text.contains("restarted from a snapshot or failed over"),
+        text.contains("it is not the process that stamped its epoch (a new run_id"),
         "{text}"
     );
     // nodes check shows each node's identity, and whose the epoch's is.
@@ -125,9 +127,17 @@ fn status_names_a_node_restarted_from_a_snapshot() {
     // Its next acquire stamps a new epoch: it refuses to vote for the longest TTL.
     let _ = redlock(&nodes, &["acquire", "other"]);
     let report = json(&redlock(&nodes, &["status", "idle", "--json"]));
+    let restamped = &report["resources"][0]["nodes"][0];
+    assert_eq!(restamped["eligibility"], "ineligible", "{report}");
+    // The script that stamped the new epoch recorded why: every reader names it.
+    assert_eq!(restamped["sit_out_cause"], "restart", "{report}");
+    let text = stdout(&redlock(&nodes, &["nodes", "check"]));
+    assert_eq!(text.matches("(the epoch's)").count(), 2, "{text}");
     assert_eq!(
-        report["resources"][0]["nodes"][0]["eligibility"], "ineligible",
-        "{report}"
+        text.matches("(the epoch's; stamped when it sat out: restart)")
+            .count(),
+        1,
+        "{text}"
     );
 }
 

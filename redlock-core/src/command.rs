@@ -121,24 +121,43 @@ end
 
 /// The Lua of the restart check: `young(e, max_ttl, now, db)` reads the epoch (`KEYS[e]`) and the
 /// identity it was stamped with (`KEYS[e + 1]`), stamps a new epoch at the node's `TIME` when
-/// the epoch is missing or the identity changed, adopts the identity for an epoch without one
-/// (empty, or missing on a node that never evicted: see [`EPOCH_ID_KEY`]), and answers how many ms the node must still wait (nil: it may vote). `now` is the node's
-/// time in ms if the caller read it already (read here only when the epoch is not `0`); `db` the
-/// database the client selected.
+/// the epoch is missing or the identity changed (the stamp: the identity, a space, and why,
+/// [`SitOutCause::word`](crate::SitOutCause::word)), adopts the identity for an epoch without
+/// one (empty, or missing on a node that never evicted: see [`EPOCH_ID_KEY`]), and answers how
+/// many ms the node must still wait and why (nil: it may vote; the why is empty when not
+/// recorded). `now` is the node's time in ms if the caller read it already (read here only
+/// when the epoch is not `0`); `db` the database the client selected. `why(was, id)` names the
+/// first of `run_id`, `master_replid` and database that differs, else the eviction count.
 macro_rules! restart_check_lua {
     () => {
         concat!(
             identity_lua!(),
             "\
+local function why(was, id)
+  if not was then return 'eviction' end
+  local a1, a2, a3 = string.match(was, '^([^:]*):([^:]*):([^:]*)')
+  local b1, b2, b3 = string.match(id, '^([^:]*):([^:]*):([^:]*)')
+  if a1 ~= b1 then return 'restart' end
+  if a2 ~= b2 then return 'replication' end
+  if a3 ~= b3 then return 'database' end
+  return 'eviction'
+end
 local function young(e, max_ttl, now, db)
   local id = identity(db)
   local epoch = tonumber(redis.call('GET', KEYS[e]))
-  if epoch and id then
+  local cause = ''
+  if not epoch then
+    cause = 'no-epoch'
+  elseif id then
     local stamped = redis.call('GET', KEYS[e + 1])
-    if stamped == '' or (not stamped and string.sub(id, -2) == ':0') then
+    local was = stamped and string.match(stamped, '^[^ ]*')
+    if was == '' or (not stamped and string.sub(id, -2) == ':0') then
       redis.call('SET', KEYS[e + 1], id)
-    elseif stamped ~= id then
+    elseif was ~= id then
+      cause = why(was, id)
       epoch = nil
+    else
+      cause = string.match(stamped, ' (.*)$') or ''
     end
   end
   if epoch == 0 then return nil end
@@ -148,11 +167,11 @@ local function young(e, max_ttl, now, db)
   end
   if not epoch then
     redis.call('SET', KEYS[e], now)
-    if id then redis.call('SET', KEYS[e + 1], id) else redis.call('DEL', KEYS[e + 1]) end
+    if id then redis.call('SET', KEYS[e + 1], id .. ' ' .. cause) else redis.call('DEL', KEYS[e + 1]) end
     epoch = now
   end
   local left = max_ttl - (now - epoch)
-  if left > 0 then return left end
+  if left > 0 then return left, cause end
   return nil
 end
 "
@@ -166,15 +185,16 @@ end
 /// longest TTL in use. `KEYS` = the lock keys, then the epoch key and its identity key;
 /// `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = the longest TTL in use, in ms,
 /// `ARGV[4]` = the database the client selected.
-/// Answers 1 (set), 0 (taken), or −m: not eligible for `m` ms more (nothing set). An epoch of 0
-/// means trusted (and spares the node its `TIME` call, not its `INFO`); one key is set with a
-/// single `SET NX PX`, as without the check.
+/// Answers 1 (set), 0 (taken), or `{−m, why}`: not eligible for `m` ms more (nothing set), for
+/// the cause [`SitOutCause::word`](crate::SitOutCause::word) names (empty: not recorded). An
+/// epoch of 0 means trusted (and spares the node its `TIME` call, not its `INFO`); one key is
+/// set with a single `SET NX PX`, as without the check.
 pub const ACQUIRE_CHECKED_SCRIPT: &str = concat!(
     restart_check_lua!(),
     "\
 local n = #KEYS - 2
-local left = young(n + 1, tonumber(ARGV[3]), nil, ARGV[4])
-if left then return -left end
+local left, cause = young(n + 1, tonumber(ARGV[3]), nil, ARGV[4])
+if left then return {-left, cause} end
 if n == 1 then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
   return 0
@@ -206,8 +226,8 @@ pub const FENCE_RETENTION_MS: u64 = 3_600_000;
 /// A fenced acquire: [`ACQUIRE_CHECKED_SCRIPT`] (its eligibility check skipped when `ARGV[3]`
 /// is 0) that on success also reads the keys' fence counters. `KEYS` = the `n` lock keys, the
 /// epoch key and its identity key, then the `n` fence keys; `ARGV` = token, TTL in ms, longest
-/// TTL in use in ms (or 0), the database the client selected. Answers 0 (taken), −m (not
-/// eligible for `m` ms more), or `v + 1` where `v` is the largest of the fence counters and
+/// TTL in use in ms (or 0), the database the client selected. Answers 0 (taken), `{−m, why}`
+/// (not eligible for `m` ms more, as [`ACQUIRE_CHECKED_SCRIPT`]), or `v + 1` where `v` is the largest of the fence counters and
 /// the node's `TIME` in ms (set).
 pub const ACQUIRE_FENCED_SCRIPT: &str = concat!(
     restart_check_lua!(),
@@ -217,8 +237,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max_ttl = tonumber(ARGV[3])
 if max_ttl > 0 then
-  local left = young(n + 1, max_ttl, now, ARGV[4])
-  if left then return -left end
+  local left, cause = young(n + 1, max_ttl, now, ARGV[4])
+  if left then return {-left, cause} end
 end
 for i = 1, n do
   if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end

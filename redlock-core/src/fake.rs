@@ -27,6 +27,7 @@ use std::time::Duration;
 use crate::command::{Command, EXTEND_NEVER_SHORTENS, RedisForm, Script};
 use crate::dialect::Dialect;
 use crate::reply::{NodeErrorKind, Reply};
+use crate::sit_out::{SitOutCause, split_stamp, stamp_with_cause};
 
 /// key → (token, expiry on the node's clock). A key planted with [`FakeNode::put`] never expires
 /// (expiry `Duration::MAX`).
@@ -81,8 +82,10 @@ pub struct FakeNode {
     /// When the epoch key was claimed, by the node's clock in ms, if it holds an
     /// [`EPOCH_CLAIM`](crate::EPOCH_CLAIM) (and no number).
     claimed: Option<u64>,
-    /// The node's memory identity now (its `run_id` and `master_replid`, by number): a new one
-    /// with every restart and promotion.
+    /// The node's process (its `run_id`, by number): a new one with every restart.
+    run: u64,
+    /// The node's replication history (its `master_replid`, by number): a new one with every
+    /// restart and promotion.
     identity: u64,
     /// The identity its epoch was stamped with ([`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY)), if
     /// any (an empty one reads as none).
@@ -118,6 +121,7 @@ impl FakeNode {
             keys: Keys::new(),
             epoch: Some(Epoch::Trusted),
             claimed: None,
+            run: 1,
             identity: 1,
             stamped: None,
             identity_check: true,
@@ -188,8 +192,9 @@ impl FakeNode {
         self.stamped = None;
     }
 
-    /// Takes `identity` as its identity now, keeping every key (a promotion: its
-    /// `master_replid` is new). Identities are told apart by number; a node starts with 1.
+    /// Takes `identity` as its replication history now, keeping every key and its process (a
+    /// promotion: its `master_replid` is new, its `run_id` the same). Identities are told
+    /// apart by number; a node starts with 1.
     pub fn promote(&mut self, identity: u64) {
         self.identity = identity;
     }
@@ -199,6 +204,7 @@ impl FakeNode {
     /// lost, the epoch and its identity stay as they were, and the node's identity is new.
     pub fn restart_from_snapshot(&mut self) {
         self.keys.clear();
+        self.run += 1;
         self.identity += 1;
     }
 
@@ -216,34 +222,50 @@ impl FakeNode {
     }
 
     /// The acquire script's eligibility check: reads the epoch (the node's time in ms when its
-    /// memory began; created now when missing) and answers `-m` while the node is `m` ms short
-    /// of `max_ttl_ms`, as the script does.
-    fn young(&mut self, now: Duration, max_ttl_ms: u64) -> Option<i64> {
+    /// memory began; created now when missing) and answers a refusal for `m` ms while the node
+    /// is `m` ms short of `max_ttl_ms`, naming why, as the script does.
+    fn young(&mut self, now: Duration, max_ttl_ms: u64) -> Option<Reply> {
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
         let identity = self.identity_check.then(|| self.identity_value());
+        let mut cause = SitOutCause::NoEpoch;
         if let (Some(identity), Some(_)) = (&identity, self.epoch) {
-            match &self.stamped {
+            let stamped = self.stamped.as_deref().map(split_stamp);
+            match stamped {
                 // An epoch without an identity adopts the node's, unless the node evicted keys
                 // (the identity itself may have been evicted); an empty one (a native trust)
                 // adopts it always.
-                None if self.evicted == 0 => self.stamped = Some(identity.clone()),
-                None => self.epoch = None,
-                Some(empty) if empty.is_empty() => self.stamped = Some(identity.clone()),
+                None if self.evicted == 0 => {
+                    self.stamped = Some(identity.clone());
+                    cause = SitOutCause::Unrecorded;
+                }
+                Some(([], _)) => {
+                    self.stamped = Some(identity.clone());
+                    cause = SitOutCause::Unrecorded;
+                }
                 // Stamped by another life of the node: its memory begins now.
-                Some(stamped) if stamped != identity => self.epoch = None,
-                Some(_) => {}
+                None => {
+                    cause = SitOutCause::of_change(None, identity);
+                    self.epoch = None;
+                }
+                Some((was, _)) if was != identity.as_slice() => {
+                    cause = SitOutCause::of_change(Some(was), identity);
+                    self.epoch = None;
+                }
+                Some((_, recorded)) => cause = recorded.unwrap_or(SitOutCause::Unrecorded),
             }
+        } else if self.epoch.is_some() {
+            cause = SitOutCause::Unrecorded;
         }
         if self.epoch.is_none() {
             // A claim is no number to the script: it stamps the key with its time.
             self.claimed = None;
             self.epoch = Some(Epoch::Began(now_ms));
-            self.stamped = identity;
+            self.stamped = identity.map(|identity| stamp_with_cause(&identity, cause));
         }
         let epoch = self.epoch.unwrap_or(Epoch::Began(now_ms));
         epoch
             .refuses_for_ms(now_ms, max_ttl_ms)
-            .map(|left| -i64::try_from(left).unwrap_or(i64::MAX))
+            .map(|for_ms| Reply::Ineligible { for_ms, cause })
     }
 
     /// Marks the node trusted, as [`TRUST_SCRIPT`](crate::TRUST_SCRIPT) does.
@@ -262,8 +284,8 @@ impl FakeNode {
 
     /// [`identity_value`](Self::identity_value) as stamped in `database`.
     fn identity_in(&self, database: u32) -> Vec<u8> {
-        let hex = format!("{:040x}", self.identity);
-        format!("{hex}:{hex}:{database}:{}", self.evicted).into_bytes()
+        let (run, repl) = (self.run, self.identity);
+        format!("{run:040x}:{repl:040x}:{database}:{}", self.evicted).into_bytes()
     }
 
     /// What `INFO server replication stats memory` answers: the node's `run_id`,
@@ -273,7 +295,7 @@ impl FakeNode {
         if !self.identity_check {
             return b"# Server\r\n# Replication\r\nrole:master\r\n".to_vec();
         }
-        let hex = format!("{:040x}", self.identity);
+        let (run, repl) = (self.run, self.identity);
         let policy = if self.evicts {
             "volatile-lru"
         } else {
@@ -281,7 +303,7 @@ impl FakeNode {
         };
         let stats = String::from_utf8(self.stats_value()).unwrap_or_default();
         format!(
-            "# Server\r\nrun_id:{hex}\r\n# Replication\r\nmaster_replid:{hex}\r\n{stats}\
+            "# Server\r\nrun_id:{run:040x}\r\n# Replication\r\nmaster_replid:{repl:040x}\r\n{stats}\
              # Memory\r\nmaxmemory_policy:{policy}\r\n"
         )
         .into_bytes()
@@ -402,7 +424,7 @@ impl FakeNode {
                 // The lock keys, then the epoch and its identity.
                 let locks = keys.get(..keys.len().checked_sub(2)?)?;
                 match self.young(now, number(1)?) {
-                    Some(young) => Reply::Int(young),
+                    Some(young) => young,
                     None => self.acquire(now, locks, token, number(0)?),
                 }
             }
@@ -411,7 +433,7 @@ impl FakeNode {
                 let (locks, fences) = (keys.get(..n)?, keys.get(n + 2..)?);
                 let max_ttl = number(1)?;
                 if let Some(young) = (max_ttl > 0).then(|| self.young(now, max_ttl)).flatten() {
-                    return Some(Reply::Int(young));
+                    return Some(young);
                 }
                 match self.acquire(now, locks, token, number(0)?) {
                     Reply::Int(1) => {

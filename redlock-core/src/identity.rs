@@ -16,13 +16,14 @@
 //! run, an evicting `maxmemory-policy`) seals each vouched acquisition instead: the `SET` goes
 //! out in a `MULTI` with a `GET` of the stamp and, on an evicting node, `INFO stats`
 //! ([`SealRead`]), and counts only if the stamp names this database and, where read, the
-//! eviction count has not moved ([`seal_holds`]).
+//! eviction count has not moved ([`seal_breach`]).
 //!
 //! What it never does: it never reads a socket, and never takes an identity it cannot parse
 //! as one (`None`: the node votes under its epoch alone, as where `INFO` is denied).
 
 use crate::command::{EPOCH_ID_KEY, EPOCH_KEY};
 use crate::epoch::EPOCH_CLAIM;
+use crate::sit_out::{SitOutCause, split_stamp};
 
 /// A node's memory identity as its `INFO server replication stats` (`info`) tells it, in
 /// `database`: `run_id:master_replid:database:evicted_keys`, as the checked scripts stamp it;
@@ -161,10 +162,14 @@ impl Seal {
 
 /// Whether a sealed acquisition ran in the memory its connection proved: the epoch is the one
 /// proven (the same number; a claim no younger), the stamp names `database`, and where the
-/// node's eviction count was read, it is the count the stamp holds. Anything unreadable does
-/// not hold.
-pub(crate) fn seal_holds(seal: Seal, replies: SealReplies<'_>, database: u32) -> bool {
-    let epoch = match seal.epoch {
+/// node's eviction count was read, it is the count the stamp holds. `None` when it did;
+/// otherwise what differs (anything unreadable, or another epoch: [`SitOutCause::Changed`]).
+pub(crate) fn seal_breach(
+    seal: Seal,
+    replies: SealReplies<'_>,
+    database: u32,
+) -> Option<SitOutCause> {
+    let epoch_held = match seal.epoch {
         SealEpoch::Number(n) => replies.epoch.and_then(number) == Some(n),
         SealEpoch::Claim { pttl } => {
             replies.epoch == Some(EPOCH_CLAIM)
@@ -174,22 +179,28 @@ pub(crate) fn seal_holds(seal: Seal, replies: SealReplies<'_>, database: u32) ->
         }
         SealEpoch::Unknown => false,
     };
-    let Some(stamped) = replies.stamped.filter(|_| epoch) else {
-        return false;
+    let Some((stamped, _)) = replies.stamped.map(split_stamp) else {
+        return Some(SitOutCause::Changed);
     };
     let mut parts = stamped.rsplitn(3, |&b| b == b':');
     let (Some(evicted), Some(db), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
-        return false;
+        return Some(SitOutCause::Changed);
     };
     // As the scripts write it (no sign, no leading zero), compared without an allocation.
+    // Checked first: a database swapped in also brings another epoch, and this names why.
     let canonical = db.len() == 1 || db.first() != Some(&b'0');
     let number = std::str::from_utf8(db)
         .ok()
         .and_then(|db| db.parse::<u32>().ok());
     if !canonical || db.first() == Some(&b'+') || number != Some(database) {
-        return false;
+        return Some(SitOutCause::SwappedDatabase);
     }
-    !seal.evictions || replies.evictions.and_then(evicted_keys) == Some(evicted)
+    if !epoch_held {
+        return Some(SitOutCause::Changed);
+    }
+    let evictions_held =
+        !seal.evictions || replies.evictions.and_then(evicted_keys) == Some(evicted);
+    (!evictions_held).then_some(SitOutCause::Eviction)
 }
 
 #[cfg(test)]
@@ -247,24 +258,32 @@ mod tests {
 
     #[test]
     fn a_seal_holds_only_in_the_database_epoch_and_eviction_count_it_proved() {
+        use SitOutCause::{Changed, Eviction, SwappedDatabase};
         let stamped = format!("{}:{}:2:5", "a".repeat(40), "b".repeat(40)).into_bytes();
         let plain = Seal {
             evictions: false,
             epoch: SealEpoch::Number(1_700),
         };
-        assert!(seal_holds(plain, read(b"1700", &stamped), 2));
+        assert_eq!(seal_breach(plain, read(b"1700", &stamped), 2), None);
+        // A stamp with the cause of the sit-out that made it reads as its identity.
+        let with_cause = [&stamped[..], b" restart"].concat();
+        assert_eq!(seal_breach(plain, read(b"1700", &with_cause), 2), None);
         // A database swapped in from elsewhere, or none at all.
-        assert!(!seal_holds(plain, read(b"1700", &stamped), 0));
-        assert!(!seal_holds(plain, SealReplies::default(), 2));
-        assert!(!seal_holds(plain, read(b"1700", b"x:y"), 2));
-        assert!(!seal_holds(plain, read(b"1700", b""), 2));
+        let breach = |replies, database| seal_breach(plain, replies, database);
+        assert_eq!(breach(read(b"1700", &stamped), 0), Some(SwappedDatabase));
+        assert_eq!(breach(read(b"1700", &with_cause), 0), Some(SwappedDatabase));
+        assert_eq!(breach(SealReplies::default(), 2), Some(Changed));
+        assert_eq!(breach(read(b"1700", b"x:y"), 2), Some(Changed));
+        assert_eq!(breach(read(b"1700", b""), 2), Some(Changed));
         let padded = format!("{}:{}:02:5", "a".repeat(40), "b".repeat(40)).into_bytes();
         let signed = format!("{}:{}:+2:5", "a".repeat(40), "b".repeat(40)).into_bytes();
-        assert!(!seal_holds(plain, read(b"1700", &padded), 2));
-        assert!(!seal_holds(plain, read(b"1700", &signed), 2));
+        assert_eq!(breach(read(b"1700", &padded), 2), Some(SwappedDatabase));
+        assert_eq!(breach(read(b"1700", &signed), 2), Some(SwappedDatabase));
         // A new epoch since the proof (stamped again by another client: the same identity).
-        assert!(!seal_holds(plain, read(b"1800", &stamped), 2));
-        assert!(!seal_holds(plain, read(b"0", &stamped), 2));
+        assert_eq!(breach(read(b"1800", &stamped), 2), Some(Changed));
+        // Another epoch in a database swapped in: named by its stamp.
+        assert_eq!(breach(read(b"1800", &stamped), 0), Some(SwappedDatabase));
+        assert_eq!(breach(read(b"0", &stamped), 2), Some(Changed));
         // An eviction since the stamp, a reset count, an unreadable one.
         let evicting = Seal {
             evictions: true,
@@ -279,13 +298,13 @@ mod tests {
                 evictions,
                 ..read(b"1700", &stamped)
             };
-            seal_holds(evicting, replies, 2)
+            seal_breach(evicting, replies, 2)
         };
-        assert!(with(Some(&counts[0])));
-        assert!(!with(Some(&counts[1])));
-        assert!(!with(Some(&counts[2])));
-        assert!(!with(Some(b"NOPERM")));
-        assert!(!with(None));
+        assert_eq!(with(Some(&counts[0])), None);
+        assert_eq!(with(Some(&counts[1])), Some(Eviction));
+        assert_eq!(with(Some(&counts[2])), Some(Eviction));
+        assert_eq!(with(Some(b"NOPERM")), Some(Eviction));
+        assert_eq!(with(None), Some(Eviction));
         // A claim proven at PTTL p holds while its PTTL only falls; made again, it is above p.
         let claim = Seal {
             evictions: false,
@@ -296,16 +315,16 @@ mod tests {
                 claim_ttl: Some(pttl),
                 ..read(b"claimed", &stamped)
             };
-            seal_holds(claim, replies, 2)
+            seal_breach(claim, replies, 2)
         };
-        assert!(ttl(900));
-        assert!(!ttl(1_001));
-        assert!(!ttl(-2));
+        assert_eq!(ttl(900), None);
+        assert_eq!(ttl(1_001), Some(Changed));
+        assert_eq!(ttl(-2), Some(Changed));
         let unknown = Seal {
             evictions: false,
             epoch: SealEpoch::of(Some(b"x"), None),
         };
-        assert!(!seal_holds(unknown, read(b"x", &stamped), 2));
+        assert_eq!(seal_breach(unknown, read(b"x", &stamped), 2), Some(Changed));
     }
 
     #[test]

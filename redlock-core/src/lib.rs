@@ -210,6 +210,7 @@ mod request;
 pub mod resp;
 mod retry;
 mod round;
+mod sit_out;
 mod spec;
 #[cfg(feature = "proptest")]
 pub mod strategies;
@@ -263,6 +264,7 @@ pub use retry::{
     RetryPolicy,
 };
 pub use round::{NodeRelease, Vote};
+pub use sit_out::{SitOutCause, split_stamp};
 pub use spec::{LockSpec, MAX_KEY_LEN, MAX_RESOURCES};
 pub use token::{MAX_TOKEN_LEN, TOKEN_ENTROPY_BYTES, Token};
 #[cfg(any(test, feature = "testing"))]

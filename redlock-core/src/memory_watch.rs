@@ -57,6 +57,7 @@ use std::time::{Duration, Instant};
 use crate::command::EPOCH_KEY;
 use crate::identity::Seal;
 use crate::reply::Reply;
+use crate::sit_out::SitOutCause;
 
 /// One connection's knowledge of its node's memory: restart-aware voting for the price of a
 /// plain `SET`, as the crate docs' *Restart-aware voting* section describes.
@@ -92,10 +93,13 @@ struct Proven {
     seal: Option<Seal>,
 }
 
-/// The engine's reply for a node that may not vote for `ms` more: minus that many ms, as the
-/// checked script answers for a young memory (at least 1).
-pub(crate) fn refusal(ms: u64) -> Reply {
-    Reply::Int(-i64::try_from(ms.max(1)).unwrap_or(i64::MAX))
+/// The engine's reply for a node that may not vote for `ms` more, for `cause`, as the checked
+/// script answers for a young memory (at least 1 ms).
+pub(crate) fn refusal(ms: u64, cause: SitOutCause) -> Reply {
+    Reply::Ineligible {
+        for_ms: ms.max(1),
+        cause,
+    }
 }
 
 /// How long a proof counts: this share of the TTL it proved. A node demoted to a replica and
@@ -260,38 +264,38 @@ impl MemoryWatch {
         match reply {
             Reply::Error(_) => reply,
             _ if self.seen == seen && !self.closed => reply,
-            _ => refusal(max_ttl_ms),
+            _ => refusal(max_ttl_ms, SitOutCause::Changed),
         }
     }
 
     /// A [`MemoryCheck::Prove`] acquisition on a node that runs no script went out without the
     /// check, after the reads of the epoch (`epoch`: what it says, `None` when missing or
-    /// unreadable) and of the node's `TIME` (`node_ms`) in the same pipeline, when the watch had
-    /// seen `seen`, at `at`. Returns the engine's reply — the node's own only if its memory is old
-    /// enough for `max_ttl_ms` and nothing was pushed since; the connection then vouches for
-    /// that TTL, sealing each vouched acquisition with `seal`.
+    /// unreadable, the node's memory beginning now for `cause`) and of the node's `TIME`
+    /// (`node_ms`) in the same pipeline, when the watch had seen `seen`, at `at`. Returns the
+    /// engine's reply — the node's own only if its memory is old enough for `max_ttl_ms` and
+    /// nothing was pushed since; the connection then vouches for that TTL, sealing each
+    /// vouched acquisition with `seal`. A refusal names `cause`.
     pub(crate) fn handle_native_proof(
         &mut self,
         (seen, at, seal): (u64, Instant, Option<Seal>),
-        epoch: Option<crate::Epoch>,
+        (epoch, cause): (Option<crate::Epoch>, SitOutCause),
         node_ms: u64,
         reply: Reply,
         max_ttl_ms: u64,
     ) -> Reply {
-        let refuse = refusal;
         if let Reply::Error(_) = reply {
             return reply;
         }
         let Some(epoch) = epoch else {
-            return refuse(max_ttl_ms);
+            return refusal(max_ttl_ms, cause);
         };
         match epoch.refuses_for_ms(node_ms, max_ttl_ms) {
-            Some(left) => refuse(left),
+            Some(left) => refusal(left, cause),
             None if seen == self.seen && !self.closed => {
                 self.prove(seen, max_ttl_ms, at, seal);
                 reply
             }
-            None => refuse(max_ttl_ms),
+            None => refusal(max_ttl_ms, SitOutCause::Changed),
         }
     }
 
@@ -350,6 +354,11 @@ mod tests {
 
     const MAX: u64 = 60_000;
 
+    /// A refusal for `ms`, for `cause`.
+    fn refused(ms: u64, cause: SitOutCause) -> Reply {
+        Reply::Ineligible { for_ms: ms, cause }
+    }
+
     /// The driver's clock when the tests' requests go out.
     fn now() -> Instant {
         crate::testing::epoch()
@@ -393,6 +402,8 @@ mod tests {
         let mut young = MemoryWatch::new();
         young.handle_proof((0, now(), None), Reply::Int(-5_000), MAX);
         assert_eq!(young.check(MAX, now()), MemoryCheck::Prove { seen: 0 });
+        young.handle_proof((0, now(), None), refused(5_000, SitOutCause::Restart), MAX);
+        assert_eq!(young.check(MAX, now()), MemoryCheck::Prove { seen: 0 });
         let mut pushed = MemoryWatch::new();
         pushed.handle_invalidation(true, []);
         pushed.handle_proof((0, now(), None), Reply::Int(1), MAX);
@@ -409,7 +420,7 @@ mod tests {
             watch.handle_invalidation(everything, [EPOCH_KEY]);
             assert_eq!(
                 watch.vouched_reply(seen, Reply::Ok, MAX),
-                Reply::Int(-60_000)
+                refused(60_000, SitOutCause::Changed)
             );
             assert_eq!(watch.check(MAX, now()), MemoryCheck::Prove { seen: 1 });
         }
@@ -436,7 +447,10 @@ mod tests {
     fn a_closed_connection_vouches_for_nothing_again() {
         let mut watch = proven();
         watch.handle_closed();
-        assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Int(-60_000));
+        assert_eq!(
+            watch.vouched_reply(0, Reply::Ok, MAX),
+            refused(60_000, SitOutCause::Changed)
+        );
         let MemoryCheck::Prove { seen } = watch.check(MAX, now()) else {
             panic!("prove again");
         };
@@ -473,8 +487,13 @@ mod tests {
         use crate::Epoch;
         let mut watch = MemoryWatch::new();
         // Trusted, or old enough: the node's own reply counts, and the proof holds.
-        let answer =
-            watch.handle_native_proof((0, now(), None), Some(Epoch::Trusted), 5, Reply::Ok, MAX);
+        let answer = watch.handle_native_proof(
+            (0, now(), None),
+            (Some(Epoch::Trusted), SitOutCause::Unrecorded),
+            5,
+            Reply::Ok,
+            MAX,
+        );
         assert_eq!(answer, Reply::Ok);
         assert_eq!(
             watch.check(MAX, now()),
@@ -485,27 +504,34 @@ mod tests {
         );
         let mut old = MemoryWatch::new();
         let began = Some(Epoch::Began(1_000));
+        let cause = SitOutCause::Restart;
         assert_eq!(
-            old.handle_native_proof((0, now(), None), began, 61_000, Reply::Nil, MAX),
+            old.handle_native_proof((0, now(), None), (began, cause), 61_000, Reply::Nil, MAX),
             Reply::Nil
         );
         // Young: refused for what is left, nothing proven.
         let mut young = MemoryWatch::new();
-        let answer = young.handle_native_proof((0, now(), None), began, 31_000, Reply::Ok, MAX);
-        assert_eq!(answer, Reply::Int(-30_000));
+        let answer =
+            young.handle_native_proof((0, now(), None), (began, cause), 31_000, Reply::Ok, MAX);
+        assert_eq!(
+            answer,
+            refused(30_000, cause),
+            "named as the stamp recorded it"
+        );
         assert_eq!(young.check(MAX, now()), MemoryCheck::Prove { seen: 0 });
         // Missing: refused for the longest TTL.
         let mut fresh = MemoryWatch::new();
-        let answer = fresh.handle_native_proof((0, now(), None), None, 7_000, Reply::Ok, MAX);
-        assert_eq!(answer, Reply::Int(-60_000));
+        let missing = (None, SitOutCause::NoEpoch);
+        let answer = fresh.handle_native_proof((0, now(), None), missing, 7_000, Reply::Ok, MAX);
+        assert_eq!(answer, refused(60_000, SitOutCause::NoEpoch));
         // A push before the reply: nothing counts.
         fresh.handle_invalidation(true, []);
-        let trusted = Some(Epoch::Trusted);
+        let trusted = (Some(Epoch::Trusted), SitOutCause::Unrecorded);
         let answer = fresh.handle_native_proof((0, now(), None), trusted, u64::MAX, Reply::Ok, MAX);
-        assert_eq!(answer, Reply::Int(-60_000));
+        assert_eq!(answer, refused(60_000, SitOutCause::Changed));
         let failed = Reply::Error(crate::NodeErrorKind::Timeout);
         assert_eq!(
-            fresh.handle_native_proof((1, now(), None), None, 0, failed, MAX),
+            fresh.handle_native_proof((1, now(), None), missing, 0, failed, MAX),
             failed
         );
     }

@@ -11,10 +11,11 @@ use smallvec::SmallVec;
 use crate::command::{Command, EPOCH_ID_KEY, EPOCH_KEY, Op, RedisForm};
 use crate::dialect::Dialect;
 use crate::epoch::{EPOCH_CLAIM, Epoch};
-use crate::identity::{Seal, SealEpoch, SealRead, SealReplies, evicts, node_identity, seal_holds};
+use crate::identity::{Seal, SealEpoch, SealRead, SealReplies, evicts, node_identity, seal_breach};
 use crate::memory_watch::{MemoryCheck, MemoryWatch, refusal};
 use crate::output::Transmit;
 use crate::reply::{NodeErrorKind, Reply};
+use crate::sit_out::{SitOutCause, split_stamp, stamp_with_cause};
 
 /// A command sent ahead of a batch's requests to prove the node's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +63,8 @@ pub enum Stamp {
     /// `SET` of [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY) to the identity the proof read: after a
     /// restamp or a claim, or (`NX`) for an epoch that has none yet, which adopts it.
     Identity {
-        /// `run_id:master_replid:database:evicted_keys`, as [`node_identity`] reads it.
+        /// `run_id:master_replid:database:evicted_keys`, as [`node_identity`] reads it; for a
+        /// new epoch followed by a space and why the node sits out ([`SitOutCause::word`]).
         identity: Vec<u8>,
         /// Only where the key is missing (`NX`).
         if_missing: bool,
@@ -175,6 +177,9 @@ struct NativeReads {
     now: u64,
     /// Whether the node's identity differs from the one the epoch was stamped with.
     changed: bool,
+    /// Why the node would sit out: its epoch missing, what changed in its identity, or the
+    /// cause its stamp recorded.
+    cause: SitOutCause,
 }
 
 impl Proof {
@@ -199,18 +204,29 @@ impl Proof {
         let value = self.epoch.clone()?;
         let pttl = self.pttl?;
         let now = self.time?.ok_or(NodeErrorKind::Protocol)?;
-        let stamped = self.stamped.clone()?;
+        let stamped = self.stamped.as_ref().map_err(|failed| *failed)?;
         let epoch = value.and_then(|value| Epoch::read(&value, pttl, now));
-        let changed = match (&self.identity, stamped) {
-            (Some(identity), Some(stamped)) => !stamped.is_empty() && stamped != *identity,
-            // No stamp on a node that evicted keys: the stamp itself may have been evicted.
-            (Some(identity), None) => !identity.ends_with(b":0"),
-            (None, _) => false,
+        let (was, recorded) = match stamped.as_deref().map(split_stamp) {
+            Some((was, recorded)) => (Some(was), recorded),
+            None => (None, None),
+        };
+        let changed = epoch.is_some()
+            && match (&self.identity, was) {
+                (Some(identity), Some(was)) => !was.is_empty() && was != identity.as_slice(),
+                // No stamp on a node that evicted keys: the stamp itself may have been evicted.
+                (Some(identity), None) => !identity.ends_with(b":0"),
+                (None, _) => false,
+            };
+        let cause = match &self.identity {
+            _ if epoch.is_none() => SitOutCause::NoEpoch,
+            Some(identity) if changed => SitOutCause::of_change(was, identity),
+            _ => recorded.unwrap_or(SitOutCause::Unrecorded),
         };
         Ok(NativeReads {
             epoch,
             now,
-            changed: changed && epoch.is_some(),
+            changed,
+            cause,
         })
     }
 }
@@ -246,8 +262,9 @@ pub struct NodeBatch {
     checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]>,
     /// The reads ahead of the batch, when an acquisition proves.
     proof: Option<Proof>,
-    /// Per request: whether its seal held (read by [`NodeBatch::handle_seal`]).
-    seal_held: SmallVec<[bool; 1]>,
+    /// Per request: what its seal found changed (`None`: it held), as
+    /// [`NodeBatch::handle_seal`] read it; not read counts as changed.
+    seal_breach: SmallVec<[Option<SitOutCause>; 1]>,
     /// Whether the batch writes the epoch itself (a trust): the proof ends with it.
     trusts: bool,
     /// When the batch went out, on the driver's clock: a proof counts from then.
@@ -286,7 +303,7 @@ impl NodeBatch {
                 Some((check, max_ttl))
             })
             .collect();
-        let seal_held = checks.iter().map(|_| false).collect();
+        let seal_breach = checks.iter().map(|_| Some(SitOutCause::Changed)).collect();
         let proves = checks
             .iter()
             .any(|check| matches!(check, Some((MemoryCheck::Prove { .. }, _))));
@@ -316,7 +333,7 @@ impl NodeBatch {
             dialect: *dialect,
             checks,
             proof,
-            seal_held,
+            seal_breach,
             trusts,
             sent_at: now,
         }
@@ -402,9 +419,9 @@ impl NodeBatch {
             },
             _,
         ))) = self.checks.get(index)
-            && let Some(held) = self.seal_held.get_mut(index)
+            && let Some(breach) = self.seal_breach.get_mut(index)
         {
-            *held = seal_holds(*seal, replies, self.dialect.database);
+            *breach = seal_breach(*seal, replies, self.dialect.database);
         }
     }
 
@@ -483,8 +500,12 @@ impl NodeBatch {
         let (Some(identity), Ok(reads)) = (&proof.identity, proof.native_reads()) else {
             return stamps;
         };
-        let stamp = |if_missing| Stamp::Identity {
-            identity: identity.clone(),
+        // A new epoch's stamp records why the node sits out; an adopted one records nothing.
+        let stamp = |if_missing, cause: Option<SitOutCause>| Stamp::Identity {
+            identity: match cause {
+                Some(cause) => stamp_with_cause(identity, cause),
+                None => identity.clone(),
+            },
             if_missing,
         };
         if reads.changed {
@@ -492,13 +513,13 @@ impl NodeBatch {
             stamps.push(Stamp::Restamp {
                 read: read.filter(|_| self.dialect.set_if_eq),
             });
-            stamps.push(stamp(false));
+            stamps.push(stamp(false, Some(reads.cause)));
         } else if proof.claimed {
-            stamps.push(stamp(false));
+            stamps.push(stamp(false, Some(SitOutCause::NoEpoch)));
         } else if reads.epoch.is_some() {
             match proof.stamped.as_ref().ok().and_then(Option::as_deref) {
-                None => stamps.push(stamp(true)),
-                Some([]) => stamps.push(stamp(false)),
+                None => stamps.push(stamp(true, None)),
+                Some([]) => stamps.push(stamp(false, None)),
                 Some(_) => {}
             }
         }
@@ -522,15 +543,20 @@ impl NodeBatch {
             };
             *answer = match (*check, &self.proof) {
                 (MemoryCheck::Vouched { seen, seal }, _) => {
-                    let held = seal.is_none() || self.seal_held.get(index) == Some(&true);
-                    match *answer {
-                        Reply::Error(_) => *answer,
-                        _ if held => watch.vouched_reply(seen, *answer, *max_ttl),
+                    // Unsealed: nothing to breach; sealed: what its reads found (not read:
+                    // changed).
+                    let breach = seal.and_then(|_| {
+                        let read = self.seal_breach.get(index).copied();
+                        read.unwrap_or(Some(SitOutCause::Changed))
+                    });
+                    match (*answer, breach) {
+                        (Reply::Error(_), _) => *answer,
+                        (_, None) => watch.vouched_reply(seen, *answer, *max_ttl),
                         // Another database, or an eviction: the node's memory is not the one
                         // proven (its key, if it set one, is released as any failed lock's).
-                        _ => {
+                        (_, Some(cause)) => {
                             watch.handle_broken_seal();
-                            refusal(*max_ttl)
+                            refusal(*max_ttl, cause)
                         }
                     }
                 }
@@ -546,7 +572,8 @@ impl NodeBatch {
                         // Another life of the node stamped the epoch: its memory begins now.
                         let epoch = reads.epoch.filter(|_| !reads.changed);
                         let sent = (seen, self.sent_at, seal);
-                        watch.handle_native_proof(sent, epoch, reads.now, *answer, *max_ttl)
+                        let read = (epoch, reads.cause);
+                        watch.handle_native_proof(sent, read, reads.now, *answer, *max_ttl)
                     }
                     // The proof's own reads failed: the node's vote cannot count.
                     Err(failed) => Reply::Error(failed),
@@ -566,6 +593,11 @@ mod tests {
     use crate::request::LockRequest;
 
     const MAX: u64 = 60_000;
+
+    /// A refusal for `ms`, for `cause`.
+    fn refused(ms: u64, cause: SitOutCause) -> Reply {
+        Reply::Ineligible { for_ms: ms, cause }
+    }
 
     /// The driver's clock when the tests' batches go out.
     fn now() -> std::time::Instant {
@@ -694,7 +726,7 @@ mod tests {
         watch.handle_invalidation(false, [EPOCH_KEY]);
         let mut answer = [Reply::Ok];
         vouched.finish(Some(&mut watch), &mut answer);
-        assert_eq!(answer, [Reply::Int(-60_000)]);
+        assert_eq!(answer, [refused(60_000, SitOutCause::Changed)]);
         let again = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch), now());
         assert!(!again.reads().is_empty(), "proves again");
     }
@@ -792,7 +824,7 @@ mod tests {
             (31, 0),
             &mut answer,
         );
-        assert_eq!(answer, [Reply::Int(-30_000)]);
+        assert_eq!(answer, [refused(30_000, SitOutCause::Unrecorded)]);
         // Missing, or no number: refused for the longest TTL (the claim in the same pipeline
         // stamps it by the node's clock).
         for epoch in [None, Some(&b"x"[..])] {
@@ -806,12 +838,13 @@ mod tests {
                 (7, 500),
                 &mut answer,
             );
-            assert_eq!(answer, [Reply::Int(-60_000)], "{epoch:?}");
+            assert_eq!(answer, [refused(60_000, SitOutCause::NoEpoch)], "{epoch:?}");
             assert!(!fresh.vouches_for(MAX, now()));
         }
         // A claim 45 s old by its TTL: refused for 15 s more; 61 s old: the node votes.
         let claim_ttl = i64::try_from(crate::EPOCH_CLAIM_TTL_MS).expect("fits");
-        for (age_ms, expected) in [(45_000, Reply::Int(-15_000)), (61_000, Reply::Ok)] {
+        let young = refused(15_000, SitOutCause::Unrecorded);
+        for (age_ms, expected) in [(45_000, young), (61_000, Reply::Ok)] {
             let mut watch = MemoryWatch::new();
             let mut answer = [Reply::Ok];
             let claim = (Some(EPOCH_CLAIM), claim_ttl - age_ms);
@@ -920,12 +953,20 @@ mod tests {
         // Another life of the node stamped the epoch: refused for the longest TTL, and the
         // epoch is restamped (only if it still holds what was read), then the identity.
         let (answer, stamps, vouches) = native_proof(old, Some(&b), Some(&info('a')), false);
-        assert_eq!(answer, Reply::Int(-60_000));
+        assert_eq!(answer, refused(60_000, SitOutCause::Restart));
         assert!(!vouches);
         let restamp = Stamp::Restamp {
             read: Some(b"1000".to_vec()),
         };
-        assert_eq!(stamps.as_slice(), [restamp.clone(), stamp(&a, false)]);
+        let new_epoch = |cause| stamp(&stamp_with_cause(&a, cause), false);
+        assert_eq!(
+            stamps.as_slice(),
+            [restamp.clone(), new_epoch(SitOutCause::Restart)]
+        );
+        // A stamp that recorded its cause reads as its identity: the same node votes.
+        let recorded = stamp_with_cause(&a, SitOutCause::Eviction);
+        let same = native_proof(old, Some(&recorded), Some(&info('a')), false);
+        assert_eq!(same, (Reply::Ok, SmallVec::new(), true));
         assert_eq!(
             restamp.args().as_slice(),
             [
@@ -954,17 +995,20 @@ mod tests {
             .expect("utf-8")
             .replace("evicted_keys:0", "evicted_keys:3");
         let (answer, stamps, vouches) = native_proof(old, None, Some(evicted.as_bytes()), false);
-        assert_eq!((answer, vouches), (Reply::Int(-60_000), false));
+        assert_eq!(
+            (answer, vouches),
+            (refused(60_000, SitOutCause::Eviction), false)
+        );
         let restamped = identity('a')
             .strip_suffix(b":0")
             .expect("no evictions")
             .to_vec();
-        let restamped = [restamped, b":3".to_vec()].concat();
+        let restamped = [restamped, b":3 eviction".to_vec()].concat();
         assert_eq!(stamps.last(), Some(&stamp(&restamped, false)));
         // The proof's own claim wrote a missing epoch: it is stamped with the identity read.
         let claimed = native_proof(None, Some(&b), Some(&info('a')), true);
-        assert_eq!(claimed.0, Reply::Int(-60_000));
-        assert_eq!(claimed.1.as_slice(), [stamp(&a, false)]);
+        assert_eq!(claimed.0, refused(60_000, SitOutCause::NoEpoch));
+        assert_eq!(claimed.1.as_slice(), [new_epoch(SitOutCause::NoEpoch)]);
         // INFO denied or unreadable: the epoch alone decides, nothing is written.
         let unknown = native_proof(old, Some(&b), Some(b"NOPERM"), false);
         assert_eq!(unknown, (Reply::Ok, SmallVec::new(), true));
@@ -1022,12 +1066,23 @@ mod tests {
     #[test]
     fn a_swapped_database_or_a_lone_eviction_breaks_the_seal() {
         type Loss = fn(&mut crate::fake::FakeNode);
-        let losses: [(&str, bool, Loss); 2] = [
-            ("swapdb", false, crate::fake::FakeNode::swap_database),
-            ("eviction", true, crate::fake::FakeNode::evict_lock_keys),
+        let losses: [(&str, bool, Loss, SitOutCause); 2] = [
+            (
+                "swapdb",
+                false,
+                crate::fake::FakeNode::swap_database,
+                SitOutCause::SwappedDatabase,
+            ),
+            (
+                "eviction",
+                true,
+                crate::fake::FakeNode::evict_lock_keys,
+                SitOutCause::Eviction,
+            ),
         ];
-        let refusal = Reply::Int(-i64::try_from(MAX).expect("fits"));
-        for (loss_name, evicting, loss) in losses {
+        for (loss_name, evicting, loss, cause) in losses {
+            // Named by the seal, and by the checked script that restamps the epoch after it.
+            let refusal = refused(MAX, cause);
             for fault in [None, Some(crate::WatchFault::Unsealed)] {
                 let name = format!("{loss_name}, {fault:?}");
                 let mut node = crate::fake::FakeNode::new();
@@ -1086,7 +1141,7 @@ mod tests {
     #[test]
     fn a_missing_stamp_after_evictions_sits_out_and_an_empty_one_is_adopted() {
         let (first, _) = commands("first");
-        let refusal = Reply::Int(-i64::try_from(MAX).expect("fits"));
+        let refusal = refused(MAX, SitOutCause::Eviction);
         let mut evicted = crate::fake::FakeNode::new();
         evicted.evict_lock_keys();
         assert_eq!(evicted.stamped_value(), None);
@@ -1133,7 +1188,7 @@ mod tests {
         // A seal whose reads never came back counts as broken: a refusal, never a vote.
         let mut answer = [Reply::Ok];
         swaps.finish(Some(&mut watch), &mut answer);
-        assert_eq!(answer, [Reply::Int(-60_000)]);
+        assert_eq!(answer, [refused(60_000, SitOutCause::Changed)]);
     }
 
     /// Scenario 7 of issue 21: a node demoted and promoted again under an open, proven
@@ -1143,19 +1198,19 @@ mod tests {
     #[test]
     fn a_proof_expires_so_a_repromoted_node_is_checked_again() {
         let half = Duration::from_millis(MAX / 2);
-        for (fault, refused) in [(None, true), (Some(crate::WatchFault::Ageless), false)] {
+        for (fault, sits_out) in [(None, true), (Some(crate::WatchFault::Ageless), false)] {
             let mut node = crate::fake::FakeNode::new();
             let mut watch = MemoryWatch::with_fault(fault);
             let (first, _) = commands("first");
             assert_eq!(on_node(&mut node, &mut watch, &first, now()), Reply::Int(1));
             assert!(watch.vouches_for(MAX, now()), "proven");
             // Demoted, then promoted again: keys another master granted meanwhile are not here.
-            node.restart_from_snapshot();
+            node.promote(2);
             let (again, _) = commands("again");
             let answer = on_node(&mut node, &mut watch, &again, now() + half);
             assert_eq!(
-                answer == Reply::Int(-i64::try_from(MAX).expect("fits")),
-                refused,
+                answer == refused(MAX, SitOutCause::Replication),
+                sits_out,
                 "{fault:?}: {answer:?}"
             );
         }

@@ -9,8 +9,18 @@ pub enum Reply {
     Ok,
     /// A null (a `SET NX` that found the key taken).
     Nil,
-    /// An integer (every script answers with one).
+    /// An integer (every script answers with one, but a refusal to vote).
     Int(i64),
+    /// A refusal to vote (restart-aware voting): the node's memory is too young for `for_ms`
+    /// more, for `cause`. The checked scripts answer `{-ms, cause}`; a plain negative
+    /// [`Int`](Self::Int) to an acquisition reads as this with
+    /// [`SitOutCause::Unrecorded`](crate::SitOutCause::Unrecorded).
+    Ineligible {
+        /// How much longer the node refuses, in ms (at least 1).
+        for_ms: u64,
+        /// Why.
+        cause: crate::SitOutCause,
+    },
     /// The request failed on or on the way to this node.
     Error(NodeErrorKind),
     /// Any other shape (a bulk string, an array, another status). Never expected from a Redis

@@ -7,6 +7,7 @@
 
 use crate::command::{Arg, Command, RedisForm};
 use crate::reply::{NodeErrorKind, Reply};
+use crate::sit_out::SitOutCause;
 
 /// The longest status, error or integer line accepted (bytes, without CRLF).
 pub const MAX_LINE: usize = 64 * 1024;
@@ -126,17 +127,44 @@ fn parse_at(buf: &[u8], depth: usize) -> Result<Option<(Reply, usize)>, RespErro
             }
             let count = u64::try_from(count).map_err(|_| RespError::BadNumber)?;
             let mut used = after_line;
+            let mut first = None;
             for _ in 0..count {
                 match parse_at(&buf[used..], depth + 1)? {
-                    Some((_, n)) => used += n,
+                    Some((reply, n)) => {
+                        first.get_or_insert(reply);
+                        used += n;
+                    }
                     None => return Ok(None),
                 }
             }
-            return Ok(Some((Reply::Other, used)));
+            // A checked script's refusal: `{-ms, why}`.
+            let reply = match first {
+                Some(Reply::Int(ms)) if count == 2 && ms < 0 => Reply::Ineligible {
+                    for_ms: ms.unsigned_abs(),
+                    cause: SitOutCause::from_word(string_at(&buf[after_line..used]).unwrap_or(b"")),
+                },
+                _ => Reply::Other,
+            };
+            return Ok(Some((reply, used)));
         }
         other => return Err(RespError::UnknownType(other)),
     };
     Ok(Some((reply, after_line)))
+}
+
+/// The text of the second of two replies in `pair` (a checked script's `{-ms, why}`), when it
+/// is a bulk or simple string. `pair` was parsed whole already.
+fn string_at(pair: &[u8]) -> Option<&[u8]> {
+    let (_, first) = line(pair).ok()??;
+    let second = pair.get(first..)?;
+    let (head, body) = line(second.get(1..)?).ok()??;
+    match second.first()? {
+        b'+' => Some(head),
+        b'$' => second
+            .get(1 + body..)
+            .map(|rest| rest.strip_suffix(b"\r\n").unwrap_or(rest)),
+        _ => None,
+    }
 }
 
 /// The line at the front of `buf` and the offset just past its CRLF.
@@ -235,7 +263,11 @@ mod tests {
 
     #[test]
     fn parses_every_reply_shape_and_waits_for_more() {
-        let cases: [(&[u8], Reply); 7] = [
+        let refusal = |cause| Reply::Ineligible {
+            for_ms: 5_000,
+            cause,
+        };
+        let cases: [(&[u8], Reply); 11] = [
             (b"+OK\r\n", Reply::Ok),
             (b"+QUEUED\r\n", Reply::Other),
             (b"$-1\r\n", Reply::Nil),
@@ -246,6 +278,19 @@ mod tests {
                 Reply::Error(NodeErrorKind::WrongType),
             ),
             (b"*2\r\n$3\r\nabc\r\n*1\r\n:1\r\n", Reply::Other),
+            (
+                b"*2\r\n:-5000\r\n$7\r\nrestart\r\n",
+                refusal(SitOutCause::Restart),
+            ),
+            (
+                b"*2\r\n:-5000\r\n$0\r\n\r\n",
+                refusal(SitOutCause::Unrecorded),
+            ),
+            (
+                b"*2\r\n:-5000\r\n+eviction\r\n",
+                refusal(SitOutCause::Eviction),
+            ),
+            (b"*2\r\n:5000\r\n$7\r\nrestart\r\n", Reply::Other),
         ];
         for (bytes, want) in cases {
             assert_eq!(

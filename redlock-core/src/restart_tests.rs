@@ -10,6 +10,7 @@ use crate::quorum::FailureReason;
 use crate::request::LockRequest;
 use crate::retry::RetryPolicy;
 use crate::round::Vote;
+use crate::sit_out::SitOutCause;
 use crate::testing::{FakeNode, Net, epoch, rng};
 use crate::{ConfigError, EPOCH_ID_KEY, EPOCH_KEY, Op};
 
@@ -40,7 +41,11 @@ fn fresh_nodes_wait_out_the_longest_ttl_once_unless_trusted() {
     match try_lock(&mut net, &config, 1) {
         Some(LockEvent::NotAcquired(failure)) => {
             assert_eq!(failure.reason, FailureReason::Unavailable);
-            assert_eq!(failure.votes, [Vote::Ineligible { for_ms: 30_000 }; 5]);
+            let fresh = Vote::Ineligible {
+                for_ms: 30_000,
+                cause: SitOutCause::NoEpoch,
+            };
+            assert_eq!(failure.votes, [fresh; 5]);
         }
         other => panic!("{other:?}"),
     }
@@ -73,11 +78,11 @@ fn a_node_that_lost_its_memory_does_not_vote_for_the_longest_ttl_by_its_clock() 
     net.now += Duration::from_millis(5);
     match try_lock(&mut net, &config, 5) {
         Some(LockEvent::NotAcquired(failure)) => {
-            let ineligible = failure
-                .votes
-                .iter()
-                .filter(|v| matches!(v, Vote::Ineligible { for_ms } if *for_ms == 30_000))
-                .count();
+            let lost = Vote::Ineligible {
+                for_ms: 30_000,
+                cause: SitOutCause::NoEpoch,
+            };
+            let ineligible = failure.votes.iter().filter(|v| **v == lost).count();
             assert_eq!(ineligible, 3, "{failure:?}");
         }
         other => panic!("a second holder inside the first one's validity: {other:?}"),
@@ -121,9 +126,13 @@ fn a_node_with_a_new_identity_sits_out_though_its_epoch_is_old() {
     let (holder, rival, _) = snapshot_restart(&mut nodes);
     match rival {
         Some(LockEvent::NotAcquired(failure)) => {
+            let restarted = Vote::Ineligible {
+                for_ms: 30_000,
+                cause: SitOutCause::Restart,
+            };
             let ineligible = failure.votes[..3]
                 .iter()
-                .filter(|v| matches!(v, Vote::Ineligible { for_ms } if *for_ms == 30_000))
+                .filter(|v| **v == restarted)
                 .count();
             assert_eq!(ineligible, 3, "{failure:?}");
         }
@@ -150,6 +159,51 @@ fn a_node_with_a_new_identity_sits_out_though_its_epoch_is_old() {
         }
         other => panic!("held by no one but 4 nodes voted: {other:?}"),
     }
+}
+
+#[test]
+fn a_refusal_names_its_cause_until_the_sit_out_ends() {
+    let config = config(true);
+    let mut nodes = vec![FakeNode::default(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    net.node_clock = true;
+    assert!(matches!(
+        try_lock(&mut net, &config, 1),
+        Some(LockEvent::Acquired(_))
+    ));
+    // Each node loses its memory another way.
+    net.nodes[0].promote(7);
+    net.nodes[1].restart_from_snapshot();
+    net.nodes[2].forget_all();
+    net.nodes[3].evict_lock_keys();
+    net.nodes[4].swap_database();
+    let causes = [
+        SitOutCause::Replication,
+        SitOutCause::Restart,
+        SitOutCause::NoEpoch,
+        SitOutCause::Eviction,
+        SitOutCause::SwappedDatabase,
+    ];
+    // Named when the new epoch is stamped, and by every refusal after it (the stamp keeps it).
+    for (seed, left) in [(2, 30_000), (3, 20_000)] {
+        match try_lock(&mut net, &config, seed) {
+            Some(LockEvent::NotAcquired(failure)) => {
+                let expected = causes.map(|cause| Vote::Ineligible {
+                    for_ms: left,
+                    cause,
+                });
+                assert_eq!(failure.votes, expected, "{failure:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        net.now += Duration::from_secs(10);
+    }
+    // Once the sit-out ends, the stamp's cause decides nothing.
+    net.now += Duration::from_secs(10);
+    assert!(matches!(
+        try_lock(&mut net, &config, 4),
+        Some(LockEvent::Acquired(_))
+    ));
 }
 
 #[test]

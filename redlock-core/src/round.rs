@@ -10,6 +10,7 @@ use crate::id::{Origin, RequestId};
 use crate::output::Transmit;
 use crate::quorum::Tally;
 use crate::reply::{NodeErrorKind, Reply};
+use crate::sit_out::SitOutCause;
 use crate::spec::LockSpec;
 
 /// One node's answer in an acquire or extend round.
@@ -26,10 +27,13 @@ pub enum Vote {
     /// No answer before the deadline.
     TimedOut,
     /// The node lost its memory too recently to vote (restart-aware voting): it refuses for
-    /// this many more milliseconds by its own clock. Counts against the quorum like a failure.
+    /// this many more milliseconds by its own clock, for `cause`. Counts against the quorum
+    /// like a failure.
     Ineligible {
         /// How much longer the node refuses, in ms.
         for_ms: u64,
+        /// Why it sits out.
+        cause: SitOutCause,
     },
 }
 
@@ -65,8 +69,12 @@ impl NodeAnswer for Vote {
     fn from_reply(op: Op, reply: Reply) -> Self {
         match (op, reply) {
             (Op::SetIfAbsent, Reply::Ok) | (_, Reply::Int(1)) => Vote::Granted,
+            (Op::SetIfAbsent, Reply::Ineligible { for_ms, cause }) => {
+                Vote::Ineligible { for_ms, cause }
+            }
             (Op::SetIfAbsent, Reply::Int(n)) if n < 0 => Vote::Ineligible {
                 for_ms: n.unsigned_abs(),
+                cause: SitOutCause::Unrecorded,
             },
             (Op::SetIfAbsent, Reply::Nil) | (_, Reply::Int(0)) => Vote::Refused,
             (_, Reply::Error(kind)) => Vote::Failed(kind),
@@ -301,7 +309,25 @@ mod tests {
         assert_eq!(Vote::from_reply(Op::SetIfAbsent, Reply::Nil), Vote::Refused);
         assert_eq!(
             Vote::from_reply(Op::SetIfAbsent, Reply::Int(-26_000)),
-            Vote::Ineligible { for_ms: 26_000 }
+            Vote::Ineligible {
+                for_ms: 26_000,
+                cause: SitOutCause::Unrecorded
+            }
+        );
+        let restarted = Reply::Ineligible {
+            for_ms: 26_000,
+            cause: SitOutCause::Restart,
+        };
+        assert_eq!(
+            Vote::from_reply(Op::SetIfAbsent, restarted),
+            Vote::Ineligible {
+                for_ms: 26_000,
+                cause: SitOutCause::Restart
+            }
+        );
+        assert_eq!(
+            Vote::from_reply(Op::ExpireIfEquals, restarted),
+            Vote::Failed(NodeErrorKind::Protocol)
         );
         assert_eq!(
             Vote::from_reply(Op::ExpireIfEquals, Reply::Int(-5)),

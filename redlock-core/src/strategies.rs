@@ -68,8 +68,8 @@ pub fn node_error_kinds() -> impl Strategy<Value = NodeErrorKind> {
     ]
 }
 
-/// Any [`Reply`]: `OK`, nil, the integers the scripts answer (-1, 0, 1) and any other, every
-/// error kind, and [`Reply::Other`]. Meant for "a node (or something on the way) answered
+/// Any [`Reply`]: `OK`, nil, the integers the scripts answer (-1, 0, 1) and any other, a
+/// refusal to vote for any time and cause, every error kind, and [`Reply::Other`]. Meant for "a node (or something on the way) answered
 /// this", whatever the command was.
 pub fn replies() -> impl Strategy<Value = Reply> {
     prop_oneof![
@@ -77,9 +77,27 @@ pub fn replies() -> impl Strategy<Value = Reply> {
         2 => Just(Reply::Nil),
         3 => (-1i64..=1).prop_map(Reply::Int),
         1 => any::<i64>().prop_map(Reply::Int),
+        1 => (any::<u64>(), sit_out_causes())
+            .prop_map(|(for_ms, cause)| Reply::Ineligible { for_ms, cause }),
         2 => node_error_kinds().prop_map(Reply::Error),
         1 => Just(Reply::Other),
     ]
+}
+
+/// Every [`SitOutCause`](crate::SitOutCause).
+pub fn sit_out_causes() -> impl Strategy<Value = crate::SitOutCause> {
+    use crate::SitOutCause::{
+        Changed, Eviction, NoEpoch, Replication, Restart, SwappedDatabase, Unrecorded,
+    };
+    proptest::sample::select(vec![
+        NoEpoch,
+        Restart,
+        Replication,
+        SwappedDatabase,
+        Eviction,
+        Changed,
+        Unrecorded,
+    ])
 }
 
 /// Valid [`RetryPolicy`]s: one round; up to 5 rounds with or without an overall deadline; or

@@ -69,11 +69,9 @@ impl fmt::Display for LockFailure {
                 Vote::Refused => f.write_str("held by another"),
                 Vote::TimedOut => f.write_str("timed out"),
                 Vote::Failed(kind) => write!(f, "failed ({kind})"),
-                Vote::Ineligible { for_ms } => write!(
-                    f,
-                    "lost its memory recently (restart, flush or failover), not voting for {} more",
-                    HumanMs(for_ms)
-                ),
+                Vote::Ineligible { for_ms, cause } => {
+                    write!(f, "not voting for {} more: {cause}", HumanMs(for_ms))
+                }
             }?;
         }
         if self
@@ -198,7 +196,7 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redlock_core::NodeErrorKind;
+    use redlock_core::{NodeErrorKind, SitOutCause};
 
     #[test]
     fn messages_name_each_node_and_its_answer() {
@@ -220,7 +218,10 @@ mod tests {
         let ineligible = AcquireFailure {
             reason: FailureReason::Unavailable,
             votes: vec![
-                Vote::Ineligible { for_ms: 26_000 },
+                Vote::Ineligible {
+                    for_ms: 26_000,
+                    cause: SitOutCause::Restart,
+                },
                 Vote::Granted,
                 Vote::Granted,
             ],
@@ -228,8 +229,9 @@ mod tests {
         };
         assert_eq!(
             Error::acquire_failed(&labels, &ineligible).to_string(),
-            "not enough nodes answered: 1 round; 127.0.0.1:1 lost its memory recently (restart, \
-             flush or failover), not voting for 26 s more, 127.0.0.1:2 granted, 127.0.0.1:3 granted\
+            "not enough nodes answered: 1 round; 127.0.0.1:1 not voting for 26 s more: it is not \
+             the process that stamped its epoch (a new run_id: a restart, from a snapshot or not, \
+             or a failover to another server), 127.0.0.1:2 granted, 127.0.0.1:3 granted\
              ; if no lock can be live on those nodes (a fresh deployment, or every holder stopped \
              and its TTL passed), `redlock nodes trust` (or `trust_nodes()`) lets them vote at \
              once; otherwise wait: trusting a node that lost a live lock's key breaks mutual \

@@ -86,6 +86,6 @@ pub mod api {
     pub use redlock_core::{
         Attempts, Config, ConfigBuilder, ConfigError, Drift, ExtendFailure, ExtendOutcome,
         FailureReason, Lease, LockRequest, LockSpec, LossCause, NodeErrorKind, NodeRelease,
-        ReleaseReport, RetryPolicy, Token, Vote,
+        ReleaseReport, RetryPolicy, SitOutCause, Token, Vote,
     };
 }

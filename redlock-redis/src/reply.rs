@@ -1,7 +1,7 @@
 //! `redis::Value` and `RedisError` as engine replies.
 
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
-use redlock_core::{NodeErrorKind, Reply};
+use redlock_core::{NodeErrorKind, Reply, SitOutCause};
 
 /// Maps a command's result.
 pub fn map_result(result: Result<Value, RedisError>) -> Reply {
@@ -11,9 +11,26 @@ pub fn map_result(result: Result<Value, RedisError>) -> Reply {
         Ok(Value::Nil) => Reply::Nil,
         Ok(Value::Int(n)) => Reply::Int(n),
         Ok(Value::ServerError(err)) => Reply::Error(NodeErrorKind::from_code(err.code())),
+        Ok(Value::Array(parts)) => refusal(&parts).unwrap_or(Reply::Other),
         Ok(_) => Reply::Other,
         Err(err) => Reply::Error(map_error(&err)),
     }
+}
+
+/// A checked script's refusal to vote, `{-ms, why}`.
+fn refusal(parts: &[Value]) -> Option<Reply> {
+    let [Value::Int(ms), why] = parts else {
+        return None;
+    };
+    let why: &[u8] = match why {
+        Value::BulkString(word) => word,
+        Value::SimpleString(word) => word.as_bytes(),
+        _ => return None,
+    };
+    (*ms < 0).then(|| Reply::Ineligible {
+        for_ms: ms.unsigned_abs(),
+        cause: SitOutCause::from_word(why),
+    })
 }
 
 /// Whether a connection that produced `err` must be rebuilt rather than reused: the `redis`
@@ -81,6 +98,28 @@ mod tests {
             map_result(Ok(Value::BulkString(b"x".to_vec()))),
             Reply::Other
         );
+        let refusal = |why: &[u8]| {
+            map_result(Ok(Value::Array(vec![
+                Value::Int(-5_000),
+                Value::BulkString(why.to_vec()),
+            ])))
+        };
+        assert_eq!(
+            refusal(b"eviction"),
+            Reply::Ineligible {
+                for_ms: 5_000,
+                cause: SitOutCause::Eviction
+            }
+        );
+        assert_eq!(
+            refusal(b""),
+            Reply::Ineligible {
+                for_ms: 5_000,
+                cause: SitOutCause::Unrecorded
+            }
+        );
+        let granted = Value::Array(vec![Value::Int(5), Value::BulkString(b"x".to_vec())]);
+        assert_eq!(map_result(Ok(granted)), Reply::Other);
         let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert_eq!(
             map_result(Err(refused)),

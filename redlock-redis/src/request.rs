@@ -196,6 +196,9 @@ impl BatchReplies {
     pub fn trace(&self, node: &str, latency: std::time::Duration) {
         for (_, reply) in &self.answers {
             tracing::debug!(node, ?reply, ?latency, "reply");
+            if let Reply::Ineligible { for_ms, cause } = reply {
+                tracing::info!(node, for_ms, cause = cause.word(), "node sits out: {cause}");
+            }
             crate::telemetry::node_reply(node, latency, reply);
         }
     }

@@ -14,11 +14,13 @@
 //! | `redlock_releases_total` | counter | — | releases reported (by a lock or by token) |
 //! | `redlock_node_request_seconds` | histogram | `node` (`host:port`) | one request's round trip to one node |
 //! | `redlock_node_errors_total` | counter | `node`, `kind` (`connection`, `timeout`, `auth`, …) | failed requests per node |
+//! | `redlock_node_sit_outs_total` | counter | `node`, `cause` ([`SitOutCause::word`](redlock_core::SitOutCause::word)) | refusals to vote, by why the node's memory is young |
 //! | `redlock_waiting_locks` | gauge | — | locks of this process waiting for a release notice |
 //!
 //! Node labels are `host:port`, never a URL (no password). The same facts are in the `tracing`
 //! events (`acquired` with `attempts`, `not acquired` with `reason` and `attempts`, `released`
-//! with the counts, `reply` with `node` and `latency`).
+//! with the counts, `reply` with `node` and `latency`, `node sits out` with `node`, `for_ms` and
+//! `cause`).
 
 use std::time::{Duration, Instant};
 
@@ -105,6 +107,14 @@ pub fn node_reply(node: &str, latency: Duration, reply: &Reply) {
                 "redlock_node_errors_total",
                 "node" => node.to_owned(),
                 "kind" => error_kind(*kind)
+            )
+            .increment(1);
+        }
+        if let Reply::Ineligible { cause, .. } = reply {
+            metrics::counter!(
+                "redlock_node_sit_outs_total",
+                "node" => node.to_owned(),
+                "cause" => cause.word()
             )
             .increment(1);
         }

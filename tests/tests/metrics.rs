@@ -80,6 +80,16 @@ fn every_metric_moves_with_its_event() {
             .release();
     });
 
+    // A node that lost its memory sits out: a new client's lock there names why.
+    let _: () = redis::cmd("FLUSHALL")
+        .query(&mut nodes[0].client())
+        .expect("FLUSHALL");
+    let fresh = redlock_blocking::Redlock::new(nodes.urls()).expect("client");
+    fresh
+        .lock("sit", Duration::from_secs(10))
+        .expect("the two other nodes grant")
+        .release();
+
     // A lock lost while its work runs: two of three nodes die.
     let lost = redlock.with_lock("lost", Duration::from_secs(1), |lease| {
         nodes.kill(1);
@@ -124,6 +134,12 @@ fn every_metric_moves_with_its_event() {
             &metrics,
             &format!("histogram:redlock_node_request_seconds{{{node}}}")
         ) >= 5
+    );
+    assert!(
+        counter(
+            &metrics,
+            &format!("redlock_node_sit_outs_total{{cause=no-epoch,{node}}}")
+        ) >= 1
     );
     let dead = format!("node={}", nodes[1].addr());
     assert!(

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use redlock_core::{Config, FailureReason, NodeErrorKind, NodeRelease, Op, Reply, RequestId, Vote};
+use redlock_core::{
+    Config, FailureReason, NodeErrorKind, NodeRelease, Op, Reply, RequestId, SitOutCause, Vote,
+};
 
 use crate::At;
 use crate::world::{Rec, Source};
@@ -26,9 +28,14 @@ fn vote(op: Op, reply: Reply) -> Vote {
         (Op::SetIfAbsent, Reply::Ok) | (_, Reply::Int(1)) => Vote::Granted,
         (Op::SetIfAbsent, Reply::Nil) | (_, Reply::Int(0)) => Vote::Refused,
         // Restart-aware voting: −m = the node may not vote for m ms more (a failure).
+        // A plain −m names no cause; a script's `{-m, why}` names its own.
         (Op::SetIfAbsent, Reply::Int(n)) if n < 0 => Vote::Ineligible {
             for_ms: n.unsigned_abs(),
+            cause: SitOutCause::Unrecorded,
         },
+        (Op::SetIfAbsent, Reply::Ineligible { for_ms, cause }) => {
+            Vote::Ineligible { for_ms, cause }
+        }
         (_, Reply::Error(kind)) => Vote::Failed(kind),
         _ => Vote::Failed(NodeErrorKind::Protocol),
     }

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use redlock_core::{RetryPolicy, Vote};
+use redlock_core::{RetryPolicy, SitOutCause, Vote};
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::memory::{
@@ -155,7 +155,8 @@ fn replica_of(master: &RedisServer) -> (RedisServer, FaultProxy) {
 /// Three nodes restart from a snapshot taken before A's lock: they refuse B.
 pub fn a_node_restarted_from_a_snapshot_refuses<A: Adapter>() {
     let (outcome, losers) = snapshot_restart::<A>(false);
-    expect_refused_by::<A>(outcome, "a restart from a snapshot", &losers);
+    let restart = [SitOutCause::Restart];
+    expect_refused_by::<A>(outcome, "a restart from a snapshot", &losers, &restart);
 }
 
 /// Negative control: the identity made to match by hand — B gets the lock A still holds.
@@ -168,7 +169,9 @@ pub fn a_snapshot_restart_with_a_matching_identity_votes<A: Adapter>() {
 /// B.
 pub fn a_promoted_replica_refuses<A: Adapter>() {
     let (outcome, losers) = failover::<A>(false);
-    expect_refused_by::<A>(outcome, "a failover to a replica", &losers);
+    // Another server behind the address: its run_id differs (and its master_replid).
+    let restart = [SitOutCause::Restart];
+    expect_refused_by::<A>(outcome, "a failover to a replica", &losers, &restart);
 }
 
 /// Negative control: the promoted replicas' identity made to match by hand — B gets the lock.
@@ -430,6 +433,7 @@ pub fn a_node_demoted_and_promoted_again_refuses<A: Adapter>() {
         demoted_and_promoted_again::<A>(Rival::Tracked),
         "a demotion and a re-promotion under open connections",
         &LOSERS,
+        &[SitOutCause::Replication],
     );
 }
 

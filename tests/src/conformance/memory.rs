@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use redlock_core::{NodeErrorKind, RetryPolicy, Vote, WatchFault};
+use redlock_core::{NodeErrorKind, RetryPolicy, SitOutCause, Vote, WatchFault};
 
 use super::adapter::{Adapter, HeldLock, Options};
 use crate::Cluster;
@@ -27,6 +27,29 @@ enum Loss {
     /// Under `maxmemory` with `allkeys-random`, the epoch key and the lock key evicted.
     Eviction,
 }
+
+impl Loss {
+    /// The causes a refusal after this loss may name: the epoch missing, or (for an eviction)
+    /// the eviction count moved; on a proven connection also its proof ended, when the push
+    /// came in while its acquisition was on its way.
+    fn causes(self, rival: Rival) -> &'static [SitOutCause] {
+        use SitOutCause::{Changed, Eviction, NoEpoch};
+        match (self, rival) {
+            (Self::Flush, Rival::Untracked) => &[NoEpoch],
+            (Self::Flush, _) => &[NoEpoch, Changed],
+            (Self::Eviction, Rival::Untracked) => &[NoEpoch, Eviction],
+            (Self::Eviction, _) => EVICTION_CAUSES,
+        }
+    }
+}
+
+/// What a refusal names after an eviction under a proven connection (the epoch evicted, the
+/// count moved, or the proof ended by the push).
+pub(super) const EVICTION_CAUSES: &[SitOutCause] = &[
+    SitOutCause::NoEpoch,
+    SitOutCause::Eviction,
+    SitOutCause::Changed,
+];
 
 /// How the rival client B watches the nodes' memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,22 +198,27 @@ pub(super) fn rival_try_after<A: Adapter>(
     (held, rival_try)
 }
 
-/// The round failed, and every node that lost its memory ([`LOSERS`]) and answered refused to
-/// vote.
-fn assert_losers_ineligible<A: Adapter>(err: &redlock_redis::Error) {
-    assert_ineligible::<A>(err, &LOSERS);
-}
-
-/// The round failed, and every node of `losers` that answered refused to vote (the round is
-/// decided once three nodes said no, so some may not have answered yet).
-fn assert_ineligible<A: Adapter>(err: &redlock_redis::Error, losers: &[usize]) {
+/// The round failed, and every node of `losers` that answered refused to vote, naming one of
+/// `causes` (the round is decided once three nodes said no, so some may not have answered yet).
+fn assert_ineligible<A: Adapter>(
+    err: &redlock_redis::Error,
+    losers: &[usize],
+    causes: &[SitOutCause],
+) {
     let failure = err
         .failure()
         .unwrap_or_else(|| panic!("{}: {err}", A::NAME));
     let (mut ineligible, mut unchecked) = (0, 0);
     for &node in losers {
         match failure.nodes[node].result {
-            Vote::Ineligible { .. } => ineligible += 1,
+            Vote::Ineligible { cause, .. } => {
+                assert!(
+                    causes.contains(&cause),
+                    "{}: node {node} names {cause:?}, not one of {causes:?}: {err}",
+                    A::NAME
+                );
+                ineligible += 1;
+            }
             Vote::Pending => {}
             // Untracked, a node that runs no script cannot check (a mix of servers): it says
             // so, and the round may be decided before the others answer.
@@ -237,19 +265,20 @@ pub(super) type Outcome<A> = (
     Result<<A as Adapter>::Lock, redlock_redis::Error>,
 );
 
-/// B was refused, by the nodes that lost their memory ([`assert_losers_ineligible`]).
-fn expect_refused<A: Adapter>(outcome: Outcome<A>, case: &str) {
-    expect_refused_by::<A>(outcome, case, &LOSERS);
+/// B was refused, by the nodes that lost their memory, naming one of `causes`.
+fn expect_refused<A: Adapter>(outcome: Outcome<A>, case: &str, causes: &[SitOutCause]) {
+    expect_refused_by::<A>(outcome, case, &LOSERS, causes);
 }
 
-/// B was refused, by the nodes of `losers` ([`assert_ineligible`]).
+/// B was refused, by the nodes of `losers`, naming one of `causes` ([`assert_ineligible`]).
 pub(super) fn expect_refused_by<A: Adapter>(
     (held, rival): Outcome<A>,
     case: &str,
     losers: &[usize],
+    causes: &[SitOutCause],
 ) {
     match rival {
-        Err(err) => assert_ineligible::<A>(&err, losers),
+        Err(err) => assert_ineligible::<A>(&err, losers, causes),
         Ok(_) => panic!("{}: a second holder of res after {case}", A::NAME),
     }
     held.release();
@@ -271,6 +300,7 @@ fn assert_refused<A: Adapter>(loss: Loss) {
     expect_refused::<A>(
         rival_try::<A>(loss, Rival::Tracked),
         &format!("{loss:?} on 3 nodes"),
+        loss.causes(Rival::Tracked),
     );
 }
 
@@ -310,7 +340,9 @@ pub fn a_fresh_connection_to_a_flushed_node_never_votes_early<A: Adapter>() {
     }
     let fresh: A = client(&nodes, Rival::Tracked);
     match fresh.try_lock("res", TTL) {
-        Err(err) => assert_losers_ineligible::<A>(&err),
+        // A new connection proves first: the checked script (or the native proof) finds no
+        // epoch.
+        Err(err) => assert_ineligible::<A>(&err, &LOSERS, &[SitOutCause::NoEpoch]),
         Ok(_) => panic!("{}: a fresh client got res from flushed nodes", A::NAME),
     }
     held.release();
@@ -342,6 +374,7 @@ pub fn a_trust_ends_the_proof_of_its_connection<A: Adapter>() {
     expect_refused::<A>(
         trust_then_eviction::<A>(Rival::Tracked),
         "a trust and an eviction",
+        EVICTION_CAUSES,
     );
 }
 
@@ -513,6 +546,7 @@ pub fn an_eviction_set_off_by_the_rivals_own_call_refuses_it<A: Adapter>() {
     expect_refused::<A>(
         self_eviction::<A>(Rival::Tracked),
         "an eviction set off by its own call",
+        EVICTION_CAUSES,
     );
 }
 
@@ -602,10 +636,16 @@ pub fn an_untracked_client_checks_every_acquisition<A: Adapter>() {
     }
     for loss in [Loss::Flush, Loss::Eviction] {
         let case = format!("untracked, {loss:?}");
-        expect_refused::<A>(rival_try::<A>(loss, Rival::Untracked), &case);
+        let causes = loss.causes(Rival::Untracked);
+        expect_refused::<A>(rival_try::<A>(loss, Rival::Untracked), &case, causes);
     }
+    let untracked = Loss::Eviction.causes(Rival::Untracked);
     let trust = trust_then_eviction::<A>(Rival::Untracked);
-    expect_refused::<A>(trust, "untracked, a trust and an eviction");
+    expect_refused::<A>(trust, "untracked, a trust and an eviction", untracked);
     let own = self_eviction::<A>(Rival::Untracked);
-    expect_refused::<A>(own, "untracked, an eviction set off by its own call");
+    expect_refused::<A>(
+        own,
+        "untracked, an eviction set off by its own call",
+        untracked,
+    );
 }

@@ -12,7 +12,7 @@
 //! In every case client A holds `res` on all five nodes; three of them then lose it while client
 //! B's connections, proven before, stay open.
 
-use redlock_core::WatchFault;
+use redlock_core::{SitOutCause, WatchFault};
 use redlock_local::RedisServer;
 
 use super::adapter::Adapter;
@@ -114,10 +114,17 @@ fn refused<A: Adapter>(loss: Loss, rival: Rival) {
         expect_untracked_needs_scripts::<A>();
         return;
     }
+    let cause = match loss {
+        Loss::Swap => SitOutCause::SwappedDatabase,
+        Loss::Eviction => SitOutCause::Eviction,
+    };
+    // Named by the seal, or by the checked script that sees the stamp of another database or
+    // eviction count.
     expect_refused_by::<A>(
         rival_try::<A>(loss, rival),
         &format!("{loss:?} on 3 nodes"),
         &LOSERS,
+        &[cause],
     );
 }
 

@@ -192,7 +192,8 @@ pub fn a_tracking_table_trim_set_off_by_the_rivals_own_call_refuses_it<A: Adapte
             A::NAME
         );
     }
-    expect_refused_by::<A>((held, then), "a trim, then an eviction", &LOSERS);
+    let causes = super::memory::EVICTION_CAUSES;
+    expect_refused_by::<A>((held, then), "a trim, then an eviction", &LOSERS, causes);
 }
 
 /// Negative control: with `NOLOOP` tracking, B never hears the trim its own call set off; the

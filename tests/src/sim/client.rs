@@ -331,7 +331,9 @@ impl<'s> Client<'s> {
                     for (node_said, counted) in answers.iter().zip(&counted) {
                         // A refusal the connection made of the node's own answer (a vote after
                         // a push, or a native proof that found the memory young).
-                        if node_said != counted && matches!(counted, Reply::Int(n) if *n < 0) {
+                        if node_said != counted
+                            && matches!(counted, Reply::Ineligible { .. } | Reply::Int(i64::MIN..0))
+                        {
                             env.stats.ineligible_votes += 1;
                         }
                     }

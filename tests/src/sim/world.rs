@@ -320,7 +320,7 @@ impl<'s> World<'s> {
                     for (transmit, reply) in transmits.iter().zip(&replies) {
                         let command = &transmit.command;
                         if command.op() == redlock_core::Op::SetIfAbsent
-                            && matches!(reply, Reply::Int(n) if *n < 0)
+                            && matches!(reply, Reply::Ineligible { .. } | Reply::Int(i64::MIN..0))
                         {
                             self.stats.ineligible_votes += 1;
                         }
