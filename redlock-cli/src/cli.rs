@@ -29,6 +29,7 @@ Examples:
   redlock status deploy nightly-report --json          # who holds what, per node (a snapshot)
   redlock nodes check --strict                         # reachable, version, login, scripts, warnings
   redlock nodes trust                                  # fresh deployment: no lock is live
+  redlock nodes trust 10.0.0.2:6379                    # one node: its sit-out is needless
   redlock demo                                         # a tour on 5 local redis-servers";
 
 /// Distributed locks for scripts and cron jobs (Redlock over independent Redis masters): run a
@@ -266,9 +267,13 @@ pub(crate) enum NodesCmd {
         after_help = "Examples:\n  redlock nodes check --json\n  redlock nodes check --strict   # exit 69 on any warning too"
     )]
     Check(CheckArgs),
-    /// Mark every node trusted for restart-aware voting: a fresh (or restarted) node then votes
-    /// at once instead of waiting out --max-ttl. Only when you know no lock is live on them.
-    Trust,
+    /// Mark every node (or only the NODEs named) trusted for restart-aware voting: a fresh or
+    /// restarted node then votes at once instead of waiting out --max-ttl, and its epoch
+    /// carries its identity. Only when you know no lock is live on the nodes trusted.
+    #[command(
+        after_help = "Examples:\n  redlock nodes trust                    # a fresh deployment\n  redlock nodes trust 10.0.0.2:6379      # one node's needless sit-out (see `redlock status`)"
+    )]
+    Trust(TrustArgs),
 }
 
 /// What a command-line parse error becomes: `--help` and `--version` print and exit 0; every
@@ -323,6 +328,14 @@ pub(crate) struct CheckArgs {
     /// Exit 69 if there is any warning, not only if a node failed a check.
     #[arg(long)]
     pub(crate) strict: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TrustArgs {
+    /// Trust only these nodes, each as `host:port` the way `redlock nodes check` names it
+    /// (a node of --node / REDLOCK_NODES). None: every node.
+    #[arg(value_name = "NODE")]
+    pub(crate) only: Vec<String>,
 }
 
 /// The arguments, with `run` inserted first when the first word is not a subcommand (the short

@@ -62,7 +62,7 @@ fn main() -> ExitCode {
         Cmd::Release(args) => steps::release(&cli.global, args),
         Cmd::Status(args) => status::status(&cli.global, args),
         Cmd::Nodes(NodesCmd::Check(args)) => nodes::check(&cli.global, args),
-        Cmd::Nodes(NodesCmd::Trust) => nodes::trust(&cli.global),
+        Cmd::Nodes(NodesCmd::Trust(args)) => nodes::trust(&cli.global, args),
         Cmd::Bench(args) => bench::bench(&cli.global, args),
         Cmd::Demo(args) => demo::demo(&cli.global, args),
         Cmd::Guard(args) => guard::guard(args),

@@ -6,10 +6,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use redlock_blocking::Vote;
+use redlock_core::SitOutCause;
 use redlock_redis::NodeAddr;
 use serde_json::{Value, json};
 
-use crate::cli::{CheckArgs, Global};
+use crate::cli::{CheckArgs, Global, TrustArgs};
 use crate::output::Out;
 use crate::probe::{self, Eligibility, Probe};
 use crate::warnings::{self, Facts, info_field};
@@ -36,6 +37,8 @@ struct Report {
     identity: Option<String>,
     /// The identity its epoch was stamped with (`redlock:epoch:id`), if any.
     stamped: Option<String>,
+    /// The cause of the sit-out that stamped it, if one was recorded.
+    stamp_cause: Option<SitOutCause>,
     /// What a proven connection's acquisitions read there besides their `SET`.
     seal: Seal,
 }
@@ -112,7 +115,11 @@ impl Report {
             Some(stamped) if stamped == identity => "the epoch's",
             Some(_) => "the epoch was stamped by another",
         };
-        format!("identity {} ({epoch})", short(identity))
+        let cause = self
+            .stamp_cause
+            .map(|cause| format!("; stamped when it sat out: {}", cause.word()))
+            .unwrap_or_default();
+        format!("identity {} ({epoch}{cause})", short(identity))
     }
 }
 
@@ -176,6 +183,7 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
                         "eligibility": r.eligibility.word(),
                         "identity": r.identity,
                         "stamped_identity": r.stamped,
+                        "stamp_cause": r.stamp_cause.map(SitOutCause::word),
                         "vouched": r.seal.word(),
                     }),
                     Err(why) => json!({"node": node.label, "ok": false, "error": why}),
@@ -219,11 +227,14 @@ fn check_node(
         Ok(probe) => probe,
         Err(why) => return (None, Err(why)),
     };
-    let info: String = match probe.query(node, &redis::cmd("INFO")) {
-        Ok(info) => info,
+    // A user denied INFO still gets its check (and a warning of what goes unseen).
+    let (info, denied) = match probe.info(node) {
+        Ok(Some(info)) => (info, false),
+        Ok(None) => (String::new(), true),
         Err(why) => return (None, Err(why)),
     };
-    let facts = Facts::read(&mut probe, node, &info, reference);
+    let mut facts = Facts::read(&mut probe, node, &info, reference);
+    facts.info_denied = denied;
     (Some(facts), check_rest(&mut probe, node, &info, max_ttl))
 }
 
@@ -261,8 +272,43 @@ fn check_rest(
         eligibility: Eligibility::read(probe, node, max_ttl)?,
         seal: Seal::of(info, identity.is_some(), swapdb),
         identity: identity.map(|identity| String::from_utf8_lossy(&identity).into_owned()),
-        stamped: stamped.map(|stamped| String::from_utf8_lossy(&stamped).into_owned()),
+        stamped: stamped.as_deref().map(|stamped| {
+            String::from_utf8_lossy(redlock_core::split_stamp(stamped).0).into_owned()
+        }),
+        stamp_cause: stamped
+            .as_deref()
+            .and_then(|stamped| redlock_core::split_stamp(stamped).1),
     })
+}
+
+/// The URLs of the nodes named in `only` (`host:port`, as `nodes check` labels them; every
+/// node when empty), in the configured order. A name that matches no node is a usage error
+/// that lists the nodes (by label: never a password).
+fn chosen_nodes(global: &Global, only: &[String]) -> Result<Vec<String>, Failure> {
+    if only.is_empty() {
+        return Ok(global.nodes.clone());
+    }
+    let addrs = probe::nodes(global)?;
+    if let Some(unknown) = only
+        .iter()
+        .find(|name| !addrs.iter().any(|addr| &**addr.label() == name.as_str()))
+    {
+        let known: Vec<&str> = addrs.iter().map(|addr| &**addr.label()).collect();
+        return Err((
+            crate::USAGE,
+            format!(
+                "no node {unknown:?} among --node / REDLOCK_NODES: name one as host:port, of {}",
+                known.join(", ")
+            ),
+        ));
+    }
+    Ok(global
+        .nodes
+        .iter()
+        .zip(&addrs)
+        .filter(|(_, addr)| only.iter().any(|name| **addr.label() == **name))
+        .map(|(url, _)| url.clone())
+        .collect())
 }
 
 /// What to say about the number of nodes.
@@ -279,9 +325,12 @@ fn advice(count: usize) -> Option<String> {
     }
 }
 
-/// Trusts every node and prints each one's answer (never a password: nodes are `host:port`).
-pub(crate) fn trust(global: &Global) -> Result<ExitCode, Failure> {
-    let redlock = client(global, Duration::ZERO)?;
+/// Trusts every node, or the ones `args` names, and prints each one's answer (never a password:
+/// nodes are `host:port`).
+pub(crate) fn trust(global: &Global, args: &TrustArgs) -> Result<ExitCode, Failure> {
+    let mut chosen = global.clone();
+    chosen.nodes = chosen_nodes(global, &args.only)?;
+    let redlock = client(&chosen, Duration::ZERO)?;
     let report = redlock.trust_nodes().map_err(|err| failure("nodes", err))?;
     let untrusted = report
         .iter()

@@ -30,6 +30,8 @@ pub(crate) struct Facts {
     /// The node's clock minus ours, in µs, measured at the middle of the fastest TIME round
     /// trip (`None` if TIME failed).
     pub(crate) offset_us: Option<i128>,
+    /// The user may not run `INFO` (`NOPERM`): everything above read from it is unknown.
+    pub(crate) info_denied: bool,
 }
 
 /// Persistence settings (`appendonly` from INFO persistence, the rest from `CONFIG GET`).
@@ -84,6 +86,7 @@ impl Facts {
             policy: info_field(info, "maxmemory_policy").map(str::to_owned),
             persistence,
             offset_us: offset_us(probe, node, reference),
+            info_denied: false,
         }
     }
 }
@@ -173,6 +176,22 @@ pub(crate) fn warnings(
                 message,
             });
         };
+        if facts.info_denied {
+            warn(
+                "info-denied",
+                "INFO is denied to this user (an ACL without +info): restart-aware voting reads \
+                 no identity there and the node votes under its epoch alone, so a restart from a \
+                 snapshot, a failover behind its address, a swapped-in database and an evicted \
+                 lock key go unseen; nor can this check read its role, eviction policy or \
+                 persistence. Allow INFO to the lock's user"
+                    .to_owned(),
+            );
+            // What INFO would tell is unknown: no warning guesses at it.
+            if let Some(message) = clock(&offsets, index, max_ttl) {
+                warn("clock", message);
+            }
+            continue;
+        }
         if let Some(message) = eviction(facts) {
             warn("eviction", message);
         }
@@ -336,6 +355,7 @@ mod tests {
                 save: String::new(),
             }),
             offset_us: Some(0),
+            info_denied: false,
         }
     }
 
@@ -368,6 +388,13 @@ mod tests {
         assert_eq!(
             kinds(vec![clean("a"), evicting, limited]),
             [("10.0.0.1:6379".to_owned(), "eviction")]
+        );
+
+        let mut blind = clean("b");
+        blind.info_denied = true;
+        assert_eq!(
+            kinds(vec![clean("a"), blind, clean("c")]),
+            [("10.0.0.1:6379".to_owned(), "info-denied")]
         );
 
         let mut replica = clean("b");

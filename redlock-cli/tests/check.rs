@@ -1,5 +1,6 @@
 //! `redlock nodes check` warnings, each against real redis-servers configured that way: eviction,
-//! a clock far from the others', a replica, cluster mode, two URLs for one server, persistence;
+//! a clock far from the others', a replica, cluster mode, two URLs for one server, persistence,
+//! a user denied `INFO`;
 //! `--strict` turns any warning into exit 69, and a clean setup prints none.
 
 mod common;
@@ -180,6 +181,37 @@ fn cluster_mode_warns() {
         .collect();
     assert_eq!(kinds, ["cluster"], "{report}");
     assert_eq!(report["warnings"][0]["node"], report["nodes"][2]["node"]);
+}
+
+#[test]
+fn a_user_denied_info_warns_of_what_goes_unseen() {
+    let rules = [
+        "--user",
+        "no-info",
+        "on",
+        ">no-info-pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-info",
+    ];
+    let (a, b) = (durable().start(), durable().start());
+    let denying = durable().args(rules).start();
+    let denied = format!("redis://no-info:no-info-pw@{}/", denying.addr());
+    let urls = vec![a.url(), b.url(), denied];
+    // The node passes its check; the warning names what restart-aware voting cannot see there.
+    let output = check(&urls, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("INFO is denied to this user")
+            && text.contains("votes under its epoch alone"),
+        "{text}"
+    );
+    assert!(!text.contains("no-info-pw"), "{text}");
+    assert_eq!(warnings(&urls, &[]), [pair("info-denied", 2)]);
+    // The same node through a user allowed INFO: no warning.
+    assert_eq!(warnings(&urls[..2], &[]), []);
 }
 
 #[test]

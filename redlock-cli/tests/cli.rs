@@ -258,7 +258,7 @@ fn nodes_trust_lets_a_restarted_node_vote_at_once() {
     let output = redlock(&nodes, &["acquire", "job"]);
     assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
     assert!(
-        stderr(&output).contains("lost its memory"),
+        stderr(&output).contains("not voting for") && stderr(&output).contains("it had no epoch"),
         "{}",
         stderr(&output)
     );
@@ -275,6 +275,44 @@ fn nodes_trust_lets_a_restarted_node_vote_at_once() {
         3,
         "{}",
         stdout(&output)
+    );
+    let output = redlock(&nodes, &["acquire", "job"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
+#[test]
+fn nodes_trust_one_node_ends_only_its_sit_out() {
+    let mut nodes = Cluster::start(3);
+    nodes.restart_empty(0);
+    nodes.restart_empty(1);
+    let output = redlock(&nodes, &["acquire", "job"]);
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    let first = nodes.servers()[0].addr().to_string();
+    // A name that is no configured node: a usage error that lists them, nothing trusted.
+    let output = redlock(&nodes, &["nodes", "trust", "127.0.0.1:1"]);
+    assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("no node \"127.0.0.1:1\"") && stderr(&output).contains(&first),
+        "{}",
+        stderr(&output)
+    );
+    let output = redlock(&nodes, &["nodes", "trust", &first]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output).trim(),
+        format!("{first}: trusted"),
+        "only the node named"
+    );
+    // Its epoch is trusted and stamped with its identity; the other one still sits out.
+    let report = redlock(&nodes, &["status", "job", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("json");
+    let states = &report["resources"][0]["nodes"];
+    assert_eq!(states[0]["eligibility"], "trusted", "{report}");
+    assert_eq!(states[1]["eligibility"], "ineligible", "{report}");
+    assert_eq!(states[1]["sit_out_cause"], "no-epoch", "{report}");
+    assert!(
+        nodes.servers()[0].get(redlock_core::EPOCH_ID_KEY).is_some(),
+        "the trust stamped the node's identity"
     );
     let output = redlock(&nodes, &["acquire", "job"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
