@@ -99,7 +99,7 @@ impl Node {
     }
 
     async fn connect_tracked(&self) -> Result<Connected, redis::RedisError> {
-        let tracking = Tracking::new(self.watch.fault);
+        let tracking = Tracking::new(self.watch.fault, self.addr.database());
         let heard = tracking.clone();
         let config = self.config().set_push_sender(move |push: redis::PushInfo| {
             heard.handle_push(&push);
@@ -110,6 +110,14 @@ impl Node {
             .await?;
         let dialect = self.addr.dialect(detect_dialect_async(&mut conn).await?);
         let tracked = tracking.tracking_on().query_async::<()>(&mut conn).await;
+        if tracked.is_ok() {
+            // The node's eviction events, heard on this connection before any later reply; a
+            // user denied the channel is not an error: its acquisitions read the count.
+            match conn.subscribe(tracking.eviction_channel()).await {
+                Ok(()) => tracking.subscribed(),
+                Err(err) => tracing::debug!(node = %self.addr.label(), %err, "no eviction events"),
+            }
+        }
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }
 

@@ -170,8 +170,38 @@ impl Connection {
         let (pushes, queued) = mpsc::channel();
         conn.set_push_sender(pushes);
         let dialect = self.addr.dialect(detect_dialect(&mut conn)?);
-        let tracking = Tracking::queued(self.watch.fault, queued);
+        let tracking = Tracking::queued(self.watch.fault, self.addr.database(), queued);
         let tracked = tracking.tracking_on().query::<()>(&mut conn);
+        if tracked.is_ok() {
+            subscribe(&mut conn, &tracking, self.addr.label())?;
+        }
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }
+}
+
+/// Subscribes `conn` to its node's eviction events (heard before any later reply). Over RESP3
+/// a `SUBSCRIBE` that succeeds answers with a push only, and one that fails (a user denied the
+/// channel) with an error reply: a `PING` right behind it tells which — its reply comes first
+/// when the subscription took, the error when it did not (then the `PONG` is read too, to keep
+/// the connection's replies in step). Not subscribed is not an error: acquisitions on an
+/// evicting node then read its eviction count.
+fn subscribe(
+    conn: &mut redis::Connection,
+    tracking: &Tracking,
+    node: &str,
+) -> Result<(), redis::RedisError> {
+    let subscribe = redis::cmd("SUBSCRIBE")
+        .arg(tracking.eviction_channel())
+        .get_packed_command();
+    conn.send_packed_command(&subscribe)?;
+    match redis::cmd("PING").query::<String>(conn) {
+        Ok(_) => tracking.subscribed(),
+        // The node refused the SUBSCRIBE: its error came first; the PING's reply follows.
+        Err(err) if err.code().is_some() => {
+            tracing::debug!(node, %err, "no eviction events");
+            while let redis::Value::Push { .. } = conn.recv_response()? {}
+        }
+        Err(err) => return Err(err),
+    }
+    Ok(())
 }

@@ -53,19 +53,24 @@ enum Seal {
     Stamps,
     /// The policy evicts: `INFO stats` too.
     Evictions,
+    /// The policy evicts, and the node publishes its evictions (`notify-keyspace-events`): a
+    /// subscribed connection hears them and reads no count — the stamps where `SWAPDB` can run
+    /// (`swapdb`), a plain `SET` where it cannot.
+    Heard { swapdb: bool },
     /// The node's identity is unknown (`INFO` denied): a plain `SET`, a swap or a lone eviction
     /// unseen.
     Blind,
 }
 
 impl Seal {
-    fn of(info: &str, identity: bool, swapdb: bool) -> Self {
+    fn of(info: &str, identity: bool, swapdb: bool, heard: bool) -> Self {
         match (
             identity,
             redlock_core::evicts(info.as_bytes()) != Some(false),
             swapdb,
         ) {
             (false, _, _) => Self::Blind,
+            (true, true, _) if heard => Self::Heard { swapdb },
             (true, true, _) => Self::Evictions,
             (true, false, true) => Self::Stamps,
             (true, false, false) => Self::Plain,
@@ -77,6 +82,8 @@ impl Seal {
             Self::Plain => "plain",
             Self::Stamps => "sealed",
             Self::Evictions => "sealed-evictions",
+            Self::Heard { swapdb: true } => "sealed-heard",
+            Self::Heard { swapdb: false } => "plain-heard",
             Self::Blind => "blind",
         }
     }
@@ -87,6 +94,12 @@ impl Seal {
             Self::Stamps => "seals each acquisition (SWAPDB can run)",
             Self::Evictions => {
                 "seals each acquisition with INFO stats (its policy evicts: every eviction makes it sit out)"
+            }
+            Self::Heard { swapdb: true } => {
+                "hears its evictions (keyspace events, to a user allowed the channel) and seals each acquisition (SWAPDB can run)"
+            }
+            Self::Heard { swapdb: false } => {
+                "hears its evictions (keyspace events, to a user allowed the channel) and acquires with a plain SET (SWAPDB renamed away)"
             }
             Self::Blind => "sees no swap nor lone eviction (INFO denied)",
         }
@@ -270,7 +283,12 @@ fn check_rest(
         version: version.unwrap_or_else(|| "(version unknown)".to_owned()),
         latency: probe.latency(node, PINGS)?,
         eligibility: Eligibility::read(probe, node, max_ttl)?,
-        seal: Seal::of(info, identity.is_some(), swapdb),
+        seal: Seal::of(
+            info,
+            identity.is_some(),
+            swapdb,
+            publishes_evictions(probe, node),
+        ),
         identity: identity.map(|identity| String::from_utf8_lossy(&identity).into_owned()),
         stamped: stamped.as_deref().map(|stamped| {
             String::from_utf8_lossy(redlock_core::split_stamp(stamped).0).into_owned()
@@ -309,6 +327,21 @@ fn chosen_nodes(global: &Global, only: &[String]) -> Result<Vec<String>, Failure
         .filter(|(_, addr)| only.iter().any(|name| **addr.label() == **name))
         .map(|(url, _)| url.clone())
         .collect())
+}
+
+/// Whether the node publishes its evictions (`notify-keyspace-events`, as the proofs read it);
+/// `false` when this user may not read it (its proofs then keep the eviction count).
+fn publishes_evictions(probe: &mut Probe, node: &NodeAddr) -> bool {
+    let flags: Result<Vec<String>, String> = probe.query(
+        node,
+        redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("notify-keyspace-events"),
+    );
+    flags.is_ok_and(|pair| {
+        pair.get(1)
+            .is_some_and(|flags| redlock_core::notifies_evictions(flags.as_bytes()))
+    })
 }
 
 /// What to say about the number of nodes.

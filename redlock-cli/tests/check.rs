@@ -117,6 +117,25 @@ fn eviction_policies_other_than_noeviction_warn_and_strict_exits_69() {
     assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
     assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
     assert!(stderr(&output).contains("--strict"), "{}", stderr(&output));
+    // What each node's vouched acquisitions read: the eviction count where the policy evicts,
+    // none where the node publishes its evictions to its proven connections.
+    config_set(&c, "notify-keyspace-events", "Ee");
+    let report = json(&check(&urls, &["--json"]));
+    let vouched: Vec<&str> = report["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|node| node["vouched"].as_str().expect("vouched"))
+        .collect();
+    assert_eq!(
+        vouched,
+        ["sealed", "sealed-evictions", "sealed-heard"],
+        "{report}"
+    );
+    assert!(
+        stdout(&check(&urls, &[])).contains("hears its evictions (keyspace events"),
+        "{report}"
+    );
 }
 
 #[test]

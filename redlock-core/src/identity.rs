@@ -52,6 +52,21 @@ pub fn evicts(info: &[u8]) -> Option<bool> {
     field(info, b"maxmemory_policy").map(|policy| policy != b"noeviction")
 }
 
+/// The channel on which a node publishes the keys it evicts from `database`, when its
+/// `notify-keyspace-events` says so ([`notifies_evictions`]): `__keyevent@<db>__:evicted`. A
+/// connection subscribed to it (RESP3, on the connection that acquires) is told of an eviction
+/// before the reply to any command the node runs after it, the eviction's own command included.
+pub fn eviction_channel(database: u32) -> Vec<u8> {
+    format!("__keyevent@{database}__:evicted").into_bytes()
+}
+
+/// Whether `notify-keyspace-events` (`flags`, as `CONFIG GET` answers it) publishes evictions
+/// on [`eviction_channel`]: key-event notifications (`E`) of the evicted class (`e`, or `A`,
+/// which includes it).
+pub fn notifies_evictions(flags: &[u8]) -> bool {
+    flags.contains(&b'E') && (flags.contains(&b'e') || flags.contains(&b'A'))
+}
+
 /// `evicted_keys` of `INFO stats` (`info`): its digits, `None` when missing.
 fn evicted_keys(info: &[u8]) -> Option<&[u8]> {
     let value = field(info, b"evicted_keys")?;
@@ -231,6 +246,18 @@ mod tests {
         assert_eq!(node_identity(short.as_bytes(), 0), None);
         let no_stats = format!("\nrun_id:{run}\r\nmaster_replid:{repl}\r\n");
         assert_eq!(node_identity(no_stats.as_bytes(), 0), None);
+    }
+
+    #[test]
+    fn evictions_are_published_only_as_key_events_of_the_evicted_class() {
+        assert_eq!(eviction_channel(3), b"__keyevent@3__:evicted");
+        for heard in [&b"Ee"[..], b"eE", b"AE", b"KEA", b"Exe"] {
+            assert!(notifies_evictions(heard), "{heard:?}");
+        }
+        // Keyspace events only, another class, or nothing.
+        for deaf in [&b""[..], b"Ke", b"KA", b"Ex", b"E", b"e"] {
+            assert!(!notifies_evictions(deaf), "{deaf:?}");
+        }
     }
 
     #[test]

@@ -239,7 +239,9 @@ pub use event::{LockEvent, LockOutput, Operation, Trigger, WakeReason};
 pub use extend::Extend;
 pub use extend::{ExtendFailure, ExtendOutcome};
 pub use id::{Origin, RequestId};
-pub use identity::{SealRead, SealReplies, evicts, node_identity};
+pub use identity::{
+    SealRead, SealReplies, eviction_channel, evicts, node_identity, notifies_evictions,
+};
 pub use lease::Lease;
 pub use lifecycle::Lifecycle;
 #[cfg(any(test, feature = "testing"))]

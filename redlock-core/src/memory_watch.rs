@@ -79,6 +79,14 @@ pub struct MemoryWatch {
     closed: bool,
     /// Negative controls only: what the watch fails to do.
     fault: Option<WatchFault>,
+    /// Whether the connection subscribed to its node's eviction events
+    /// ([`eviction_channel`](crate::eviction_channel)).
+    subscribed: bool,
+    /// Whether the node refused to say if it publishes them (`CONFIG GET` denied): the
+    /// connection stops asking.
+    notifications_denied: bool,
+    /// Why the last proof ended, for the refusals of replies it voids (`None`: changed).
+    ended_by: Option<SitOutCause>,
 }
 
 /// A proof that holds: the node's memory was old enough for `ttl` when the watch had seen
@@ -186,12 +194,49 @@ impl MemoryWatch {
         self.fault != Some(WatchFault::NoLoop)
     }
 
+    /// The connection subscribed to its node's eviction events
+    /// ([`eviction_channel`](crate::eviction_channel)) and every message on that channel goes
+    /// to [`handle_eviction`](Self::handle_eviction): each proof then asks whether the node
+    /// publishes them ([`ProofRead::Notifications`](crate::ProofRead::Notifications)), and
+    /// where it does, vouched acquisitions read no eviction count.
+    pub fn handle_subscribed(&mut self) {
+        self.subscribed = true;
+    }
+
+    /// The node published an eviction (a message on
+    /// [`eviction_channel`](crate::eviction_channel)): any key, since any could be another
+    /// client's lock key. No reply after it counts as vouched; the next acquisition proves
+    /// again (and the checked script, seeing the eviction count moved, stamps a new epoch).
+    pub fn handle_eviction(&mut self) {
+        if self.fault == Some(WatchFault::Deaf) {
+            return;
+        }
+        self.end_proof(SitOutCause::Eviction);
+    }
+
+    /// Whether a proof asks the node if it publishes its evictions.
+    pub(crate) fn asks_notifications(&self) -> bool {
+        self.subscribed && !self.notifications_denied
+    }
+
+    /// The node may not tell this user its `notify-keyspace-events`: never asked again on this
+    /// connection (its vouched acquisitions read the eviction count where the node evicts).
+    pub(crate) fn handle_notifications_denied(&mut self) {
+        self.notifications_denied = true;
+    }
+
+    /// The proof ends, for `cause`: no reply on its way counts as vouched.
+    fn end_proof(&mut self, cause: SitOutCause) {
+        self.seen += 1;
+        self.proof = None;
+        self.ended_by = Some(cause);
+    }
+
     /// The connection wrote the epoch itself (a trust): a connection that does not hear its own
     /// writes stops being told about the key, so its proof ends here.
     pub(crate) fn handle_own_epoch_write(&mut self) {
         if self.fault != Some(WatchFault::NoLoop) {
-            self.seen += 1;
-            self.proof = None;
+            self.end_proof(SitOutCause::Changed);
         }
     }
 
@@ -221,16 +266,14 @@ impl MemoryWatch {
             return;
         }
         if everything || keys.into_iter().any(|key| key == EPOCH_KEY) {
-            self.seen += 1;
-            self.proof = None;
+            self.end_proof(SitOutCause::Changed);
         }
     }
 
     /// The connection ended: no reply it still brings counts as vouched.
     pub fn handle_closed(&mut self) {
         self.closed = true;
-        self.seen += 1;
-        self.proof = None;
+        self.end_proof(SitOutCause::Changed);
     }
 
     /// How an acquisition that checks the node's memory against `max_ttl_ms` goes out at `now`.
@@ -264,7 +307,7 @@ impl MemoryWatch {
         match reply {
             Reply::Error(_) => reply,
             _ if self.seen == seen && !self.closed => reply,
-            _ => refusal(max_ttl_ms, SitOutCause::Changed),
+            _ => refusal(max_ttl_ms, self.ended_by.unwrap_or(SitOutCause::Changed)),
         }
     }
 
@@ -342,9 +385,8 @@ impl MemoryWatch {
     /// database swapped in, or an eviction since the stamp): the proof ends, and the next
     /// acquisition proves again (and the checked script, seeing the identity changed, stamps a
     /// new epoch).
-    pub(crate) fn handle_broken_seal(&mut self) {
-        self.seen += 1;
-        self.proof = None;
+    pub(crate) fn handle_broken_seal(&mut self, cause: SitOutCause) {
+        self.end_proof(cause);
     }
 }
 
@@ -477,9 +519,29 @@ mod tests {
     #[test]
     fn the_deaf_control_hears_nothing() {
         let mut watch = MemoryWatch::deaf();
+        watch.handle_subscribed();
         watch.handle_proof((0, now(), None), Reply::Int(1), MAX);
         watch.handle_invalidation(true, []);
+        watch.handle_eviction();
         assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Ok);
+    }
+
+    #[test]
+    fn an_eviction_voids_vouched_replies_and_is_named() {
+        let mut watch = proven();
+        watch.handle_eviction();
+        assert_eq!(
+            watch.vouched_reply(0, Reply::Ok, MAX),
+            refused(60_000, SitOutCause::Eviction)
+        );
+        assert_eq!(watch.check(MAX, now()), MemoryCheck::Prove { seen: 1 });
+        // The next end of a proof names its own cause.
+        watch.handle_proof((1, now(), None), Reply::Int(1), MAX);
+        watch.handle_invalidation(false, [EPOCH_KEY]);
+        assert_eq!(
+            watch.vouched_reply(1, Reply::Ok, MAX),
+            refused(60_000, SitOutCause::Changed)
+        );
     }
 
     #[test]

@@ -11,7 +11,9 @@ use smallvec::SmallVec;
 use crate::command::{Command, EPOCH_ID_KEY, EPOCH_KEY, Op, RedisForm};
 use crate::dialect::Dialect;
 use crate::epoch::{EPOCH_CLAIM, Epoch};
-use crate::identity::{Seal, SealEpoch, SealRead, SealReplies, evicts, node_identity, seal_breach};
+use crate::identity::{
+    Seal, SealEpoch, SealRead, SealReplies, evicts, node_identity, notifies_evictions, seal_breach,
+};
 use crate::memory_watch::{MemoryCheck, MemoryWatch, refusal};
 use crate::output::Transmit;
 use crate::reply::{NodeErrorKind, Reply};
@@ -45,6 +47,12 @@ pub enum ProofRead {
     /// that runs no script: a missing epoch is claimed, by the node's own clock. Its reply
     /// (whether it wrote) goes to [`NodeBatch::handle_claim`].
     Claim,
+    /// `CONFIG GET notify-keyspace-events`, on a connection subscribed to its node's eviction
+    /// events ([`eviction_channel`](crate::eviction_channel)): whether the node publishes them
+    /// ([`notifies_evictions`](crate::notifies_evictions)). Where it does, the connection hears
+    /// every eviction before the reply to any later command, and its vouched acquisitions read
+    /// no eviction count. Its reply goes to [`NodeBatch::handle_notifications`].
+    Notifications,
 }
 
 /// A write that follows a native proof's replies on the same connection, right away
@@ -112,16 +120,25 @@ impl ProofRead {
             Self::Stamped => &[b"GET", EPOCH_ID_KEY],
             Self::Info => &[b"INFO", b"server", b"replication", b"stats", b"memory"],
             Self::Claim => &[b"SET", EPOCH_KEY, EPOCH_CLAIM, b"NX", b"PX", CLAIM_TTL],
+            Self::Notifications => &[b"CONFIG", b"GET", b"notify-keyspace-events"],
         }
     }
 }
 
-/// What goes ahead of a batch that proves: the epoch (tracked for this connection alone on an
-/// `OPTIN` connection), the node's `INFO`, and on a node without scripts the epoch's age, its
-/// stamp, the time and the claim.
-const PROVE_BY_SCRIPT: &[ProofRead] = &[ProofRead::Caching, ProofRead::Epoch, ProofRead::Info];
-const PROVE_BY_SCRIPT_NOLOOP: &[ProofRead] = &[ProofRead::Epoch, ProofRead::Info];
+/// What goes ahead of a batch that proves: whether the node publishes its evictions (only on a
+/// connection subscribed to them: without, each list goes from its second read), the epoch
+/// (tracked for this connection alone on an `OPTIN` connection), the node's `INFO`, and on a
+/// node without scripts the epoch's age, its stamp, the time and the claim.
+const PROVE_BY_SCRIPT: &[ProofRead] = &[
+    ProofRead::Notifications,
+    ProofRead::Caching,
+    ProofRead::Epoch,
+    ProofRead::Info,
+];
+const PROVE_BY_SCRIPT_NOLOOP: &[ProofRead] =
+    &[ProofRead::Notifications, ProofRead::Epoch, ProofRead::Info];
 const PROVE_NATIVELY: &[ProofRead] = &[
+    ProofRead::Notifications,
     ProofRead::Caching,
     ProofRead::Epoch,
     ProofRead::Pttl,
@@ -131,6 +148,7 @@ const PROVE_NATIVELY: &[ProofRead] = &[
     ProofRead::Claim,
 ];
 const PROVE_NATIVELY_NOLOOP: &[ProofRead] = &[
+    ProofRead::Notifications,
     ProofRead::Epoch,
     ProofRead::Pttl,
     ProofRead::Time,
@@ -166,6 +184,11 @@ struct Proof {
     evicts: Option<bool>,
     /// Whether this proof's claim wrote the epoch.
     claimed: bool,
+    /// Whether it asks the node whether it publishes its evictions (a subscribed connection).
+    asks_notifications: bool,
+    /// What the node said: it publishes its evictions (`Ok(true)`), it does not or said
+    /// something else (`Ok(false)`), or the read failed.
+    notifications: Result<bool, NodeErrorKind>,
 }
 
 /// What a native proof's reads say.
@@ -189,7 +212,8 @@ impl Proof {
     /// node's identity is unknown: no stamp to read, it votes under its epoch alone.
     fn seal(&self, dialect: &Dialect) -> Option<Seal> {
         self.identity.as_ref()?;
-        let evictions = self.evicts != Some(false);
+        // A connection that hears every eviction needs no eviction count.
+        let evictions = self.evicts != Some(false) && self.notifications != Ok(true);
         let value = self.epoch.as_ref().ok().and_then(Option::as_deref);
         let pttl = self.pttl.ok().flatten();
         (dialect.swapdb || evictions).then_some(Seal {
@@ -327,6 +351,8 @@ impl NodeBatch {
             identity: None,
             evicts: None,
             claimed: false,
+            asks_notifications: watch.is_some_and(MemoryWatch::asks_notifications),
+            notifications: Err(UNANSWERED),
         });
         let trusts = transmits.iter().any(|t| t.command.op() == Op::Trust);
         Self {
@@ -343,12 +369,20 @@ impl NodeBatch {
     pub fn reads(&self) -> &'static [ProofRead] {
         match &self.proof {
             None => &[],
-            Some(proof) => match (proof.native, proof.opts_in) {
-                (true, true) => PROVE_NATIVELY,
-                (true, false) => PROVE_NATIVELY_NOLOOP,
-                (false, true) => PROVE_BY_SCRIPT,
-                (false, false) => PROVE_BY_SCRIPT_NOLOOP,
-            },
+            Some(proof) => {
+                let reads = match (proof.native, proof.opts_in) {
+                    (true, true) => PROVE_NATIVELY,
+                    (true, false) => PROVE_NATIVELY_NOLOOP,
+                    (false, true) => PROVE_BY_SCRIPT,
+                    (false, false) => PROVE_BY_SCRIPT_NOLOOP,
+                };
+                // Each list starts with the notifications' read.
+                if proof.asks_notifications {
+                    reads
+                } else {
+                    &reads[1..]
+                }
+            }
         }
     }
 
@@ -478,6 +512,15 @@ impl NodeBatch {
         }
     }
 
+    /// The reply to [`ProofRead::Notifications`]: the value of `notify-keyspace-events`
+    /// (`Ok(None)`: a reply of another shape), or the error it failed with (`NoPermission`: the
+    /// connection stops asking).
+    pub fn handle_notifications(&mut self, read: Result<Option<&[u8]>, NodeErrorKind>) {
+        if let Some(proof) = &mut self.proof {
+            proof.notifications = read.map(|flags| flags.is_some_and(notifies_evictions));
+        }
+    }
+
     /// The reply to [`ProofRead::Claim`]: whether it wrote the epoch (`OK`; nil when the key
     /// was there, or when it failed).
     pub fn handle_claim(&mut self, wrote: bool) {
@@ -533,6 +576,11 @@ impl NodeBatch {
         if let Some(watch) = watch.as_deref_mut().filter(|_| self.trusts) {
             watch.handle_own_epoch_write();
         }
+        if let (Some(watch), Some(proof)) = (watch.as_deref_mut(), &self.proof)
+            && proof.notifications == Err(NodeErrorKind::NoPermission)
+        {
+            watch.handle_notifications_denied();
+        }
         let seal = self
             .proof
             .as_ref()
@@ -555,7 +603,7 @@ impl NodeBatch {
                         // Another database, or an eviction: the node's memory is not the one
                         // proven (its key, if it set one, is released as any failed lock's).
                         (_, Some(cause)) => {
-                            watch.handle_broken_seal();
+                            watch.handle_broken_seal(cause);
                             refusal(*max_ttl, cause)
                         }
                     }
@@ -664,6 +712,7 @@ mod tests {
                 ProofRead::Stamped => batch.handle_stamped(Ok(None)),
                 ProofRead::Info => batch.handle_info(None),
                 ProofRead::Claim => batch.handle_claim(false),
+                ProofRead::Notifications => batch.handle_notifications(Ok(None)),
             }
         }
         batch.finish(Some(watch), answers);
@@ -1054,6 +1103,77 @@ mod tests {
         }
         batch.finish(Some(watch), &mut answer);
         answer[0]
+    }
+
+    /// Where the node publishes its evictions to a subscribed connection, the connection hears
+    /// each one before the reply to its next command: its vouched acquisitions on an evicting
+    /// node read no eviction count (the seal reads the stamps alone, for a swap), and an
+    /// eviction voids the proof, named as one. A node that does not publish them, or will not
+    /// say (`CONFIG` denied: not asked again), seals with the count.
+    #[test]
+    fn a_connection_that_hears_evictions_reads_no_eviction_count() {
+        use crate::fake::FakeNode;
+        let (acquire, _) = commands("r");
+        let transmits = [acquire];
+        let mut node = FakeNode::new();
+        node.set_evicting(true);
+        let prove = |watch: &mut MemoryWatch, flags: Result<Option<&[u8]>, NodeErrorKind>| {
+            let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(watch), now());
+            let reads = batch.reads();
+            assert_eq!(
+                reads.first() == Some(&ProofRead::Notifications),
+                watch.asks_notifications()
+            );
+            for read in reads {
+                match read {
+                    ProofRead::Notifications => batch.handle_notifications(flags),
+                    ProofRead::Caching => batch.handle_caching(Ok(())),
+                    ProofRead::Epoch => batch.handle_epoch(Ok(node.epoch_value().as_deref())),
+                    ProofRead::Info => batch.handle_info(Some(&node.info_value())),
+                    other => panic!("a node with scripts is not asked {other:?}"),
+                }
+            }
+            let mut answer = [Reply::Int(1)];
+            batch.finish(Some(watch), &mut answer);
+            assert_eq!(answer, [Reply::Int(1)]);
+            NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(watch), now())
+                .seal_reads(0)
+                .to_vec()
+        };
+        let counted = [SealRead::Stamps, SealRead::Evictions];
+        // Not subscribed: never asked, the count is read.
+        let mut unsubscribed = MemoryWatch::new();
+        assert_eq!(prove(&mut unsubscribed, Ok(Some(b"Ee"))), counted);
+        // Subscribed, and the node publishes its evictions: the stamps alone.
+        let mut heard = MemoryWatch::new();
+        heard.handle_subscribed();
+        assert_eq!(prove(&mut heard, Ok(Some(b"KEA"))), [SealRead::Stamps]);
+        let MemoryCheck::Vouched { seen, .. } = heard.check(MAX, now()) else {
+            panic!("vouched");
+        };
+        heard.handle_eviction();
+        assert_eq!(
+            heard.vouched_reply(seen, Reply::Ok, MAX),
+            refused(MAX, SitOutCause::Eviction)
+        );
+        assert!(!heard.vouches_for(MAX, now()), "proves again");
+        // Subscribed, but the node publishes no evictions, or another class only.
+        for flags in [&b""[..], b"Kx"] {
+            let mut silent = MemoryWatch::new();
+            silent.handle_subscribed();
+            assert_eq!(prove(&mut silent, Ok(Some(flags))), counted, "{flags:?}");
+        }
+        // CONFIG denied to this user: the count, and never asked again.
+        let mut denied = MemoryWatch::new();
+        denied.handle_subscribed();
+        let refused_config = Err(NodeErrorKind::NoPermission);
+        assert_eq!(prove(&mut denied, refused_config), counted);
+        assert!(!denied.asks_notifications());
+        // Any other failure of the read: the count, and asked again next time.
+        let mut failed = MemoryWatch::new();
+        failed.handle_subscribed();
+        assert_eq!(prove(&mut failed, Err(NodeErrorKind::Timeout)), counted);
+        assert!(failed.asks_notifications());
     }
 
     /// Scenarios 6 and 3 of issue 21: a database swapped in by `SWAPDB`, or a lock key evicted

@@ -33,23 +33,39 @@ pub struct Tracking {
     watch: Arc<Mutex<MemoryWatch>>,
     /// The pushes a blocking connection read, not yet handed to the watch.
     queued: Option<Arc<Mutex<Receiver<PushInfo>>>>,
+    /// The channel of the node's eviction events in the connection's database
+    /// ([`redlock_core::eviction_channel`]).
+    evictions: Arc<[u8]>,
 }
 
 impl Tracking {
-    /// A watch for a new connection; `fault` only for negative controls.
-    pub fn new(fault: Option<WatchFault>) -> Self {
+    /// A watch for a new connection to `database`; `fault` only for negative controls.
+    pub fn new(fault: Option<WatchFault>, database: u32) -> Self {
         Self {
             watch: Arc::new(Mutex::new(MemoryWatch::with_fault(fault))),
             queued: None,
+            evictions: redlock_core::eviction_channel(database).into(),
         }
     }
 
-    /// A watch for a blocking connection whose pushes arrive on `pushes`.
-    pub fn queued(fault: Option<WatchFault>, pushes: Receiver<PushInfo>) -> Self {
+    /// A watch for a blocking connection to `database` whose pushes arrive on `pushes`.
+    pub fn queued(fault: Option<WatchFault>, database: u32, pushes: Receiver<PushInfo>) -> Self {
         Self {
             queued: Some(Arc::new(Mutex::new(pushes))),
-            ..Self::new(fault)
+            ..Self::new(fault, database)
         }
+    }
+
+    /// The channel to subscribe the connection to, right after tracking is on: the node's
+    /// eviction events in its database. Once subscribed ([`subscribed`](Self::subscribed)),
+    /// each proof asks the node whether it publishes them.
+    pub fn eviction_channel(&self) -> &[u8] {
+        &self.evictions
+    }
+
+    /// The connection subscribed to [`eviction_channel`](Self::eviction_channel).
+    pub fn subscribed(&self) {
+        self.lock().handle_subscribed();
     }
 
     /// The command that turns client tracking on for this watch's connection
@@ -75,6 +91,12 @@ impl Tracking {
                 _ => watch.handle_invalidation(true, []),
             },
             PushKind::Disconnection => watch.handle_closed(),
+            // An eviction the node published: `[channel, key]`.
+            PushKind::Message
+                if push.data.first().and_then(key_bytes) == Some(&self.evictions[..]) =>
+            {
+                watch.handle_eviction();
+            }
             _ => {}
         }
     }
@@ -210,7 +232,7 @@ mod tests {
                 data: vec![],
             },
         ] {
-            let tracking = Tracking::new(None);
+            let tracking = Tracking::new(None, 0);
             proven(&tracking);
             tracking.handle_push(&push);
             assert!(!tracking.lock().vouches_for(1_000, at()), "{push:?}");
@@ -219,7 +241,7 @@ mod tests {
 
     #[test]
     fn pushes_about_other_keys_change_nothing() {
-        let tracking = Tracking::new(None);
+        let tracking = Tracking::new(None, 0);
         proven(&tracking);
         let other = Value::BulkString(b"redlock:res".to_vec());
         tracking.handle_push(&invalidate(vec![Value::Array(vec![other])]));
@@ -227,9 +249,28 @@ mod tests {
     }
 
     #[test]
+    fn an_eviction_published_in_its_database_voids_the_proof() {
+        let message = |channel: &[u8]| PushInfo {
+            kind: PushKind::Message,
+            data: vec![
+                Value::BulkString(channel.to_vec()),
+                Value::BulkString(b"any-key".to_vec()),
+            ],
+        };
+        let tracking = Tracking::new(None, 2);
+        proven(&tracking);
+        // Another database's evictions, or another channel: nothing.
+        tracking.handle_push(&message(b"__keyevent@0__:evicted"));
+        tracking.handle_push(&message(b"redlock:released:x"));
+        assert!(tracking.lock().vouches_for(1_000, at()));
+        tracking.handle_push(&message(tracking.eviction_channel()));
+        assert!(!tracking.lock().vouches_for(1_000, at()));
+    }
+
+    #[test]
     fn a_blocking_connections_pushes_count_once_drained() {
         let (tx, rx) = std::sync::mpsc::channel();
-        let tracking = Tracking::queued(None, rx);
+        let tracking = Tracking::queued(None, 0, rx);
         proven(&tracking);
         tx.send(invalidate(vec![Value::Nil])).expect("open");
         assert!(tracking.lock().vouches_for(1_000, at()), "not drained yet");

@@ -325,6 +325,7 @@ impl<'a> Reading<'a> {
                 ProofRead::Time => self.plan.handle_time(node_time(&result)),
                 ProofRead::Stamped => self.plan.handle_stamped(epoch_value(&result)),
                 ProofRead::Info => self.plan.handle_info(text(&result)),
+                ProofRead::Notifications => self.plan.handle_notifications(setting(&result)),
             }
         }
         for index in 0..self.batch.len() {
@@ -575,6 +576,20 @@ fn epoch_value(
 ) -> Result<Option<&[u8]>, NodeErrorKind> {
     match result {
         Ok(redis::Value::BulkString(bytes)) => Ok(Some(bytes)),
+        Ok(redis::Value::ServerError(err)) => Err(NodeErrorKind::from_code(err.code())),
+        Ok(_) => Ok(None),
+        Err(err) => Err(map_error(err)),
+    }
+}
+
+/// The value `CONFIG GET` of one setting read (a map over RESP3, `[name, value]` over RESP2),
+/// for [`NodeBatch::handle_notifications`]; `Ok(None)` for another shape.
+fn setting(
+    result: &Result<redis::Value, redis::RedisError>,
+) -> Result<Option<&[u8]>, NodeErrorKind> {
+    match result {
+        Ok(redis::Value::Map(pairs)) => Ok(pairs.first().and_then(|(_, value)| bytes(value))),
+        Ok(redis::Value::Array(items)) => Ok(items.get(1).and_then(bytes)),
         Ok(redis::Value::ServerError(err)) => Err(NodeErrorKind::from_code(err.code())),
         Ok(_) => Ok(None),
         Err(err) => Err(map_error(err)),

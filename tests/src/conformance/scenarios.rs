@@ -886,7 +886,12 @@ macro_rules! conformance_tests {
             a_lone_eviction_votes_for_an_unsealed_connection,
             a_lone_eviction_refuses_an_untracked_client,
             a_node_declared_never_swapped_misses_a_swap,
-            a_node_declared_never_swapped_still_seals_its_evictions);
+            a_node_declared_never_swapped_still_seals_its_evictions,
+            a_lone_eviction_is_heard_by_a_subscribed_connection,
+            a_heard_eviction_refuses_an_unsealed_connection,
+            a_heard_eviction_votes_for_a_deaf_connection,
+            a_connection_that_hears_evictions_reads_no_eviction_count,
+            a_user_denied_the_eviction_events_reads_the_count);
         $crate::conformance_tests!(@trim $adapter;
             a_tracking_table_trim_set_off_by_the_rivals_own_call_refuses_it,
             a_tracking_table_trim_set_off_by_the_rivals_own_call_is_unheard_with_noloop);

@@ -15,7 +15,7 @@
 use redlock_core::{SitOutCause, WatchFault};
 use redlock_local::RedisServer;
 
-use super::adapter::Adapter;
+use super::adapter::{Adapter, HeldLock};
 use super::memory::{
     Outcome, Rival, config_set, evict, expect_refused_by, expect_second_holder,
     expect_untracked_needs_scripts, rival_try_after,
@@ -31,6 +31,9 @@ enum Loss {
     Swap,
     /// `res` evicted on its own under `volatile-lru`.
     Eviction,
+    /// The same, on a node that publishes its evictions (`notify-keyspace-events Ee`): B's
+    /// connections, subscribed to them, hear it.
+    HeardEviction,
 }
 
 /// The node's identity in database `db`, as a proof there stamps it.
@@ -63,6 +66,10 @@ pub(super) fn identity_in(server: &RedisServer, db: u32) -> String {
 fn prepare(server: &RedisServer, loss: Loss) {
     match loss {
         Loss::Eviction => config_set(server, "maxmemory-policy", "volatile-lru"),
+        Loss::HeardEviction => {
+            config_set(server, "maxmemory-policy", "volatile-lru");
+            config_set(server, "notify-keyspace-events", "Ee");
+        }
         Loss::Swap => {
             let _: () = redis::pipe()
                 .cmd("SELECT")
@@ -90,7 +97,7 @@ fn lose(server: &RedisServer, loss: Loss) {
                 .expect("SWAPDB");
         }
         // The epoch, without a TTL, is never a candidate.
-        Loss::Eviction => evict(server, &[b"res"], "volatile-lru"),
+        Loss::Eviction | Loss::HeardEviction => evict(server, &[b"res"], "volatile-lru"),
     }
     assert!(!server.exists("res"), "the lock key is gone");
     assert!(
@@ -116,7 +123,7 @@ fn refused<A: Adapter>(loss: Loss, rival: Rival) {
     }
     let cause = match loss {
         Loss::Swap => SitOutCause::SwappedDatabase,
-        Loss::Eviction => SitOutCause::Eviction,
+        Loss::Eviction | Loss::HeardEviction => SitOutCause::Eviction,
     };
     // Named by the seal, or by the checked script that sees the stamp of another database or
     // eviction count.
@@ -178,4 +185,138 @@ pub fn a_node_declared_never_swapped_misses_a_swap<A: Adapter>() {
 /// The declaration is about `SWAPDB` only: a node that evicts still seals each acquisition.
 pub fn a_node_declared_never_swapped_still_seals_its_evictions<A: Adapter>() {
     refused::<A>(Loss::Eviction, Rival::NeverSwapped);
+}
+
+/// On a node that publishes its evictions, B's connections hear the lone eviction of `res`
+/// (before the reply to their next command): refused, naming the eviction.
+pub fn a_lone_eviction_is_heard_by_a_subscribed_connection<A: Adapter>() {
+    refused::<A>(Loss::HeardEviction, Rival::Tracked);
+}
+
+/// What catches it there is the eviction event, not a seal: even unsealed (the control that
+/// lets a second holder in on a node that publishes nothing), B is refused.
+pub fn a_heard_eviction_refuses_an_unsealed_connection<A: Adapter>() {
+    refused::<A>(Loss::HeardEviction, Rival::Faulty(WatchFault::Unsealed));
+}
+
+/// Negative control: deaf to pushes (eviction events included, and unsealed), B gets the lock A
+/// still holds.
+pub fn a_heard_eviction_votes_for_a_deaf_connection<A: Adapter>() {
+    expect_second_holder::<A>(
+        rival_try::<A>(Loss::HeardEviction, Rival::Faulty(WatchFault::Deaf)),
+        "deaf to the eviction events",
+    );
+}
+
+/// Calls of `command` the node ran so far (`INFO commandstats`, which counts calls before its
+/// own).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.client())
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How many `INFO` calls node 0 of three evicting nodes ran for `ACQUISITIONS` vouched
+/// acquisitions by one client (after a warm-up that proves), the nodes publishing their
+/// evictions or not, the client logged in as a user with `acl` (none: the default user).
+fn info_reads<A: Adapter>(publishes: bool, acl: Option<&[&str]>) -> u64 {
+    let ttl = std::time::Duration::from_secs(10);
+    let base = redlock_local::ServerOptions::new();
+    let nodes = match acl {
+        Some(rules) => {
+            let mut args = vec!["--user", "watcher", "on", ">watcher-pw", "~*"];
+            args.extend_from_slice(rules);
+            if base.denies_scripting() {
+                args.push("-@scripting");
+            }
+            crate::Cluster::start_with(3, &base.args(args))
+        }
+        None => crate::Cluster::start(3),
+    };
+    for server in nodes.servers() {
+        config_set(server, "maxmemory-policy", "volatile-lru");
+        if publishes {
+            config_set(server, "notify-keyspace-events", "Ee");
+        }
+    }
+    let urls: Vec<String> = match acl {
+        Some(_) => nodes
+            .addrs()
+            .iter()
+            .map(|addr| format!("redis://watcher:watcher-pw@{addr}/"))
+            .collect(),
+        None => nodes.urls(),
+    };
+    let options = super::adapter::Options {
+        retry: Some(redlock_core::RetryPolicy::once()),
+        ..super::adapter::Options::default()
+    };
+    let client = A::build(&urls, &options).unwrap_or_else(|err| panic!("{}: {err}", A::NAME));
+    client
+        .lock("warm-up", ttl)
+        .unwrap_or_else(|err| panic!("{}: warm-up: {err}", A::NAME))
+        .release();
+    let node = &nodes.servers()[0];
+    // Each count is read by an INFO of its own: one call per reading.
+    let (sets, infos) = (calls(node, "set"), calls(node, "info") + 2);
+    for i in 0..ACQUISITIONS {
+        client
+            .lock(&format!("r{i}"), ttl)
+            .unwrap_or_else(|err| panic!("{}: r{i}: {err}", A::NAME))
+            .release();
+    }
+    // A lock returns on a quorum: wait until node 0 ran every acquisition (its reads went in
+    // the same MULTI).
+    let ran = super::scenarios::eventually(std::time::Duration::from_secs(10), || {
+        calls(node, "set") >= sets + ACQUISITIONS
+    });
+    assert!(ran, "{}: node 0 ran every acquisition", A::NAME);
+    calls(node, "info").saturating_sub(infos)
+}
+
+/// Vouched acquisitions per cost case.
+const ACQUISITIONS: u64 = 3;
+
+/// The cost: on an evicting node, a proven connection's vouched acquisitions read the eviction
+/// count (`INFO stats` in their `MULTI`) unless the node publishes its evictions to it; then
+/// they read none (the proof, which checks `notify-keyspace-events`, is the only `INFO`).
+pub fn a_connection_that_hears_evictions_reads_no_eviction_count<A: Adapter>() {
+    assert_eq!(
+        info_reads::<A>(true, None),
+        0,
+        "{}: vouched acquisitions read INFO",
+        A::NAME
+    );
+    assert_eq!(
+        info_reads::<A>(false, None),
+        ACQUISITIONS,
+        "{}: one INFO stats each",
+        A::NAME
+    );
+}
+
+/// A user who may not subscribe to the eviction channel, or may not read
+/// `notify-keyspace-events` (`CONFIG` denied), still locks, on connections whose replies stay
+/// in step; its vouched acquisitions read the eviction count, as where nothing is published.
+pub fn a_user_denied_the_eviction_events_reads_the_count<A: Adapter>() {
+    let denied: [&[&str]; 2] = [&["resetchannels", "+@all"], &["&*", "+@all", "-config"]];
+    for acl in denied {
+        assert_eq!(
+            info_reads::<A>(true, Some(acl)),
+            ACQUISITIONS,
+            "{}: {acl:?}",
+            A::NAME
+        );
+    }
+    // The control: the same user allowed both hears them.
+    let allowed: &[&str] = &["&*", "+@all"];
+    assert_eq!(info_reads::<A>(true, Some(allowed)), 0, "{}", A::NAME);
 }

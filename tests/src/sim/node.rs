@@ -230,6 +230,9 @@ impl Node {
                     read_back.claimed = self.store.claim_epoch(now);
                     self.claims += u64::from(read_back.claimed);
                 }
+                // The simulator's connections subscribe to no eviction events, so they never
+                // ask; unanswered, the read leaves the eviction count in the seal.
+                ProofRead::Notifications => {}
             }
         }
         let replies = transmits
