@@ -150,14 +150,16 @@ local function young(e, max_ttl, now, db)
     cause = 'no-epoch'
   elseif id then
     local stamped = redis.call('GET', KEYS[e + 1])
-    local was = stamped and string.match(stamped, '^[^ ]*')
-    if was == '' or (not stamped and string.sub(id, -2) == ':0') then
-      redis.call('SET', KEYS[e + 1], id)
-    elseif was ~= id then
-      cause = why(was, id)
-      epoch = nil
-    else
-      cause = string.match(stamped, ' (.*)$') or ''
+    if stamped ~= id then
+      local was = stamped and string.match(stamped, '^[^ ]*')
+      if was == '' or (not stamped and string.sub(id, -2) == ':0') then
+        redis.call('SET', KEYS[e + 1], id)
+      elseif was ~= id then
+        cause = why(was, id)
+        epoch = nil
+      else
+        cause = string.match(stamped, ' (.*)$')
+      end
     end
   end
   if epoch == 0 then return nil end
