@@ -47,6 +47,9 @@ pub struct Config {
     max_ttl: Duration,
 }
 
+/// The longest clock bound ([`ConfigBuilder::clock_bound`]): a second.
+pub const MAX_CLOCK_BOUND: Duration = Duration::from_secs(1);
+
 impl Config {
     /// Starts building settings for `nodes` independent Redis masters.
     pub fn builder(nodes: usize) -> ConfigBuilder {
@@ -61,6 +64,7 @@ impl Config {
             retry: RetryPolicy::default(),
             restart_aware: true,
             max_ttl: DEFAULT_MAX_TTL,
+            clock_bound: Duration::ZERO,
         }
     }
 
@@ -150,6 +154,7 @@ pub struct ConfigBuilder {
     retry: RetryPolicy,
     restart_aware: bool,
     max_ttl: Duration,
+    clock_bound: Duration,
 }
 
 impl ConfigBuilder {
@@ -168,6 +173,17 @@ impl ConfigBuilder {
     /// The fixed part of the drift allowance, up to [`MAX_DRIFT_FLOOR`].
     pub fn drift_floor(mut self, floor: Duration) -> Self {
         self.drift_floor = floor;
+        self
+    }
+
+    /// The largest error of the clock the driver feeds the engine its instants with, up to
+    /// [`MAX_CLOCK_BOUND`] (default zero): taken from every validity up front
+    /// (`valid_until = t0 + ttl − drift − bound`, [`Drift::clock_bound`]). For an adapter
+    /// whose clock counts the time the machine was suspended by reading two clocks, which are
+    /// never read at the same instant: it counts as suspend only what grows beyond the bound,
+    /// so a validity reads the same each time and is never later than the truth.
+    pub fn clock_bound(mut self, bound: Duration) -> Self {
+        self.clock_bound = bound;
         self
     }
 
@@ -240,7 +256,14 @@ impl ConfigBuilder {
             Duration::ZERO,
             MAX_DRIFT_FLOOR,
         )?;
-        let drift = Drift::new(self.drift_factor, self.drift_floor)?;
+        check_duration(
+            "clock_bound",
+            self.clock_bound,
+            Duration::ZERO,
+            MAX_CLOCK_BOUND,
+        )?;
+        let drift =
+            Drift::new(self.drift_factor, self.drift_floor)?.with_clock_bound(self.clock_bound);
         if let Some(timeout) = self.node_timeout {
             check_duration(
                 "node_timeout",

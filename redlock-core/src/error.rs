@@ -60,7 +60,7 @@ pub enum ConfigError {
     TtlTooShort {
         /// What was given.
         got: Duration,
-        /// The drift the TTL must exceed (`ttl × drift_factor + drift_floor`).
+        /// The allowance the TTL must exceed (`ttl × drift_factor + drift_floor + clock_bound`).
         drift: Duration,
         /// The configured minimum validity.
         min_validity: Duration,

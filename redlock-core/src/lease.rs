@@ -36,7 +36,10 @@ impl Lease {
         self.ttl
     }
 
-    /// The end of validity: the winning round's start plus TTL minus drift.
+    /// The end of validity: the winning round's start plus TTL minus drift (the drift
+    /// allowance includes the clock bound, [`Drift::clock_bound`](crate::Drift::clock_bound)),
+    /// in the instants of the clock that fed the engine. It changes only with an extension that
+    /// succeeded, and never moves backwards.
     pub fn valid_until(&self) -> Instant {
         self.valid_until
     }

@@ -228,8 +228,8 @@ pub use command::{
     ScriptKeys, TRUST_SCRIPT, released_channel,
 };
 pub use config::{
-    Config, ConfigBuilder, DEFAULT_MAX_TTL, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX, MAX_NODE_TIMEOUT,
-    MAX_NODES,
+    Config, ConfigBuilder, DEFAULT_MAX_TTL, MAX_CLOCK_BOUND, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX,
+    MAX_NODE_TIMEOUT, MAX_NODES,
 };
 pub use dialect::{DeleteIfEq, Dialect, ServerFacts};
 pub use epoch::{EPOCH_CLAIM, EPOCH_CLAIM_TTL_MS, Epoch};

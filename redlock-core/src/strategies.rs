@@ -125,7 +125,8 @@ pub fn retry_policies() -> impl Strategy<Value = RetryPolicy> {
 
 /// Valid [`Config`]s: 1 to [`MAX_GENERATED_NODES`] nodes, a quorum from a majority (most often)
 /// to all of them, drift factor 0 to 0.3 (often the default 0.01), drift floor 0 to 10 ms, the
-/// derived or a fixed node timeout (1 to 200 ms), a minimum validity of 0 to 50 ms, an optional
+/// derived or a fixed node timeout (1 to 200 ms), a clock bound of 0 (most often) to 2 ms, a
+/// minimum validity of 0 to 50 ms, an optional
 /// key prefix, and a policy from [`retry_policies`].
 pub fn configs() -> impl Strategy<Value = Config> {
     let nodes_and_quorum = (1..=MAX_GENERATED_NODES).prop_flat_map(|nodes| {
@@ -137,6 +138,7 @@ pub fn configs() -> impl Strategy<Value = Config> {
     });
     let drift_factor = prop_oneof![Just(0.0), Just(0.01), 0.0..0.3f64];
     let drift_floor = prop_oneof![Just(Duration::from_millis(2)), micros(0..=10_000)];
+    let clock_bound = prop_oneof![3 => Just(Duration::ZERO), 1 => micros(0..=2_000)];
     let node_timeout = proptest::option::of(micros(1_000..=200_000));
     let min_validity = prop_oneof![3 => Just(Duration::ZERO), 1 => micros(1..=50_000)];
     let key_prefix = prop_oneof![
@@ -147,7 +149,7 @@ pub fn configs() -> impl Strategy<Value = Config> {
     (
         nodes_and_quorum,
         drift_factor,
-        drift_floor,
+        (drift_floor, clock_bound),
         node_timeout,
         min_validity,
         key_prefix,
@@ -155,11 +157,12 @@ pub fn configs() -> impl Strategy<Value = Config> {
     )
         .prop_filter_map(
             "generated settings are valid by construction",
-            |((nodes, quorum), factor, floor, timeout, min_validity, prefix, retry)| {
+            |((nodes, quorum), factor, (floor, bound), timeout, min_validity, prefix, retry)| {
                 let mut builder = Config::builder(nodes)
                     .quorum(quorum)
                     .drift_factor(factor)
                     .drift_floor(floor)
+                    .clock_bound(bound)
                     .min_validity(min_validity)
                     .key_prefix(prefix)
                     .retry(retry);

@@ -16,11 +16,14 @@ pub const MAX_TTL: Duration = Duration::from_millis(i64::MAX as u64 / 2);
 
 const PPM: u64 = 1_000_000;
 
-/// The clock-drift allowance: `ttl × factor + floor`.
+/// The clock-drift allowance: `ttl × factor + floor`, plus the bound on the error of the clock
+/// that feeds the engine ([`clock_bound`](Drift::clock_bound)), taken from every validity up
+/// front.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Drift {
     ppm: u32,
     floor: Duration,
+    clock_bound: Duration,
 }
 
 impl Drift {
@@ -33,7 +36,19 @@ impl Drift {
         // In [0, 1e6): the cast cannot truncate or wrap.
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let ppm = (factor * PPM as f64).round().min((PPM - 1) as f64) as u32;
-        Ok(Self { ppm, floor })
+        Ok(Self {
+            ppm,
+            floor,
+            clock_bound: Duration::ZERO,
+        })
+    }
+
+    /// The same allowance with `bound` taken from every validity too.
+    pub(crate) fn with_clock_bound(self, bound: Duration) -> Self {
+        Self {
+            clock_bound: bound,
+            ..self
+        }
     }
 
     /// The drift factor, as configured (to a millionth).
@@ -46,14 +61,26 @@ impl Drift {
         self.floor
     }
 
-    /// The allowance for a lock of `ttl`: `ttl × factor + floor`, saturating (never panics).
+    /// The largest error of the clock that feeds the engine its instants, as the adapter
+    /// declared it ([`ConfigBuilder::clock_bound`](crate::ConfigBuilder::clock_bound)): taken
+    /// from every validity up front, besides the drift, so that a clock that counts time the
+    /// machine was suspended need only count what grows beyond it, and a validity read twice
+    /// reads the same. Zero by default.
+    pub fn clock_bound(&self) -> Duration {
+        self.clock_bound
+    }
+
+    /// The allowance for a lock of `ttl`: `ttl × factor + floor + clock_bound`, saturating
+    /// (never panics).
     pub fn of(&self, ttl: Duration) -> Duration {
         let scaled = ttl.as_nanos() * u128::from(self.ppm) / u128::from(PPM);
         let secs = u64::try_from(scaled / 1_000_000_000).unwrap_or(u64::MAX);
         // The remainder is below 10^9, so it fits in u32.
         let nanos = u32::try_from(scaled % 1_000_000_000).unwrap_or(0);
         let scaled = Duration::new(secs, nanos);
-        scaled.saturating_add(self.floor)
+        scaled
+            .saturating_add(self.floor)
+            .saturating_add(self.clock_bound)
     }
 }
 
@@ -153,6 +180,15 @@ mod tests {
         assert_eq!(ttl.ms, 10_000);
         assert_eq!(ttl.span, Duration::from_millis(10_000 - 100 - 2));
         assert_eq!(ttl.valid_until(now), now + Duration::from_millis(9_898));
+        // A clock bound is taken up front as well, besides the drift.
+        let bounded = drift().with_clock_bound(Duration::from_millis(1));
+        assert_eq!(
+            bounded.of(Duration::from_secs(10)),
+            Duration::from_millis(103)
+        );
+        let ttl = Ttl::new(now, Duration::from_secs(10), bounded, Duration::ZERO).expect("valid");
+        assert_eq!(ttl.span, Duration::from_millis(10_000 - 100 - 2 - 1));
+        assert_eq!(drift().clock_bound(), Duration::ZERO);
     }
 
     #[test]

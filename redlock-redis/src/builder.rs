@@ -66,7 +66,9 @@ impl<C: FromSettings> Builder<C> {
     {
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
         Self {
-            config: Config::builder(urls.len()),
+            // The driver's clock counts suspend time from two clocks' readings: its error bound
+            // is taken from every validity (see `crate::clock`).
+            config: Config::builder(urls.len()).clock_bound(crate::clock::READING_BOUND),
             urls,
             io_timeout: DEFAULT_IO_TIMEOUT,
             memory_watch: crate::MemoryWatchSettings::default(),

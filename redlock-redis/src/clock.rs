@@ -19,9 +19,14 @@
 //! that are not taken at the same instant, so the readings are ordered to err on the side of
 //! *more* suspend (a clock ahead only shortens a validity): at creation `BOOTTIME` is read
 //! before `MONOTONIC`, in [`Clock::now`] after; and a pair whose reads were far apart (the
-//! thread was preempted between them) is read again, so the error stays near a microsecond. The suspend time only grows: a gap that reads
-//! smaller than before (reading jitter, odd values) changes nothing, so [`Clock::now`] never
-//! moves backwards and is never earlier than `Instant::now()`. [`suspend_adjusted`] is that
+//! thread was preempted between them) is read again, so the error stays near a microsecond.
+//! The clock counts as suspend only the gap's growth beyond [`READING_BOUND`], and every
+//! validity takes that bound up front (the adapters' `Config::clock_bound`): without a suspend
+//! the clock is exactly `Instant::now()` and a validity reads the same each time; after a
+//! suspend `s`, the clock counts `s − READING_BOUND` at least, which with the bound taken up
+//! front never leaves a validity later than the truth. The suspend time only grows: a gap that
+//! reads smaller than before (reading jitter, odd values) changes nothing, so [`Clock::now`]
+//! never moves backwards and is never earlier than `Instant::now()`. [`suspend_adjusted`] is that
 //! conversion as a pure function, unit-tested; a real suspend cannot be produced in a test here.
 //!
 //! Elsewhere (not Linux), [`Clock::now`] is plain `Instant::now()`, with whatever that
@@ -48,9 +53,14 @@ impl Readings {
     }
 }
 
+/// How far a reading of the gap between the two clocks may be off (the readings of a pair are
+/// taken again until they are within 50 µs of each other): growth of the gap up to this is not
+/// counted as suspend, and every validity takes it up front instead.
+pub(crate) const READING_BOUND: Duration = Duration::from_millis(1);
+
 /// The conversion behind [`Clock::now`], pure: `instant_now` (an `Instant::now()` reading) plus
-/// the suspend time between the readings `at_start` and `now`, never less than
-/// `suspended_before` (what an earlier call returned as suspend time).
+/// the suspend time between the readings `at_start` and `now` beyond `READING_BOUND` (1 ms), never
+/// less than `suspended_before` (what an earlier call returned as suspend time).
 ///
 /// Returns the instant and the suspend time it counts. A gap that shrank counts as no suspend;
 /// nothing here panics or overflows (a sum past what `Instant` can hold, which real clocks
@@ -61,7 +71,12 @@ pub fn suspend_adjusted(
     now: Readings,
     suspended_before: Duration,
 ) -> (Instant, Duration) {
-    let grown = now.gap_ns().saturating_sub(at_start.gap_ns()).max(0);
+    let bound = i128::try_from(READING_BOUND.as_nanos()).unwrap_or(i128::MAX);
+    let grown = now
+        .gap_ns()
+        .saturating_sub(at_start.gap_ns())
+        .saturating_sub(bound)
+        .max(0);
     let grown = Duration::from_nanos(u64::try_from(grown).unwrap_or(u64::MAX));
     let suspended = grown.max(suspended_before);
     match instant_now.checked_add(suspended) {
@@ -214,16 +229,42 @@ mod tests {
     }
 
     #[test]
-    fn a_suspend_of_x_moves_now_by_x() {
+    fn a_suspend_of_x_moves_now_by_x_less_the_bound() {
         let now = Instant::now();
         // 60 s of running, and 45 s asleep: BOOTTIME ran 45 s further than MONOTONIC.
         let (instant, suspended) =
             suspend_adjusted(now, at(100, 130), at(160, 235), Duration::ZERO);
-        assert_eq!(suspended, Duration::from_secs(45));
-        assert_eq!(instant, now + Duration::from_secs(45));
-        // A validity of 30 s taken before the suspend has ended by this clock.
-        let valid_until = now + Duration::from_secs(30);
+        assert_eq!(suspended, Duration::from_secs(45) - READING_BOUND);
+        assert_eq!(instant, now + Duration::from_secs(45) - READING_BOUND);
+        // A validity of 30 s taken before the suspend (the bound taken from it up front) has
+        // ended by this clock.
+        let valid_until = now + Duration::from_secs(30) - READING_BOUND;
         assert!(instant > valid_until);
+    }
+
+    #[test]
+    fn reading_jitter_within_the_bound_counts_as_no_suspend() {
+        let now = Instant::now();
+        let start = at(100, 130);
+        for jitter_ns in [1, 999, 50_000, 999_999, 1_000_000] {
+            let later = Readings {
+                monotonic_ns: 160 * S,
+                boottime_ns: 190 * S + jitter_ns,
+            };
+            let (instant, suspended) = suspend_adjusted(now, start, later, Duration::ZERO);
+            assert_eq!(
+                (instant, suspended),
+                (now, Duration::ZERO),
+                "{jitter_ns} ns"
+            );
+        }
+        // Beyond it, only the excess counts.
+        let later = Readings {
+            monotonic_ns: 160 * S,
+            boottime_ns: 190 * S + 1_000_007,
+        };
+        let (_, suspended) = suspend_adjusted(now, start, later, Duration::ZERO);
+        assert_eq!(suspended, Duration::from_nanos(7));
     }
 
     #[test]
@@ -274,7 +315,8 @@ mod tests {
             assert!(now >= last, "never backwards");
             last = now;
         }
-        // No suspend happens during a test run; only reading jitter could show, and it is tiny.
+        // No suspend happens during a test run; only reading jitter beyond the bound (a thread
+        // preempted through every attempt at a tight pair) could show, and it is tiny.
         assert!(
             clock.suspended() < Duration::from_millis(100),
             "{:?}",

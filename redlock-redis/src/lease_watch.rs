@@ -101,13 +101,19 @@ impl LeaseWatch {
         self.shared.state().lease.clone()
     }
 
-    /// The end of validity, as an [`Instant`] to compare with `Instant::now()`: it moves
-    /// forward with each extension. **After the machine was suspended it moves backwards** by
-    /// the time the machine slept (Linux): the nodes kept counting the keys' TTL while
-    /// `Instant::now()` stood still, so less validity is left than before — that is the truth,
-    /// and this reports it. (The clock counts the few µs between its readings as suspend too,
-    /// erring on the side of less validity, so it may also move back by that much.) Prefer [`remaining`](LeaseWatch::remaining) and
-    /// [`is_valid`](LeaseWatch::is_valid), which count a suspend themselves.
+    /// The end of validity, as an [`Instant`] to compare with `Instant::now()`:
+    /// `t0 + ttl − drift − READING_BOUND` (the clock's bound, 1 ms, taken up front), moved
+    /// forward by each extension that succeeded. It never moves by itself: two reads of an
+    /// unchanged lease are equal, and an extension that failed, or one to a shorter TTL (which
+    /// never shortens the keys), leaves it as it was. **After the machine was suspended it moves
+    /// backwards** by the time the machine slept beyond the bound (Linux): the nodes kept
+    /// counting the keys' TTL while `Instant::now()` stood still, so less validity is left
+    /// than before — never later than the truth, and this reports it. [`remaining`] and
+    /// [`is_valid`] follow the same rule: `is_valid()` is `Instant::now() < valid_until()` for a
+    /// lock neither lost nor released.
+    ///
+    /// [`remaining`]: LeaseWatch::remaining
+    /// [`is_valid`]: LeaseWatch::is_valid
     pub fn valid_until(&self) -> Instant {
         let until = self.shared.state().lease.valid_until();
         // Reading the clock brings its count of suspend time up to date.
@@ -218,11 +224,13 @@ impl Future for Lost {
 mod tests {
     use super::*;
 
-    /// Equal but for the clock's reading jitter (a few µs, counted as suspend: it errs on the
-    /// side of less validity).
+    /// Equal but for the clock's reading jitter after a suspend (a few µs beyond the bound,
+    /// counted as suspend: it errs on the side of less validity).
     fn close(a: Instant, b: Instant) -> bool {
         a.max(b).duration_since(a.min(b)) < Duration::from_millis(1)
     }
+    use crate::clock::READING_BOUND;
+    use redlock_core::ExtendFailure;
     use redlock_core::fake::lease as testing_lease;
 
     #[test]
@@ -238,7 +246,7 @@ mod tests {
         };
         watch.extended(&extended(t0 + Duration::from_secs(5)));
         watch.extended(&extended(t0)); // never backwards
-        assert!(close(watch.valid_until(), t0 + Duration::from_secs(5)));
+        assert_eq!(watch.valid_until(), t0 + Duration::from_secs(5));
         assert!(!watch.wait_lost(Duration::from_millis(1)));
         let waiter = std::thread::spawn({
             let watch = watch.clone();
@@ -261,12 +269,16 @@ mod tests {
             testing_lease(until, None),
             Clock::after_suspend(Duration::from_secs(20)),
         );
+        // The bound is taken up front by a real lease (this fake one does not): the clock
+        // counts what grew beyond it.
+        let slept_beyond = Duration::from_secs(20) - READING_BOUND;
         let left = slept.remaining();
         assert!(
-            left <= Duration::from_secs(40) && left > Duration::from_secs(35),
+            left <= Duration::from_secs(60) - slept_beyond && left > Duration::from_secs(35),
             "{left:?}"
         );
-        assert!(close(slept.valid_until(), until - Duration::from_secs(20)));
+        assert!(close(slept.valid_until(), until - slept_beyond));
+        assert!(slept.valid_until() <= until - slept_beyond);
         assert!(slept.is_valid());
         let overslept = LeaseWatch::new(
             testing_lease(until, None),
@@ -278,7 +290,44 @@ mod tests {
         // The control: without a suspend, the same lease has its full validity.
         let awake = LeaseWatch::new(testing_lease(until, None), Clock::new());
         assert!(awake.remaining() > Duration::from_secs(55));
-        assert!(close(awake.valid_until(), until));
+        assert_eq!(awake.valid_until(), until);
+    }
+
+    /// Without a suspend the validity holds still: read again and again, after an extension
+    /// that failed, and after one to a shorter TTL; `is_valid` agrees with it.
+    #[test]
+    fn the_validity_never_moves_by_itself() {
+        let until = Instant::now() + Duration::from_secs(60);
+        let watch = LeaseWatch::new(testing_lease(until, None), Clock::new());
+        for _ in 0..10_000 {
+            assert_eq!(watch.valid_until(), until);
+        }
+        watch.extended(&ExtendOutcome::NotExtended {
+            reason: ExtendFailure::Unavailable,
+            votes: Vec::new(),
+        });
+        assert_eq!(
+            watch.valid_until(),
+            until,
+            "a failed extension changes nothing"
+        );
+        watch.extended(&ExtendOutcome::Extended {
+            valid_until: until - Duration::from_secs(30),
+            ttl: Duration::from_secs(30),
+            votes: Vec::new(),
+        });
+        assert_eq!(watch.valid_until(), until, "a shorter one neither");
+        assert!(watch.is_valid() && Instant::now() < watch.valid_until());
+        let left = watch.remaining();
+        assert!(
+            left <= until - Instant::now() + Duration::from_millis(1),
+            "{left:?}"
+        );
+        // A lease whose validity has passed: neither valid nor any time left, in agreement.
+        let past = LeaseWatch::new(testing_lease(Instant::now(), None), Clock::new());
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(!past.is_valid() && Instant::now() >= past.valid_until());
+        assert_eq!(past.remaining(), Duration::ZERO);
     }
 
     #[test]

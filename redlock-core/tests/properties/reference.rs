@@ -13,13 +13,14 @@ use redlock_core::{
 use crate::At;
 use crate::world::{Rec, Source};
 
-/// `ttl − drift`, with `drift = ttl × factor + floor` (the factor kept to a millionth).
+/// `ttl − drift`, with `drift = ttl × factor + floor + clock_bound` (the factor kept to a
+/// millionth).
 pub(crate) fn span(config: &Config, ttl: Duration) -> Duration {
     // The factor is a number in [0, 1): its millionths fit in u64.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let ppm = (config.drift().factor() * 1e6).round() as u128;
     let scaled = u64::try_from(ttl.as_nanos() * ppm / 1_000_000).expect("below the ttl");
-    ttl - (Duration::from_nanos(scaled) + config.drift().floor())
+    ttl - (Duration::from_nanos(scaled) + config.drift().floor() + config.drift().clock_bound())
 }
 
 /// How an acquire or extend round must read a reply.

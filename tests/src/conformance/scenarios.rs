@@ -287,6 +287,42 @@ pub fn extend_refreshes<A: Adapter>() {
     lock.release();
 }
 
+/// The validity holds still without a suspend (issue 23): read again later, after an extension
+/// to a shorter TTL (which never shortens the keys), and after an extension that failed, it is
+/// the same instant; `is_valid` agrees with it.
+pub fn the_validity_holds_still<A: Adapter>() {
+    let nodes = Cluster::start(3);
+    let redlock: A = client(&nodes, &Options::default());
+    let mut lock = redlock
+        .lock("still", Duration::from_secs(30))
+        .expect("lock");
+    let first = lock.valid_until();
+    thread::sleep(Duration::from_millis(20));
+    assert_eq!(lock.valid_until(), first, "{}: read again", A::NAME);
+    lock.extend(Duration::from_secs(5))
+        .unwrap_or_else(|err| panic!("{}: a shorter extension: {err}", A::NAME));
+    assert_eq!(
+        lock.valid_until(),
+        first,
+        "{}: a shorter extension",
+        A::NAME
+    );
+    // The lock's keys vanish (once every node has them): the next extension fails.
+    assert!(eventually(Duration::from_secs(5), || nodes
+        .count_with_key("still")
+        == 3));
+    for server in nodes.servers() {
+        let _: () = server.client().del("still").expect("del");
+    }
+    assert!(
+        lock.extend(Duration::from_secs(30)).is_err(),
+        "{}: extended a lock whose keys are gone",
+        A::NAME
+    );
+    assert_eq!(lock.valid_until(), first, "{}: a failed extension", A::NAME);
+    assert!(Instant::now() < lock.valid_until());
+}
+
 /// Scenario 8: {a, b} held → {b, c} fails, leaving no partial key; after release both are free.
 pub fn multi_resource_all_or_nothing<A: Adapter>() {
     let nodes = Cluster::start(5);
@@ -839,6 +875,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!($adapter;
             lock_then_release, contention, minority_and_majority_down, node_down_at_start,
             stalled_node_does_not_delay, expired_lock_is_not_released_or_extended, extend_refreshes,
+            the_validity_holds_still,
             multi_resource_all_or_nothing, bad_input, wrong_type_and_script_flush,
             mutual_exclusion_counter, dropped_and_abandoned_locks_release,
             scoped_lock_extends_and_reports_loss, lost_reply_still_released, cut_handshake_recovers,
