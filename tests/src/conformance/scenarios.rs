@@ -299,8 +299,20 @@ pub fn the_validity_holds_still<A: Adapter>() {
     let first = lock.valid_until();
     thread::sleep(Duration::from_millis(20));
     assert_eq!(lock.valid_until(), first, "{}: read again", A::NAME);
-    lock.extend(Duration::from_secs(5))
-        .unwrap_or_else(|err| panic!("{}: a shorter extension: {err}", A::NAME));
+    match lock.extend(Duration::from_secs(5)) {
+        Ok(()) => {}
+        // Without scripts a shorter extension has no safe form yet (issue 23, part 2): it fails,
+        // which must change nothing either.
+        Err(err)
+            if scripting_denied_somewhere()
+                && err.failure().is_some_and(|failure| {
+                    failure
+                        .nodes
+                        .iter()
+                        .any(|node| node.result == Vote::Failed(NodeErrorKind::NoSafeForm))
+                }) => {}
+        Err(err) => panic!("{}: a shorter extension: {err}", A::NAME),
+    }
     assert_eq!(
         lock.valid_until(),
         first,
