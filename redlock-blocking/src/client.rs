@@ -102,7 +102,11 @@ impl Redlock {
         self.inner.driver.clone()
     }
 
-    /// Locks `resource` for `ttl`, retrying as the client's retry policy says.
+    /// Locks `resource` for `ttl`, retrying as the client's retry policy says. On fresh nodes
+    /// (a first deployment) every node refuses to vote for `max_ttl` (restart-aware voting);
+    /// when such refusals outlast the retry budget, no later round could win, and the call
+    /// fails after its first round with [`Error::Unavailable`] naming each refusal, its cause
+    /// and the remedy (`redlock nodes trust`, or `trust_nodes()`, when no lock can be live).
     pub fn lock(&self, resource: impl Into<Vec<u8>>, ttl: Duration) -> Result<Lock, Error> {
         self.acquire(LockRequest::new(resource, ttl))
     }

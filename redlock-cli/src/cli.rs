@@ -23,8 +23,8 @@ Examples:
   export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   redlock nightly-report -- ./make-report.sh           # one try; 75 if another host holds it
   redlock run --wait 5m --ttl 30s nightly-report -- ./make-report.sh
-  TOKEN=$(redlock acquire deploy --ttl 10m)            # one step of a script takes the lock,
-  redlock extend deploy \"$TOKEN\" --ttl 10m            # a later one keeps it,
+  TOKEN=$(redlock acquire deploy --ttl 45s)            # one step of a script takes the lock,
+  redlock extend deploy \"$TOKEN\" --ttl 45s            # a later one keeps it,
   redlock release deploy \"$TOKEN\"                     # and another releases it
   redlock status deploy nightly-report --json          # who holds what, per node (a snapshot)
   redlock nodes check --strict                         # reachable, version, login, scripts, warnings
@@ -122,12 +122,12 @@ pub(crate) enum Cmd {
     /// Take the lock and print its token (and nothing else) on stdout; the lock stays held until
     /// its TTL, `extend` or `release`, by any process that has the token.
     #[command(
-        after_help = "Example:\n  TOKEN=$(redlock acquire deploy --ttl 10m) || exit\n  redlock acquire deploy --json   # {\"resource\":..,\"token\":..,\"valid_ms\":..,\"fence\":..}"
+        after_help = "Example:\n  TOKEN=$(redlock acquire deploy --ttl 45s) || exit\n  redlock acquire deploy --json   # {\"resource\":..,\"token\":..,\"valid_ms\":..,\"fence\":..}"
     )]
     Acquire(AcquireArgs),
     /// Extend a lock by its token to `--ttl` from now (proving the token holds it on a quorum).
     #[command(
-        after_help = "Example:\n  redlock extend deploy \"$TOKEN\" --ttl 10m || echo 'lost it' >&2"
+        after_help = "Example:\n  redlock extend deploy \"$TOKEN\" --ttl 45s || echo 'lost it' >&2"
     )]
     Extend(TokenArgs),
     /// Release a lock by its token; keys under another token are never touched.

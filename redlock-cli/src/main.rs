@@ -5,7 +5,7 @@
 //! ```text
 //! redlock --node redis://10.0.0.1 --node redis://10.0.0.2 --node redis://10.0.0.3 \
 //!     nightly-report -- ./make-report.sh
-//! TOKEN=$(redlock acquire deploy --ttl 10m); ...; redlock release deploy "$TOKEN"
+//! TOKEN=$(redlock acquire deploy --ttl 45s); ...; redlock release deploy "$TOKEN"
 //! ```
 //!
 //! While `run`'s command runs the lock is extended; if it is lost (the nodes can no longer
@@ -16,7 +16,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use redlock_blocking::{Error, Redlock, RetryPolicy};
+use redlock_blocking::{ConfigError, Error, Redlock, RetryPolicy};
 
 mod bench;
 mod cli;
@@ -104,6 +104,13 @@ pub(crate) fn failure(resource: &str, err: Error) -> Failure {
         Error::NotHeld(detail) => (
             NOT_HELD,
             format!("that token does not hold the lock on {resource}: {detail}"),
+        ),
+        err @ Error::Config(ConfigError::TtlAboveMax { .. }) => (
+            USAGE,
+            format!(
+                "{err}: with this command, --max-ttl (or REDLOCK_MAX_TTL), the same on every \
+                 client of these nodes"
+            ),
         ),
         err @ (Error::Config(_) | Error::InvalidNode { .. }) => (USAGE, err.to_string()),
         err => (NOT_ACQUIRED, format!("could not lock {resource}: {err}")),

@@ -135,7 +135,12 @@ fn a_ttl_above_the_longest_ttl_in_use_is_a_usage_error_until_max_ttl_allows_it()
     let nodes = Cluster::start(3);
     let output = redlock(&nodes, &["--ttl", "90s", "job", "--", "true"]);
     assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
-    assert!(stderr(&output).contains("max_ttl"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("max_ttl")
+            && stderr(&output).contains("--max-ttl (or REDLOCK_MAX_TTL), the same on every client"),
+        "the error names the setting to raise: {}",
+        stderr(&output)
+    );
     let output = redlock(
         &nodes,
         &["--ttl", "90s", "--max-ttl", "2m", "job", "--", "true"],

@@ -24,7 +24,7 @@ use crate::quorum::{Decision, FailureReason};
 use crate::release::Release;
 use crate::reply::Reply;
 use crate::request::LockRequest;
-use crate::retry::RetryPolicy;
+use crate::retry::{Attempts, RetryPolicy};
 use crate::round::{NodeRelease, Round, Vote};
 use crate::spec::LockSpec;
 use crate::token::Token;
@@ -404,8 +404,49 @@ impl Acquire {
         self.phase = Phase::Collecting;
     }
 
+    /// The latest instant a later round could start: the deadline, and with a limited number of
+    /// rounds, the longest pauses of the rounds left (`None`: unbounded).
+    fn last_start(&self, now: Instant) -> Option<Instant> {
+        let by_rounds = match self.retry.attempts {
+            Attempts::Limited(max) => {
+                let left = max.saturating_sub(self.attempts);
+                let longest = self.retry.delay.saturating_add(self.retry.jitter);
+                Some(now.checked_add(longest.saturating_mul(left)).unwrap_or(now))
+            }
+            Attempts::Unlimited => None,
+        };
+        match (self.deadline, by_rounds) {
+            (Some(deadline), Some(by)) => Some(deadline.min(by)),
+            (deadline, by) => deadline.or(by),
+        }
+    }
+
+    /// Whether a quorum could still form in a later round: enough nodes did not refuse to vote
+    /// for longer than [`last_start`](Self::last_start) is away. A refusal's time is the
+    /// node's; a tenth of it is left for the nodes' clocks running faster than ours.
+    fn quorum_may_form(&self, now: Instant) -> bool {
+        let Some(last) = self.last_start(now) else {
+            return true;
+        };
+        let window = last.saturating_duration_since(now);
+        let sitting_out = self
+            .round
+            .answers
+            .iter()
+            .filter(|vote| match vote {
+                Vote::Ineligible { for_ms, .. } => {
+                    let sure = Duration::from_millis(for_ms - for_ms / 10);
+                    sure > window
+                }
+                _ => false,
+            })
+            .count();
+        self.round.answers.len().saturating_sub(sitting_out) >= self.quorum
+    }
+
     /// Records a lost round, queues its release on every node, and schedules the next round if
-    /// the policy allows one that can start before the deadline.
+    /// the policy allows one that can start before the deadline, and a quorum could still form
+    /// by then.
     fn lose_round(&mut self, now: Instant, reason: FailureReason) {
         self.last_failure = Some(AcquireFailure {
             reason,
@@ -418,6 +459,9 @@ impl Acquire {
         } else {
             None
         };
+        // Nodes that refused to vote for longer than any later round could wait: when too few
+        // are left to form a quorum, no retry can win, and the caller hears it now.
+        let retry_at = retry_at.filter(|_| self.quorum_may_form(now));
         self.batches += 1;
         // Before a retry the release's answers are not awaited (the next round's requests follow
         // it on each node). After the last round they are, for up to one node timeout (which may

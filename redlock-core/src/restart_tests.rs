@@ -161,6 +161,55 @@ fn a_node_with_a_new_identity_sits_out_though_its_epoch_is_old() {
     }
 }
 
+/// Fresh nodes sit out `max_ttl`: a lock whose retry budget ends sooner fails after its first
+/// round, since no later round could win (issue 26: not after spending the whole budget), and
+/// names the refusals. The control: a sit-out shorter than the budget is retried through, and
+/// the lock is taken once it ends.
+#[test]
+fn a_lock_stops_retrying_when_no_round_in_its_budget_could_win() {
+    let build = |max_ttl: Duration| {
+        Config::builder(5)
+            .retry(RetryPolicy::default().deadline(Duration::from_secs(5)))
+            .max_ttl(max_ttl)
+            .build()
+            .expect("valid")
+    };
+    let fail_fast = build(MAX_TTL);
+    let mut nodes = vec![FakeNode::fresh(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    net.node_clock = true;
+    match try_lock(&mut net, &fail_fast, 1) {
+        Some(LockEvent::NotAcquired(failure)) => {
+            assert_eq!(failure.attempts, 1, "{failure:?}");
+            assert_eq!(failure.reason, FailureReason::Unavailable);
+            assert!(
+                failure
+                    .votes
+                    .iter()
+                    .all(|vote| matches!(vote, Vote::Ineligible { .. })),
+                "{failure:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        net.now < epoch() + Duration::from_secs(1),
+        "no pause was spent"
+    );
+    // A sit-out of 2 s inside a 5 s budget: retried until the nodes vote.
+    let patient = build(Duration::from_secs(2));
+    let mut nodes = vec![FakeNode::fresh(); 5];
+    let mut net = Net::new(&mut nodes, epoch());
+    net.node_clock = true;
+    let request = LockRequest::new("r", Duration::from_secs(1));
+    let mut lock = Lifecycle::acquire(net.now, &patient, &request, &mut rng(2)).expect("ok");
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::Acquired(lease)) => assert!(lease.attempts() > 1, "{lease:?}"),
+        other => panic!("the control: retried through the sit-out: {other:?}"),
+    }
+    assert!(net.now >= epoch() + Duration::from_secs(2));
+}
+
 #[test]
 fn a_refusal_names_its_cause_until_the_sit_out_ends() {
     let config = config(true);

@@ -64,7 +64,7 @@ impl fmt::Display for LockFailure {
             f.write_str(if i == 0 { "; " } else { ", " })?;
             write!(f, "{} ", report.node)?;
             match report.result {
-                Vote::Pending => f.write_str("no answer yet"),
+                Vote::Pending => f.write_str("not waited for (the round was decided)"),
                 Vote::Granted => f.write_str("granted"),
                 Vote::Refused => f.write_str("held by another"),
                 Vote::TimedOut => f.write_str("timed out"),
@@ -110,15 +110,18 @@ impl fmt::Display for HumanMs {
     }
 }
 
-/// Why a lock operation did not succeed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// Why a lock operation did not succeed. Its `Debug` starts with the message (and the remedy,
+/// where there is one), as `Display` writes it, then the fields: a `main` that returns this
+/// error prints what to do.
+#[derive(Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Another client holds the lock (on enough nodes to deny a quorum).
     #[error("lock is held by another client: {0}")]
     Contended(LockFailure),
-    /// Too few nodes answered to form a quorum.
-    #[error("not enough nodes answered: {0}")]
+    /// Too few nodes could vote to form a quorum: they failed, timed out, or sat out (a
+    /// refusal to vote, restart-aware voting).
+    #[error("too few nodes could vote: {0}")]
     Unavailable(LockFailure),
     /// A quorum agreed, but too late to leave the minimum validity.
     #[error("a quorum agreed too late: {0}")]
@@ -148,6 +151,27 @@ pub enum Error {
     /// later call starts a new driver on the caller's runtime), or its thread could not start.
     #[error("the client's driver stopped (its runtime shut down) before answering")]
     Stopped,
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}\n\n")?;
+        match self {
+            Self::Contended(detail) => f.debug_tuple("Contended").field(detail).finish(),
+            Self::Unavailable(detail) => f.debug_tuple("Unavailable").field(detail).finish(),
+            Self::TooSlow(detail) => f.debug_tuple("TooSlow").field(detail).finish(),
+            Self::Lost(detail) => f.debug_tuple("Lost").field(detail).finish(),
+            Self::NotHeld(detail) => f.debug_tuple("NotHeld").field(detail).finish(),
+            Self::Config(err) => f.debug_tuple("Config").field(err).finish(),
+            Self::InvalidNode { index, reason } => f
+                .debug_struct("InvalidNode")
+                .field("index", index)
+                .field("reason", reason)
+                .finish(),
+            Self::Entropy => f.write_str("Entropy"),
+            Self::Stopped => f.write_str("Stopped"),
+        }
+    }
 }
 
 impl Error {
@@ -229,7 +253,7 @@ mod tests {
         };
         assert_eq!(
             Error::acquire_failed(&labels, &ineligible).to_string(),
-            "not enough nodes answered: 1 round; 127.0.0.1:1 not voting for 26 s more: it is not \
+            "too few nodes could vote: 1 round; 127.0.0.1:1 not voting for 26 s more: it is not \
              the process that stamped its epoch (a new run_id: a restart, from a snapshot or not, \
              or a failover to another server), 127.0.0.1:2 granted, 127.0.0.1:3 granted\
              ; if no lock can be live on those nodes (a fresh deployment, or every holder stopped \
@@ -241,6 +265,15 @@ mod tests {
             !err.to_string().contains("trust"),
             "no remedy without an ineligible node"
         );
+        // Debug, as a `main` returning the error prints it: the message and remedy first.
+        let debug = format!("{:?}", Error::acquire_failed(&labels, &ineligible));
+        assert!(
+            debug.starts_with("too few nodes could vote: 1 round;")
+                && debug.contains("`redlock nodes trust`")
+                && debug.contains("Unavailable(LockFailure {"),
+            "{debug}"
+        );
+        assert!(format!("{:?}", Error::Stopped).ends_with("\n\nStopped"));
         assert_eq!(
             err.to_string(),
             "lock is held by another client: 3 rounds; 127.0.0.1:1 held by another, 127.0.0.1:2 timed out, \

@@ -519,7 +519,31 @@ impl<'a> Reading<'a> {
         prop_assert_eq!(&failure.votes, votes);
         prop_assert_eq!(failure.attempts, rounds);
         let exhausted = matches!(x.retry.attempts, Attempts::Limited(k) if rounds >= k);
-        if !exhausted && !gave_up {
+        // ... or the refusals to vote the last round heard outlast the latest instant a later
+        // round could start (a tenth of each left for the nodes' clocks): too few nodes are left
+        // to form a quorum by then.
+        let hopeless = {
+            let by_rounds = match x.retry.attempts {
+                Attempts::Limited(k) => Some(since + x.max_pause() * k.saturating_sub(rounds)),
+                _ => None,
+            };
+            let last = match (self.overall(), by_rounds) {
+                (Some(d), Some(b)) => Some(d.min(b)),
+                (d, b) => d.or(b),
+            };
+            last.is_some_and(|last| {
+                let window = last.saturating_sub(since);
+                let out = votes
+                    .iter()
+                    .filter(|vote| {
+                        matches!(vote, Vote::Ineligible { for_ms, .. }
+                            if Duration::from_millis(for_ms - for_ms / 10) > window)
+                    })
+                    .count();
+                votes.len() - out < x.quorum
+            })
+        };
+        if !exhausted && !gave_up && !hopeless {
             let deadline = self.overall();
             prop_assert!(
                 deadline.is_some_and(|d| since + x.max_pause() >= d),
