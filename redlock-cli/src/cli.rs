@@ -181,6 +181,10 @@ pub(crate) struct Taking {
     /// A single try: fail at once (exit 75) if another holder has the lock (same as --wait 0).
     #[arg(long, conflicts_with = "wait")]
     no_wait: bool,
+    /// When another holder has the lock, exit 75 without a word, as `flock -n` does: a cron
+    /// line that skips quietly. Any other failure still prints its line.
+    #[arg(long)]
+    pub(crate) quiet_if_held: bool,
 }
 
 impl Taking {

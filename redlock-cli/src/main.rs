@@ -70,7 +70,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err((code, message)) => {
-            eprintln!("redlock: {message}");
+            // An empty message: a failure the caller asked to hear nothing of (--quiet-if-held).
+            if !message.is_empty() {
+                eprintln!("redlock: {message}");
+            }
             ExitCode::from(code)
         }
     }
@@ -95,6 +98,15 @@ fn client(global: &Global, wait: std::time::Duration) -> Result<Redlock, Failure
         .retry(retry)
         .build()
         .map_err(|err| (USAGE, err.to_string()))
+}
+
+/// The exit code and message for a lock taken as `taking` says on `resource` that failed: the
+/// message is empty for a lock another holder has, when `--quiet-if-held` asks for silence.
+pub(crate) fn taking_failure(taking: &cli::Taking, resource: &str, err: Error) -> Failure {
+    match err {
+        Error::Contended(_) if taking.quiet_if_held => (NOT_ACQUIRED, String::new()),
+        err => failure(resource, err),
+    }
 }
 
 /// The exit code and message for a lock operation on `resource` that failed.

@@ -30,7 +30,7 @@ pub(crate) fn run(global: &Global, args: &RunArgs) -> Result<ExitCode, Failure> 
     let signal = catch_signals()?;
     let lock = redlock
         .acquire(request.auto_extend())
-        .map_err(|err| failure(&args.resource, err))?;
+        .map_err(|err| crate::taking_failure(&args.taking, &args.resource, err))?;
     let lease = lock.watch();
     let outcome = guard_command(args, &lease, &signal, global.verbose);
     match outcome {

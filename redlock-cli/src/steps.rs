@@ -28,7 +28,7 @@ pub(crate) fn acquire(global: &Global, args: &AcquireArgs) -> Result<ExitCode, F
     let redlock = client(global, args.taking.wait())?;
     let lock = redlock
         .acquire(LockRequest::new(args.resource.as_bytes(), args.taking.ttl))
-        .map_err(|err| failure(&args.resource, err))?;
+        .map_err(|err| crate::taking_failure(&args.taking, &args.resource, err))?;
     let token = String::from_utf8_lossy(lock.token().as_bytes()).into_owned();
     let (remaining, fence) = (lock.remaining(), lock.fence());
     // Dropping the lock would release it: this process hands it over by its token instead.

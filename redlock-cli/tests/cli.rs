@@ -55,6 +55,26 @@ fn a_held_lock_means_exit_75_and_the_command_never_runs() {
         "",
         "the command did not run"
     );
+    // A cron line that skips quietly: the same exit status, not a word (flock -n); a failure
+    // that is not contention still prints.
+    let output = redlock(
+        &nodes,
+        &["--quiet-if-held", "job", "--", "sh", "-c", &script],
+    );
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    assert_eq!(stderr(&output), "", "a held lock, skipped in silence");
+    assert_eq!(stdout(&output), "");
+    let output = redlock(
+        &nodes,
+        &["--quiet-if-held", "--ttl", "90s", "job", "--", "true"],
+    );
+    assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
+    assert!(stderr(&output).contains("max_ttl"), "{}", stderr(&output));
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read"),
+        "",
+        "the command did not run"
+    );
 
     // With --wait, it runs once the holder lets go.
     let waiter = std::thread::spawn({
