@@ -332,16 +332,8 @@ fn chosen_nodes(global: &Global, only: &[String]) -> Result<Vec<String>, Failure
 /// Whether the node publishes its evictions (`notify-keyspace-events`, as the proofs read it);
 /// `false` when this user may not read it (its proofs then keep the eviction count).
 fn publishes_evictions(probe: &mut Probe, node: &NodeAddr) -> bool {
-    let flags: Result<Vec<String>, String> = probe.query(
-        node,
-        redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("notify-keyspace-events"),
-    );
-    flags.is_ok_and(|pair| {
-        pair.get(1)
-            .is_some_and(|flags| redlock_core::notifies_evictions(flags.as_bytes()))
-    })
+    warnings::config(probe, node, "notify-keyspace-events")
+        .is_ok_and(|flags| redlock_core::notifies_evictions(flags.as_bytes()))
 }
 
 /// What to say about the number of nodes.

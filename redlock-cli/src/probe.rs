@@ -172,13 +172,9 @@ impl Eligibility {
     ) -> Result<(Option<SitOutCause>, Option<SitOutCause>), String> {
         let stamped: Option<Vec<u8>> =
             probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_ID_KEY))?;
-        let (was, recorded) = match stamped.as_deref().map(redlock_core::split_stamp) {
-            Some((was, recorded)) => (Some(was), recorded),
-            None => (None, None),
-        };
-        if was.is_some_and(<[u8]>::is_empty) {
-            return Ok((None, recorded));
-        }
+        let recorded = stamped
+            .as_deref()
+            .and_then(|stamped| redlock_core::split_stamp(stamped).1);
         let info: Result<Vec<u8>, String> = probe.query(
             node,
             redis::cmd("INFO")
@@ -186,16 +182,10 @@ impl Eligibility {
                 .arg("replication")
                 .arg("stats"),
         );
-        let identity = info
+        let changed = info
             .ok()
-            .and_then(|info| redlock_core::node_identity(&info, node.database()));
-        let changed = identity.and_then(|identity| {
-            let differs = match was {
-                Some(was) => identity != was,
-                None => !identity.ends_with(b":0"),
-            };
-            differs.then(|| SitOutCause::of_change(was, &identity))
-        });
+            .and_then(|info| redlock_core::node_identity(&info, node.database()))
+            .and_then(|identity| redlock_core::stamp_change(stamped.as_deref(), &identity));
         Ok((changed, recorded))
     }
 

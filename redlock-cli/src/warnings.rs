@@ -92,7 +92,7 @@ impl Facts {
 }
 
 /// `CONFIG GET name`'s value.
-fn config(probe: &mut Probe, node: &NodeAddr, name: &str) -> Result<String, String> {
+pub(crate) fn config(probe: &mut Probe, node: &NodeAddr, name: &str) -> Result<String, String> {
     let pairs: Vec<String> = probe
         .query(node, redis::cmd("CONFIG").arg("GET").arg(name))
         .map_err(|why| format!("CONFIG GET {name}: {why}"))?;

@@ -266,7 +266,7 @@ pub use retry::{
     RetryPolicy,
 };
 pub use round::{NodeRelease, Vote};
-pub use sit_out::{SitOutCause, split_stamp};
+pub use sit_out::{SitOutCause, split_stamp, stamp_change};
 pub use spec::{LockSpec, MAX_KEY_LEN, MAX_RESOURCES};
 pub use token::{MAX_TOKEN_LEN, TOKEN_ENTROPY_BYTES, Token};
 #[cfg(any(test, feature = "testing"))]

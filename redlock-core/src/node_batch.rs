@@ -17,7 +17,7 @@ use crate::identity::{
 use crate::memory_watch::{MemoryCheck, MemoryWatch, refusal};
 use crate::output::Transmit;
 use crate::reply::{NodeErrorKind, Reply};
-use crate::sit_out::{SitOutCause, split_stamp, stamp_with_cause};
+use crate::sit_out::{SitOutCause, split_stamp, stamp_change, stamp_with_cause};
 
 /// A command sent ahead of a batch's requests to prove the node's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,26 +230,23 @@ impl Proof {
         let now = self.time?.ok_or(NodeErrorKind::Protocol)?;
         let stamped = self.stamped.as_ref().map_err(|failed| *failed)?;
         let epoch = value.and_then(|value| Epoch::read(&value, pttl, now));
-        let (was, recorded) = match stamped.as_deref().map(split_stamp) {
-            Some((was, recorded)) => (Some(was), recorded),
-            None => (None, None),
-        };
-        let changed = epoch.is_some()
-            && match (&self.identity, was) {
-                (Some(identity), Some(was)) => !was.is_empty() && was != identity.as_slice(),
-                // No stamp on a node that evicted keys: the stamp itself may have been evicted.
-                (Some(identity), None) => !identity.ends_with(b":0"),
-                (None, _) => false,
-            };
-        let cause = match &self.identity {
+        let stamped = stamped.as_deref();
+        let change = self
+            .identity
+            .as_deref()
+            .and_then(|identity| stamp_change(stamped, identity))
+            .filter(|_| epoch.is_some());
+        let cause = match change {
             _ if epoch.is_none() => SitOutCause::NoEpoch,
-            Some(identity) if changed => SitOutCause::of_change(was, identity),
-            _ => recorded.unwrap_or(SitOutCause::Unrecorded),
+            Some(change) => change,
+            None => stamped
+                .and_then(|stamped| split_stamp(stamped).1)
+                .unwrap_or(SitOutCause::Unrecorded),
         };
         Ok(NativeReads {
             epoch,
             now,
-            changed,
+            changed: change.is_some(),
             cause,
         })
     }

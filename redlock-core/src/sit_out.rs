@@ -37,6 +37,17 @@ pub enum SitOutCause {
 }
 
 impl SitOutCause {
+    /// Every cause, in the order the docs list them.
+    pub const ALL: [Self; 7] = [
+        Self::NoEpoch,
+        Self::Restart,
+        Self::Replication,
+        Self::SwappedDatabase,
+        Self::Eviction,
+        Self::Changed,
+        Self::Unrecorded,
+    ];
+
     /// The word the checked scripts write in the stamp and answer with a refusal, and the
     /// value of the `cause` label of the `redlock_node_sit_outs_total` metric.
     pub fn word(self) -> &'static str {
@@ -53,17 +64,10 @@ impl SitOutCause {
 
     /// The cause a script's word names; [`Unrecorded`](Self::Unrecorded) for any other.
     pub fn from_word(word: &[u8]) -> Self {
-        [
-            Self::NoEpoch,
-            Self::Restart,
-            Self::Replication,
-            Self::SwappedDatabase,
-            Self::Eviction,
-            Self::Changed,
-        ]
-        .into_iter()
-        .find(|cause| cause.word().as_bytes() == word)
-        .unwrap_or(Self::Unrecorded)
+        Self::ALL
+            .into_iter()
+            .find(|cause| cause.word().as_bytes() == word)
+            .unwrap_or(Self::Unrecorded)
     }
 
     /// Why a node whose epoch was stamped with identity `was` (`None`: no stamp, on a node
@@ -108,6 +112,20 @@ impl fmt::Display for SitOutCause {
             }
             Self::Unrecorded => "its memory is young (no cause recorded)",
         })
+    }
+}
+
+/// Whether the stamp read back (`stamped`, `None`: missing) still names the node's memory
+/// whose identity is now `identity`, as the checked scripts decide: `None` when it is the same
+/// identity, or one the node adopts (empty: a native trust; missing on a node that never
+/// evicted a key); otherwise why the node sits out (a missing stamp on a node that evicted
+/// keys may itself have been evicted).
+pub fn stamp_change(stamped: Option<&[u8]>, identity: &[u8]) -> Option<SitOutCause> {
+    match stamped.map(|stamped| split_stamp(stamped).0) {
+        Some([]) => None,
+        Some(was) if was == identity => None,
+        None if identity.ends_with(b":0") => None,
+        was => Some(SitOutCause::of_change(was, identity)),
     }
 }
 
@@ -162,15 +180,33 @@ mod tests {
     }
 
     #[test]
+    fn a_stamp_changes_unless_it_is_the_identity_or_adopted() {
+        let now = b"aaaa:bbbb:0:3";
+        assert_eq!(stamp_change(Some(now), now), None);
+        assert_eq!(stamp_change(Some(b"aaaa:bbbb:0:3 restart"), now), None);
+        assert_eq!(
+            stamp_change(Some(b""), now),
+            None,
+            "a native trust: adopted"
+        );
+        assert_eq!(
+            stamp_change(None, b"aaaa:bbbb:0:0"),
+            None,
+            "never evicted: adopted"
+        );
+        assert_eq!(stamp_change(None, now), Some(SitOutCause::Eviction));
+        assert_eq!(
+            stamp_change(Some(b"cccc:bbbb:0:3 eviction"), now),
+            Some(SitOutCause::Restart)
+        );
+    }
+
+    #[test]
     fn words_round_trip_and_stamps_split() {
-        for cause in [
-            SitOutCause::NoEpoch,
-            SitOutCause::Restart,
-            SitOutCause::Replication,
-            SitOutCause::SwappedDatabase,
-            SitOutCause::Eviction,
-            SitOutCause::Changed,
-        ] {
+        for cause in SitOutCause::ALL
+            .into_iter()
+            .filter(|cause| *cause != SitOutCause::Unrecorded)
+        {
             assert_eq!(SitOutCause::from_word(cause.word().as_bytes()), cause);
             let stamp = stamp_with_cause(b"a:b:0:0", cause);
             assert_eq!(split_stamp(&stamp), (&b"a:b:0:0"[..], Some(cause)));

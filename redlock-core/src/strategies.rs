@@ -86,18 +86,7 @@ pub fn replies() -> impl Strategy<Value = Reply> {
 
 /// Every [`SitOutCause`](crate::SitOutCause).
 pub fn sit_out_causes() -> impl Strategy<Value = crate::SitOutCause> {
-    use crate::SitOutCause::{
-        Changed, Eviction, NoEpoch, Replication, Restart, SwappedDatabase, Unrecorded,
-    };
-    proptest::sample::select(vec![
-        NoEpoch,
-        Restart,
-        Replication,
-        SwappedDatabase,
-        Eviction,
-        Changed,
-        Unrecorded,
-    ])
+    proptest::sample::select(crate::SitOutCause::ALL.to_vec())
 }
 
 /// Valid [`RetryPolicy`]s: one round; up to 5 rounds with or without an overall deadline; or
