@@ -1,6 +1,6 @@
 //! `redlock-bench`: the whole redlock-rs benchmark in one command.
 //!
-//! It starts its own 5 local `redis-server` nodes (`redlock_local::Cluster`) and measures, in the
+//! It starts its own 5 local `redis-server` nodes (`redlock_local::Servers`) and measures, in the
 //! same run and against the same nodes, eight contenders: three raw floors (the lock's Redis
 //! commands fanned out with the `redis` crate, no lock logic) — on tokio multi-thread, on
 //! async-std and on threads —, `redlock-tokio` on a current-thread and on a multi-thread runtime,

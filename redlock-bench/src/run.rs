@@ -9,7 +9,7 @@ use std::fs;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use redlock_local::{Cluster, ServerOptions};
+use redlock_local::{ServerOptions, Servers};
 
 use crate::args::{Args, CONTENTION_TASKS, Plan, Server, THROUGHPUT_TASKS, VALKEY9_SERVER_ENV};
 use crate::clients::raw::{self, NODES};
@@ -57,9 +57,9 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
         Some(path) => ServerOptions::new().binary(path),
         None => ServerOptions::new(),
     };
-    let cluster = Cluster::try_start_with(NODES, &options)
+    let servers = Servers::try_start_with(NODES, &options)
         .map_err(|err| format!("cannot start {NODES} local redis-servers: {err}"))?;
-    let urls = cluster.urls();
+    let urls = servers.urls();
 
     let latency = repeat(&plan, &urls, "latency", |contender, rep| Latency {
         key: format!("bench:lat:{contender}:{rep}"),
@@ -83,7 +83,7 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
         plan.memory_total
     );
     let memory = memory::measure(&plan, &urls)?;
-    drop(cluster);
+    drop(servers);
 
     let window = plan.duration.as_secs_f64();
     let contention = Section::new(

@@ -49,7 +49,7 @@ pub(crate) fn bench(global: &Global, args: &BenchArgs) -> Result<std::process::E
     let out = Out::new(global);
     let local = match args.local {
         Some(count) => Some(
-            redlock_local::Cluster::try_start_with(
+            redlock_local::Servers::try_start_with(
                 usize::from(count),
                 &redlock_local::ServerOptions::new(),
             )
@@ -63,7 +63,7 @@ pub(crate) fn bench(global: &Global, args: &BenchArgs) -> Result<std::process::E
         None => None,
     };
     let urls = match &local {
-        Some(cluster) => cluster.urls(),
+        Some(servers) => servers.urls(),
         None if global.nodes.is_empty() => {
             return Err((
                 USAGE,

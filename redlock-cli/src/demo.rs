@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use redlock_blocking::{Redlock, RetryPolicy};
-use redlock_local::Cluster;
+use redlock_local::Servers;
 use redlock_redis::NodeAddr;
 
 use crate::cli::Global;
@@ -103,14 +103,14 @@ pub(crate) fn demo(global: &Global, args: &DemoArgs) -> Result<ExitCode, Failure
     if !global.nodes.is_empty() {
         eprintln!("redlock: demo runs on its own local nodes; --node / REDLOCK_NODES are not used");
     }
-    let mut cluster = Cluster::try_start_with(NODES, &redlock_local::ServerOptions::new())
+    let mut servers = Servers::try_start_with(NODES, &redlock_local::ServerOptions::new())
         .map_err(|err| {
             (
                 UNAVAILABLE,
                 format!("cannot start local redis-servers: {err}"),
             )
         })?;
-    let urls = cluster.urls();
+    let urls = servers.urls();
     let addrs =
         NodeAddr::parse_all(&urls).map_err(|err| (UNAVAILABLE, format!("local nodes: {err}")))?;
     say(
@@ -148,7 +148,7 @@ pub(crate) fn demo(global: &Global, args: &DemoArgs) -> Result<ExitCode, Failure
             handles.push(scope.spawn(move || work(worker, &redlock, &shared)));
         }
         let view = scope.spawn(|| live_view(paint, &shared, started));
-        let chaos = chaos(paint, &mut cluster, &addrs, &shared);
+        let chaos = chaos(paint, &mut servers, &addrs, &shared);
         shared.stop.store(true, Ordering::SeqCst);
         let _ = view.join();
         for handle in handles {
@@ -157,7 +157,7 @@ pub(crate) fn demo(global: &Global, args: &DemoArgs) -> Result<ExitCode, Failure
         chaos
     })?;
     let took = started.elapsed();
-    drop(cluster);
+    drop(servers);
     finish(paint, &shared, &counts, took)
 }
 
@@ -242,13 +242,13 @@ fn set_node(shared: &Shared, index: usize, state: NodeState) {
 /// others. Nodes are numbered 1–5 as people count.
 fn chaos(
     paint: Paint,
-    cluster: &mut Cluster,
+    servers: &mut Servers,
     addrs: &[NodeAddr],
     shared: &Shared,
 ) -> Result<(), Failure> {
     let pause = |seconds: u64| std::thread::sleep(Duration::from_secs(seconds));
-    let kill = |cluster: &mut Cluster, index: usize, why: &str| {
-        cluster.kill(index);
+    let kill = |servers: &mut Servers, index: usize, why: &str| {
+        servers.kill(index);
         set_node(shared, index, NodeState::Down);
         say(
             paint,
@@ -256,11 +256,11 @@ fn chaos(
         );
     };
     pause(3);
-    kill(cluster, 1, "4 of 5 up, locks go on");
+    kill(servers, 1, "4 of 5 up, locks go on");
     pause(3);
-    kill(cluster, 2, "3 of 5 up, still a quorum");
+    kill(servers, 2, "3 of 5 up, still a quorum");
     pause(3);
-    cluster.restart_empty(1);
+    servers.restart_empty(1);
     set_node(shared, 1, NodeState::Refusing);
     let refusing_since = Instant::now();
     // Its first acquire attempt starts its wait; see it refuse before going on.
@@ -280,7 +280,7 @@ fn chaos(
         ),
     );
     kill(
-        cluster,
+        servers,
         3,
         "nodes 1 and 5 are no quorum without node 2, so every worker waits",
     );
@@ -298,7 +298,7 @@ fn chaos(
     );
     pause(2);
     for index in [2, 3] {
-        cluster.restart_empty(index);
+        servers.restart_empty(index);
         set_node(shared, index, NodeState::Refusing);
     }
     say(

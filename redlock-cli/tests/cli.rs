@@ -3,7 +3,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redlock_tests::Cluster;
+use redlock_tests::Servers;
 use redlock_tests::conformance::scenarios::eventually;
 
 mod common;
@@ -12,7 +12,7 @@ use common::{redlock, stderr, stdout};
 
 #[test]
 fn runs_the_command_under_the_lock_and_passes_its_exit_code() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let script = "redis-cli -p \"$PORT\" get redlock:job > /dev/null; exit 3";
     let port = nodes[0].port().to_string();
     let output = Command::new(env!("CARGO_BIN_EXE_redlock"))
@@ -34,7 +34,7 @@ fn runs_the_command_under_the_lock_and_passes_its_exit_code() {
 
 #[test]
 fn a_held_lock_means_exit_75_and_the_command_never_runs() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let holder = redlock_blocking::Redlock::builder(nodes.urls())
         .key_prefix("redlock:")
         .build()
@@ -95,7 +95,7 @@ fn a_held_lock_means_exit_75_and_the_command_never_runs() {
 
 #[test]
 fn bad_arguments_are_exit_64_with_a_clear_message() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let output = redlock(&nodes, &["--ttl", "1ms", "job", "--", "true"]);
     assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
     assert!(stderr(&output).contains("ttl"), "{}", stderr(&output));
@@ -112,7 +112,7 @@ fn bad_arguments_are_exit_64_with_a_clear_message() {
 
 #[test]
 fn a_lost_lock_terminates_the_command_with_exit_76() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let urls = nodes.urls().join(",");
     let start = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_redlock"))
@@ -152,7 +152,7 @@ fn help_never_shows_the_nodes_from_the_environment() {
 
 #[test]
 fn a_ttl_above_the_longest_ttl_in_use_is_a_usage_error_until_max_ttl_allows_it() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let output = redlock(&nodes, &["--ttl", "90s", "job", "--", "true"]);
     assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
     assert!(
@@ -169,7 +169,7 @@ fn a_ttl_above_the_longest_ttl_in_use_is_a_usage_error_until_max_ttl_allows_it()
 }
 
 /// Which nodes hold `key = token` now.
-fn holding(nodes: &Cluster, key: &str, token: &str) -> Vec<bool> {
+fn holding(nodes: &Servers, key: &str, token: &str) -> Vec<bool> {
     nodes
         .servers()
         .iter()
@@ -179,7 +179,7 @@ fn holding(nodes: &Cluster, key: &str, token: &str) -> Vec<bool> {
 
 #[test]
 fn acquire_in_one_process_extend_and_release_in_others() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let output = redlock(&nodes, &["acquire", "deploy", "--ttl", "20s"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let token = stdout(&output).trim().to_owned();
@@ -212,7 +212,7 @@ fn acquire_in_one_process_extend_and_release_in_others() {
 
 #[test]
 fn a_stale_or_wrong_token_is_a_clear_error_and_releases_nothing() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let output = redlock(&nodes, &["acquire", "deploy"]);
     let token = stdout(&output).trim().to_owned();
     for args in [
@@ -253,7 +253,7 @@ fn a_stale_or_wrong_token_is_a_clear_error_and_releases_nothing() {
 
 #[test]
 fn run_passes_resource_token_and_fence_to_the_command() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let script = "test \"$REDLOCK_RESOURCE\" = job && test -n \"$REDLOCK_TOKEN\" \
                   && test \"$REDLOCK_FENCE\" -gt 0 && echo \"$REDLOCK_FENCE\"";
     let output = redlock(
@@ -277,7 +277,7 @@ fn run_passes_resource_token_and_fence_to_the_command() {
 
 #[test]
 fn nodes_trust_lets_a_restarted_node_vote_at_once() {
-    let mut nodes = Cluster::start(3);
+    let mut nodes = Servers::start(3);
     nodes.restart_empty(0);
     nodes.restart_empty(1);
     let output = redlock(&nodes, &["acquire", "job"]);
@@ -307,7 +307,7 @@ fn nodes_trust_lets_a_restarted_node_vote_at_once() {
 
 #[test]
 fn nodes_trust_one_node_ends_only_its_sit_out() {
-    let mut nodes = Cluster::start(3);
+    let mut nodes = Servers::start(3);
     nodes.restart_empty(0);
     nodes.restart_empty(1);
     let output = redlock(&nodes, &["acquire", "job"]);
@@ -345,7 +345,7 @@ fn nodes_trust_one_node_ends_only_its_sit_out() {
 
 #[test]
 fn sigterm_to_redlock_stops_the_command_and_releases_the_lock() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let dir = tempfile::tempdir().expect("temp dir");
     let pidfile = dir.path().join("pid");
     let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
@@ -386,7 +386,7 @@ fn sigterm_to_redlock_stops_the_command_and_releases_the_lock() {
 
 #[test]
 fn a_second_run_waits_for_the_first_or_fails_fast_with_no_wait() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let dir = tempfile::tempdir().expect("temp dir");
     let marker = dir.path().join("first-done");
     let first_script = format!("sleep 2; touch {}", marker.display());
@@ -415,7 +415,7 @@ fn a_second_run_waits_for_the_first_or_fails_fast_with_no_wait() {
 
 #[test]
 fn on_lost_ignore_lets_the_command_finish_and_still_reports_the_loss() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let dir = tempfile::tempdir().expect("temp dir");
     let marker = dir.path().join("finished");
     let script = format!("sleep 3; touch {}", marker.display());
@@ -457,7 +457,7 @@ fn on_lost_ignore_lets_the_command_finish_and_still_reports_the_loss() {
 
 #[test]
 fn losing_three_of_five_nodes_signals_the_command_and_exits_76() {
-    let mut nodes = Cluster::start(5);
+    let mut nodes = Servers::start(5);
     let marker = tempfile::NamedTempFile::new().expect("temp file");
     let path = marker.path().to_str().expect("utf-8 path").to_owned();
     // The command records the SIGTERM it gets, then ends.
@@ -495,7 +495,7 @@ fn losing_three_of_five_nodes_signals_the_command_and_exits_76() {
 fn six_concurrent_runs_never_lose_an_update_to_a_shared_file() {
     const RUNS: usize = 6;
     const EACH: usize = 3;
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let counter = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(counter.path(), "0").expect("write");
     let path = counter.path().to_str().expect("utf-8 path").to_owned();
@@ -526,7 +526,7 @@ fn six_concurrent_runs_never_lose_an_update_to_a_shared_file() {
 
 #[test]
 fn quiet_keeps_the_token_and_json_reports_every_step() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let output = redlock(&nodes, &["acquire", "job", "--quiet"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let token = stdout(&output).trim().to_owned();
@@ -559,7 +559,7 @@ fn quiet_keeps_the_token_and_json_reports_every_step() {
 
 #[test]
 fn a_token_that_starts_with_a_hyphen_extends_and_releases() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     // A caller-chosen token may start with `-`; clap took `-Vx…` for the `-V` flag (exit 2).
     let token = "-Vx-caller-chosen-token";
     let holder = redlock_blocking::Redlock::builder(nodes.urls())
@@ -590,7 +590,7 @@ fn a_token_that_starts_with_a_hyphen_extends_and_releases() {
 
 #[test]
 fn generated_tokens_never_start_with_a_hyphen() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     // 1 in 64 URL-safe base64 tokens started with `-`: 200 acquisitions would see ~3.
     let holder = redlock_blocking::Redlock::builder(nodes.urls())
         .key_prefix("redlock:")
@@ -612,7 +612,7 @@ fn generated_tokens_never_start_with_a_hyphen() {
 
 #[test]
 fn every_usage_error_is_exit_64_with_one_line_and_help_is_exit_0() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     for args in [
         &["release", "deploy"][..],
         &["acquire", "deploy", "--bogus"],

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use redlock_tests::Cluster;
+use redlock_tests::Servers;
 use redlock_tests::conformance::scenarios::eventually;
 
 use common::{redlock, stderr, stdout};
@@ -44,7 +44,7 @@ fn read_pid(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-fn start_run(nodes: &Cluster, args: &[&str]) -> Child {
+fn start_run(nodes: &Servers, args: &[&str]) -> Child {
     common::command(nodes)
         .args(args)
         .stderr(Stdio::piped())
@@ -70,7 +70,7 @@ fn guard_said(child: &mut Child) -> String {
 
 #[test]
 fn kill_9_of_run_stops_the_command_before_the_validity_ends_and_the_ttl_holds_off_the_next() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let dir = tempfile::tempdir().expect("temp dir");
     let pidfile = dir.path().join("pid");
     let started = dir.path().join("second-started");
@@ -165,7 +165,7 @@ fn kill_9_of_run_stops_the_command_before_the_validity_ends_and_the_ttl_holds_of
 
 #[test]
 fn kill_9_of_run_sends_sigterm_to_the_command_at_once() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let dir = tempfile::tempdir().expect("temp dir");
     let pidfile = dir.path().join("pid");
     let marker = dir.path().join("terminated");
@@ -201,7 +201,7 @@ fn kill_9_of_run_sends_sigterm_to_the_command_at_once() {
 
 #[test]
 fn the_command_keeps_the_callers_stdin_and_stdout_under_the_guard() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let mut run = common::command(&nodes)
         .args(["run", "job", "--", "sh", "-c", "tr a-z A-Z"])
         .stdin(Stdio::piped())
@@ -234,7 +234,7 @@ fn the_command_keeps_the_callers_stdin_and_stdout_under_the_guard() {
 
 #[test]
 fn a_stopped_run_cannot_carry_the_command_past_the_validity() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let dir = tempfile::tempdir().expect("temp dir");
     let pidfile = dir.path().join("pid");
     let script = format!(
@@ -279,7 +279,7 @@ fn a_stopped_run_cannot_carry_the_command_past_the_validity() {
 /// host takes it while the orphaned command runs.
 #[test]
 fn a_killed_guard_leaves_the_lock_held_under_the_orphaned_command() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let dir = tempfile::tempdir().expect("temp dir");
     let pidfile = dir.path().join("pid");
     let script = format!(

@@ -4,11 +4,11 @@
 mod common;
 
 use common::{command, json, redlock, stderr, stdout};
-use redlock_tests::{Cluster, ServerOptions};
+use redlock_tests::{ServerOptions, Servers};
 
 #[test]
 fn status_shows_the_holder_on_each_node_and_changes_nothing() {
-    let mut nodes = Cluster::start(3);
+    let mut nodes = Servers::start(3);
     let output = redlock(&nodes, &["acquire", "deploy", "--ttl", "30s"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let token = stdout(&output).trim().to_owned();
@@ -75,7 +75,7 @@ fn status_shows_the_holder_on_each_node_and_changes_nothing() {
 
 #[test]
 fn status_names_a_node_restarted_from_a_snapshot() {
-    let mut nodes = Cluster::start(3);
+    let mut nodes = Servers::start(3);
     // An acquire proves every node: each epoch carries its node's identity from then on.
     let output = redlock(&nodes, &["acquire", "warm-up", "--ttl", "1s"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -143,7 +143,7 @@ fn status_names_a_node_restarted_from_a_snapshot() {
 
 #[test]
 fn nodes_check_reports_each_node_and_fails_on_a_dead_one() {
-    let mut nodes = Cluster::start(3);
+    let mut nodes = Servers::start(3);
     let output = redlock(&nodes, &["nodes", "check"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output).matches("login ok, scripts ok").count(), 3);
@@ -172,7 +172,7 @@ fn nodes_check_reports_each_node_and_fails_on_a_dead_one() {
 #[test]
 fn passwords_never_reach_status_check_verbose_or_errors() {
     let secret = "Sup3r-secret-pw";
-    let nodes = Cluster::start_with(3, &ServerOptions::new().requirepass(secret));
+    let nodes = Servers::start_with(3, &ServerOptions::new().requirepass(secret));
     for args in [
         &["status", "job"][..],
         &["status", "job", "--json"],
@@ -214,7 +214,7 @@ fn nodes_check_names_valkey_nodes() {
     let valkey = ServerOptions::new()
         .valkey()
         .unwrap_or_else(|err| panic!("{err}"));
-    let nodes = Cluster::try_start_each(&[ServerOptions::new(), valkey.clone(), valkey])
+    let nodes = Servers::try_start_each(&[ServerOptions::new(), valkey.clone(), valkey])
         .unwrap_or_else(|err| panic!("{err}"));
     let report = json(&redlock(&nodes, &["nodes", "check", "--json"]));
     let servers: Vec<&str> = report["nodes"]

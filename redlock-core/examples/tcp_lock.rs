@@ -158,10 +158,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut addrs: Vec<String> = std::env::args().skip(1).collect();
     // No addresses: three local servers, stopped when `_local` is dropped at the end.
     let _local = if addrs.is_empty() {
-        let cluster =
-            redlock_local::Cluster::try_start_with(3, &redlock_local::ServerOptions::new())?;
-        addrs = cluster.addrs().iter().map(ToString::to_string).collect();
-        Some(cluster)
+        let servers =
+            redlock_local::Servers::try_start_with(3, &redlock_local::ServerOptions::new())?;
+        addrs = servers.addrs().iter().map(ToString::to_string).collect();
+        Some(servers)
     } else {
         None
     };

@@ -3,8 +3,8 @@
 //!
 //! - [`RedisServer`] starts one `redis-server` (binary from `$REDIS_SERVER`, else `PATH`) on a free
 //!   loopback port in a temp dir, and can kill it, restart it empty on the same port, pause it
-//!   (SIGSTOP) and resume it. [`Cluster`] starts several at once.
-//! - Inspection helpers ([`RedisServer::get`], [`RedisServer::pttl`], [`Cluster::count_holding`])
+//!   (SIGSTOP) and resume it. [`Servers`] starts several at once.
+//! - Inspection helpers ([`RedisServer::get`], [`RedisServer::pttl`], [`Servers::count_holding`])
 //!   read a node directly, past any lock client.
 //!
 //! It never skips and never guesses: if `redis-server` is missing, starting one fails with a
@@ -12,24 +12,23 @@
 //! handles, and kills them on drop. It never binds anything but 127.0.0.1.
 //!
 //! ```
-//! use redlock_local::Cluster;
+//! use redlock_local::Servers;
 //!
-//! let nodes = Cluster::start(3);
+//! let nodes = Servers::start(3);
 //! nodes[1].set("k", "v");
 //! assert_eq!(nodes.count_holding("k", "v"), 1);
 //! ```
 
-mod cluster;
 mod error;
 mod inspect;
 mod nodes;
 mod options;
 mod port;
 mod server;
+mod servers;
 #[cfg(feature = "tls")]
 mod tls;
 
-pub use cluster::Cluster;
 pub use error::HarnessError;
 pub use inspect::INSPECT_TIMEOUT;
 pub use nodes::{NODES_ENV, Nodes};
@@ -37,5 +36,6 @@ pub use options::{
     DENY_SCRIPTING_ENV, MIX_ENV, REDIS_SERVER_ENV, ServerOptions, VALKEY_SERVER_ENV,
 };
 pub use server::RedisServer;
+pub use servers::Servers;
 #[cfg(feature = "tls")]
 pub use tls::{Pem, TlsFiles, install_crypto_provider};

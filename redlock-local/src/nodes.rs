@@ -2,9 +2,9 @@
 
 use std::env;
 
-use crate::cluster::Cluster;
 use crate::error::HarnessError;
 use crate::options::ServerOptions;
+use crate::servers::Servers;
 
 /// The environment variable that names real nodes (`redis://host:port,...`), as the `redlock`
 /// command reads it.
@@ -22,7 +22,7 @@ pub const NODES_ENV: &str = "REDLOCK_NODES";
 pub struct Nodes {
     urls: Vec<String>,
     /// The local servers, if they were started here.
-    local: Option<Cluster>,
+    local: Option<Servers>,
 }
 
 impl Nodes {
@@ -44,10 +44,10 @@ impl Nodes {
                 local: None,
             });
         }
-        let cluster = Cluster::try_start_with(count, &ServerOptions::new())?;
+        let servers = Servers::try_start_with(count, &ServerOptions::new())?;
         Ok(Self {
-            urls: cluster.urls(),
-            local: Some(cluster),
+            urls: servers.urls(),
+            local: Some(servers),
         })
     }
 

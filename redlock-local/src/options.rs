@@ -20,10 +20,10 @@ pub const VALKEY_SERVER_ENV: &str = "VALKEY_SERVER";
 /// gives a lock library. The URLs name that user, so every client and inspection uses it.
 pub const DENY_SCRIPTING_ENV: &str = "REDLOCK_DENY_SCRIPTING";
 
-/// Environment variable that mixes servers in every cluster the harness starts with default
+/// Environment variable that mixes servers in every set of servers the harness starts with default
 /// binaries: a comma-separated list of `redis-server`/`valkey-server` paths, each optionally
 /// followed by `#no-scripting` (that server then takes clients as the user of
-/// [`DENY_SCRIPTING_ENV`]); server `i` of a cluster runs entry `i` modulo the list's length.
+/// [`DENY_SCRIPTING_ENV`]); server `i` of a set runs entry `i` modulo the list's length.
 pub const MIX_ENV: &str = "REDLOCK_MIX";
 
 /// The ACL user of [`DENY_SCRIPTING_ENV`].
@@ -120,7 +120,7 @@ impl ServerOptions {
         self.acl().is_some_and(|(_, _, denied)| denied)
     }
 
-    /// The options of server `index` of a cluster started with these: as they are, unless
+    /// The options of server `index` of a set started with these: as they are, unless
     /// [`MIX_ENV`] names servers and these name no binary.
     pub(crate) fn mixed(&self, index: usize) -> Self {
         let mix = env::var(MIX_ENV).unwrap_or_default();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 use redlock_core::RELEASE_SCRIPT;
-use redlock_tests::Cluster;
+use redlock_tests::Servers;
 use redlock_tokio::{LockRequest, Redlock};
 
 const ROUNDS: u32 = 1_000;
@@ -54,7 +54,7 @@ async fn raw_round(
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let mut raw: Vec<ConnectionManager> = Vec::new();
     for url in nodes.urls() {
         let client = redis::Client::open(url).expect("url");

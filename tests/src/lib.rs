@@ -3,7 +3,7 @@
 //!
 //! - [`RedisServer`] starts one `redis-server` (binary from `$REDIS_SERVER`, else `PATH`) on a free
 //!   loopback port in a temp dir, and can kill it, restart it empty on the same port, pause it
-//!   (SIGSTOP) and resume it. [`Cluster`] starts several at once.
+//!   (SIGSTOP) and resume it. [`Servers`] starts several at once.
 //! - [`FaultProxy`] sits between a client and a server and adds latency, stalls, partitions, or
 //!   cuts a reply after the command ran.
 //!
@@ -12,9 +12,9 @@
 //! and kills them on drop.
 //!
 //! ```
-//! use redlock_tests::{Cluster, FaultProxy};
+//! use redlock_tests::{Servers, FaultProxy};
 //!
-//! let nodes = Cluster::start(3);
+//! let nodes = Servers::start(3);
 //! let proxy = FaultProxy::start(nodes[0].addr());
 //! let url = nodes[0].url_via(proxy.addr()); // what a client under test connects to
 //! # let _ = url;
@@ -34,6 +34,6 @@ pub mod sim;
 pub use fenced_store::FencedStore;
 pub use proxy::FaultProxy;
 pub use redlock_local::{
-    Cluster, HarnessError, INSPECT_TIMEOUT, REDIS_SERVER_ENV, RedisServer, ServerOptions,
+    HarnessError, INSPECT_TIMEOUT, REDIS_SERVER_ENV, RedisServer, ServerOptions, Servers,
     VALKEY_SERVER_ENV,
 };

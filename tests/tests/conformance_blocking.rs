@@ -9,7 +9,7 @@ fn a_panic_in_with_lock_propagates_and_releases() {
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::time::Duration;
 
-    let nodes = redlock_tests::Cluster::start(3);
+    let nodes = redlock_tests::Servers::start(3);
     let redlock = redlock_blocking::Redlock::new(nodes.urls()).expect("client");
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         redlock.with_lock("boom", Duration::from_secs(60), |_| panic!("work failed"))

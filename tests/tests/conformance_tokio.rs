@@ -7,7 +7,7 @@ redlock_tests::conformance_tests!(redlock_tests::conformance::Tokio);
 fn a_panic_in_with_lock_propagates_and_releases() {
     use std::time::Duration;
 
-    let nodes = redlock_tests::Cluster::start(3);
+    let nodes = redlock_tests::Servers::start(3);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let redlock = redlock_tokio::Redlock::new(nodes.urls()).expect("client");
     let outcome = runtime.block_on(async {
@@ -39,7 +39,7 @@ fn a_panic_in_with_lock_propagates_and_releases() {
 fn a_stopped_driver_is_every_holders_loss() {
     use std::time::Duration;
 
-    let nodes = redlock_tests::Cluster::start(3);
+    let nodes = redlock_tests::Servers::start(3);
     let redlock = redlock_tokio::Redlock::new(nodes.urls()).expect("client");
     let first = tokio::runtime::Runtime::new().expect("runtime");
     let lock = first

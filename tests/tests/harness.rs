@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlock_tests::{Cluster, FaultProxy, HarnessError, RedisServer, ServerOptions};
+use redlock_tests::{FaultProxy, HarnessError, RedisServer, ServerOptions, Servers};
 
 /// A wait that must run out: nothing is supposed to arrive.
 const SHORT: Duration = Duration::from_millis(300);
@@ -73,7 +73,7 @@ fn ping(connection: &mut redis::Connection) -> redis::RedisResult<String> {
 
 #[test]
 fn cluster_of_three_stores_and_counts() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     assert_eq!(nodes.len(), 3);
     let ports: BTreeSet<u16> = nodes.servers().iter().map(RedisServer::port).collect();
     assert_eq!(ports.len(), 3, "every node has its own port");

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use redlock_blocking::{LockRequest, Redlock};
-use redlock_tests::{Cluster, FencedStore, RedisServer};
+use redlock_tests::{FencedStore, RedisServer, Servers};
 
 #[test]
 fn a_holder_stopped_past_its_validity_has_its_write_fenced_off() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let store_server = RedisServer::start();
     let store = FencedStore::new(&store_server.url(), "kleppmann:data");
     let mut child = Command::new(env!("CARGO_BIN_EXE_fenced_holder"))

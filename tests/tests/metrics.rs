@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::{CompositeKey, MetricKind};
-use redlock_tests::Cluster;
+use redlock_tests::Servers;
 
 /// The recorder's view: `name{label=value,…}` → value.
 fn read(snapshotter: &Snapshotter) -> HashMap<String, DebugValue> {
@@ -61,7 +61,7 @@ fn every_metric_moves_with_its_event() {
         .install()
         .expect("the only recorder of this test binary");
 
-    let mut nodes = Cluster::start(3);
+    let mut nodes = Servers::start(3);
     let redlock = redlock_blocking::Redlock::new(nodes.urls()).expect("client");
     let other = redlock_blocking::Redlock::new(nodes.urls()).expect("client");
 

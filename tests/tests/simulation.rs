@@ -118,7 +118,7 @@ fn wake_storm() {
     explore(Scenario::wake_storm(), 3);
 }
 
-/// Other cluster sizes (quorums of 1 of 1, 2 of 2, 3 of 4, 4 of 7) with every in-model fault.
+/// Other deployment sizes (quorums of 1 of 1, 2 of 2, 3 of 4, 4 of 7) with every in-model fault.
 /// `SIM_SEED` replays the seed at each size.
 #[test]
 fn cluster_sizes() {

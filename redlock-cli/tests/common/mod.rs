@@ -1,14 +1,14 @@
-//! What every black-box test of the `redlock` binary needs: run it against a cluster and read
+//! What every black-box test of the `redlock` binary needs: run it against local servers and read
 //! what it printed.
 
 #![allow(dead_code, reason = "each test binary uses its own subset")]
 
 use std::process::{Command, Output, Stdio};
 
-use redlock_tests::Cluster;
+use redlock_tests::Servers;
 
 /// The binary under test, with REDLOCK_NODES pointing at `nodes`.
-pub(crate) fn command(nodes: &Cluster) -> Command {
+pub(crate) fn command(nodes: &Servers) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_redlock"));
     command
         .env("REDLOCK_NODES", nodes.urls().join(","))
@@ -18,7 +18,7 @@ pub(crate) fn command(nodes: &Cluster) -> Command {
 }
 
 /// Runs `redlock ARGS` against `nodes` to its end.
-pub(crate) fn redlock(nodes: &Cluster, args: &[&str]) -> Output {
+pub(crate) fn redlock(nodes: &Servers, args: &[&str]) -> Output {
     command(nodes).args(args).output().expect("run redlock")
 }
 

@@ -1,4 +1,4 @@
-//! What a chaos run does: its seed, length, cluster, clients, lock settings and fault mix.
+//! What a chaos run does: its seed, length, servers, clients, lock settings and fault mix.
 
 use std::env;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::links::Links;
-use crate::Cluster;
+use crate::Servers;
 use crate::rng::TestRng;
 
 /// One kind of injected fault.
@@ -176,10 +176,10 @@ struct LinkState {
     latency_until: Option<Instant>,
 }
 
-/// Drives the faults of one run. Owns the cluster while it runs and hands it back at the end.
+/// Drives the faults of one run. Owns the servers while it runs and hands it back at the end.
 #[derive(Debug)]
 pub(crate) struct Nemesis<'a> {
-    cluster: Cluster,
+    servers: Servers,
     links: &'a Links,
     rng: TestRng,
     config: FaultConfig,
@@ -192,16 +192,16 @@ pub(crate) struct Nemesis<'a> {
 
 impl<'a> Nemesis<'a> {
     pub(crate) fn new(
-        cluster: Cluster,
+        servers: Servers,
         links: &'a Links,
         rng: TestRng,
         config: &FaultConfig,
         max_ttl: Duration,
     ) -> Self {
-        let nodes = vec![NodeState::Up; cluster.len()];
+        let nodes = vec![NodeState::Up; servers.len()];
         let link_states = vec![LinkState::default(); links.clients() * links.nodes()];
         Self {
-            cluster,
+            servers,
             links,
             rng,
             config: config.clone(),
@@ -213,8 +213,8 @@ impl<'a> Nemesis<'a> {
     }
 
     /// Injects faults until `until`, then heals everything — waiting for each killed node's
-    /// restart time, never restarting early — and returns the cluster, all nodes up.
-    pub(crate) fn run(mut self, until: Instant) -> (Cluster, FaultCounts) {
+    /// restart time, never restarting early — and returns the servers, all nodes up.
+    pub(crate) fn run(mut self, until: Instant) -> (Servers, FaultCounts) {
         loop {
             let now = Instant::now();
             if now >= until {
@@ -226,7 +226,7 @@ impl<'a> Nemesis<'a> {
             thread::sleep(pause.min(until.saturating_duration_since(Instant::now())));
         }
         self.settle();
-        (self.cluster, self.counts)
+        (self.servers, self.counts)
     }
 
     /// Ends the faults whose time has come.
@@ -235,7 +235,7 @@ impl<'a> Nemesis<'a> {
             match self.nodes[node] {
                 NodeState::Down { restart_at } if restart_at <= now => self.restart(node),
                 NodeState::Paused { resume_at } if resume_at <= now => {
-                    self.cluster.resume(node);
+                    self.servers.resume(node);
                     self.nodes[node] = NodeState::Up;
                 }
                 _ => {}
@@ -256,7 +256,7 @@ impl<'a> Nemesis<'a> {
     }
 
     fn restart(&mut self, node: usize) {
-        self.cluster.restart_empty(node);
+        self.servers.restart_empty(node);
         self.nodes[node] = NodeState::Up;
         self.counts.add(FaultKind::Restart);
     }
@@ -306,7 +306,7 @@ impl<'a> Nemesis<'a> {
         let Some(node) = self.rng.pick(&up) else {
             return;
         };
-        self.cluster.kill(node);
+        self.servers.kill(node);
         // The delayed restart: down for longer than any key it held could have lived.
         let restart_at = now + self.max_ttl + self.rng.duration_micros(self.config.restart_margin);
         self.nodes[node] = NodeState::Down { restart_at };
@@ -320,7 +320,7 @@ impl<'a> Nemesis<'a> {
         let Some(node) = self.rng.pick(&up) else {
             return;
         };
-        self.cluster.restart_empty(node);
+        self.servers.restart_empty(node);
         self.counts.add(FaultKind::KillRestartNow);
     }
 
@@ -333,7 +333,7 @@ impl<'a> Nemesis<'a> {
         let Some(node) = self.rng.pick(&up) else {
             return;
         };
-        self.cluster.pause(node);
+        self.servers.pause(node);
         let resume_at = now + self.rng.duration_micros(self.config.pause);
         self.nodes[node] = NodeState::Paused { resume_at };
         self.counts.add(FaultKind::Pause);
@@ -414,7 +414,7 @@ impl<'a> Nemesis<'a> {
         for node in 0..self.nodes.len() {
             match self.nodes[node] {
                 NodeState::Paused { .. } => {
-                    self.cluster.resume(node);
+                    self.servers.resume(node);
                     self.nodes[node] = NodeState::Up;
                 }
                 NodeState::Down { restart_at } => {

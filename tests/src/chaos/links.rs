@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::{Cluster, FaultProxy};
+use crate::{FaultProxy, Servers};
 
 /// A grid of proxies, `[client][node]`, each forwarding to its node.
 ///
@@ -16,14 +16,14 @@ pub struct Links {
 }
 
 impl Links {
-    /// Starts a proxy for every pair of `clients` clients and the nodes of `cluster`.
+    /// Starts a proxy for every pair of `clients` clients and the nodes of `servers`.
     ///
     /// # Panics
     /// If a proxy cannot be started.
-    pub fn start(cluster: &Cluster, clients: usize) -> Self {
+    pub fn start(servers: &Servers, clients: usize) -> Self {
         let proxies: Vec<Vec<FaultProxy>> = (0..clients)
             .map(|_| {
-                cluster
+                servers
                     .servers()
                     .iter()
                     .map(|server| FaultProxy::start(server.addr()))
@@ -34,7 +34,7 @@ impl Links {
             .iter()
             .map(|row| {
                 row.iter()
-                    .zip(cluster.servers())
+                    .zip(servers.servers())
                     .map(|(proxy, server)| server.url_via(proxy.addr()))
                     .collect()
             })

@@ -3,7 +3,7 @@
 //! restarts nodes and breaks links — and checks that mutual exclusion held.
 //!
 //! # The run
-//! - 5 nodes ([`Cluster`](crate::Cluster)) and a 6th, fault-free server holding one counter per
+//! - 5 nodes ([`Servers`](crate::Servers)) and a 6th, fault-free server holding one counter per
 //!   resource; 8 clients mixing the adapters ([`AdapterKind::for_client`]: 3 `redlock-tokio`
 //!   tasks on one runtime, 3 `redlock-async-std` tasks, 2 `redlock-blocking` threads), each
 //!   reaching each node through its own [`FaultProxy`](crate::FaultProxy) ([`Links`]).

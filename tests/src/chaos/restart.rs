@@ -29,7 +29,7 @@ use tokio::runtime::Runtime;
 use super::links::Links;
 use super::recorder::{Overlap, Recorder, Window};
 use super::workload::error_kind;
-use crate::Cluster;
+use crate::Servers;
 use crate::conformance::scenarios::eventually;
 
 /// The key prefix of the scenario's locks.
@@ -115,7 +115,7 @@ impl fmt::Display for RestartOutcome {
 /// If the setup does not go as planned (client 1 not granted by exactly A, B, C; client 2 never
 /// getting the lock once C is back).
 pub fn restart_scenario(restart: Restart, ttl: Duration, restart_aware: bool) -> RestartOutcome {
-    let mut nodes = Cluster::start(5);
+    let mut nodes = Servers::start(5);
     let links = Links::start(&nodes, 2);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

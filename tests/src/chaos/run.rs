@@ -21,7 +21,7 @@ use super::workload::{Planner, Shared, Tally};
 use crate::conformance::scenarios::eventually;
 use crate::executor::{AsyncStdExecutor, TokioExecutor};
 use crate::rng::TestRng;
-use crate::{Cluster, RedisServer, ServerOptions};
+use crate::{RedisServer, ServerOptions, Servers};
 
 /// How long, after the run's end, a client may take to finish its last section before it
 /// counts as hung. Far above any section's bound.
@@ -75,12 +75,12 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         })
         .collect::<Result<_, _>>()
         .unwrap_or_else(|err| panic!("{err}"));
-    let cluster = Cluster::try_start_each(&each).unwrap_or_else(|err| panic!("{err}"));
-    let servers: Vec<String> = cluster.servers().iter().map(probe::server_name).collect();
-    println!("[chaos] nodes: {}", servers.join(", "));
+    let servers = Servers::try_start_each(&each).unwrap_or_else(|err| panic!("{err}"));
+    let server_names: Vec<String> = servers.servers().iter().map(probe::server_name).collect();
+    println!("[chaos] nodes: {}", server_names.join(", "));
     let counter_server = RedisServer::start();
-    let links = Links::start(&cluster, config.clients.len());
-    let connections_before: Vec<u64> = cluster
+    let links = Links::start(&servers, config.clients.len());
+    let connections_before: Vec<u64> = servers
         .servers()
         .iter()
         .map(probe::connected_clients)
@@ -116,9 +116,9 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
             .collect(),
     });
 
-    let (cluster, faults, finished) = thread::scope(|scope| {
+    let (servers, faults, finished) = thread::scope(|scope| {
         let nemesis = Nemesis::new(
-            cluster,
+            servers,
             &links,
             nemesis_rng,
             &config.faults,
@@ -130,19 +130,19 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
             .expect("spawn the nemesis thread");
         let finished = run_clients(clients, &runtime, &shared, config);
         let clients_done = started.elapsed();
-        let (cluster, faults) = nemesis
+        let (servers, faults) = nemesis
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (cluster, faults, (finished, clients_done))
+        (servers, faults, (finished, clients_done))
     });
     let ((client_failures, survivors), clients_done) = finished;
     let healed = started.elapsed();
-    let keys_at_end = cluster
+    let keys_at_end = servers
         .servers()
         .iter()
         .map(|server| probe::keys_with_prefix(server, &config.key_prefix).len())
         .sum();
-    let recovery_failures = check_recovery(&cluster, &survivors, config);
+    let recovery_failures = check_recovery(&servers, &survivors, config);
     drop(survivors);
     println!(
         "[chaos] clients done after {:.1} s, faults healed after {:.1} s, recovery checked after \
@@ -178,14 +178,14 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
     let tasks_after = metrics.num_alive_tasks();
     let settled = || {
         links.open_connections() == 0
-            && cluster
+            && servers
                 .servers()
                 .iter()
                 .zip(&connections_before)
                 .all(|(server, before)| probe::connected_clients(server) <= *before)
     };
     eventually(SETTLE_LIMIT, settled);
-    let connections = cluster
+    let connections = servers
         .servers()
         .iter()
         .zip(&connections_before)
@@ -201,13 +201,13 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
     // last writes were at most an I/O timeout after the faults healed.
     let key_limit = config.max_ttl() + config.io_timeout + Duration::from_secs(5);
     let no_keys = || {
-        cluster
+        servers
             .servers()
             .iter()
             .all(|server| probe::keys_with_prefix(server, &config.key_prefix).is_empty())
     };
     eventually(key_limit, no_keys);
-    let keys_left = cluster
+    let keys_left = servers
         .servers()
         .iter()
         .flat_map(|server| {
@@ -225,7 +225,7 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         elapsed: started.elapsed(),
         clients: config.clients.len(),
         client_adapters: config.clients.clone(),
-        servers,
+        servers: server_names,
         faults,
         windows: shared.recorder.windows().len(),
         tally,
@@ -346,7 +346,7 @@ fn run_clients(
 /// within [`RECOVERY_LIMIT`] plus the longest TTL (a node restarted empty refuses to vote for
 /// that long — restart-aware voting): a connection left broken by a kill, stop, partition or
 /// reset would show here. Returns one line per client that did not.
-fn check_recovery(cluster: &Cluster, clients: &Survivors, config: &ChaosConfig) -> Vec<String> {
+fn check_recovery(servers: &Servers, clients: &Survivors, config: &ChaosConfig) -> Vec<String> {
     let mut failures = Vec::new();
     for (index, client) in clients {
         let resource = format!("recovery-{index}");
@@ -355,7 +355,7 @@ fn check_recovery(cluster: &Cluster, clients: &Survivors, config: &ChaosConfig) 
         let deadline = Instant::now() + limit;
         let mut check = |token: &[u8], votes: &str| {
             let missing = || {
-                cluster
+                servers
                     .servers()
                     .iter()
                     .filter(|server| server.get(&key).as_deref() != Some(token))

@@ -8,7 +8,7 @@ use redlock_core::{LockRequest, MAX_KEY_LEN, NodeErrorKind, RetryPolicy, Vote};
 use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
-use crate::{Cluster, RedisServer, ServerOptions};
+use crate::{RedisServer, ServerOptions, Servers};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -20,7 +20,7 @@ fn build<A: Adapter>(urls: &[String]) -> A {
 /// Two plain servers plus the odd node at `odd_url`: the odd node fails, the lock is still
 /// taken on the other two, and the odd node's vote is `Failed(kind)`.
 fn odd_node_fails<A: Adapter>(odd_url: String, kind: NodeErrorKind) {
-    let nodes = Cluster::start(2);
+    let nodes = Servers::start(2);
     let mut urls = nodes.urls();
     urls.push(odd_url);
     let redlock: A = build(&urls);
@@ -113,7 +113,7 @@ pub fn busy_node<A: Adapter>() {
 
 /// Binary and oversized keys, and every TTL from 1 to 10 ms.
 pub fn keys_and_tiny_ttls<A: Adapter>() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let redlock: A = build(&nodes.urls());
     let binary = LockRequest::new(b"\0\xff\r\n lock".to_vec(), TTL).retry(RetryPolicy::once());
     let lock = redlock.acquire(binary).expect("binary-safe keys");
@@ -146,7 +146,7 @@ pub fn keys_and_tiny_ttls<A: Adapter>() {
 /// One, two and four nodes; with two, one down is already too many.
 pub fn small_deployments<A: Adapter>() {
     for n in [1, 2, 4] {
-        let mut nodes = Cluster::start(n);
+        let mut nodes = Servers::start(n);
         let redlock: A = build(&nodes.urls());
         let lock = redlock
             .lock("res", TTL)
@@ -164,7 +164,7 @@ pub fn small_deployments<A: Adapter>() {
 
 /// A node position past the URL list in `swapdb_never_runs_on` is an error that names it.
 pub fn a_node_position_past_the_list<A: Adapter>() {
-    let nodes = Cluster::start(2);
+    let nodes = Servers::start(2);
     let options = Options {
         swapdb_never_runs_on: vec![1, 2],
         ..Options::default()
@@ -180,7 +180,7 @@ pub fn a_node_position_past_the_list<A: Adapter>() {
 
 /// The same server twice is a configuration error, not two votes.
 pub fn duplicate_nodes<A: Adapter>() {
-    let nodes = Cluster::start(2);
+    let nodes = Servers::start(2);
     let mut urls = nodes.urls();
     urls.push(urls[0].clone());
     match A::build(&urls, &Options::default()) {

@@ -10,13 +10,13 @@ use redlock_core::LockRequest;
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::scenarios::eventually;
-use crate::Cluster;
+use crate::Servers;
 
-fn client<A: Adapter>(nodes: &Cluster, options: &Options) -> A {
+fn client<A: Adapter>(nodes: &Servers, options: &Options) -> A {
     A::build(&nodes.urls(), options).unwrap_or_else(|err| panic!("{}: build: {err}", A::NAME))
 }
 
-fn total_keys(nodes: &Cluster) -> i64 {
+fn total_keys(nodes: &Servers) -> i64 {
     nodes.servers().iter().map(|s| s.dbsize()).sum()
 }
 
@@ -25,7 +25,7 @@ fn total_keys(nodes: &Cluster) -> i64 {
 /// no node, and has reported its loss when its validity ended. Taking a quorum away (its key
 /// deleted on three of five nodes) is reported as the kept lock's loss.
 pub fn an_idle_auto_extended_lock_is_kept_and_reports_its_loss<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let redlock: A = client(&nodes, &Options::default());
     let ttl = Duration::from_secs(1);
     let plain = redlock
@@ -79,7 +79,7 @@ pub fn an_idle_auto_extended_lock_is_kept_and_reports_its_loss<A: Adapter>() {
 /// No key is left after the thaw beyond a few hundred ms (checked within a generous bound, far
 /// below the 60 s TTL).
 pub fn a_frozen_node_gets_every_queued_request_after_it_thaws<A: Adapter>() {
-    let mut nodes = Cluster::start(5);
+    let mut nodes = Servers::start(5);
     // A short I/O timeout: the requests to the frozen node time out at the transport too, and
     // the connection must keep their order (a release sent on a new connection could run
     // before the SET still waiting on the old one, and leave the key for its TTL).
@@ -162,7 +162,7 @@ fn connections_received(conn: &mut redis::Connection) -> u64 {
 /// node, and a pipeline that meets a flushed script cache (`NOSCRIPT`) still gets every command
 /// run, in order: no release overtakes its own acquire, so no key is left behind.
 pub fn pipelined_requests_survive_a_script_flush<A: Adapter>() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     // A generous I/O timeout: a request that times out drops its connection, and a command
     // still in flight on it can then land after a later one sent on a new connection (a key
     // left for its TTL). That is not what this test is about; on a loaded machine it would
@@ -221,7 +221,7 @@ pub fn a_shared_lock_answers_every_concurrent_extension<A: Adapter>()
 where
     A::Lock: Sync,
 {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let redlock: A = client(&nodes, &Options::default());
     let lock = redlock
         .lock("shared", Duration::from_secs(5))

@@ -19,7 +19,7 @@ use super::memory::{
     Outcome, Rival, client, expect_every_node_refuses, expect_refused_by, expect_second_holder,
     expect_votes_again, wait_for_every_node,
 };
-use crate::{Cluster, FaultProxy};
+use crate::{FaultProxy, Servers};
 use redlock_local::RedisServer;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -56,7 +56,7 @@ fn restamp_by_hand(server: &RedisServer) {
 /// `res`, and the losers restart from their snapshots: `res` is gone, the epoch is there.
 /// Then a new client B tries `res` while A is still valid.
 fn snapshot_restart<A: Adapter>(by_hand: bool) -> (Outcome<A>, Vec<usize>) {
-    let mut nodes = Cluster::start(5);
+    let mut nodes = Servers::start(5);
     let losers = LOSERS.to_vec();
     let holder: A = client(&nodes, Rival::Tracked);
     holder.lock("warm-up", TTL).expect("warm-up").release();
@@ -91,7 +91,7 @@ fn snapshot_restart<A: Adapter>(by_hand: bool) -> (Outcome<A>, Vec<usize>) {
 /// reached through a name that a failover moves (a proxy); each master dies, its replica is
 /// promoted (`REPLICAOF NO ONE`), and the name leads to it. Then a new client B tries `res`.
 fn failover<A: Adapter>(by_hand: bool) -> (Outcome<A>, Vec<usize>) {
-    let mut nodes = Cluster::start(5);
+    let mut nodes = Servers::start(5);
     let losers = LOSERS.to_vec();
     let proxies: Vec<FaultProxy> = losers
         .iter()
@@ -184,7 +184,7 @@ pub fn a_promoted_replica_with_a_matching_identity_votes<A: Adapter>() {
 /// carries its new identity): never stuck refusing. Three of five nodes, `max_ttl` 1 s.
 pub fn a_restarted_node_votes_again_after_the_longest_ttl<A: Adapter>() {
     const MAX_TTL: Duration = Duration::from_secs(1);
-    let mut nodes = Cluster::start(5);
+    let mut nodes = Servers::start(5);
     let restarted = LOSERS;
     let options = Options {
         retry: Some(RetryPolicy::once()),
@@ -251,7 +251,7 @@ fn previous_acquire(server: &RedisServer, key: &str, max_ttl: Duration) -> i64 {
 /// `max_ttl`.
 pub fn the_previous_release_and_this_one_share_nodes<A: Adapter>() {
     const MAX_TTL: Duration = Duration::from_secs(2);
-    let mut nodes = Cluster::start(5);
+    let mut nodes = Servers::start(5);
     let options = Options {
         retry: Some(RetryPolicy::once()),
         max_ttl: Some(MAX_TTL),
@@ -276,12 +276,12 @@ pub fn the_previous_release_and_this_one_share_nodes<A: Adapter>() {
         }
         return;
     }
-    let previous_votes = |nodes: &Cluster| {
+    let previous_votes = |nodes: &Servers| {
         scripted
             .iter()
             .all(|&node| previous_acquire(&nodes.servers()[node], "p", MAX_TTL) == 1)
     };
-    let both_vote = |nodes: &Cluster| {
+    let both_vote = |nodes: &Servers| {
         super::scenarios::eventually(MAX_TTL * 10, || {
             client
                 .try_lock("res", MAX_TTL)
@@ -328,7 +328,7 @@ pub fn the_previous_release_and_this_one_share_nodes<A: Adapter>() {
 /// to the old masters stay open the whole time and hear nothing. Returns A's lock and B's try.
 fn demoted_and_promoted_again<A: Adapter>(rival: Rival) -> Outcome<A> {
     const MAX_TTL: Duration = Duration::from_secs(4);
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let options = |rival| Options {
         retry: Some(RetryPolicy::once()),
         max_ttl: Some(MAX_TTL),
@@ -467,7 +467,7 @@ pub fn a_node_that_denies_info_votes_under_its_epoch_alone<A: Adapter>() {
     if base.denies_scripting() {
         rules.push("-@scripting");
     }
-    let mut nodes = Cluster::start_with(3, &base.args(rules));
+    let mut nodes = Servers::start_with(3, &base.args(rules));
     let denied: Vec<String> = nodes
         .addrs()
         .iter()

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redlock_core::{NodeErrorKind, RetryPolicy, SitOutCause, Vote, WatchFault};
 
 use super::adapter::{Adapter, HeldLock, Options};
-use crate::Cluster;
+use crate::Servers;
 use redlock_local::RedisServer;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -75,7 +75,7 @@ impl Rival {
     }
 }
 
-pub(super) fn client<A: Adapter>(nodes: &Cluster, rival: Rival) -> A {
+pub(super) fn client<A: Adapter>(nodes: &Servers, rival: Rival) -> A {
     let options = Options {
         retry: Some(RetryPolicy::once()),
         memory_watch_fault: rival.fault(),
@@ -92,7 +92,7 @@ pub(super) fn client<A: Adapter>(nodes: &Cluster, rival: Rival) -> A {
 
 /// Waits until A's lock call has been answered by every node (it returns on a quorum): a late
 /// acquisition running after the loss would bring the epoch back.
-pub(super) fn wait_for_every_node<A: Adapter>(nodes: &Cluster, held: &A::Lock) {
+pub(super) fn wait_for_every_node<A: Adapter>(nodes: &Servers, held: &A::Lock) {
     let token = held.token();
     let everywhere = super::scenarios::eventually(Duration::from_secs(5), || {
         nodes.count_holding("res", &token) == 5
@@ -181,7 +181,7 @@ pub(super) fn rival_try_after<A: Adapter>(
     prepare: impl Fn(&RedisServer),
     lose: impl Fn(&RedisServer),
 ) -> Outcome<A> {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     for node in LOSERS {
         prepare(&nodes.servers()[node]);
     }
@@ -243,7 +243,7 @@ fn assert_ineligible<A: Adapter>(
 /// Where no node runs scripts, an untracked client cannot check a node's memory on each
 /// acquisition, and says so: every node that answered fails with `NoSafeForm`.
 pub(super) fn expect_untracked_needs_scripts<A: Adapter>() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let err = client::<A>(&nodes, Rival::Untracked)
         .try_lock("res", TTL)
         .err()
@@ -331,7 +331,7 @@ pub fn an_evicted_epoch_votes_for_a_deaf_connection<A: Adapter>() {
 
 /// A client that connects only after three nodes were flushed never gets their votes early.
 pub fn a_fresh_connection_to_a_flushed_node_never_votes_early<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let holder: A = client(&nodes, Rival::Tracked);
     let held = holder.lock("res", TTL).expect("A locks res");
     wait_for_every_node::<A>(&nodes, &held);
@@ -354,7 +354,7 @@ pub fn a_fresh_connection_to_a_flushed_node_never_votes_early<A: Adapter>() {
 /// pushes it back to B, and B's batch saw the trust go out), so B proves again and the
 /// evicted nodes refuse.
 fn trust_then_eviction<A: Adapter>(rival: Rival) -> Outcome<A> {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let holder: A = client(&nodes, Rival::Tracked);
     let rival: A = client(&nodes, rival);
     rival.lock("warm-up", TTL).expect("warm-up").release();
@@ -401,7 +401,7 @@ fn idle(conn: &mut redis::Connection, key: &[u8]) -> u64 {
 
 /// Waits until `key` has been idle for at least one LRU tick on every loser: anything touched
 /// from now on is more recently used. Observed, not slept, so a loaded machine only waits longer.
-fn wait_until_colder(nodes: &Cluster, key: &[u8]) {
+fn wait_until_colder(nodes: &Servers, key: &[u8]) {
     let cold = super::scenarios::eventually(LRU_WAIT, || {
         LOSERS
             .iter()
@@ -482,7 +482,7 @@ fn brim(server: &RedisServer) {
 /// their memory limit, so B's own call makes them evict their coldest keys — the epoch and
 /// `res` — just before running it. No other command reaches those nodes in between.
 fn self_eviction<A: Adapter>(rival_kind: Rival) -> Outcome<A> {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let holder: A = client(&nodes, Rival::Tracked);
     let rival: A = client(&nodes, rival_kind);
     // Both prove every node now: later calls are plain commands that leave the epoch cold.
@@ -584,7 +584,7 @@ pub(super) fn expect_every_node_refuses<A: Adapter>(
 /// stuck refusing. Three nodes flushed under proven connections, `max_ttl` 1 s.
 pub fn a_flushed_node_votes_again_after_the_longest_ttl<A: Adapter>() {
     const MAX_TTL: Duration = Duration::from_secs(1);
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let options = Options {
         retry: Some(RetryPolicy::once()),
         max_ttl: Some(MAX_TTL),

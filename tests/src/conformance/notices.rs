@@ -13,12 +13,12 @@ use redlock_core::{RetryPolicy, released_channel};
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::scenarios::eventually;
-use crate::Cluster;
+use crate::Servers;
 
 const TTL: Duration = Duration::from_secs(60);
 
 /// A waiter that only retries after `pause` (no jitter), with no deadline.
-fn waiter<A: Adapter>(nodes: &Cluster, pause: Duration) -> A {
+fn waiter<A: Adapter>(nodes: &Servers, pause: Duration) -> A {
     let options = Options {
         retry: Some(
             RetryPolicy::default()
@@ -34,7 +34,7 @@ fn waiter<A: Adapter>(nodes: &Cluster, pause: Duration) -> A {
 
 /// Waits until every node has a subscriber on `key`'s release channel (the waiter lost its
 /// first round and listens).
-fn wait_for_listener(nodes: &Cluster, key: &str) {
+fn wait_for_listener(nodes: &Servers, key: &str) {
     let channel = released_channel(key.as_bytes());
     let listening = eventually(Duration::from_secs(20), || {
         nodes.servers().iter().all(|server| {
@@ -52,7 +52,7 @@ fn wait_for_listener(nodes: &Cluster, key: &str) {
 /// A waiter with a 30 s pause takes the lock well within 15 s of the holder's release; an
 /// uncontended lock before that subscribed to nothing.
 pub fn a_release_wakes_a_waiter_long_before_its_pause_ends<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let holder: A = A::build(&nodes.urls(), &Options::default()).expect("client");
     let pause = Duration::from_secs(30);
     let waiter: A = waiter(&nodes, pause);
@@ -97,7 +97,7 @@ pub fn a_release_wakes_a_waiter_long_before_its_pause_ends<A: Adapter>() {
 /// The control: keys deleted by hand (as if expired) announce nothing, and the waiter is still
 /// in its 6 s pause 2 s later.
 pub fn a_key_gone_without_a_release_wakes_nobody<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let holder: A = A::build(&nodes.urls(), &Options::default()).expect("client");
     let pause = Duration::from_secs(6);
     let waiter: A = waiter(&nodes, pause);

@@ -11,7 +11,7 @@ use redlock_core::{LockRequest, NodeErrorKind, NodeRelease, RetryPolicy, Vote};
 use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
-use crate::{Cluster, FaultProxy, RedisServer, ServerOptions};
+use crate::{FaultProxy, RedisServer, ServerOptions, Servers};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -29,14 +29,14 @@ pub fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     }
 }
 
-fn client<A: Adapter>(nodes: &Cluster, options: &Options) -> A {
+fn client<A: Adapter>(nodes: &Servers, options: &Options) -> A {
     A::build(&nodes.urls(), options)
         .unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME))
 }
 
 /// Asserts that `count` nodes come to hold `key = token`. The lock call returns once a quorum
 /// granted, so the remaining nodes' answers may still be on their way.
-fn assert_holding(nodes: &Cluster, key: &str, token: &[u8], count: usize) {
+fn assert_holding(nodes: &Servers, key: &str, token: &[u8], count: usize) {
     let held = eventually(Duration::from_secs(5), || {
         nodes.count_holding(key, token) == count
     });
@@ -87,7 +87,7 @@ fn assert_needs_scripts(result: &Result<(), Error>) {
     );
 }
 
-fn total_keys(nodes: &Cluster) -> i64 {
+fn total_keys(nodes: &Servers) -> i64 {
     nodes
         .servers()
         .iter()
@@ -98,7 +98,7 @@ fn total_keys(nodes: &Cluster) -> i64 {
 
 /// Scenario 1: lock → our token on ≥ 3 nodes with `PTTL ≤ ttl`; release → no key anywhere.
 pub fn lock_then_release<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let redlock: A = client(&nodes, &Options::default());
     let lock = redlock.lock("res", TTL).expect("lock");
     let token = lock.token();
@@ -121,7 +121,7 @@ pub fn lock_then_release<A: Adapter>() {
 
 /// Scenario 2: a second client's `try_lock` is contended; after the release it succeeds.
 pub fn contention<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let first: A = client(&nodes, &Options::default());
     let second: A = client(&nodes, &Options::default());
     let held = first.lock("res", TTL).expect("lock");
@@ -149,7 +149,7 @@ pub fn contention<A: Adapter>() {
 /// Scenario 3: two of five nodes down → still works; three down → unavailable, within the policy's bound;
 /// back up → works again with the same client.
 pub fn minority_and_majority_down<A: Adapter>() {
-    let mut nodes = Cluster::start(5);
+    let mut nodes = Servers::start(5);
     let retry = RetryPolicy::default()
         .attempts(3)
         .delay(Duration::from_millis(50))
@@ -196,7 +196,7 @@ pub fn minority_and_majority_down<A: Adapter>() {
 
 /// Scenario 4: a node down when the client is built is no error; once it starts, it gets keys again.
 pub fn node_down_at_start<A: Adapter>() {
-    let mut nodes = Cluster::start(5);
+    let mut nodes = Servers::start(5);
     nodes.kill(4);
     let redlock: A = client(&nodes, &Options::default());
     let lock = redlock.lock("res", TTL).expect("four of five are up");
@@ -216,7 +216,7 @@ pub fn node_down_at_start<A: Adapter>() {
 
 /// Scenario 5: a stopped node (SIGSTOP) does not hold up a lock the others grant.
 pub fn stalled_node_does_not_delay<A: Adapter>() {
-    let mut nodes = Cluster::start(5);
+    let mut nodes = Servers::start(5);
     // A long node timeout: waiting for the stopped node would take at least this long.
     let node_timeout = Duration::from_secs(8);
     let options = Options {
@@ -239,7 +239,7 @@ pub fn stalled_node_does_not_delay<A: Adapter>() {
 /// Scenario 6: held past its TTL → another client acquires; the first one's release reports it is not
 /// held and leaves the other's keys; its extend is `Lost`.
 pub fn expired_lock_is_not_released_or_extended<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let first: A = client(&nodes, &Options::default());
     let second: A = client(&nodes, &Options::default());
     let ttl = Duration::from_millis(300);
@@ -267,7 +267,7 @@ pub fn expired_lock_is_not_released_or_extended<A: Adapter>() {
 
 /// Scenario 7: extend before expiry → `PTTL` refreshed on the nodes, validity moved forward.
 pub fn extend_refreshes<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let redlock: A = client(&nodes, &Options::default());
     let mut lock = redlock.lock("res", Duration::from_secs(2)).expect("lock");
     let before = lock.valid_until();
@@ -291,7 +291,7 @@ pub fn extend_refreshes<A: Adapter>() {
 /// to a shorter TTL (which never shortens the keys), and after an extension that failed, it is
 /// the same instant; `is_valid` agrees with it.
 pub fn the_validity_holds_still<A: Adapter>() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let redlock: A = client(&nodes, &Options::default());
     let mut lock = redlock
         .lock("still", Duration::from_secs(30))
@@ -337,7 +337,7 @@ pub fn the_validity_holds_still<A: Adapter>() {
 
 /// Scenario 8: {a, b} held → {b, c} fails, leaving no partial key; after release both are free.
 pub fn multi_resource_all_or_nothing<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let redlock: A = client(&nodes, &Options::default());
     let ab = redlock
         .acquire(LockRequest::new("a", TTL).resource("b"))
@@ -360,7 +360,7 @@ pub fn multi_resource_all_or_nothing<A: Adapter>() {
 
 /// Scenario 9: bad input → typed errors, no panic, no password in any message.
 pub fn bad_input<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let redlock: A = client(&nodes, &Options::default());
     for ttl in [Duration::ZERO, Duration::from_millis(2), Duration::MAX] {
         match redlock.try_lock("res", ttl) {
@@ -392,7 +392,7 @@ pub fn bad_input<A: Adapter>() {
         Err(other) => panic!("expected an invalid node, got {other}"),
         Ok(_) => panic!("an unparseable URL was accepted"),
     }
-    let guarded = Cluster::start_with(3, &ServerOptions::new().requirepass("right-password"));
+    let guarded = Servers::start_with(3, &ServerOptions::new().requirepass("right-password"));
     let wrong: Vec<String> = guarded
         .servers()
         .iter()
@@ -422,7 +422,7 @@ pub fn bad_input<A: Adapter>() {
 /// Scenario 10: a key holding a list (WRONGTYPE) is a clean outcome; `SCRIPT FLUSH` between calls is
 /// harmless.
 pub fn wrong_type_and_script_flush<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let redlock: A = client(&nodes, &Options::default());
     for server in nodes.servers() {
         let _: () = server.client().rpush("listy", "x").expect("rpush");
@@ -467,7 +467,7 @@ pub fn wrong_type_and_script_flush<A: Adapter>() {
 pub fn mutual_exclusion_counter<A: Adapter>() {
     const WORKERS: usize = 16;
     const SECTIONS: usize = 50;
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let counter = RedisServer::start();
     let retry = RetryPolicy::default()
         .unlimited()
@@ -506,7 +506,7 @@ pub fn mutual_exclusion_counter<A: Adapter>() {
 /// Scenario 12: a dropped, unreleased lock and an abandoned acquisition leave no key behind (long before
 /// their TTL).
 pub fn dropped_and_abandoned_locks_release<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let ttl = Duration::from_secs(60);
     let redlock: A = client(&nodes, &Options::default());
     let lock = redlock.lock("dropped", ttl).expect("lock");
@@ -558,8 +558,8 @@ pub fn dropped_and_abandoned_locks_release<A: Adapter>() {
 /// Scenario 13: `with_lock` running for 3× TTL keeps the lock (another client cannot take it); killing
 /// three nodes mid-run → the work is told, and `with_lock` returns `Lost`.
 pub fn scoped_lock_extends_and_reports_loss<A: Adapter>() {
-    let nodes = Arc::new(Mutex::new(Cluster::start(5)));
-    let urls = nodes.lock().expect("cluster").urls();
+    let nodes = Arc::new(Mutex::new(Servers::start(5)));
+    let urls = nodes.lock().expect("servers").urls();
     let redlock = A::build(&urls, &Options::default()).expect("build");
     let rival = Arc::new(A::build(&urls, &Options::default()).expect("build"));
     let ttl = Duration::from_millis(600);
@@ -590,7 +590,7 @@ pub fn scoped_lock_extends_and_reports_loss<A: Adapter>() {
         Duration::from_secs(30),
         Duration::from_millis(100),
         Box::new(move || {
-            let mut nodes = killer.lock().expect("cluster");
+            let mut nodes = killer.lock().expect("servers");
             for i in 0..3 {
                 nodes.kill(i);
             }
@@ -604,7 +604,7 @@ pub fn scoped_lock_extends_and_reports_loss<A: Adapter>() {
 /// A connection whose handshake reply is cut part-way is replaced once the network heals: the
 /// node is not lost to the client for good (found by the chaos test).
 pub fn cut_handshake_recovers<A: Adapter>() {
-    let nodes = Cluster::start(3);
+    let nodes = Servers::start(3);
     let proxy = FaultProxy::start(nodes[0].addr());
     let mut urls = nodes.urls();
     urls[0] = proxy.url();
@@ -634,7 +634,7 @@ pub fn cut_handshake_recovers<A: Adapter>() {
 
 /// Scenario 14: a reply cut after the command ran: the node still gets the release.
 pub fn lost_reply_still_released<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let proxy = FaultProxy::start(nodes[0].addr());
     let mut urls = nodes.urls();
     urls[0] = proxy.url();
@@ -661,7 +661,7 @@ pub fn lost_reply_still_released<A: Adapter>() {
 /// resumed by another from its token, with a fresh validity and refreshed TTLs, and released
 /// there; a lock taken by one client is released by another from its token.
 pub fn handover_by_token<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let first: A = client(&nodes, &Options::default());
     let second: A = client(&nodes, &Options::default());
     let short = Duration::from_secs(3);
@@ -715,7 +715,7 @@ pub fn handover_by_token<A: Adapter>() {
 /// A wrong or stale token resumes nothing and releases nothing: a typed error, someone else's
 /// lock untouched.
 pub fn wrong_or_stale_token_is_refused<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let holder: A = client(&nodes, &Options::default());
     let other: A = client(&nodes, &Options::default());
     let held = holder.lock("res", TTL).expect("lock");
@@ -801,7 +801,7 @@ pub fn wrong_or_stale_token_is_refused<A: Adapter>() {
 /// node), and a fenced store rejects the write of a holder that paused past its validity while
 /// a newer holder wrote (Kleppmann's case, the pause in-process).
 pub fn fencing_tokens_increase_and_fence_off_a_paused_holder<A: Adapter>() {
-    let nodes = Cluster::start(5);
+    let nodes = Servers::start(5);
     let store_server = RedisServer::start();
     let store = crate::FencedStore::new(&store_server.url(), "report");
     let redlock: A = client(&nodes, &Options::default());

@@ -237,9 +237,9 @@ fn info_reads<A: Adapter>(publishes: bool, acl: Option<&[&str]>) -> u64 {
             if base.denies_scripting() {
                 args.push("-@scripting");
             }
-            crate::Cluster::start_with(3, &base.args(args))
+            crate::Servers::start_with(3, &base.args(args))
         }
-        None => crate::Cluster::start(3),
+        None => crate::Servers::start(3),
     };
     for server in nodes.servers() {
         config_set(server, "maxmemory-policy", "volatile-lru");

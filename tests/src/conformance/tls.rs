@@ -10,20 +10,20 @@ use redlock_redis::{Error, Tls};
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::scenarios::eventually;
-use crate::{Cluster, ServerOptions};
+use crate::{ServerOptions, Servers};
 use redlock_local::TlsFiles;
 
 const TTL: Duration = Duration::from_secs(10);
 
-fn tls_cluster(count: usize, client_certs: bool) -> (Cluster, Arc<TlsFiles>) {
+fn tls_cluster(count: usize, client_certs: bool) -> (Servers, Arc<TlsFiles>) {
     let files = Arc::new(TlsFiles::generate().unwrap_or_else(|err| panic!("{err}")));
     let options = ServerOptions::new().tls(files.clone(), client_certs);
     let nodes =
-        Cluster::try_start_each(&vec![options; count]).unwrap_or_else(|err| panic!("{err}"));
+        Servers::try_start_each(&vec![options; count]).unwrap_or_else(|err| panic!("{err}"));
     (nodes, files)
 }
 
-fn client<A: Adapter>(nodes: &Cluster, tls: Tls) -> A {
+fn client<A: Adapter>(nodes: &Servers, tls: Tls) -> A {
     let options = Options {
         tls: Some(tls),
         retry: Some(redlock_core::RetryPolicy::once()),

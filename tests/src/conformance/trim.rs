@@ -20,7 +20,7 @@ use super::adapter::{Adapter, HeldLock};
 use super::memory::{
     Rival, client, evict, expect_refused_by, expect_second_holder, wait_for_every_node,
 };
-use crate::Cluster;
+use crate::Servers;
 
 const TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -95,7 +95,7 @@ fn epoch_trimmed(conn: &mut redis::Connection) -> bool {
 /// whose first command sets off the trim: `first` is that try. Then the losers evict `res` and
 /// the epoch (`allkeys-random`: an invalidation that goes through the tracking table, unlike a
 /// `FLUSHALL`, which every tracking connection hears) and B tries again (`then`). A trim picks
-/// at random, so the whole case runs again (a new cluster) until every loser dropped the epoch —
+/// at random, so the whole case runs again (new servers) until every loser dropped the epoch —
 /// each keeps it with a chance of 1 in `OTHER_KEYS + 1`. B's call is the first command each
 /// loser runs after the `MGET`, even one B's try did not wait for: the witnesses only listen.
 /// The server's cron (at `hz 1` here) may still trim first, and B hears that trim as anyone's;
@@ -103,7 +103,7 @@ fn epoch_trimmed(conn: &mut redis::Connection) -> bool {
 /// got the lock — a control that never does gives up after [`ATTEMPTS`] clusters and fails.
 fn self_trim<A: Adapter>(rival: Rival, hunt: bool) -> TrimOutcome<A> {
     for _ in 0..ATTEMPTS {
-        let nodes = Cluster::start(5);
+        let nodes = Servers::start(5);
         let holder: A = client(&nodes, Rival::Tracked);
         let rival: A = client(&nodes, rival);
         rival.lock("warm-up", TTL).expect("warm-up").release();

@@ -1,4 +1,4 @@
-//! What a simulation runs: the cluster, the clients, the faults, and the ranges every seed draws
+//! What a simulation runs: the nodes, the clients, the faults, and the ranges every seed draws
 //! its concrete schedule from.
 //!
 //! A [`Scenario`] is a family of schedules; a seed picks one. The presets come in two kinds:

@@ -9,22 +9,22 @@ use crate::error::HarnessError;
 use crate::options::ServerOptions;
 use crate::server::{self, RedisServer};
 
-/// Independent Redis nodes (not a Redis Cluster), each a [`RedisServer`].
+/// Independent Redis nodes (not a Redis Servers), each a [`RedisServer`].
 ///
 /// ```no_run
-/// use redlock_local::Cluster;
+/// use redlock_local::Servers;
 ///
-/// let mut nodes = Cluster::start(5);
+/// let mut nodes = Servers::start(5);
 /// nodes[0].set("lock", "token");
 /// nodes.kill(1);
 /// assert_eq!(nodes.count_holding("lock", "token"), 1);
 /// ```
 #[derive(Debug)]
-pub struct Cluster {
+pub struct Servers {
     servers: Vec<RedisServer>,
 }
 
-impl Cluster {
+impl Servers {
     /// Starts `count` servers with default options, all at once.
     ///
     /// # Panics
@@ -122,7 +122,7 @@ impl Cluster {
     }
 }
 
-impl Index<usize> for Cluster {
+impl Index<usize> for Servers {
     type Output = RedisServer;
 
     fn index(&self, index: usize) -> &RedisServer {
@@ -130,7 +130,7 @@ impl Index<usize> for Cluster {
     }
 }
 
-impl IndexMut<usize> for Cluster {
+impl IndexMut<usize> for Servers {
     fn index_mut(&mut self, index: usize) -> &mut RedisServer {
         &mut self.servers[index]
     }
