@@ -211,6 +211,7 @@ pub mod resp;
 mod retry;
 mod round;
 mod sit_out;
+mod slot;
 mod spec;
 #[cfg(feature = "proptest")]
 pub mod strategies;
@@ -267,6 +268,7 @@ pub use retry::{
 };
 pub use round::{NodeRelease, Vote};
 pub use sit_out::{SitOutCause, split_stamp, stamp_change};
+pub use slot::{SLOT_COUNT, Slot, TAG_ALPHABET, crc16, hash_tag};
 pub use spec::{LockSpec, MAX_KEY_LEN, MAX_RESOURCES};
 pub use token::{MAX_TOKEN_LEN, TOKEN_ENTROPY_BYTES, Token};
 #[cfg(any(test, feature = "testing"))]

@@ -54,6 +54,9 @@ pub enum HarnessError {
         /// Its output so far.
         log: String,
     },
+    /// A cluster could not be formed.
+    #[error("local cluster: {0}")]
+    Cluster(String),
     /// Some other I/O failure of the harness (temp dir, log file, ...).
     #[error("redis test harness I/O error: {0}")]
     Io(#[from] io::Error),

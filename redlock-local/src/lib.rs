@@ -3,7 +3,8 @@
 //!
 //! - [`RedisServer`] starts one `redis-server` (binary from `$REDIS_SERVER`, else `PATH`) on a free
 //!   loopback port in a temp dir, and can kill it, restart it empty on the same port, pause it
-//!   (SIGSTOP) and resume it. [`Servers`] starts several at once.
+//!   (SIGSTOP) and resume it. [`Servers`] starts several at once; [`RedisCluster`] starts and
+//!   forms a Redis Cluster (masters splitting the slots evenly, and replicas).
 //! - Inspection helpers ([`RedisServer::get`], [`RedisServer::pttl`], [`Servers::count_holding`])
 //!   read a node directly, past any lock client.
 //!
@@ -19,6 +20,7 @@
 //! assert_eq!(nodes.count_holding("k", "v"), 1);
 //! ```
 
+mod cluster;
 mod error;
 mod inspect;
 mod nodes;
@@ -29,6 +31,7 @@ mod servers;
 #[cfg(feature = "tls")]
 mod tls;
 
+pub use cluster::{CLUSTER_NODE_TIMEOUT, RedisCluster};
 pub use error::HarnessError;
 pub use inspect::INSPECT_TIMEOUT;
 pub use nodes::{NODES_ENV, Nodes};

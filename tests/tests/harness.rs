@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlock_tests::{FaultProxy, HarnessError, RedisServer, ServerOptions, Servers};
+use redlock_tests::{FaultProxy, HarnessError, RedisCluster, RedisServer, ServerOptions, Servers};
 
 /// A wait that must run out: nothing is supposed to arrive.
 const SHORT: Duration = Duration::from_millis(300);
@@ -377,4 +377,137 @@ fn dropping_a_stalled_proxy_closes_its_connections() {
         "the client socket should be closed"
     );
     assert!(rest.is_empty(), "held bytes must not be delivered");
+}
+
+/// The servers a local cluster runs on: Redis 7 (`$REDIS_SERVER` or `redis-server`) and Valkey
+/// 9.1 (`$VALKEY9_SERVER`, which `scripts/test.sh` sets; missing, the test fails loudly).
+fn cluster_servers() -> Vec<(&'static str, ServerOptions)> {
+    let valkey = std::env::var("VALKEY9_SERVER").unwrap_or_else(|_| {
+        panic!(
+            "set VALKEY9_SERVER to a valkey-server 9.1 (`scripts/ensure-valkey.sh 9.1` fetches \
+             one; scripts/test.sh does it)"
+        )
+    });
+    vec![
+        ("redis", ServerOptions::new()),
+        ("valkey 9.1", ServerOptions::new().binary(valkey)),
+    ]
+}
+
+#[test]
+fn a_local_cluster_splits_the_slots_over_its_masters_and_attaches_replicas() {
+    for (server, options) in cluster_servers() {
+        let cluster = RedisCluster::try_start_with(3, 1, &options)
+            .unwrap_or_else(|err| panic!("{server}: {err}"));
+        let mut conn = cluster.masters()[0].client();
+        // CLUSTER NODES, one line per node: id host:port@bus flags master-id … slots.
+        let listing: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut conn)
+            .expect("CLUSTER NODES");
+        let lines: Vec<Vec<&str>> = listing
+            .lines()
+            .map(|line| line.split_whitespace().collect())
+            .collect();
+        let port_of = |fields: &[&str]| -> i64 {
+            let addr = fields[1].split('@').next().expect("host:port");
+            addr.rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .expect("port")
+        };
+        let mut seen: Vec<(String, i64, Vec<i64>)> = lines
+            .iter()
+            .filter(|fields| fields[2].split(',').any(|flag| flag == "master"))
+            .map(|master| {
+                let mut replicas: Vec<i64> = lines
+                    .iter()
+                    .filter(|fields| fields[3] == master[0])
+                    .map(|fields| port_of(fields))
+                    .collect();
+                replicas.sort_unstable();
+                (master[8..].join(" "), port_of(master), replicas)
+            })
+            .collect();
+        seen.sort_unstable_by_key(|(_, port, _)| *port);
+        let mut expected: Vec<(String, i64, Vec<i64>)> = (0..3)
+            .map(|m| {
+                let (first, last) = cluster.slots_of(m);
+                let replicas = cluster
+                    .replicas_of(m)
+                    .iter()
+                    .map(|r| i64::from(r.port()))
+                    .collect();
+                (
+                    format!("{first}-{last}"),
+                    i64::from(cluster.masters()[m].port()),
+                    replicas,
+                )
+            })
+            .collect();
+        expected.sort_unstable_by_key(|(_, port, _)| *port);
+        assert_eq!(seen, expected, "{server}");
+        assert_eq!(cluster.slots_of(0).0, 0, "{server}");
+        assert_eq!(cluster.slots_of(2).1, 16383, "{server}");
+    }
+}
+
+#[test]
+fn the_core_hashes_keys_to_the_slots_the_servers_use() {
+    use redlock_core::Slot;
+    for (server, options) in cluster_servers() {
+        let cluster = RedisCluster::try_start_with(3, 0, &options)
+            .unwrap_or_else(|err| panic!("{server}: {err}"));
+        let mut conn = cluster.masters()[0].client();
+        // Every slot's tag, inside an epoch-like name, lands in that slot on the server.
+        let names: Vec<String> = Slot::all()
+            .map(|slot| format!("redlock:epoch:{{{}}}", slot.tag()))
+            .collect();
+        let mut pipe = redis::pipe();
+        for name in &names {
+            pipe.cmd("CLUSTER").arg("KEYSLOT").arg(name);
+        }
+        let slots: Vec<u16> = pipe.query(&mut conn).expect("CLUSTER KEYSLOT");
+        let expected: Vec<u16> = Slot::all().map(Slot::get).collect();
+        assert_eq!(slots, expected, "{server}: a slot tag lands elsewhere");
+        // Keys of every shape: plain, tagged, empty braces, nested braces, binary.
+        let keys: Vec<Vec<u8>> = (0u32..2000)
+            .map(|i| match i % 5 {
+                0 => format!("lock:{i}").into_bytes(),
+                1 => format!("{{job-{}}}:{i}", i / 7).into_bytes(),
+                2 => format!("x{{}}{{{i}}}").into_bytes(),
+                3 => format!("a{{{{b{i}}}}}c").into_bytes(),
+                _ => i.to_le_bytes().iter().map(|b| b ^ 0x7b).collect(),
+            })
+            .collect();
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.cmd("CLUSTER").arg("KEYSLOT").arg(key);
+        }
+        let served: Vec<u16> = pipe.query(&mut conn).expect("CLUSTER KEYSLOT");
+        let ours: Vec<u16> = keys.iter().map(|key| Slot::of(key).get()).collect();
+        assert_eq!(ours, served, "{server}");
+        // A key sent to a master that does not own its slot is answered MOVED: a cluster node
+        // needs the routing of issue 22.
+        let key = b"lock:elsewhere";
+        let owner = cluster.master_of(key);
+        let other = (owner + 1) % 3;
+        let mut wrong = cluster.masters()[other].client();
+        let err = redis::cmd("SET")
+            .arg(key)
+            .arg("t")
+            .query::<()>(&mut wrong)
+            .expect_err("a key on the wrong master");
+        assert!(
+            err.to_string().contains("MOVED") || format!("{:?}", err.kind()).contains("Moved"),
+            "{server}: {err}"
+        );
+        let mut right = cluster.masters()[owner].client();
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg("t")
+            .query(&mut right)
+            .expect("the owner takes the key");
+        assert_eq!(cluster.get(key).as_deref(), Some(&b"t"[..]), "{server}");
+    }
 }

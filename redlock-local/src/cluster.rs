@@ -1,0 +1,281 @@
+//! A local Redis or Valkey Cluster: masters that split the 16384 hash slots evenly, and replicas.
+
+use std::net::SocketAddr;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, FromRedisValue};
+
+use crate::error::HarnessError;
+use crate::options::ServerOptions;
+use crate::port::free_port;
+use crate::server::{self, RedisServer};
+
+/// How long a cluster may take to form: every node meets every other, replicas sync, every node
+/// says `cluster_state:ok`. Generous: CI is a loaded 2-core machine.
+const FORM_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pause between two checks while it forms.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// The cluster's node timeout: how long a master may be unreachable before its replica is
+/// promoted. Short, so that failover tests end quickly; long enough for a loaded machine.
+pub const CLUSTER_NODE_TIMEOUT: Duration = Duration::from_millis(3000);
+/// How many hash slots a cluster has.
+const SLOTS: usize = 16384;
+
+/// A Redis Cluster on loopback, formed by this process: `masters` masters, each owning an even
+/// share of the slots in order (master 0 owns slot 0), and `replicas` replicas per master.
+///
+/// Every node is a [`RedisServer`] in cluster mode (own cluster bus port, no persistence), so the
+/// usual kill, pause and inspection helpers apply to each. Dropping it stops them all.
+///
+/// ```no_run
+/// use redlock_local::RedisCluster;
+///
+/// let cluster = RedisCluster::start(3, 1);
+/// assert_eq!(cluster.masters().len(), 3);
+/// assert_eq!(cluster.replicas().len(), 3);
+/// let owner = cluster.master_of(b"lock");
+/// assert!(owner < 3);
+/// ```
+#[derive(Debug)]
+pub struct RedisCluster {
+    masters: Vec<RedisServer>,
+    /// Replica `r` of master `m` at `m * replicas_per_master + r`.
+    replicas: Vec<RedisServer>,
+    replicas_per_master: usize,
+}
+
+impl RedisCluster {
+    /// Starts and forms a cluster with default options.
+    ///
+    /// # Panics
+    /// If it cannot be started or formed; the message says why.
+    pub fn start(masters: usize, replicas: usize) -> Self {
+        Self::try_start_with(masters, replicas, &ServerOptions::new())
+            .unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    /// Starts `masters` masters and `replicas` replicas of each with `options` (in cluster mode,
+    /// whatever the options say), and forms the cluster.
+    pub fn try_start_with(
+        masters: usize,
+        replicas: usize,
+        options: &ServerOptions,
+    ) -> Result<Self, HarnessError> {
+        if masters == 0 {
+            return Err(HarnessError::Cluster(
+                "a cluster needs at least one master".to_owned(),
+            ));
+        }
+        let each: Vec<ServerOptions> = (0..masters * (1 + replicas))
+            .map(|_| cluster_mode(options))
+            .collect();
+        let mut servers = server::start_each(&each)?;
+        let replicas_of = servers.split_off(masters);
+        let cluster = Self {
+            masters: servers,
+            replicas: replicas_of,
+            replicas_per_master: replicas,
+        };
+        cluster.form()?;
+        Ok(cluster)
+    }
+
+    /// The masters, master 0 owning the first slots.
+    pub fn masters(&self) -> &[RedisServer] {
+        &self.masters
+    }
+
+    /// The replicas: replica `r` of master `m` is at `m * replicas + r`.
+    pub fn replicas(&self) -> &[RedisServer] {
+        &self.replicas
+    }
+
+    /// The replicas of master `master`.
+    pub fn replicas_of(&self, master: usize) -> &[RedisServer] {
+        let from = master * self.replicas_per_master;
+        &self.replicas[from..from + self.replicas_per_master]
+    }
+
+    /// Every master's URL: seeds for a client.
+    pub fn urls(&self) -> Vec<String> {
+        self.masters.iter().map(RedisServer::url).collect()
+    }
+
+    /// Every master's address.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.masters.iter().map(RedisServer::addr).collect()
+    }
+
+    /// The slots master `master` was given when the cluster formed (inclusive range).
+    pub fn slots_of(&self, master: usize) -> (u16, u16) {
+        let (first, last) = slot_range(master, self.masters.len());
+        (to_slot(first), to_slot(last))
+    }
+
+    /// The slot `key` belongs to, as master 0 computes it (`CLUSTER KEYSLOT`).
+    ///
+    /// # Panics
+    /// If master 0 does not answer.
+    pub fn keyslot(&self, key: &[u8]) -> u16 {
+        let mut conn = self.masters[0].client();
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut conn)
+            .unwrap_or_else(|err| panic!("CLUSTER KEYSLOT on {}: {err}", self.masters[0].addr()))
+    }
+
+    /// Which master owned `key`'s slot when the cluster formed.
+    pub fn master_of(&self, key: &[u8]) -> usize {
+        let slot = usize::from(self.keyslot(key));
+        (0..self.masters.len())
+            .find(|&m| {
+                let (first, last) = slot_range(m, self.masters.len());
+                (first..=last).contains(&slot)
+            })
+            .unwrap_or(0)
+    }
+
+    /// `GET key` on the master that owned its slot when the cluster formed.
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.masters[self.master_of(key)].get(key)
+    }
+
+    /// Gives every master its slots, makes every node meet the others, attaches the replicas,
+    /// and waits until every node says `cluster_state:ok` and every replica's link is up.
+    fn form(&self) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        let count = self.masters.len();
+        for (index, master) in self.masters.iter().enumerate() {
+            let (first, last) = slot_range(index, count);
+            let _: () = run(
+                master,
+                redis::cmd("CLUSTER")
+                    .arg("ADDSLOTSRANGE")
+                    .arg(first)
+                    .arg(last),
+            )?;
+        }
+        let first = &self.masters[0];
+        for node in self.nodes().skip(1) {
+            let _: () = run(
+                first,
+                redis::cmd("CLUSTER")
+                    .arg("MEET")
+                    .arg("127.0.0.1")
+                    .arg(node.port())
+                    .arg(bus_port(node)?),
+            )?;
+        }
+        let total = self.nodes().count();
+        self.wait_for(started, "every node to know every other", |node| {
+            let nodes: String = run(node, redis::cmd("CLUSTER").arg("NODES"))?;
+            Ok(nodes
+                .lines()
+                .filter(|line| !line.contains("handshake"))
+                .count()
+                == total)
+        })?;
+        for (index, replica) in self.replicas.iter().enumerate() {
+            let master = &self.masters[index / self.replicas_per_master.max(1)];
+            let id: String = run(master, redis::cmd("CLUSTER").arg("MYID"))?;
+            let _: () = run(replica, redis::cmd("CLUSTER").arg("REPLICATE").arg(id))?;
+        }
+        let replicas = self.replicas.len();
+        self.wait_for(started, "every node to see every replica", |node| {
+            let nodes: String = run(node, redis::cmd("CLUSTER").arg("NODES"))?;
+            let is_replica = |line: &str| {
+                let flags = line.split_whitespace().nth(2).unwrap_or_default();
+                flags.split(',').any(|flag| flag == "slave")
+            };
+            Ok(nodes.lines().filter(|line| is_replica(line)).count() == replicas)
+        })?;
+        self.wait_for(started, "cluster_state:ok on every node", |node| {
+            let info: String = run(node, redis::cmd("CLUSTER").arg("INFO"))?;
+            Ok(info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384"))
+        })?;
+        for replica in &self.replicas {
+            self.wait_for(started, "every replica's link to its master", |_| {
+                let info: String = run(replica, redis::cmd("INFO").arg("replication"))?;
+                Ok(info.contains("master_link_status:up"))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn nodes(&self) -> impl Iterator<Item = &RedisServer> {
+        self.masters.iter().chain(&self.replicas)
+    }
+
+    /// Polls `ready` on every node until all say yes, or fails naming `what` after the timeout
+    /// counted from `started`.
+    fn wait_for(
+        &self,
+        started: Instant,
+        what: &str,
+        ready: impl Fn(&RedisServer) -> Result<bool, HarnessError>,
+    ) -> Result<(), HarnessError> {
+        loop {
+            let mut waiting = None;
+            for node in self.nodes() {
+                if !ready(node)? {
+                    waiting = Some(node.addr());
+                    break;
+                }
+            }
+            let Some(addr) = waiting else {
+                return Ok(());
+            };
+            if started.elapsed() > FORM_TIMEOUT {
+                return Err(HarnessError::Cluster(format!(
+                    "waited {FORM_TIMEOUT:?} for {what}; {addr} is not there yet"
+                )));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+}
+
+/// `options` in cluster mode, with a cluster bus port of its own (a free one: the default,
+/// port + 10000, may be taken or beyond 65535).
+fn cluster_mode(options: &ServerOptions) -> ServerOptions {
+    options.clone().args([
+        "--cluster-enabled".to_owned(),
+        "yes".to_owned(),
+        "--cluster-config-file".to_owned(),
+        "nodes.conf".to_owned(),
+        "--cluster-port".to_owned(),
+        free_port().to_string(),
+        "--cluster-node-timeout".to_owned(),
+        CLUSTER_NODE_TIMEOUT.as_millis().to_string(),
+    ])
+}
+
+/// The cluster bus port a node was started with.
+fn bus_port(node: &RedisServer) -> Result<u16, HarnessError> {
+    let config: Vec<String> = run(node, redis::cmd("CONFIG").arg("GET").arg("cluster-port"))?;
+    config
+        .get(1)
+        .and_then(|port| port.parse().ok())
+        .ok_or_else(|| HarnessError::Cluster(format!("{} has no cluster-port", node.addr())))
+}
+
+/// Master `index` of `count`: slots `index * 16384 / count ..= (index + 1) * 16384 / count - 1`.
+fn slot_range(index: usize, count: usize) -> (usize, usize) {
+    (index * SLOTS / count, (index + 1) * SLOTS / count - 1)
+}
+
+fn to_slot(slot: usize) -> u16 {
+    u16::try_from(slot).unwrap_or(u16::MAX)
+}
+
+fn run<T: FromRedisValue>(node: &RedisServer, cmd: &redis::Cmd) -> Result<T, HarnessError> {
+    let mut conn: Connection = node.try_client().map_err(|err| cluster_error(node, &err))?;
+    cmd.query(&mut conn)
+        .map_err(|err| cluster_error(node, &err))
+}
+
+fn cluster_error(node: &RedisServer, err: &impl std::fmt::Display) -> HarnessError {
+    HarnessError::Cluster(format!("{}: {err}", node.addr()))
+}
