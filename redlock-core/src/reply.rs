@@ -64,6 +64,10 @@ pub enum NodeErrorKind {
     /// The TLS handshake failed: the node's certificate is not trusted (wrong CA, wrong name),
     /// or the node wants a client certificate this client does not show.
     Tls,
+    /// The node runs in cluster mode and did not serve the command here (`MOVED`, `ASK`,
+    /// `CROSSSLOT`, `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`): a Redis or Valkey Cluster cannot be
+    /// one node of this client yet.
+    Cluster,
 }
 
 impl NodeErrorKind {
@@ -78,6 +82,9 @@ impl NodeErrorKind {
             "OOM" => Self::OutOfMemory,
             "BUSY" => Self::Busy,
             "LOADING" => Self::Loading,
+            "MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" => {
+                Self::Cluster
+            }
             _ => Self::Other,
         }
     }
@@ -105,6 +112,7 @@ impl NodeErrorKind {
             Self::Other => "server error",
             Self::NoSafeForm => "no safe form: the node runs no script, and this needs one",
             Self::Tls => "TLS handshake: certificate not accepted",
+            Self::Cluster => "cluster mode: the node serves keys from other masters",
         }
     }
 }
@@ -144,5 +152,19 @@ mod tests {
             NodeErrorKind::Other
         );
         assert_eq!(NodeErrorKind::from_message(""), NodeErrorKind::Other);
+        for line in [
+            "MOVED 3999 127.0.0.1:6381",
+            "ASK 3999 127.0.0.1:6381",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+            "CLUSTERDOWN The cluster is down",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        ] {
+            assert_eq!(
+                NodeErrorKind::from_message(line),
+                NodeErrorKind::Cluster,
+                "{line}"
+            );
+        }
     }
 }

@@ -64,6 +64,7 @@ pub fn node_error_kinds() -> impl Strategy<Value = NodeErrorKind> {
         Just(NodeErrorKind::Busy),
         Just(NodeErrorKind::Loading),
         Just(NodeErrorKind::Protocol),
+        Just(NodeErrorKind::Cluster),
         Just(NodeErrorKind::Other),
     ]
 }

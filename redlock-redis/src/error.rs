@@ -3,7 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use redlock_core::{AcquireFailure, ConfigError, ExtendFailure, FailureReason, LossCause, Vote};
+use redlock_core::{
+    AcquireFailure, ConfigError, ExtendFailure, FailureReason, LossCause, NodeErrorKind, Vote,
+};
 
 /// One node's part in an outcome, the node named by `host:port` (never with credentials).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +83,13 @@ impl fmt::Display for LockFailure {
         {
             f.write_str(INELIGIBLE_REMEDY)?;
         }
+        if self
+            .nodes
+            .iter()
+            .any(|report| report.result == Vote::Failed(NodeErrorKind::Cluster))
+        {
+            f.write_str(CLUSTER_REMEDY)?;
+        }
         Ok(())
     }
 }
@@ -92,6 +101,10 @@ const INELIGIBLE_REMEDY: &str = "; if no lock can be live on those nodes (a fres
     or every holder stopped and its TTL passed), `redlock nodes trust` (or `trust_nodes()`) lets \
     them vote at once; otherwise wait: trusting a node that lost a live lock's key breaks mutual \
     exclusion";
+
+/// What to do about a node that runs in cluster mode.
+const CLUSTER_REMEDY: &str = "; a node in cluster mode (a Redis or Valkey Cluster) cannot be one \
+    node of this client yet: list independent standalone masters";
 
 /// Milliseconds for people: `850 ms`, `26 s`, `2 min 5 s`.
 struct HumanMs(u64);

@@ -65,6 +65,14 @@ pub fn map_error(err: &RedisError) -> NodeErrorKind {
         ErrorKind::Server(ServerErrorKind::ReadOnly) => NodeErrorKind::ReadOnly,
         ErrorKind::Server(ServerErrorKind::NoPerm) => NodeErrorKind::NoPermission,
         ErrorKind::Server(ServerErrorKind::BusyLoading) => NodeErrorKind::Loading,
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+            | ServerErrorKind::Ask
+            | ServerErrorKind::CrossSlot
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::MasterDown,
+        ) => NodeErrorKind::Cluster,
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => NodeErrorKind::Protocol,
         _ => err
             .code()

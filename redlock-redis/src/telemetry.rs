@@ -155,6 +155,7 @@ fn error_kind(kind: redlock_core::NodeErrorKind) -> &'static str {
         NodeErrorKind::Loading => "loading",
         NodeErrorKind::Protocol => "protocol",
         NodeErrorKind::Tls => "tls",
+        NodeErrorKind::Cluster => "cluster",
         // `Other`, and kinds a later engine adds.
         _ => "other",
     }

@@ -8,7 +8,7 @@ use redlock_core::{LockRequest, MAX_KEY_LEN, NodeErrorKind, RetryPolicy, Vote};
 use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
-use crate::{RedisServer, ServerOptions, Servers};
+use crate::{RedisCluster, RedisServer, ServerOptions, Servers};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -20,11 +20,16 @@ fn build<A: Adapter>(urls: &[String]) -> A {
 /// Two plain servers plus the odd node at `odd_url`: the odd node fails, the lock is still
 /// taken on the other two, and the odd node's vote is `Failed(kind)`.
 fn odd_node_fails<A: Adapter>(odd_url: String, kind: NodeErrorKind) {
+    odd_node_fails_on::<A>(odd_url, kind, "res");
+}
+
+/// [`odd_node_fails`] for lock `resource`.
+fn odd_node_fails_on<A: Adapter>(odd_url: String, kind: NodeErrorKind, resource: &str) {
     let nodes = Servers::start(2);
     let mut urls = nodes.urls();
     urls.push(odd_url);
     let redlock: A = build(&urls);
-    let lock = redlock.lock("res", TTL).expect("two of three grant");
+    let lock = redlock.lock(resource, TTL).expect("two of three grant");
     let report = lock.release();
     assert_eq!(report.released(), 2, "{report:?}");
     // With quorum 3 the odd node's answer decides, so its vote is always recorded.
@@ -37,14 +42,14 @@ fn odd_node_fails<A: Adapter>(odd_url: String, kind: NodeErrorKind) {
         },
     )
     .expect("build");
-    match strict.try_lock("res", TTL) {
+    match strict.try_lock(resource, TTL) {
         Err(Error::Unavailable(detail)) => {
             assert_eq!(detail.nodes[2].result, Vote::Failed(kind), "{detail}");
         }
         other => panic!("expected unavailable, got {other:?}"),
     }
     assert_eq!(
-        nodes.count_with_key("res"),
+        nodes.count_with_key(resource),
         0,
         "the failed round was cleaned up"
     );
@@ -63,6 +68,45 @@ pub fn read_only_replica<A: Adapter>() {
     let replica = ServerOptions::new().replica_of(primary.addr()).start();
     odd_node_fails::<A>(replica.url(), NodeErrorKind::ReadOnly);
     assert!(!replica.exists("res"), "nothing left on the replica");
+}
+
+/// A master of a Redis Cluster (3 masters) listed as a node, locking a resource whose slot
+/// another master owns: its commands are answered `MOVED` (or `CROSSSLOT`), its vote says so,
+/// and the error's remedy says what to list instead.
+pub fn a_cluster_master_fails_with_a_cluster_error<A: Adapter>() {
+    let cluster = RedisCluster::start(3, 0);
+    let resource = (0..)
+        .map(|i| format!("res-{i}"))
+        .find(|key| cluster.master_of(key.as_bytes()) == 1)
+        .expect("some key lands on master 1");
+    odd_node_fails_on::<A>(
+        cluster.masters()[0].url(),
+        NodeErrorKind::Cluster,
+        &resource,
+    );
+    let strict = A::build(
+        &[cluster.masters()[0].url()],
+        &Options {
+            retry: Some(RetryPolicy::once()),
+            ..Options::default()
+        },
+    )
+    .expect("build");
+    match strict.try_lock(&resource, TTL) {
+        Err(err @ Error::Unavailable(_)) => {
+            let text = err.to_string();
+            assert!(text.contains("failed (cluster mode"), "{text}");
+            assert!(
+                text.contains("list independent standalone masters"),
+                "{text}"
+            );
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    assert!(
+        cluster.get(resource.as_bytes()).is_none(),
+        "no lock key left on the cluster"
+    );
 }
 
 /// `NOPERM` from an ACL user who may not touch the lock's keys.

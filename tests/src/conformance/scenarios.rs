@@ -946,6 +946,7 @@ macro_rules! conformance_tests {
             a_tracking_table_trim_set_off_by_the_rivals_own_call_is_unheard_with_noloop);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
+            a_cluster_master_fails_with_a_cluster_error,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes, a_node_position_past_the_list);
     };
     (@tls $adapter:ty; $($case:ident),+ $(,)?) => {
