@@ -3,8 +3,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redlock_tests::Servers;
 use redlock_tests::conformance::scenarios::eventually;
+use redlock_tests::{ServerOptions, Servers};
 
 mod common;
 
@@ -205,6 +205,52 @@ fn acquire_in_one_process_extend_and_release_in_others() {
         .count();
     assert_eq!(raised, 3, "the TTL was raised on every node before exit");
 
+    let output = redlock(&nodes, &["release", "deploy", &token]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(nodes.count_with_key("redlock:deploy"), 0);
+}
+
+/// Hand-over by token through the command on nodes that run no script (Valkey 9.1 through an
+/// ACL user denied `@scripting`, `$VALKEY9_SERVER`): the extensions go as
+/// `MULTI; PEXPIRE … GT; GET …; EXEC`, which raise a key's TTL and never shorten it.
+#[test]
+fn hand_over_by_token_on_nodes_that_run_no_script() {
+    let valkey = std::env::var("VALKEY9_SERVER").unwrap_or_else(|_| {
+        panic!(
+            "set VALKEY9_SERVER to a valkey-server 9.1 (`scripts/ensure-valkey.sh 9.1` fetches \
+             one; scripts/test.sh does it)"
+        )
+    });
+    let options = ServerOptions::new().binary(valkey).deny_scripting(true);
+    let nodes = Servers::start_with(3, &options);
+    let output = redlock(&nodes, &["acquire", "deploy", "--ttl", "20s"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let token = stdout(&output).trim().to_owned();
+    let pttls = |nodes: &Servers| -> Vec<i64> {
+        nodes
+            .servers()
+            .iter()
+            .map(|s| s.pttl("redlock:deploy"))
+            .collect()
+    };
+    let output = redlock(&nodes, &["extend", "deploy", &token, "--ttl", "40s"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        pttls(&nodes).iter().all(|&ms| ms > 20_000),
+        "{:?}",
+        pttls(&nodes)
+    );
+    // A shorter TTL: extended (a fresh validity), the keys not shortened.
+    let output = redlock(&nodes, &["extend", "deploy", &token, "--ttl", "5s"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        pttls(&nodes).iter().all(|&ms| ms > 20_000),
+        "{:?}",
+        pttls(&nodes)
+    );
+    let output = redlock(&nodes, &["extend", "deploy", "not-the-token"]);
+    assert_eq!(output.status.code(), Some(77), "{}", stderr(&output));
+    assert_eq!(nodes.count_holding("redlock:deploy", &token), 3);
     let output = redlock(&nodes, &["release", "deploy", &token]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(nodes.count_with_key("redlock:deploy"), 0);

@@ -401,15 +401,31 @@ pub enum RedisForm<'a> {
         /// The TTL in milliseconds.
         ttl_ms: u64,
     },
+    /// `MULTI; PEXPIRE key ttl_ms GT …; GET key …; EXEC`, one `PEXPIRE` and one `GET` per key:
+    /// an extension on a node that runs no script, where the exact TTL may not be set (a lock
+    /// resumed by token, or an extension to a shorter TTL). `GT` never shortens a key's TTL,
+    /// and `PEXPIRE` never creates a key; the `GET`s, in the same transaction, say whether the
+    /// token still holds every key ([`held_value`](Self::held_value)). Unlike
+    /// [`EXTEND_SCRIPT`] it raises each key's TTL before it knows: where another token holds a
+    /// key, that key lives at most `ttl_ms` from now, and a lock never sends this to a node
+    /// again once the node answered "not held" (see [`Lifecycle`](crate::Lifecycle)).
+    /// [Transaction](Self::is_transaction): its parts go between `MULTI` and `EXEC`, and are
+    /// answered by the `EXEC`'s items.
+    ExpireGtEach {
+        /// The keys, with the token.
+        spec: &'a LockSpec,
+        /// The TTL in milliseconds.
+        ttl_ms: u64,
+    },
     /// `MSET epoch 0 identity ""`: marks the node trusted ([`EPOCH_KEY`]), as [`TRUST_SCRIPT`]
     /// does, on a node that runs no script, and empties the identity the epoch was stamped with
     /// ([`EPOCH_ID_KEY`]: a script reads an empty one as none, and adopts the node's). Answers
     /// `OK`.
     SetTrusted,
     /// The node can run neither the script nor a native form that keeps this command's meaning
-    /// (a restart-aware or fenced acquire, a fence commit, or an extension of unknown TTL
-    /// history, on a node that runs no script): nothing is sent, and the node's answer is
-    /// [`NodeErrorKind::NoSafeForm`].
+    /// (a restart-aware or fenced acquire, a fence commit, or a release or multi-key acquire
+    /// where nothing native does it, on a node that runs no script): nothing is sent, and the
+    /// node's answer is [`NodeErrorKind::NoSafeForm`].
     Unsupported,
     /// `EVAL script numkeys keys… args…` (or `EVALSHA` of the same script).
     Script {
@@ -429,9 +445,34 @@ impl RedisForm<'_> {
         match self {
             Self::DeleteEach { spec, notify, .. } => spec.len() * (1 + usize::from(*notify)),
             Self::SetIfEqEach { spec, .. } => spec.len(),
+            Self::ExpireGtEach { spec, .. } => 2 * spec.len(),
             Self::Unsupported => 0,
             Self::Set { .. } | Self::MSetEx { .. } | Self::SetTrusted | Self::Script { .. } => 1,
         }
+    }
+
+    /// Whether the form's parts are one transaction: sent between `MULTI` and `EXEC` (each
+    /// part answered `QUEUED`), their answers the `EXEC`'s items in order. A part refused
+    /// while queued, or an `EXEC` that answers no array (`EXECABORT`), fails every part with
+    /// what the node said.
+    pub fn is_transaction(&self) -> bool {
+        matches!(self, Self::ExpireGtEach { .. })
+    }
+
+    /// Whether part `part` reads a key's value (a `GET` of [`ExpireGtEach`](Self::ExpireGtEach)),
+    /// whose answer the transport hands in as [`held_value`](Self::held_value) of the value
+    /// it read, since a [`Reply`] carries no bytes.
+    pub fn reads_value(&self, part: usize) -> bool {
+        match self {
+            Self::ExpireGtEach { spec, .. } => (spec.len()..2 * spec.len()).contains(&part),
+            _ => false,
+        }
+    }
+
+    /// The reply for a [value-reading part](Self::reads_value) that read `value`: `Int(1)`
+    /// when it is `token`, `Int(0)` when the key is absent or holds another value.
+    pub fn held_value(value: Option<&[u8]>, token: &[u8]) -> Reply {
+        Reply::Int(i64::from(value == Some(token)))
     }
 
     /// How many of the form's first parts decide its answer: all of them, but for a
@@ -469,6 +510,16 @@ impl RedisForm<'_> {
                 Reply::Ok => Reply::Int(1),
                 _ => Reply::Other,
             },
+            Self::ExpireGtEach { spec, .. } => {
+                let (expires, reads) = parts.split_at(spec.len());
+                if !expires.iter().all(|r| matches!(r, Reply::Int(0 | 1)))
+                    || !reads.iter().all(|r| matches!(r, Reply::Int(0 | 1)))
+                {
+                    Reply::Other
+                } else {
+                    Reply::Int(i64::from(reads.iter().all(|r| *r == Reply::Int(1))))
+                }
+            }
             Self::SetIfEqEach { .. } => {
                 if parts.iter().all(|r| *r == Reply::Ok) {
                     Reply::Int(1)
@@ -582,6 +633,15 @@ impl<'a> RedisForm<'a> {
                 ]
                 .into_iter()
                 .for_each(f);
+            }
+            Self::ExpireGtEach { spec, ttl_ms } => {
+                if let Some(key) = spec.keys().nth(part) {
+                    [Bytes(b"PEXPIRE"), Bytes(key), Number(ttl_ms), Bytes(b"GT")]
+                        .into_iter()
+                        .for_each(f);
+                } else if let Some(key) = spec.keys().nth(part - spec.len()) {
+                    [Bytes(b"GET"), Bytes(key)].into_iter().for_each(f);
+                }
             }
             Self::SetTrusted => [
                 Bytes(b"MSET"),
@@ -795,6 +855,11 @@ impl Command {
                     ttl_ms: self.ttl_ms,
                 })
             }
+            // Without scripts, an extension that may not set the TTL exactly raises it only.
+            Op::ExpireIfEquals if !dialect.scripts => Some(RedisForm::ExpireGtEach {
+                spec: &self.spec,
+                ttl_ms: self.ttl_ms,
+            }),
             Op::Trust if !dialect.scripts => Some(RedisForm::SetTrusted),
             _ => None,
         };
@@ -1014,10 +1079,12 @@ mod tests {
             release.redis_form_on(&NO_LUA),
             RedisForm::DeleteEach { .. }
         ));
-        assert!(matches!(
-            unsure.redis_form_on(&NO_LUA),
-            RedisForm::Unsupported
-        ));
+        // An extension that may not set the TTL exactly raises it only, and reads the keys back
+        // in the same transaction (issue 23).
+        assert_eq!(
+            encoded(&unsure.redis_form_on(&NO_LUA)),
+            "*1 $5 MULTI *4 $7 PEXPIRE $1 a $4 1500 $2 GT *2 $3 GET $1 a *1 $4 EXEC "
+        );
         assert!(matches!(
             checked.redis_form_on(&NO_LUA),
             RedisForm::Unsupported
@@ -1034,6 +1101,10 @@ mod tests {
         assert!(matches!(
             release.redis_form_on(&no_native),
             RedisForm::Unsupported
+        ));
+        assert!(matches!(
+            unsure.redis_form_on(&no_native),
+            RedisForm::ExpireGtEach { .. }
         ));
         assert_eq!(
             RedisForm::Unsupported.answer(&[]),
@@ -1062,6 +1133,28 @@ mod tests {
         assert_eq!(form.answer(&[ours, timeout]), timeout);
         assert_eq!(RedisForm::missed_delete(Some(b"else"), b"tok"), other);
         assert_eq!(RedisForm::missed_delete(None, b"tok"), gone);
+
+        // PEXPIRE … GT per key, then GET per key: extended only where every key is ours.
+        let unsure = command(Op::ExpireIfEquals, &["a", "b"], Extras::default());
+        let form = unsure.redis_form_on(&NO_LUA);
+        assert!(form.is_transaction());
+        assert_eq!(form.parts(), 4);
+        assert_eq!(
+            (0..4).map(|p| form.reads_value(p)).collect::<Vec<_>>(),
+            [false, false, true, true]
+        );
+        let held = RedisForm::held_value(Some(b"tok"), b"tok");
+        let lost = RedisForm::held_value(Some(b"else"), b"tok");
+        assert_eq!((held, lost), (ours, gone));
+        assert_eq!(RedisForm::held_value(None, b"tok"), gone);
+        assert_eq!(form.answer(&[ours, gone, held, held]), Reply::Int(1));
+        assert_eq!(form.answer(&[ours, ours, held, lost]), Reply::Int(0));
+        assert_eq!(
+            form.answer(&[ours, ours, held]),
+            Reply::Error(NodeErrorKind::Protocol)
+        );
+        assert_eq!(form.answer(&[ours, timeout, held, held]), timeout);
+        assert_eq!(form.answer(&[Reply::Ok, ours, held, held]), Reply::Other);
 
         let exact = Extras {
             exact_ttl: true,

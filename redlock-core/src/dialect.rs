@@ -13,10 +13,13 @@
 //! | release | [`RELEASE_SCRIPT`](crate::RELEASE_SCRIPT) | `DELIFEQ k t` per key | `DELEX k IFEQ t` per key |
 //! | extend, exact TTL safe | [`EXTEND_SCRIPT`](crate::EXTEND_SCRIPT) | `SET k t IFEQ t PX ttl` per key (≥ 8.1) | same |
 //! | extend, otherwise | [`EXTEND_SCRIPT`](crate::EXTEND_SCRIPT) | same | same |
+//! | extend, no scripting | `MULTI; PEXPIRE k ttl GT …; GET k …; EXEC` | exact: `SET … IFEQ`; else the same | same |
 //!
-//! Restart-aware and fenced acquisitions, fence commits and trust keep their scripts: a node
-//! that cannot run scripts answers them with [`NodeErrorKind::NoSafeForm`](crate::NodeErrorKind)
-//! instead of a weaker form.
+//! Restart-aware and fenced acquisitions and fence commits keep their scripts, and so do
+//! releases where nothing native deletes by value (Redis < 8.4): a node that cannot run scripts
+//! answers them with [`NodeErrorKind::NoSafeForm`](crate::NodeErrorKind) instead of a weaker
+//! form (a connection that proved the node's memory acquires one key with a plain `SET`, see
+//! [`MemoryWatch`](crate::MemoryWatch)). Trust there is `MSET`.
 
 /// How a node deletes a key only if it holds a value, natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

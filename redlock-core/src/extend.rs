@@ -131,6 +131,15 @@ impl Extend {
         self.ttl.ms
     }
 
+    /// Leaves out the nodes `not_held` marks: they said our token does not hold the lock there,
+    /// and count as [`Vote::Refused`] without being asked.
+    pub(crate) fn skip_not_held(&mut self, not_held: &[bool]) {
+        if not_held.iter().any(|&gone| gone) {
+            let asked: Vec<bool> = not_held.iter().map(|&gone| !gone).collect();
+            self.round.ask_only(&asked, Vote::Refused);
+        }
+    }
+
     /// Marks its commands safe to set the TTL exactly: the caller knows no key of the lock can
     /// hold a longer TTL ([`Command::sets_exact_ttl`](crate::Command::sets_exact_ttl)).
     pub(crate) fn allow_exact_ttl(&mut self) {

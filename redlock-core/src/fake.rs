@@ -600,6 +600,30 @@ impl FakeNode {
                     .collect();
                 form.answer(&parts)
             }
+            // MULTI; PEXPIRE key ttl GT per key; GET key per key; EXEC: every live key's TTL is
+            // raised (whoever holds it), then each key is read.
+            RedisForm::ExpireGtEach { spec, ttl_ms } => {
+                let expires = now.saturating_add(Duration::from_millis(ttl_ms));
+                let mut parts: Vec<Reply> = spec
+                    .keys()
+                    .map(|key| match self.keys.get_mut(key) {
+                        Some((_, at)) => {
+                            let raised = match self.extend {
+                                ExtendSemantics::Pexpire => expires,
+                                ExtendSemantics::NeverShorten => (*at).max(expires),
+                            };
+                            let changed = raised != *at;
+                            *at = raised;
+                            Reply::Int(i64::from(changed))
+                        }
+                        None => Reply::Int(0),
+                    })
+                    .collect();
+                for key in spec.keys() {
+                    parts.push(RedisForm::held_value(self.token(key), token));
+                }
+                form.answer(&parts)
+            }
             RedisForm::SetTrusted => {
                 self.trust();
                 // `MSET` empties the identity: the next proof adopts the node's, whatever the

@@ -68,6 +68,12 @@ struct Held {
     /// client that took it set. An extension to at least this TTL may set it exactly
     /// ([`Command::sets_exact_ttl`](crate::Command::sets_exact_ttl)).
     ttl_ceiling_ms: Option<u64>,
+    /// The nodes that said our token does not hold the lock there (a refused acquisition or
+    /// resumption, an extension answered "not held"). Nothing brings the token back to such a
+    /// node, so no later extension asks it: it counts as refused at once. This also bounds the
+    /// one extension form that touches a key before it knows whose it is (`MULTI; PEXPIRE … GT;
+    /// GET …; EXEC`, on nodes that run no script) to one call per node.
+    not_held: Vec<bool>,
 }
 
 #[derive(Debug)]
@@ -536,6 +542,11 @@ impl Lifecycle {
                 }
                 Output::Done(outcome) => {
                     held.extending = None;
+                    let votes = match &outcome {
+                        ExtendOutcome::Extended { votes, .. }
+                        | ExtendOutcome::NotExtended { votes, .. } => votes,
+                    };
+                    mark_not_held(&mut held.not_held, votes);
                     held.lease.apply(&outcome);
                     if let Some(renewal) = &mut held.renewal {
                         renewal.handle_extended(now, &outcome);
@@ -582,6 +593,8 @@ impl Lifecycle {
             acquired.then(|| u64::try_from(lease.ttl().as_millis()).unwrap_or(u64::MAX));
         let renewal =
             auto_extend.then(|| Renewal::new(now, &lease, self.config.node_timeout(lease.ttl())));
+        let mut not_held = vec![false; self.config.nodes()];
+        mark_not_held(&mut not_held, lease.votes());
         self.ready = Some(LockEvent::Acquired(lease.clone()));
         self.held_since = Some(now);
         self.stage = Stage::Held(Box::new(Held {
@@ -592,6 +605,7 @@ impl Lifecycle {
             failed_votes: Vec::new(),
             lost: false,
             ttl_ceiling_ms,
+            not_held,
         }));
     }
 
@@ -604,6 +618,7 @@ impl Lifecycle {
             Ok(mut machine) => {
                 self.origin = self.origin.next();
                 machine.set_origin(self.origin);
+                machine.skip_not_held(&held.not_held);
                 let ttl_ms = machine.ttl_ms();
                 if held.ttl_ceiling_ms.is_some_and(|ceiling| ttl_ms >= ceiling) {
                     machine.allow_exact_ttl();
@@ -621,6 +636,13 @@ impl Lifecycle {
                 });
             }
         }
+    }
+}
+
+/// Marks the nodes whose vote says our token does not hold the lock there.
+fn mark_not_held(not_held: &mut [bool], votes: &[Vote]) {
+    for (mark, vote) in not_held.iter_mut().zip(votes) {
+        *mark |= *vote == Vote::Refused;
     }
 }
 

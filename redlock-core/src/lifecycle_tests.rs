@@ -721,3 +721,124 @@ fn a_shorter_extension_in_the_exact_form_would_shorten_the_keys() {
         "an exact shorter TTL cuts the key"
     );
 }
+
+/// Five nodes that run no script (Valkey 9.1 without Lua), nodes 0 and 1 holding `r` for
+/// another client until 1 s on their clocks.
+fn nodes_without_scripts() -> Vec<FakeNode> {
+    let no_lua = crate::Dialect {
+        scripts: false,
+        delete_if_eq: crate::DeleteIfEq::DelIfEq,
+        set_if_eq: true,
+        msetex: true,
+        ..crate::Dialect::SCRIPTS
+    };
+    let mut nodes = vec![FakeNode::default().with_dialect(no_lua); 5];
+    for node in nodes.iter_mut().take(2) {
+        node.keys
+            .insert(b"r".to_vec(), (b"other".to_vec(), Duration::from_secs(1)));
+    }
+    nodes
+}
+
+fn extension_targets(net: &Net<'_>, from: usize) -> Vec<usize> {
+    net.sent[from..]
+        .iter()
+        .filter(|(_, cmd)| cmd.op() == Op::ExpireIfEquals)
+        .map(|(id, _)| id.node())
+        .collect()
+}
+
+/// On nodes that run no script an extension of unknown TTL history raises each key's TTL
+/// before it reads whose key it is (`MULTI; PEXPIRE … GT; GET …; EXEC`). A node that said our
+/// token does not hold the lock — by refusing the acquisition or answering an extension "not
+/// held" — is never asked again, so another holder's key there is never lengthened.
+#[test]
+fn a_node_that_said_not_held_is_never_asked_to_extend_again() {
+    let config = Config::builder(5)
+        .restart_aware(false)
+        .build()
+        .expect("valid");
+    let mut nodes = nodes_without_scripts();
+    let mut net = Net::new(&mut nodes, epoch());
+    let mut lock =
+        Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(6)).expect("ok");
+    acquired(net.next_event(&mut lock, None));
+    // A shorter extension: not exact, so the PEXPIRE GT form, asked of the 3 that granted.
+    let from = net.sent.len();
+    lock.extend(net.now, TTL / 2).expect("valid TTL");
+    extended(net.next_event(&mut lock, None));
+    assert_eq!(extension_targets(&net, from), [2, 3, 4]);
+    for node in &net.nodes[..2] {
+        assert_eq!(
+            node.keys[&b"r"[..]],
+            (b"other".to_vec(), Duration::from_secs(1)),
+            "the other holder's key is untouched"
+        );
+    }
+    // Node 2 loses our key: it answers "not held" once, and is never asked again.
+    net.nodes[2].keys.remove(&b"r"[..]);
+    let from = net.sent.len();
+    lock.extend(net.now, TTL / 2).expect("valid TTL");
+    net.next_event(&mut lock, None);
+    assert_eq!(extension_targets(&net, from), [2, 3, 4]);
+    let from = net.sent.len();
+    lock.extend(net.now, TTL / 2).expect("valid TTL");
+    net.next_event(&mut lock, None);
+    assert_eq!(extension_targets(&net, from), [3, 4]);
+
+    // Negative control: the same extension sent to node 0 lengthens the other holder's key.
+    let (_, shorter) = net.sent.last().cloned().expect("sent");
+    let mut node = net.nodes[0].clone();
+    assert_eq!(node.run(Duration::ZERO, &shorter), Reply::Int(0));
+    assert!(
+        node.keys[&b"r"[..]].1 > Duration::from_secs(1),
+        "the form raises a key it does not hold"
+    );
+}
+
+/// On nodes that run no script a lock is resumed by its token (the form above), extended
+/// again, and its keys never shortened.
+#[test]
+fn a_lock_is_resumed_and_extended_on_nodes_that_run_no_script() {
+    let config = Config::builder(5)
+        .restart_aware(false)
+        .build()
+        .expect("valid");
+    let mut nodes = nodes_without_scripts();
+    for node in &mut nodes {
+        node.keys.clear();
+    }
+    let mut net = Net::new(&mut nodes, epoch());
+    let mut lock = Lifecycle::acquire(
+        net.now,
+        &config,
+        &LockRequest::new("r", 2 * TTL),
+        &mut rng(7),
+    )
+    .expect("ok");
+    let lease = acquired(net.next_event(&mut lock, None));
+    let token = lease.token().as_bytes().to_vec();
+    drop(lock);
+    let request = LockRequest::new("r", TTL).token(token.clone());
+    let mut resumed = Lifecycle::resume(net.now, &config, &request, &mut rng(8)).expect("ok");
+    acquired(net.next_event(&mut resumed, None));
+    resumed.extend(net.now, TTL).expect("valid TTL");
+    extended(net.next_event(&mut resumed, None));
+    for node in net.nodes.iter() {
+        assert_eq!(
+            node.keys[&b"r"[..]],
+            (token.clone(), 2 * TTL),
+            "held, and never shortened below the first TTL"
+        );
+    }
+    // A wrong token resumes nothing and raises nothing but the TTL of the keys it asked about.
+    let wrong = LockRequest::new("r", 3 * TTL).token(b"wrong".to_vec());
+    let mut stranger = Lifecycle::resume(net.now, &config, &wrong, &mut rng(9)).expect("ok");
+    match net.next_event(&mut stranger, None) {
+        Some(LockEvent::NotAcquired(failure)) => {
+            assert_eq!(failure.reason, FailureReason::NotHeld);
+        }
+        other => panic!("expected NotAcquired, got {other:?}"),
+    }
+    assert!(net.nodes.iter().all(|n| n.keys[&b"r"[..]].0 == token));
+}

@@ -414,10 +414,11 @@ impl NodeBatch {
                 .iter()
                 .enumerate()
                 .map(|(index, transmit)| {
-                    let form = self.form(index, &transmit.command).parts();
+                    let form = self.form(index, &transmit.command);
                     match self.seal_reads(index) {
-                        [] => form,
-                        reads => form + reads.len() + 2,
+                        [] if form.is_transaction() => form.parts() + 2,
+                        [] => form.parts(),
+                        reads => form.parts() + reads.len() + 2,
                     }
                 })
                 .sum::<usize>()

@@ -58,8 +58,9 @@ pub enum NodeErrorKind {
     /// Any other server error.
     Other,
     /// The node can run neither the script this command needs nor a native command of the same
-    /// meaning (no Lua, and a restart-aware or fenced acquire, a fence commit, or an extension
-    /// of unknown TTL history): nothing was sent. The node needs scripting for this lock.
+    /// meaning (no Lua, and an unproven restart-aware acquire, a fenced acquire, a fence commit,
+    /// a multi-key acquire without `MSETEX`, or a release without `DELIFEQ`/`DELEX`): nothing
+    /// was sent. The node needs scripting for this lock.
     NoSafeForm,
     /// The TLS handshake failed: the node's certificate is not trusted (wrong CA, wrong name),
     /// or the node wants a client certificate this client does not show.

@@ -44,7 +44,10 @@ pub fn encode(command: &Command, out: &mut Vec<u8>) {
 }
 
 /// Appends every part of `form` to `out`, one RESP array each ([`RedisForm::parts`]; a node
-/// answers each in order, and [`RedisForm::answer`] makes the engine's reply of them).
+/// answers each in order, and [`RedisForm::answer`] makes the engine's reply of them). A
+/// [transaction](RedisForm::is_transaction) goes between `MULTI` and `EXEC`: its parts are
+/// then answered by the `EXEC`'s items, and a part that [reads a value](RedisForm::reads_value)
+/// by [`RedisForm::held_value`] of it.
 pub fn encode_form(form: &RedisForm<'_>, out: &mut Vec<u8>) {
     if let RedisForm::Script { script, keys, args } = *form {
         array_header(out, 3 + keys.len() + args.len());
@@ -58,6 +61,11 @@ pub fn encode_form(form: &RedisForm<'_>, out: &mut Vec<u8>) {
         }
         return;
     }
+    let transaction = form.is_transaction();
+    if transaction {
+        array_header(out, 1);
+        bulk(out, b"MULTI");
+    }
     for part in 0..form.parts() {
         let mut count = 0;
         form.for_each_arg(part, |_| count += 1);
@@ -67,6 +75,10 @@ pub fn encode_form(form: &RedisForm<'_>, out: &mut Vec<u8>) {
             Arg::Number(n) => bulk(out, itoa(n, &mut [0; 20])),
             Arg::Channel(key) => bulk(out, &crate::command::released_channel(key)),
         });
+    }
+    if transaction {
+        array_header(out, 1);
+        bulk(out, b"EXEC");
     }
 }
 

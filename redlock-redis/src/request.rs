@@ -291,20 +291,21 @@ impl<'a> Reading<'a> {
         for index in 0..self.batch.len() {
             let form = self.form(index);
             let seal = self.plan.seal_reads(index);
-            if !seal.is_empty() {
+            let transaction = !seal.is_empty() || form.is_transaction();
+            if transaction {
                 pipe.cmd("MULTI");
             }
             for part in 0..form.parts() {
                 pipe.add_command(part_cmd(&form, part));
             }
-            if !seal.is_empty() {
-                for read in seal {
-                    let mut cmd = redis::Cmd::new();
-                    for arg in read.args() {
-                        cmd.arg(*arg);
-                    }
-                    pipe.add_command(cmd);
+            for read in seal {
+                let mut cmd = redis::Cmd::new();
+                for arg in read.args() {
+                    cmd.arg(*arg);
                 }
+                pipe.add_command(cmd);
+            }
+            if transaction {
                 pipe.cmd("EXEC");
             }
         }
@@ -331,7 +332,7 @@ impl<'a> Reading<'a> {
         for index in 0..self.batch.len() {
             let form = self.form(index);
             let seal = self.plan.seal_reads(index);
-            if !seal.is_empty() {
+            if !seal.is_empty() || form.is_transaction() {
                 if !self.read_sealed(index, &form, seal, &mut results) {
                     return;
                 }
@@ -357,8 +358,10 @@ impl<'a> Reading<'a> {
         }
     }
 
-    /// The replies of sealed request `index` (`MULTI`, its parts and seal reads `QUEUED`, then
-    /// `EXEC`): the parts' answers from the `EXEC`, and its seal reads to the plan. A
+    /// The replies of request `index` sent as a transaction — sealed, or a form that is one
+    /// ([`RedisForm::is_transaction`]) — (`MULTI`, its parts and seal reads `QUEUED`, then
+    /// `EXEC`): the parts' answers from the `EXEC` (a value-reading part's as
+    /// [`RedisForm::held_value`]), and its seal reads to the plan. A
     /// transaction that failed (a command refused while queued, `EXEC` without an array) fails
     /// each part with what the node said. `false` when the replies ran out.
     fn read_sealed(
@@ -387,8 +390,22 @@ impl<'a> Reading<'a> {
                 if failed.is_none() && items.len() == form.parts() + seal.len() =>
             {
                 let (parts, reads) = items.split_at(form.parts());
-                for part in parts {
-                    self.parts[index].push(map_result(Ok(part.clone())));
+                let token = self.batch[index].command.spec().token().as_bytes();
+                for (at, part) in parts.iter().enumerate() {
+                    self.parts[index].push(if form.reads_value(at) {
+                        match part {
+                            redis::Value::Nil => RedisForm::held_value(None, token),
+                            value => match bytes(value) {
+                                Some(held) => RedisForm::held_value(Some(held), token),
+                                None => map_result(Ok(value.clone())),
+                            },
+                        }
+                    } else {
+                        map_result(Ok(part.clone()))
+                    });
+                }
+                if seal.is_empty() {
+                    return true;
                 }
                 let read = |which: SealRead| {
                     let at = seal.iter().position(|read| *read == which)?;

@@ -168,6 +168,29 @@ fn native_extend_shorter() {
     explore(Scenario::native_extend_shorter(), 15);
 }
 
+/// `extend(shorter ttl)` on nodes that run no script: the engine sends it as
+/// `MULTI; PEXPIRE … GT; GET …; EXEC`, which never shortens (the control is
+/// `no_script_extend_shortens_keys`).
+#[test]
+fn no_script_extend_shorter() {
+    let scenario = Scenario::no_script_extend_shorter();
+    let summary = sim::explore(&scenario, CI_SEEDS);
+    assert_busy(&summary, &scenario, 1);
+    assert!(summary.stats.vouched > 0, "no acquisition was vouched for");
+    assert!(summary.stats.extensions > 0, "no extension went through");
+}
+
+/// Negative control: the no-script extension form with a `PEXPIRE` that sets the TTL outright
+/// cuts keys below the validity the lease keeps, and the checker catches it.
+#[test]
+fn no_script_extend_shortens_keys() {
+    let found = sim::hunt(&Scenario::no_script_extend_shortens_keys(), 20);
+    assert!(
+        found.is_some(),
+        "the checker missed keys cut below the validity"
+    );
+}
+
 /// Links that reorder one node's requests, with retries: the release of a lost round may reach a
 /// node after the next round's `SET`. It found that rounds sharing one token let that release
 /// delete the new round's key (seed 2); each round now has a token of its own.

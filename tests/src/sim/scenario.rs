@@ -484,6 +484,31 @@ impl Scenario {
         }
     }
 
+    /// Inside the model: [`Scenario::extend_shorter`] on nodes that run no script (Valkey 9.1
+    /// without Lua), with tracked connections (the acquisitions' memory proof): a shorter
+    /// extension goes as `MULTI; PEXPIRE … GT; GET …; EXEC`, which never shortens a key.
+    pub fn no_script_extend_shorter() -> Self {
+        Self {
+            name: "no_script_extend_shorter",
+            dialect: Dialect {
+                scripts: false,
+                ..VALKEY_9_1
+            },
+            tracked: Tracked::Heard,
+            ..Self::extend_shorter()
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::no_script_extend_shorter`] on nodes
+    /// whose `PEXPIRE … GT` sets the TTL outright — a shorter extension cuts the keys.
+    pub fn no_script_extend_shortens_keys() -> Self {
+        Self {
+            name: "no_script_extend_shortens_keys",
+            extend_semantics: ExtendSemantics::Pexpire,
+            ..Self::no_script_extend_shorter()
+        }
+    }
+
     /// Inside the model: [`Scenario::restart_without_delay`] with tracked connections — each
     /// proves a node's memory once and then acquires with a plain `SET NX PX`; a crash ends the
     /// connection, and the next one proves again.
