@@ -70,8 +70,7 @@ fn read_node(
     for key in keys {
         let token: Option<Vec<u8>> = probe.query(node, redis::cmd("GET").arg(key))?;
         let pttl: i64 = probe.query(node, redis::cmd("PTTL").arg(key))?;
-        let fence_key = [redlock_core::FENCE_KEY_PREFIX, key.as_slice()].concat();
-        let fence: Option<u64> = probe.query(node, redis::cmd("GET").arg(fence_key))?;
+        let fence = read_fence(&mut probe, node, key)?;
         holdings.push(Holding {
             holder: token.as_deref().map(short_token),
             pttl_ms: u64::try_from(pttl).ok(),
@@ -79,6 +78,26 @@ fn read_node(
         });
     }
     Ok((eligibility, holdings))
+}
+
+/// A key's fence counter: the score of its sorted set, or a string an earlier release stored.
+fn read_fence(probe: &mut Probe, node: &NodeAddr, key: &[u8]) -> Result<Option<u64>, String> {
+    let fence_key = [redlock_core::FENCE_KEY_PREFIX, key].concat();
+    let kind: String = probe.query(node, redis::cmd("TYPE").arg(&fence_key))?;
+    let score: Option<f64> = match kind.as_str() {
+        "string" => probe.query(node, redis::cmd("GET").arg(&fence_key))?,
+        _ => probe.query(
+            node,
+            redis::cmd("ZSCORE")
+                .arg(&fence_key)
+                .arg(redlock_core::FENCE_MEMBER),
+        )?,
+    };
+    // Fences are whole numbers below 2^53, exact as doubles.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(score
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| s as u64))
 }
 
 /// The holder seen on a quorum of nodes, if any.

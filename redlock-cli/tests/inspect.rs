@@ -228,3 +228,31 @@ fn nodes_check_names_valkey_nodes() {
     let output = redlock(&nodes, &["run", "mixed", "--", "true"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }
+
+/// `status` reads fence counters in both representations: the sorted set fenced locks commit
+/// now, and a string an earlier release stored.
+#[test]
+fn status_reads_fence_counters_old_and_new() {
+    let nodes = Servers::start(3);
+    let output = redlock(&nodes, &["run", "--fenced", "job", "--", "true"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    for server in nodes.servers() {
+        server.set("redlock:fence:redlock:old", "123");
+    }
+    let report = json(&redlock(&nodes, &["status", "job", "old", "--json"]));
+    let fences = |index: usize| -> Vec<Option<u64>> {
+        report["resources"][index]["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|node| node["fence"].as_u64())
+            .collect()
+    };
+    let committed: Vec<u64> = fences(0).into_iter().flatten().collect();
+    assert!(committed.len() >= 2, "a quorum committed: {report}");
+    assert!(
+        committed.iter().all(|&fence| fence > 1_000_000_000_000),
+        "{report}"
+    );
+    assert_eq!(fences(1), [Some(123); 3], "{report}");
+}

@@ -6,6 +6,7 @@
 //! and compare-and-pexpire cannot be done atomically otherwise).
 
 use crate::dialect::{DeleteIfEq, Dialect};
+use crate::part_read::PartRead;
 use crate::reply::{NodeErrorKind, Reply};
 use crate::spec::LockSpec;
 
@@ -119,6 +120,19 @@ end
     };
 }
 
+/// The Lua function `counter(key)`: a fence counter's value, from its sorted set
+/// ([`FENCE_MEMBER`]'s score) or, as an earlier release stored it, a string; `nil` if none.
+macro_rules! fence_counter_lua {
+    () => {
+        "\
+local function counter(key)
+  if redis.call('TYPE', key).ok == 'string' then return tonumber(redis.call('GET', key)) end
+  return tonumber(redis.call('ZSCORE', key, 'fence'))
+end
+"
+    };
+}
+
 /// The Lua of the restart check: `young(e, max_ttl, now, db)` reads the epoch (`KEYS[e]`) and the
 /// identity it was stamped with (`KEYS[e + 1]`), stamps a new epoch at the node's `TIME` when
 /// the epoch is missing or the identity changed (the stamp: the identity, a space, and why,
@@ -215,6 +229,13 @@ return 1
 /// may not use keys under it.
 pub const FENCE_KEY_PREFIX: &[u8] = b"redlock:fence:";
 
+/// The one member of a fence counter: the counter of key `K` is the sorted set
+/// `redlock:fence:K` whose member `fence` scores the largest fence committed there. A sorted set
+/// because `ZADD … GT` raises it without a script (scores are doubles: fences are exact below
+/// 2^53, which a millisecond clock reaches in the year 287 396). A counter an earlier release
+/// stored as a string is read as one and turned into the set by the next commit.
+pub const FENCE_MEMBER: &[u8] = b"fence";
+
 /// How long a fence counter outlives the last fenced acquisition of its key, in ms (one hour):
 /// a resource costs one counter key per node for that long. Fences are hybrid clocks (the
 /// largest of the counters and the nodes' `TIME` in ms, plus one), so a counter that expired
@@ -233,6 +254,7 @@ pub const FENCE_RETENTION_MS: u64 = 3_600_000;
 /// the node's `TIME` in ms (set).
 pub const ACQUIRE_FENCED_SCRIPT: &str = concat!(
     restart_check_lua!(),
+    fence_counter_lua!(),
     "\
 local n = (#KEYS - 2) / 2
 local t = redis.call('TIME')
@@ -250,7 +272,7 @@ for i = 1, n do
 end
 local v = now
 for i = n + 3, #KEYS do
-  local c = tonumber(redis.call('GET', KEYS[i]))
+  local c = counter(KEYS[i])
   if c and c > v then v = c end
 end
 return v + 1
@@ -261,22 +283,25 @@ return v + 1
 /// least the fence (never lowers it) with the retention as its TTL. `KEYS` = the `n` lock keys,
 /// then the `n` fence keys; `ARGV` = token, fence, retention in ms. Answers 1 (committed) or 0
 /// (not held: nothing changed).
-pub const COMMIT_FENCE_SCRIPT: &str = "\
+pub const COMMIT_FENCE_SCRIPT: &str = concat!(
+    fence_counter_lua!(),
+    "\
 local n = #KEYS / 2
 for i = 1, n do
   if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
 end
-local fence = tonumber(ARGV[2])
 for i = n + 1, #KEYS do
-  local c = tonumber(redis.call('GET', KEYS[i]))
-  if c and c > fence then
-    redis.call('SET', KEYS[i], c, 'PX', ARGV[3])
-  else
-    redis.call('SET', KEYS[i], fence, 'PX', ARGV[3])
+  local c = counter(KEYS[i])
+  if redis.call('TYPE', KEYS[i]).ok == 'string' then
+    redis.call('DEL', KEYS[i])
+    redis.call('ZADD', KEYS[i], c or 0, 'fence')
   end
+  redis.call('ZADD', KEYS[i], 'GT', ARGV[2], 'fence')
+  redis.call('PEXPIRE', KEYS[i], ARGV[3])
 end
 return 1
-";
+"
+);
 
 /// Marks the node trusted: its memory is old enough for any TTL (an operator who knows that no
 /// lock is live says so, for a fresh deployment), and stamps the node's identity. `KEYS` =
@@ -405,7 +430,7 @@ pub enum RedisForm<'a> {
     /// an extension on a node that runs no script, where the exact TTL may not be set (a lock
     /// resumed by token, or an extension to a shorter TTL). `GT` never shortens a key's TTL,
     /// and `PEXPIRE` never creates a key; the `GET`s, in the same transaction, say whether the
-    /// token still holds every key ([`held_value`](Self::held_value)). Unlike
+    /// token still holds every key ([`PartRead::Held`]). Unlike
     /// [`EXTEND_SCRIPT`] it raises each key's TTL before it knows: where another token holds a
     /// key, that key lives at most `ttl_ms` from now, and a lock never sends this to a node
     /// again once the node answered "not held" (see [`Lifecycle`](crate::Lifecycle)).
@@ -416,6 +441,28 @@ pub enum RedisForm<'a> {
         spec: &'a LockSpec,
         /// The TTL in milliseconds.
         ttl_ms: u64,
+    },
+    /// A fenced acquisition on a node that runs no script, as a transaction: `MULTI`, the
+    /// acquisition itself (`SET k t NX PX ttl`, or `MSETEX n k t … NX PX ttl` for several keys),
+    /// `ZSCORE` of each key's fence counter ([`FENCE_MEMBER`]), `TIME`, `EXEC`. Answers what
+    /// [`ACQUIRE_FENCED_SCRIPT`] answers without its restart check: 0 (taken) or `v + 1`, `v` the
+    /// largest of the counters and the node's `TIME` in ms. Only where the connection vouches
+    /// for the node's memory, or no restart check is asked.
+    FencedSet {
+        /// The keys, with the token.
+        spec: &'a LockSpec,
+        /// The TTL in milliseconds.
+        ttl_ms: u64,
+    },
+    /// A fence commit on a node that runs no script, as a transaction: `ZADD f GT fence fence`
+    /// and `PEXPIRE f retention` per fence counter, then `GET` of each lock key. The counters are
+    /// raised whoever holds the keys (raising a counter never lets an older fence pass); the
+    /// commit counts only where every `GET` read the token, as [`COMMIT_FENCE_SCRIPT`] answers.
+    CommitFenceEach {
+        /// The keys, with the token.
+        spec: &'a LockSpec,
+        /// The fence.
+        fence: u64,
     },
     /// `MSET epoch 0 identity ""`: marks the node trusted ([`EPOCH_KEY`]), as [`TRUST_SCRIPT`]
     /// does, on a node that runs no script, and empties the identity the epoch was stamped with
@@ -446,6 +493,8 @@ impl RedisForm<'_> {
             Self::DeleteEach { spec, notify, .. } => spec.len() * (1 + usize::from(*notify)),
             Self::SetIfEqEach { spec, .. } => spec.len(),
             Self::ExpireGtEach { spec, .. } => 2 * spec.len(),
+            Self::FencedSet { spec, .. } => spec.len() + 2,
+            Self::CommitFenceEach { spec, .. } => 3 * spec.len(),
             Self::Unsupported => 0,
             Self::Set { .. } | Self::MSetEx { .. } | Self::SetTrusted | Self::Script { .. } => 1,
         }
@@ -456,23 +505,30 @@ impl RedisForm<'_> {
     /// while queued, or an `EXEC` that answers no array (`EXECABORT`), fails every part with
     /// what the node said.
     pub fn is_transaction(&self) -> bool {
-        matches!(self, Self::ExpireGtEach { .. })
+        matches!(
+            self,
+            Self::ExpireGtEach { .. } | Self::FencedSet { .. } | Self::CommitFenceEach { .. }
+        )
     }
 
-    /// Whether part `part` reads a key's value (a `GET` of [`ExpireGtEach`](Self::ExpireGtEach)),
-    /// whose answer the transport hands in as [`held_value`](Self::held_value) of the value
-    /// it read, since a [`Reply`] carries no bytes.
-    pub fn reads_value(&self, part: usize) -> bool {
-        match self {
-            Self::ExpireGtEach { spec, .. } => (spec.len()..2 * spec.len()).contains(&part),
-            _ => false,
+    /// What part `part` reads, when its answer is a value rather than a [`Reply`]: the
+    /// transport hands that part in as [`PartRead::reply`] of the value it read.
+    pub fn reads(&self, part: usize) -> Option<PartRead> {
+        match *self {
+            Self::ExpireGtEach { spec, .. } => (spec.len()..2 * spec.len())
+                .contains(&part)
+                .then_some(PartRead::Held),
+            Self::FencedSet { spec, .. } => match part {
+                0 => None,
+                part if part <= spec.len() => Some(PartRead::Score),
+                part if part == spec.len() + 1 => Some(PartRead::Time),
+                _ => None,
+            },
+            Self::CommitFenceEach { spec, .. } => (2 * spec.len()..3 * spec.len())
+                .contains(&part)
+                .then_some(PartRead::Held),
+            _ => None,
         }
-    }
-
-    /// The reply for a [value-reading part](Self::reads_value) that read `value`: `Int(1)`
-    /// when it is `token`, `Int(0)` when the key is absent or holds another value.
-    pub fn held_value(value: Option<&[u8]>, token: &[u8]) -> Reply {
-        Reply::Int(i64::from(value == Some(token)))
     }
 
     /// How many of the form's first parts decide its answer: all of them, but for a
@@ -510,6 +566,32 @@ impl RedisForm<'_> {
                 Reply::Ok => Reply::Int(1),
                 _ => Reply::Other,
             },
+            Self::FencedSet { spec, .. } => {
+                let (set, rest) = parts.split_at(1);
+                let (scores, time) = rest.split_at(spec.len());
+                let largest = scores.iter().try_fold(0_i64, |v, score| match score {
+                    Reply::Int(c) => Some(v.max(*c)),
+                    Reply::Nil => Some(v),
+                    _ => None,
+                });
+                match (set[0], largest, time[0]) {
+                    (Reply::Nil | Reply::Int(0), Some(_), _) => Reply::Int(0),
+                    (Reply::Ok | Reply::Int(1), Some(v), Reply::Int(now)) => {
+                        Reply::Int(v.max(now).saturating_add(1))
+                    }
+                    _ => Reply::Other,
+                }
+            }
+            Self::CommitFenceEach { spec, .. } => {
+                let (writes, reads) = parts.split_at(2 * spec.len());
+                if !writes.iter().all(|r| matches!(r, Reply::Int(0 | 1)))
+                    || !reads.iter().all(|r| matches!(r, Reply::Int(0 | 1)))
+                {
+                    Reply::Other
+                } else {
+                    Reply::Int(i64::from(reads.iter().all(|r| *r == Reply::Int(1))))
+                }
+            }
             Self::ExpireGtEach { spec, .. } => {
                 let (expires, reads) = parts.split_at(spec.len());
                 if !expires.iter().all(|r| matches!(r, Reply::Int(0 | 1)))
@@ -562,6 +644,8 @@ pub enum Arg<'a> {
     Number(u64),
     /// The release channel of this key: [`RELEASED_CHANNEL_PREFIX`] then the key.
     Channel(&'a [u8]),
+    /// The fence counter of this key: [`FENCE_KEY_PREFIX`] then the key.
+    Fence(&'a [u8]),
 }
 
 impl<'a> RedisForm<'a> {
@@ -569,7 +653,7 @@ impl<'a> RedisForm<'a> {
     /// command name first; a script form or an unsupported one has none (a script is sent by
     /// `EVAL`/`EVALSHA` from [`Script`], which each transport spells its own way).
     pub fn for_each_arg(&self, part: usize, mut f: impl FnMut(Arg<'a>)) {
-        use Arg::{Bytes, Channel, Number};
+        use Arg::{Bytes, Channel, Fence, Number};
         match *self {
             Self::Set { key, token, ttl_ms } => {
                 [
@@ -633,6 +717,51 @@ impl<'a> RedisForm<'a> {
                 ]
                 .into_iter()
                 .for_each(f);
+            }
+            Self::FencedSet { spec, ttl_ms } => match part {
+                0 if spec.len() == 1 => {
+                    let key = spec.keys().next().unwrap_or_default();
+                    Self::Set {
+                        key,
+                        token: spec.token().as_bytes(),
+                        ttl_ms,
+                    }
+                    .for_each_arg(0, f);
+                }
+                0 => Self::MSetEx { spec, ttl_ms }.for_each_arg(0, f),
+                part if part <= spec.len() => {
+                    if let Some(key) = spec.keys().nth(part - 1) {
+                        [Bytes(b"ZSCORE"), Fence(key), Bytes(FENCE_MEMBER)]
+                            .into_iter()
+                            .for_each(f);
+                    }
+                }
+                _ => f(Bytes(b"TIME")),
+            },
+            Self::CommitFenceEach { spec, fence } => {
+                let n = spec.len();
+                if part < 2 * n {
+                    let Some(key) = spec.keys().nth(part / 2) else {
+                        return;
+                    };
+                    if part % 2 == 0 {
+                        [
+                            Bytes(b"ZADD"),
+                            Fence(key),
+                            Bytes(b"GT"),
+                            Number(fence),
+                            Bytes(FENCE_MEMBER),
+                        ]
+                        .into_iter()
+                        .for_each(f);
+                    } else {
+                        [Bytes(b"PEXPIRE"), Fence(key), Number(FENCE_RETENTION_MS)]
+                            .into_iter()
+                            .for_each(f);
+                    }
+                } else if let Some(key) = spec.keys().nth(part - 2 * n) {
+                    [Bytes(b"GET"), Bytes(key)].into_iter().for_each(f);
+                }
             }
             Self::ExpireGtEach { spec, ttl_ms } => {
                 if let Some(key) = spec.keys().nth(part) {
@@ -853,6 +982,25 @@ impl Command {
                 Some(RedisForm::SetIfEqEach {
                     spec: &self.spec,
                     ttl_ms: self.ttl_ms,
+                })
+            }
+            // Without scripts, a fenced acquisition whose restart check is already done (or not
+            // asked) reads the counters and the node's clock in its transaction.
+            Op::SetIfAbsent
+                if self.extras.fenced
+                    && !dialect.scripts
+                    && max_ttl_ms.is_none()
+                    && (self.spec.len() == 1 || dialect.msetex) =>
+            {
+                Some(RedisForm::FencedSet {
+                    spec: &self.spec,
+                    ttl_ms: self.ttl_ms,
+                })
+            }
+            Op::CommitFence if !dialect.scripts => {
+                self.extras.fence.map(|fence| RedisForm::CommitFenceEach {
+                    spec: &self.spec,
+                    fence,
                 })
             }
             // Without scripts, an extension that may not set the TTL exactly raises it only.
@@ -1120,6 +1268,106 @@ mod tests {
     }
 
     #[test]
+    fn fences_without_scripts_are_transactions_of_native_commands() {
+        let fenced = Extras {
+            fenced: true,
+            ..Extras::default()
+        };
+        let one = command(Op::SetIfAbsent, &["a"], fenced);
+        let form = one.redis_form_vouched(&NO_LUA);
+        assert_eq!(
+            encoded(&form),
+            "*1 $5 MULTI *6 $3 SET $1 a $3 tok $2 NX $2 PX $4 1500 \
+             *3 $6 ZSCORE $15 redlock:fence:a $5 fence *1 $4 TIME *1 $4 EXEC "
+        );
+        let reads: Vec<Option<PartRead>> = (0..3).map(|p| form.reads(p)).collect();
+        assert_eq!(reads, [None, Some(PartRead::Score), Some(PartRead::Time)]);
+        // Set: one more than the larger of the counter and the clock; taken: 0.
+        assert_eq!(
+            form.answer(&[Reply::Ok, Reply::Int(900), Reply::Int(500)]),
+            Reply::Int(901)
+        );
+        assert_eq!(
+            form.answer(&[Reply::Ok, Reply::Nil, Reply::Int(500)]),
+            Reply::Int(501)
+        );
+        assert_eq!(
+            form.answer(&[Reply::Nil, Reply::Nil, Reply::Int(500)]),
+            Reply::Int(0)
+        );
+        assert_eq!(
+            form.answer(&[Reply::Ok, Reply::Other, Reply::Int(500)]),
+            Reply::Other
+        );
+        assert_eq!(
+            form.answer(&[Reply::Ok, Reply::Nil, Reply::Nil]),
+            Reply::Other
+        );
+        // Several keys: all or none by MSETEX, where the node has it; otherwise no form.
+        let two = command(Op::SetIfAbsent, &["a", "b"], fenced);
+        assert!(encoded(&two.redis_form_vouched(&NO_LUA)).starts_with(
+            "*1 $5 MULTI *9 $6 MSETEX $1 2 $1 a $3 tok $1 b $3 tok $2 NX $2 PX $4 1500 "
+        ));
+        let redis_7 = Dialect {
+            scripts: false,
+            ..Dialect::SCRIPTS
+        };
+        assert!(matches!(
+            two.redis_form_vouched(&redis_7),
+            RedisForm::Unsupported
+        ));
+        assert!(matches!(
+            one.redis_form_vouched(&redis_7),
+            RedisForm::FencedSet { .. }
+        ));
+        // The restart check is never dropped: unproven, a fenced acquire has no native form.
+        let checked = command(
+            Op::SetIfAbsent,
+            &["a"],
+            Extras {
+                max_ttl_ms: Some(60_000),
+                ..fenced
+            },
+        );
+        assert!(matches!(
+            checked.redis_form_on(&NO_LUA),
+            RedisForm::Unsupported
+        ));
+
+        let commit = command(
+            Op::CommitFence,
+            &["a"],
+            Extras {
+                fence: Some(901),
+                ..Extras::default()
+            },
+        );
+        let form = commit.redis_form_on(&NO_LUA);
+        assert_eq!(
+            encoded(&form),
+            "*1 $5 MULTI *5 $4 ZADD $15 redlock:fence:a $2 GT $3 901 $5 fence \
+             *3 $7 PEXPIRE $15 redlock:fence:a $7 3600000 *2 $3 GET $1 a *1 $4 EXEC "
+        );
+        let held = Reply::Int(1);
+        assert_eq!(
+            form.answer(&[Reply::Int(0), Reply::Int(1), held]),
+            Reply::Int(1)
+        );
+        assert_eq!(
+            form.answer(&[Reply::Int(1), Reply::Int(1), Reply::Int(0)]),
+            Reply::Int(0)
+        );
+        assert_eq!(
+            form.answer(&[Reply::Int(1), Reply::Nil, held]),
+            Reply::Other
+        );
+        assert!(matches!(
+            commit.redis_form_on(&VALKEY_9_1),
+            RedisForm::Script { .. }
+        ));
+    }
+
+    #[test]
     fn per_key_answers_make_the_scripts_reply() {
         let release = command(Op::DeleteIfEquals, &["a", "b"], Extras::default());
         let form = release.redis_form_on(&VALKEY_9_1);
@@ -1139,14 +1387,14 @@ mod tests {
         let form = unsure.redis_form_on(&NO_LUA);
         assert!(form.is_transaction());
         assert_eq!(form.parts(), 4);
-        assert_eq!(
-            (0..4).map(|p| form.reads_value(p)).collect::<Vec<_>>(),
-            [false, false, true, true]
-        );
-        let held = RedisForm::held_value(Some(b"tok"), b"tok");
-        let lost = RedisForm::held_value(Some(b"else"), b"tok");
+        let held_reads: Vec<bool> = (0..4)
+            .map(|p| form.reads(p) == Some(PartRead::Held))
+            .collect();
+        assert_eq!(held_reads, [false, false, true, true]);
+        let held = PartRead::Held.reply(crate::PartValue::Bytes(b"tok"), b"tok");
+        let lost = PartRead::Held.reply(crate::PartValue::Bytes(b"else"), b"tok");
         assert_eq!((held, lost), (ours, gone));
-        assert_eq!(RedisForm::held_value(None, b"tok"), gone);
+        assert_eq!(PartRead::Held.reply(crate::PartValue::Nil, b"tok"), gone);
         assert_eq!(form.answer(&[ours, gone, held, held]), Reply::Int(1));
         assert_eq!(form.answer(&[ours, ours, held, lost]), Reply::Int(0));
         assert_eq!(

@@ -15,11 +15,14 @@
 //! | extend, otherwise | [`EXTEND_SCRIPT`](crate::EXTEND_SCRIPT) | same | same |
 //! | extend, no scripting | `MULTI; PEXPIRE k ttl GT …; GET k …; EXEC` | exact: `SET … IFEQ`; else the same | same |
 //!
-//! Restart-aware and fenced acquisitions and fence commits keep their scripts, and so do
-//! releases where nothing native deletes by value (Redis < 8.4): a node that cannot run scripts
-//! answers them with [`NodeErrorKind::NoSafeForm`](crate::NodeErrorKind) instead of a weaker
-//! form (a connection that proved the node's memory acquires one key with a plain `SET`, see
-//! [`MemoryWatch`](crate::MemoryWatch)). Trust there is `MSET`.
+//! | fenced acquire, no scripting (proven) | `MULTI; SET k t NX PX ttl; ZSCORE f fence; TIME; EXEC` | `MSETEX` for several keys | same |
+//! | fence commit, no scripting | `MULTI; ZADD f GT fence fence; PEXPIRE f ret; GET k; EXEC` | same | same |
+//!
+//! Unproven restart-aware acquisitions keep their scripts, and so do releases where nothing
+//! native deletes by value (Redis < 8.4) and multi-key acquisitions without `MSETEX`: a node
+//! that cannot run scripts answers them with [`NodeErrorKind::NoSafeForm`](crate::NodeErrorKind)
+//! instead of a weaker form (a connection that proved the node's memory acquires with a plain
+//! `SET`, see [`MemoryWatch`](crate::MemoryWatch)). Trust there is `MSET`.
 
 /// How a node deletes a key only if it holds a value, natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

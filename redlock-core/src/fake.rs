@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use crate::command::{Command, EXTEND_NEVER_SHORTENS, RedisForm, Script};
 use crate::dialect::Dialect;
+use crate::part_read::{PartRead, PartValue};
 use crate::reply::{NodeErrorKind, Reply};
 use crate::sit_out::{SitOutCause, split_stamp, stamp_with_cause};
 
@@ -435,15 +436,7 @@ impl FakeNode {
                 if let Some(young) = (max_ttl > 0).then(|| self.young(now, max_ttl)).flatten() {
                     return Some(young);
                 }
-                match self.acquire(now, locks, token, number(0)?) {
-                    Reply::Int(1) => {
-                        let time = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
-                        let seen = fences.iter().filter_map(|k| self.counter(now, k)).max();
-                        let v = seen.unwrap_or(0).max(time);
-                        Reply::Int(i64::try_from(v.saturating_add(1)).unwrap_or(i64::MAX))
-                    }
-                    refused => refused,
-                }
+                self.acquire_fenced(now, locks, fences, token, number(0)?)
             }
             Script::Release => {
                 let (mut released, mut foreign) = (0, 0);
@@ -490,20 +483,47 @@ impl FakeNode {
                 if !self.all_ours(now, locks, token) {
                     return Some(Reply::Int(0));
                 }
-                let expires = now.saturating_add(Duration::from_millis(retention));
-                for key in fences {
-                    let raised = match self.fence_fault {
-                        None => self.counter(now, key).unwrap_or(0).max(fence),
-                        Some(FenceFault::IgnoreCommits) => continue,
-                        Some(FenceFault::CommitsGoBackwards) => fence.saturating_sub(1_000_000),
-                    };
-                    let value = raised.to_string().into_bytes();
-                    self.keys.insert(key.clone(), (value, expires));
-                }
+                self.raise_fences(now, fences, fence, retention);
                 Reply::Int(1)
             }
         };
         Some(reply)
+    }
+
+    /// A fenced acquisition without its restart check: 0 (taken), or one more than the largest
+    /// of the `fences` counters and the node's clock in ms.
+    fn acquire_fenced(
+        &mut self,
+        now: Duration,
+        locks: &[Vec<u8>],
+        fences: &[Vec<u8>],
+        token: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        match self.acquire(now, locks, token, ttl_ms) {
+            Reply::Int(1) => {
+                let time = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+                let seen = fences.iter().filter_map(|k| self.counter(now, k)).max();
+                let v = seen.unwrap_or(0).max(time);
+                Reply::Int(i64::try_from(v.saturating_add(1)).unwrap_or(i64::MAX))
+            }
+            refused => refused,
+        }
+    }
+
+    /// Raises each of the `fences` counters to at least `fence` (never lowers it), alive for
+    /// `retention_ms` (as the node's fence fault, if any, says otherwise).
+    fn raise_fences(&mut self, now: Duration, fences: &[Vec<u8>], fence: u64, retention_ms: u64) {
+        let expires = now.saturating_add(Duration::from_millis(retention_ms));
+        for key in fences {
+            let raised = match self.fence_fault {
+                None => self.counter(now, key).unwrap_or(0).max(fence),
+                Some(FenceFault::IgnoreCommits) => continue,
+                Some(FenceFault::CommitsGoBackwards) => fence.saturating_sub(1_000_000),
+            };
+            let value = raised.to_string().into_bytes();
+            self.keys.insert(key.clone(), (value, expires));
+        }
     }
 
     /// `SET` every key or none (the acquire scripts' core): 1 set, 0 taken.
@@ -530,17 +550,15 @@ impl FakeNode {
 
     /// Every fence counter of `key` alive at `now` (for checkers).
     pub fn fence_counter(&self, now: Duration, key: &[u8]) -> Option<u64> {
-        let mut fence_key = crate::command::FENCE_KEY_PREFIX.to_vec();
-        fence_key.extend_from_slice(key);
-        self.counter(now, &fence_key)
+        self.counter(now, &fence_key(key))
     }
 
     /// Sets a fence counter (a negative control: a counter that went backwards).
     pub fn set_fence_counter(&mut self, key: &[u8], value: u64) {
-        let mut fence_key = crate::command::FENCE_KEY_PREFIX.to_vec();
-        fence_key.extend_from_slice(key);
-        self.keys
-            .insert(fence_key, (value.to_string().into_bytes(), Duration::MAX));
+        self.keys.insert(
+            fence_key(key),
+            (value.to_string().into_bytes(), Duration::MAX),
+        );
     }
 
     fn set(&mut self, key: &[u8], token: &[u8], now: Duration, ttl_ms: u64) {
@@ -620,7 +638,29 @@ impl FakeNode {
                     })
                     .collect();
                 for key in spec.keys() {
-                    parts.push(RedisForm::held_value(self.token(key), token));
+                    let value = self.token(key).map_or(PartValue::Nil, PartValue::Bytes);
+                    parts.push(PartRead::Held.reply(value, token));
+                }
+                form.answer(&parts)
+            }
+            // MULTI; SET NX PX (or MSETEX); ZSCORE per fence counter; TIME; EXEC.
+            RedisForm::FencedSet { spec, ttl_ms } => {
+                let keys: Vec<Vec<u8>> = spec.keys().map(<[u8]>::to_vec).collect();
+                let fences: Vec<Vec<u8>> = keys.iter().map(|k| fence_key(k)).collect();
+                self.acquire_fenced(now, &keys, &fences, token, ttl_ms)
+            }
+            // MULTI; ZADD GT and PEXPIRE per fence counter; GET per key; EXEC: the counters
+            // are raised whoever holds the keys.
+            RedisForm::CommitFenceEach { spec, fence } => {
+                let keys: Vec<Vec<u8>> = spec.keys().map(<[u8]>::to_vec).collect();
+                let fences: Vec<Vec<u8>> = keys.iter().map(|k| fence_key(k)).collect();
+                self.raise_fences(now, &fences, fence, crate::FENCE_RETENTION_MS);
+                let mut parts = vec![Reply::Int(1); 2 * keys.len()];
+                for key in &keys {
+                    let value = self
+                        .holder(now, key)
+                        .map_or(PartValue::Nil, PartValue::Bytes);
+                    parts.push(PartRead::Held.reply(value, token));
                 }
                 form.answer(&parts)
             }
@@ -658,6 +698,11 @@ impl FakeNode {
             _ => Reply::Error(NodeErrorKind::Protocol),
         }
     }
+}
+
+/// The fence counter's key of lock key `key`.
+fn fence_key(key: &[u8]) -> Vec<u8> {
+    [crate::command::FENCE_KEY_PREFIX, key].concat()
 }
 
 /// A lease on resource `r` with a fixed token, valid until `valid_until`, with `fence`: for

@@ -203,6 +203,7 @@ mod memory_watch;
 mod multiplexer;
 mod node_batch;
 mod output;
+mod part_read;
 mod quorum;
 mod release;
 mod renewal;
@@ -225,8 +226,8 @@ pub use acquire::{AcquireFailure, AcquireOutcome};
 pub use command::{
     ACQUIRE_CHECKED_SCRIPT, ACQUIRE_FENCED_SCRIPT, ACQUIRE_SCRIPT, Arg, COMMIT_FENCE_SCRIPT,
     Command, EPOCH_ID_KEY, EPOCH_KEY, EXTEND_NEVER_SHORTENS, EXTEND_SCRIPT, FENCE_KEY_PREFIX,
-    FENCE_RETENTION_MS, Op, RELEASE_SCRIPT, RELEASED_CHANNEL_PREFIX, RedisForm, Script, ScriptArgs,
-    ScriptKeys, TRUST_SCRIPT, released_channel,
+    FENCE_MEMBER, FENCE_RETENTION_MS, Op, RELEASE_SCRIPT, RELEASED_CHANNEL_PREFIX, RedisForm,
+    Script, ScriptArgs, ScriptKeys, TRUST_SCRIPT, released_channel,
 };
 pub use config::{
     Config, ConfigBuilder, DEFAULT_MAX_TTL, MAX_CLOCK_BOUND, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX,
@@ -253,6 +254,7 @@ pub use node_batch::{NodeBatch, ProofRead, Stamp};
 #[cfg(any(test, feature = "testing"))]
 pub use output::Output;
 pub use output::Transmit;
+pub use part_read::{PartRead, PartValue};
 pub use quorum::{FailureReason, majority};
 #[cfg(any(test, feature = "testing"))]
 pub use release::Release;

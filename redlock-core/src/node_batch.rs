@@ -307,14 +307,17 @@ impl NodeBatch {
             .map(|transmit| {
                 let max_ttl = transmit.command.restart_check_ms()?;
                 let check = match watch?.check(max_ttl, now) {
-                    // Only a plain `SET` (or `MSETEX`) goes in a `MULTI` with its seal; any
-                    // other form proves instead, its checked script reading the identity.
+                    // Only a plain `SET` (or `MSETEX`, or the fenced transaction that holds
+                    // one) goes in a `MULTI` with its seal; any other form proves instead, its
+                    // checked script reading the identity.
                     MemoryCheck::Vouched {
                         seen,
                         seal: Some(_),
                     } if !matches!(
                         transmit.command.redis_form_vouched(dialect),
-                        RedisForm::Set { .. } | RedisForm::MSetEx { .. }
+                        RedisForm::Set { .. }
+                            | RedisForm::MSetEx { .. }
+                            | RedisForm::FencedSet { .. }
                     ) =>
                     {
                         MemoryCheck::Prove { seen }

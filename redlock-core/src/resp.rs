@@ -46,8 +46,8 @@ pub fn encode(command: &Command, out: &mut Vec<u8>) {
 /// Appends every part of `form` to `out`, one RESP array each ([`RedisForm::parts`]; a node
 /// answers each in order, and [`RedisForm::answer`] makes the engine's reply of them). A
 /// [transaction](RedisForm::is_transaction) goes between `MULTI` and `EXEC`: its parts are
-/// then answered by the `EXEC`'s items, and a part that [reads a value](RedisForm::reads_value)
-/// by [`RedisForm::held_value`] of it.
+/// then answered by the `EXEC`'s items, and a part that [reads a value](RedisForm::reads)
+/// by [`PartRead::reply`](crate::PartRead::reply) of it.
 pub fn encode_form(form: &RedisForm<'_>, out: &mut Vec<u8>) {
     if let RedisForm::Script { script, keys, args } = *form {
         array_header(out, 3 + keys.len() + args.len());
@@ -74,6 +74,7 @@ pub fn encode_form(form: &RedisForm<'_>, out: &mut Vec<u8>) {
             Arg::Bytes(bytes) => bulk(out, bytes),
             Arg::Number(n) => bulk(out, itoa(n, &mut [0; 20])),
             Arg::Channel(key) => bulk(out, &crate::command::released_channel(key)),
+            Arg::Fence(key) => bulk(out, &[crate::command::FENCE_KEY_PREFIX, key].concat()),
         });
     }
     if transaction {

@@ -3,8 +3,9 @@
 use std::sync::LazyLock;
 
 use redlock_core::{
-    Arg, Dialect, NodeBatch, NodeErrorKind, ProofRead, RELEASED_CHANNEL_PREFIX, RedisForm, Reply,
-    RequestId, Script, SealRead, SealReplies, Transmit, released_channel,
+    Arg, Dialect, FENCE_KEY_PREFIX, NodeBatch, NodeErrorKind, PartValue, ProofRead,
+    RELEASED_CHANNEL_PREFIX, RedisForm, Reply, RequestId, Script, SealRead, SealReplies, Transmit,
+    released_channel,
 };
 
 use crate::memory::Tracking;
@@ -84,6 +85,7 @@ fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
             Arg::Bytes(bytes) => bytes.len(),
             Arg::Number(_) => NUMBER,
             Arg::Channel(key) => RELEASED_CHANNEL_PREFIX.len() + key.len(),
+            Arg::Fence(key) => FENCE_KEY_PREFIX.len() + key.len(),
         };
     });
     let mut cmd = redis::Cmd::with_capacity(count, size);
@@ -92,6 +94,7 @@ fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
             Arg::Bytes(bytes) => cmd.arg(bytes),
             Arg::Number(n) => cmd.arg(n),
             Arg::Channel(key) => cmd.arg(released_channel(key)),
+            Arg::Fence(key) => cmd.arg([FENCE_KEY_PREFIX, key].concat()),
         };
     });
     cmd
@@ -361,7 +364,7 @@ impl<'a> Reading<'a> {
     /// The replies of request `index` sent as a transaction — sealed, or a form that is one
     /// ([`RedisForm::is_transaction`]) — (`MULTI`, its parts and seal reads `QUEUED`, then
     /// `EXEC`): the parts' answers from the `EXEC` (a value-reading part's as
-    /// [`RedisForm::held_value`]), and its seal reads to the plan. A
+    /// [`PartRead::reply`](redlock_core::PartRead::reply)), and its seal reads to the plan. A
     /// transaction that failed (a command refused while queued, `EXEC` without an array) fails
     /// each part with what the node said. `false` when the replies ran out.
     fn read_sealed(
@@ -392,16 +395,12 @@ impl<'a> Reading<'a> {
                 let (parts, reads) = items.split_at(form.parts());
                 let token = self.batch[index].command.spec().token().as_bytes();
                 for (at, part) in parts.iter().enumerate() {
-                    self.parts[index].push(if form.reads_value(at) {
-                        match part {
-                            redis::Value::Nil => RedisForm::held_value(None, token),
-                            value => match bytes(value) {
-                                Some(held) => RedisForm::held_value(Some(held), token),
-                                None => map_result(Ok(value.clone())),
-                            },
-                        }
-                    } else {
-                        map_result(Ok(part.clone()))
+                    self.parts[index].push(match form.reads(at) {
+                        Some(read) => match part {
+                            redis::Value::ServerError(_) => map_result(Ok(part.clone())),
+                            value => read.reply(part_value(value), token),
+                        },
+                        None => map_result(Ok(part.clone())),
                     });
                 }
                 if seal.is_empty() {
@@ -578,6 +577,22 @@ fn text(result: &Result<redis::Value, redis::RedisError>) -> Option<&[u8]> {
 
 /// The bytes of a bulk string, or of a verbatim string over RESP3 (`INFO`); `None` for any
 /// other shape. Borrowed: a sealed acquisition's reads are never copied.
+/// A value a transaction part read, in the shapes [`redlock_core::PartRead`] knows.
+fn part_value(value: &redis::Value) -> PartValue<'_> {
+    match value {
+        redis::Value::Nil => PartValue::Nil,
+        redis::Value::Int(n) => PartValue::Int(*n),
+        redis::Value::Double(x) => PartValue::Double(*x),
+        redis::Value::Array(items) => match items.as_slice() {
+            [a, b] => bytes(a)
+                .zip(bytes(b))
+                .map_or(PartValue::Other, |(a, b)| PartValue::Pair(a, b)),
+            _ => PartValue::Other,
+        },
+        value => bytes(value).map_or(PartValue::Other, PartValue::Bytes),
+    }
+}
+
 fn bytes(value: &redis::Value) -> Option<&[u8]> {
     match value {
         redis::Value::BulkString(bytes) => Some(bytes),

@@ -456,6 +456,36 @@ fn fence_counter_backwards() {
     );
 }
 
+/// [`fenced`] on nodes that run no script: the native fenced acquisition and commit keep
+/// fences increasing (issue 23).
+#[test]
+fn no_script_fenced() {
+    let scenario = Scenario::no_script_fenced();
+    let summary = sim::explore(&scenario, CI_SEEDS);
+    assert_busy(&summary, &scenario, 3);
+    assert!(summary.stats.vouched > 0, "no acquisition was vouched for");
+}
+
+/// Negative control: [`fence_commit_skipped`] on nodes that run no script: caught.
+#[test]
+fn no_script_fence_commit_skipped() {
+    assert_fence_caught(
+        &Scenario::no_script_fence_commit_skipped(),
+        100,
+        "the fence checker missed skipped native commits",
+    );
+}
+
+/// Negative control: [`fence_counter_backwards`] on nodes that run no script: caught.
+#[test]
+fn no_script_fence_counter_backwards() {
+    assert_fence_caught(
+        &Scenario::no_script_fence_counter_backwards(),
+        100,
+        "the fence checker missed native counters going backwards",
+    );
+}
+
 /// Negative control: fenced locks with crashes and node wall clocks further apart than the
 /// longest TTL (the hybrid clock's assumption broken): caught by the fence checks.
 #[test]

@@ -109,6 +109,57 @@ pub fn a_cluster_master_fails_with_a_cluster_error<A: Adapter>() {
     );
 }
 
+/// A transaction form whose part the node refuses while queuing it — an ACL user denied
+/// `@scripting` and `PEXPIRE`, resuming a lock (`MULTI; PEXPIRE … GT; GET …; EXEC`) — is
+/// answered `EXECABORT`: an error vote naming the refusal, and nothing changed on the node.
+pub fn a_refused_transaction_part_is_an_error_vote<A: Adapter>() {
+    let user = [
+        "--user",
+        "noexpire",
+        "on",
+        ">noexpire-pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-@scripting",
+        "-pexpire",
+    ];
+    let nodes = Servers::start_with(3, &ServerOptions::new().deny_scripting(false).args(user));
+    let holder: A = build(&nodes.urls());
+    let lock = holder.lock("res", TTL).expect("lock");
+    let token = lock.token();
+    std::mem::forget(lock);
+    // The lock returns on a quorum; the last node's `SET` may still be on its way.
+    assert!(super::scenarios::eventually(Duration::from_secs(5), || {
+        nodes.count_holding("res", &token) == 3
+    }));
+    let limited: Vec<String> = nodes
+        .addrs()
+        .iter()
+        .map(|addr| format!("redis://noexpire:noexpire-pw@{addr}/"))
+        .collect();
+    let pttl_before: Vec<i64> = nodes.servers().iter().map(|s| s.pttl("res")).collect();
+    let resumer: A = build(&limited);
+    match resumer.resume("res", &token, 3 * TTL) {
+        Err(Error::Unavailable(detail)) => {
+            let refused = Vote::Failed(NodeErrorKind::NoPermission);
+            assert!(detail.nodes.iter().any(|n| n.result == refused), "{detail}");
+            assert!(
+                detail
+                    .nodes
+                    .iter()
+                    .all(|n| n.result == refused || n.result == Vote::Pending),
+                "{detail}"
+            );
+        }
+        other => panic!("{}: expected unavailable, got {other:?}", A::NAME),
+    }
+    for (server, before) in nodes.servers().iter().zip(pttl_before) {
+        assert_eq!(server.get("res"), Some(token.clone()));
+        assert!(server.pttl("res") <= before, "raised on {}", server.addr());
+    }
+}
+
 /// `NOPERM` from an ACL user who may not touch the lock's keys.
 pub fn no_permission<A: Adapter>() {
     let odd = ServerOptions::new()

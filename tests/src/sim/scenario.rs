@@ -777,6 +777,48 @@ impl Scenario {
         }
     }
 
+    /// Inside the model: [`Scenario::fenced`] on nodes that run no script (Valkey 9.1 without
+    /// Lua), with tracked connections: a fenced acquisition is `MULTI; SET … NX PX (or MSETEX);
+    /// ZSCORE …; TIME; EXEC` on a connection that vouches for the node's memory, and a commit
+    /// `MULTI; ZADD … GT; PEXPIRE …; GET …; EXEC` (issue 23).
+    pub fn no_script_fenced() -> Self {
+        Self {
+            name: "no_script_fenced",
+            ..Self::no_script(Self::fenced())
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::fence_commit_skipped`] on nodes that
+    /// run no script: their native commits acknowledged but never stored.
+    pub fn no_script_fence_commit_skipped() -> Self {
+        Self {
+            name: "no_script_fence_commit_skipped",
+            ..Self::no_script(Self::fence_commit_skipped())
+        }
+    }
+
+    /// Outside the model (negative control): [`Scenario::fence_counter_backwards`] on nodes
+    /// that run no script.
+    pub fn no_script_fence_counter_backwards() -> Self {
+        Self {
+            name: "no_script_fence_counter_backwards",
+            ..Self::no_script(Self::fence_counter_backwards())
+        }
+    }
+
+    /// `scenario` on nodes that run no script (Valkey 9.1 without Lua), with tracked
+    /// connections (what lets them take restart-aware acquisitions).
+    fn no_script(scenario: Self) -> Self {
+        Self {
+            dialect: Dialect {
+                scripts: false,
+                ..VALKEY_9_1
+            },
+            tracked: Tracked::Heard,
+            ..scenario
+        }
+    }
+
     /// Inside the model: [`Scenario::restart_without_delay`] with fenced locks — a node that
     /// lost its counters with its memory does not vote until they could no longer matter.
     pub fn fenced_restart_without_delay() -> Self {
