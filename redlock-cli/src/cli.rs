@@ -15,7 +15,8 @@ Exit status:
   69   a node did not answer or failed a check (`status`, `nodes`; `nodes check --strict`:
        any warning too) (EX_UNAVAILABLE)
   75   the lock was not acquired (held by another, or too few nodes) (EX_TEMPFAIL)
-  76   the lock was lost while the command ran; the command was terminated
+  76   the lock was lost while the command ran (the command was terminated, unless
+       `--on-lost ignore` let it finish)
   77   the token does not hold the lock (`extend`, `release`) (EX_NOPERM)
   127  the command could not be started
 
@@ -69,6 +70,7 @@ pub(crate) struct Global {
     #[arg(
         long,
         env = "REDLOCK_MAX_TTL",
+        hide_env_values = true,
         default_value = "60s",
         value_parser = duration::parse,
         global = true

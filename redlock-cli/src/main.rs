@@ -36,7 +36,8 @@ use cli::{Cli, Cmd, Global, NodesCmd};
 
 /// The lock could not be acquired (EX_TEMPFAIL).
 const NOT_ACQUIRED: u8 = 75;
-/// The lock was lost while the command ran; the command was terminated.
+/// The lock was lost while the command ran (the command was terminated, unless `--on-lost
+/// ignore` let it finish).
 const LOST: u8 = 76;
 /// The token does not hold the lock (EX_NOPERM).
 const NOT_HELD: u8 = 77;

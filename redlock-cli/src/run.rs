@@ -80,10 +80,12 @@ fn guard_command(
         Err(failed) => return Ok(Err(failed)),
     };
     if verbose {
+        let fence = lease
+            .fence()
+            .map_or(String::new(), |fence| format!("fence {fence}; "));
         eprintln!(
-            "redlock: holding {} (fence {:?}; guard pid {} runs the command)",
+            "redlock: holding {} ({fence}guard pid {} runs the command)",
             args.resource,
-            lease.fence(),
             guard.id()
         );
     }

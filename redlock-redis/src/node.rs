@@ -20,6 +20,7 @@ impl NodeAddr {
     /// `redis` crate). The error names the node by position and never repeats the URL, which may
     /// hold a password.
     pub fn parse(index: usize, url: &str) -> Result<Self, Error> {
+        missing_scheme(index, url)?;
         Self::parse_with_client(index, redis::Client::open(url))
     }
 
@@ -30,6 +31,7 @@ impl NodeAddr {
         url: &str,
         tls: Option<&crate::tls::Tls>,
     ) -> Result<Self, Error> {
+        missing_scheme(index, url)?;
         match tls {
             Some(tls) => Self::parse_with_client(
                 index,
@@ -152,6 +154,26 @@ impl fmt::Display for NodeAddr {
     }
 }
 
+/// A node given as `host:port`, without a scheme: the error suggests the URL. It repeats the
+/// input only when it cannot hold a password (no `@`, nothing but a host and a port).
+fn missing_scheme(index: usize, url: &str) -> Result<(), Error> {
+    if url.contains("://") {
+        return Ok(());
+    }
+    let plain = url.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host.contains(['@', '/', ' '])
+            && !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+    });
+    let reason = if plain {
+        format!("not a URL: did you mean redis://{url} ?")
+    } else {
+        "not a URL: write redis://[user:password@]host:port[/db] (or rediss:// for TLS)".to_owned()
+    };
+    Err(Error::InvalidNode { index, reason })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +193,28 @@ mod tests {
             let text = err.to_string();
             assert!(text.starts_with("node #3"), "{text}");
             assert!(!text.contains("hunter2"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_node_without_a_scheme_gets_the_url_it_meant() {
+        let text = NodeAddr::parse(1, "10.0.0.1:6379")
+            .expect_err("no scheme")
+            .to_string();
+        assert!(
+            text.contains("did you mean redis://10.0.0.1:6379 ?"),
+            "{text}"
+        );
+        for secret in [
+            "user:hunter2@10.0.0.1:6379",
+            ":hunter2@host:1",
+            "host:hunter2",
+        ] {
+            let text = NodeAddr::parse(1, secret)
+                .expect_err("no scheme")
+                .to_string();
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(text.contains("redis://[user:password@]host:port"), "{text}");
         }
     }
 }
