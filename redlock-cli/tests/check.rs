@@ -379,3 +379,42 @@ fn shift_time(reply: &[u8], shift_secs: i64) -> Vec<u8> {
     )
     .into_bytes()
 }
+
+/// A node with no epoch yet (fresh, restarted or flushed) gets the remedy, named by address,
+/// with its one condition; trusted nodes get none.
+#[test]
+fn a_fresh_node_gets_the_remedy_and_trusted_ones_none() {
+    let (a, b, c) = (durable().start(), durable().start(), durable().start());
+    let urls = urls(&[&a, &b, &c]);
+    let output = check(&urls, &[]);
+    assert!(
+        !stdout(&output).contains("nodes trust"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(json(&check(&urls, &["--json"]))["sit_out_remedy"].is_null());
+    let _: () = redis::cmd("DEL")
+        .arg(redlock_core::EPOCH_KEY)
+        .arg(redlock_core::EPOCH_ID_KEY)
+        .query(&mut b.client())
+        .expect("DEL");
+    let output = check(&urls, &[]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        text.contains(&format!("`redlock nodes trust {}`", b.addr())),
+        "{text}"
+    );
+    assert!(
+        text.contains("will not vote until --max-ttl has passed"),
+        "{text}"
+    );
+    assert!(text.contains("breaks mutual exclusion"), "{text}");
+    let remedy = json(&check(&urls, &["--json"]))["sit_out_remedy"].clone();
+    assert!(
+        remedy
+            .as_str()
+            .is_some_and(|r| r.starts_with(&b.addr().to_string())),
+        "{remedy}"
+    );
+}
