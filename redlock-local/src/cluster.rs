@@ -69,7 +69,7 @@ impl RedisCluster {
         }
         let each: Vec<ServerOptions> = (0..masters * (1 + replicas))
             .map(|_| cluster_mode(options))
-            .collect();
+            .collect::<Result<_, _>>()?;
         let mut servers = server::start_each(&each)?;
         let replicas_of = servers.split_off(masters);
         let cluster = Self {
@@ -239,17 +239,17 @@ impl RedisCluster {
 
 /// `options` in cluster mode, with a cluster bus port of its own (a free one: the default,
 /// port + 10000, may be taken or beyond 65535).
-fn cluster_mode(options: &ServerOptions) -> ServerOptions {
-    options.clone().args([
+fn cluster_mode(options: &ServerOptions) -> Result<ServerOptions, HarnessError> {
+    Ok(options.clone().args([
         "--cluster-enabled".to_owned(),
         "yes".to_owned(),
         "--cluster-config-file".to_owned(),
         "nodes.conf".to_owned(),
         "--cluster-port".to_owned(),
-        free_port().to_string(),
+        free_port()?.to_string(),
         "--cluster-node-timeout".to_owned(),
         CLUSTER_NODE_TIMEOUT.as_millis().to_string(),
-    ])
+    ]))
 }
 
 /// The cluster bus port a node was started with.

@@ -54,6 +54,9 @@ pub enum HarnessError {
         /// Its output so far.
         log: String,
     },
+    /// No port could be handed out: the range of `REDLOCK_LOCAL_PORTS` is malformed or full.
+    #[error("local ports: {0}")]
+    Ports(String),
     /// A cluster could not be formed.
     #[error("local cluster: {0}")]
     Cluster(String),

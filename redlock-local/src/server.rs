@@ -220,7 +220,7 @@ pub(crate) fn start_each(each: &[ServerOptions]) -> Result<Vec<RedisServer>, Har
     let spawned = each
         .iter()
         .map(|options| {
-            let port = free_port();
+            let port = free_port()?;
             Process::spawn(options, port).map(|process| (options, port, process))
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -253,7 +253,7 @@ fn finish_start(
             }
             Err(err) if is_port_in_use(&err) && attempt < PORT_ATTEMPTS => {
                 attempt += 1;
-                port = free_port();
+                port = free_port()?;
                 process = Process::spawn(options, port)?;
             }
             Err(err) => return Err(err),
