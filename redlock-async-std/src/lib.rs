@@ -12,6 +12,19 @@
 //! smol uses as well. The whole conformance suite runs under `smol::block_on` and smol's
 //! executor (`tests/tests/conformance_smol.rs`).
 //!
+//! # Start here
+//! 1. Depend on it: `redlock-async-std = { git = "https://github.com/redlock-rs/redlock-rs" }`
+//!    until the crates are on crates.io, then `redlock-async-std = "0.1"`.
+//! 2. [`Redlock`]`::new(urls)`: three or more independent Redis masters (`redis://host:port`).
+//! 3. `redlock.lock(name, ttl).await` gives a [`Lock`]; `with_lock` keeps it extended while a
+//!    future runs; `acquire` takes a [`LockRequest`] with every option. Check `is_valid()`
+//!    before each step that must not overlap another holder's; `release()` when done.
+//! 4. Everything fails with [`Error`], whose message (and `Debug`) says what each node did and
+//!    what to do about it.
+//! 5. First deployment: fresh nodes refuse to vote for `max_ttl` (60 s), as nodes that lost
+//!    their memory do. When no lock can be live on them, trust them once: `redlock nodes
+//!    trust`, or `trust_nodes()` — then they vote at once.
+//!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # // Three local redis-servers for this example (the doc test runs it).
@@ -40,7 +53,9 @@
 use std::future::Future;
 use std::time::Instant;
 
-/// The async-std runtime, as the shared async driver sees it.
+/// The async-std runtime, as the shared async driver sees it (runtime glue: users never name
+/// it).
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct AsyncStd;
 

@@ -5,6 +5,19 @@
 //! decision — quorum, validity, retry delay, when to extend, which replies count — is the
 //! engine's. Same API and behaviour as `redlock-tokio`, blocking.
 //!
+//! # Start here
+//! 1. Depend on it: `redlock-blocking = { git = "https://github.com/redlock-rs/redlock-rs" }` until the
+//!    crates are on crates.io, then `redlock-blocking = "0.1"`; no runtime needed.
+//! 2. [`Redlock`]`::new(urls)`: three or more independent Redis masters (`redis://host:port`).
+//! 3. `redlock.lock(name, ttl)` gives a [`Lock`]; `with_lock` keeps it extended while a
+//!    closure runs; `acquire` takes a [`LockRequest`] with every option. Check `is_valid()`
+//!    before each step that must not overlap another holder's; `release()` when done.
+//! 4. Everything fails with [`Error`], whose message (and `Debug`) says what each node did and
+//!    what to do about it.
+//! 5. First deployment: fresh nodes refuse to vote for `max_ttl` (60 s), as nodes that lost
+//!    their memory do. When no lock can be live on them, trust them once: `redlock nodes
+//!    trust`, or `trust_nodes()` — then they vote at once.
+//!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # // Three local redis-servers for this example (the doc test runs it).

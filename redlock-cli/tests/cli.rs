@@ -696,3 +696,88 @@ fn every_usage_error_is_exit_64_with_one_line_and_help_is_exit_0() {
         assert!(!stdout(&output).is_empty(), "{args:?}");
     }
 }
+
+#[test]
+fn a_node_without_a_scheme_is_told_the_url_it_meant() {
+    let output = Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env_remove("REDLOCK_NODES")
+        .args(["--node", "127.0.0.1:1", "acquire", "job"])
+        .output()
+        .expect("run redlock");
+    assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("did you mean redis://127.0.0.1:1 ?"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// The README's `redlock` block, run as written against three local durable servers: its node
+/// addresses mapped to them, `./make-report.sh` and `./write.sh` scripts that succeed. Every
+/// line must exit 0. The last two (`bench --local`, `demo`) start servers of their own and run
+/// for a while: they are left to their own tests.
+#[test]
+fn the_readme_cli_block_runs_as_written() {
+    let readme = include_str!("../../README.md");
+    let start = readme
+        .find("## The `redlock` command")
+        .expect("the README's CLI section");
+    let block = &readme[start..];
+    let block = &block[block.find("```sh\n").expect("its shell block") + 6..];
+    let block = &block[..block.find("```").expect("the block's end")];
+    let options = ServerOptions::new().args(["--appendonly", "yes", "--appendfsync", "always"]);
+    let nodes = Servers::start_with(3, &options);
+    let mut script = String::from("set -euo pipefail\n");
+    let mut ran = 0;
+    for line in block.lines() {
+        if line.starts_with("redlock bench") || line.starts_with("redlock demo") {
+            continue;
+        }
+        let mut line = line.to_owned();
+        for (index, addr) in nodes.addrs().iter().enumerate() {
+            line = line.replace(&format!("10.0.0.{}:6379", index + 1), &addr.to_string());
+        }
+        assert!(
+            !line.contains("10.0.0."),
+            "an address left unmapped: {line}"
+        );
+        script.push_str(&line);
+        script.push('\n');
+        ran += 1;
+    }
+    assert!(ran >= 12, "the block has its commands: {block}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    for name in ["make-report.sh", "write.sh"] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, "#!/bin/sh\nexit 0\n").expect("script");
+        let mut permissions = std::fs::metadata(&path).expect("metadata").permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(&path, permissions).expect("chmod");
+    }
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_redlock"));
+    let path = format!(
+        "{}:{}",
+        binary.parent().expect("the binary's dir").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .env_remove("REDLOCK_NODES")
+        .env_remove("REDLOCK_MAX_TTL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bash");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{script}\nstdout: {}\nstderr: {}",
+        stdout(&output),
+        stderr(&output)
+    );
+    for key in ["redlock:deploy", "redlock:nightly-report", "redlock:job"] {
+        assert_eq!(nodes.count_with_key(key), 0, "{key} released");
+    }
+}

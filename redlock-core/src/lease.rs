@@ -7,9 +7,10 @@ use crate::round::Vote;
 use crate::spec::LockSpec;
 use crate::token::Token;
 
-/// A lock a quorum granted. Valid until [`valid_until`](Lease::valid_until) by the holder's
-/// monotonic clock, and not one instant longer: work that must not overlap another holder's
-/// has to finish (or be fenced) before then.
+/// The engine's record of a lock a quorum granted (adapters hand users a `Lock` built on it).
+/// Valid until [`valid_until`](Lease::valid_until) by the holder's monotonic clock, and not one
+/// instant longer: work that must not overlap another holder's has to finish (or be fenced)
+/// before then.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lease {
     pub(crate) spec: LockSpec,

@@ -4,6 +4,19 @@
 //! reconnecting connection per node), the clock, the timers and the entropy; every decision —
 //! quorum, validity, retry delay, when to extend — is the engine's.
 //!
+//! # Start here
+//! 1. Depend on it: `redlock-tokio = { git = "https://github.com/redlock-rs/redlock-rs" }` until the
+//!    crates are on crates.io, then `redlock-tokio = "0.1"`, and tokio with its `macros` and `rt-multi-thread` features for `#[tokio::main]`.
+//! 2. [`Redlock`]`::new(urls)`: three or more independent Redis masters (`redis://host:port`).
+//! 3. `redlock.lock(name, ttl).await` gives a [`Lock`]; `with_lock` keeps it extended while a
+//!    closure runs; `acquire` takes a [`LockRequest`] with every option. Check `is_valid()`
+//!    before each step that must not overlap another holder's; `release()` when done.
+//! 4. Everything fails with [`Error`], whose message (and `Debug`) says what each node did and
+//!    what to do about it.
+//! 5. First deployment: fresh nodes refuse to vote for `max_ttl` (60 s), as nodes that lost
+//!    their memory do. When no lock can be live on them, trust them once: `redlock nodes
+//!    trust`, or `trust_nodes()` — then they vote at once.
+//!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # // Three local redis-servers for this example (the doc test runs it).
@@ -53,7 +66,8 @@
 use std::future::Future;
 use std::time::Instant;
 
-/// The tokio runtime, as the shared async driver sees it.
+/// The tokio runtime, as the shared async driver sees it (runtime glue: users never name it).
+#[doc(hidden)]
 #[derive(Debug, Clone)]
 pub struct Tokio(tokio::runtime::Handle);
 
