@@ -155,8 +155,18 @@ impl fmt::Display for NodeAddr {
 }
 
 /// A node given as `host:port`, without a scheme: the error suggests the URL. It repeats the
-/// input only when it cannot hold a password (no `@`, nothing but a host and a port).
+/// input only when it cannot hold a password (no `@`, nothing but a host and a port). Also a
+/// `rediss://` node without the `tls` feature.
 fn missing_scheme(index: usize, url: &str) -> Result<(), Error> {
+    // The `redis` crate may parse `rediss://` whatever our features (another crate of the build
+    // can turn its TLS on): without ours, say what is missing rather than connect half-set-up.
+    #[cfg(not(feature = "tls"))]
+    if url.starts_with("rediss://") {
+        return Err(Error::InvalidNode {
+            index,
+            reason: "a rediss:// (TLS) node needs the adapter's `tls` feature".to_owned(),
+        });
+    }
     if url.contains("://") {
         return Ok(());
     }

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every adapter beside every other, each with and without its features: one project may depend
+# on any of them, and cargo unifies the `redis` crate's features across the build. Each line
+# below is one such project (`cargo check` of those packages together, features as listed);
+# a combination that cannot build fails here, as it would for a user.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+combos=(
+  "-p redlock-tokio -p redlock-async-std --features redlock-tokio/tls"
+  "-p redlock-tokio -p redlock-async-std --features redlock-async-std/tls"
+  "-p redlock-tokio -p redlock-blocking --features redlock-blocking/tls"
+  "-p redlock-async-std -p redlock-blocking --features redlock-blocking/tls"
+  "-p redlock-tokio -p redlock-async-std -p redlock-blocking --features redlock-blocking/tls,redlock-tokio/metrics"
+  "-p redlock-tokio --no-default-features"
+  "-p redlock-async-std --no-default-features"
+  "-p redlock-blocking --no-default-features"
+)
+for combo in "${combos[@]}"; do
+  echo "== cargo check $combo"
+  # shellcheck disable=SC2086
+  cargo check -q $combo
+done
+echo "every combination builds"
