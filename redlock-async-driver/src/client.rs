@@ -120,8 +120,9 @@ impl<R: Runtime> Redlock<R> {
             return Ok(driver.clone());
         }
         let deployment = &self.inner.deployment;
+        let runtime = R::current().map_err(redlock_redis::Error::NoRuntime)?;
         let driver = start(
-            R::current(),
+            runtime,
             deployment.config().clone(),
             deployment.labels(),
             self.inner

@@ -60,8 +60,9 @@ use std::time::Instant;
 pub struct AsyncStd;
 
 impl redlock_async_driver::Runtime for AsyncStd {
-    fn current() -> Self {
-        Self
+    fn current() -> Result<Self, &'static str> {
+        // async-std's executor is global: there is always one.
+        Ok(Self)
     }
 
     fn spawn<F>(&self, future: F)

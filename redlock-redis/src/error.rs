@@ -164,6 +164,10 @@ pub enum Error {
     /// later call starts a new driver on the caller's runtime), or its thread could not start.
     #[error("the client's driver stopped (its runtime shut down) before answering")]
     Stopped,
+    /// The call was made where the client's driver cannot run: outside the adapter's async
+    /// runtime, or on one without the timers it needs. Nothing was sent.
+    #[error("{0}")]
+    NoRuntime(&'static str),
 }
 
 impl fmt::Debug for Error {
@@ -183,6 +187,7 @@ impl fmt::Debug for Error {
                 .finish(),
             Self::Entropy => f.write_str("Entropy"),
             Self::Stopped => f.write_str("Stopped"),
+            Self::NoRuntime(_) => f.write_str("NoRuntime"),
         }
     }
 }

@@ -61,7 +61,8 @@
 //! - It never puts a password in an error, a log line or a `Debug` output: nodes are named by
 //!   `host:port`.
 //!
-//! Everything must run inside a tokio runtime (the `time` driver enabled).
+//! Everything must run inside a tokio runtime (the `time` driver enabled); called elsewhere, an
+//! operation fails at once with [`Error::NoRuntime`], which says what is missing.
 
 use std::future::Future;
 use std::time::Instant;
@@ -72,8 +73,22 @@ use std::time::Instant;
 pub struct Tokio(tokio::runtime::Handle);
 
 impl redlock_async_driver::Runtime for Tokio {
-    fn current() -> Self {
-        Self(tokio::runtime::Handle::current())
+    fn current() -> Result<Self, &'static str> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| {
+            "redlock-tokio runs on tokio: call it from inside a tokio runtime (#[tokio::main], \
+             or Runtime::block_on), built with timers (enable_all() or enable_time())"
+        })?;
+        // tokio offers no way to ask whether the runtime has timers but to make one: a runtime
+        // without them panics here (its message goes to the panic hook), and is refused.
+        let timers = std::panic::catch_unwind(|| {
+            let _guard = handle.enter();
+            drop(tokio::time::sleep(std::time::Duration::ZERO));
+        });
+        timers.map_err(|_| {
+            "this tokio runtime has no timers, which redlock-tokio needs (deadlines, retry \
+             pauses, auto-extension): build it with enable_all() or enable_time()"
+        })?;
+        Ok(Self(handle))
     }
 
     fn spawn<F>(&self, future: F)

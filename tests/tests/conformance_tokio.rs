@@ -58,3 +58,42 @@ fn a_stopped_driver_is_every_holders_loss() {
     let again = second.block_on(redlock.try_lock("again", Duration::from_secs(10)));
     assert!(again.is_ok(), "{again:?}");
 }
+
+/// Called where its driver cannot run — outside any tokio runtime, or on one without timers —
+/// a lock call fails at the caller with an error that says what is missing, never a panic in
+/// the crate and never `Stopped` (issue 26). Nothing reaches the nodes.
+#[test]
+fn no_runtime_or_no_timers_is_an_error_at_the_caller() {
+    use std::time::Duration;
+
+    let nodes = redlock_tests::Servers::start(3);
+    let redlock = redlock_tokio::Redlock::new(nodes.urls()).expect("client");
+    // Outside any tokio runtime (async-std's executor polls the call).
+    let outside = async_std::task::block_on(redlock.lock("nowhere", Duration::from_secs(10)));
+    match outside {
+        Err(err @ redlock_tokio::Error::NoRuntime(_)) => {
+            assert!(err.to_string().contains("inside a tokio runtime"), "{err}");
+        }
+        other => panic!("expected NoRuntime, got {other:?}"),
+    }
+    // A runtime without timers.
+    let no_timers = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("runtime");
+    match no_timers.block_on(redlock.lock("nowhere", Duration::from_secs(10))) {
+        Err(err @ redlock_tokio::Error::NoRuntime(_)) => {
+            assert!(err.to_string().contains("no timers"), "{err}");
+            assert!(format!("{err:?}").contains("enable_all()"), "{err:?}");
+        }
+        other => panic!("expected NoRuntime, got {other:?}"),
+    }
+    assert_eq!(nodes.count_with_key("nowhere"), 0);
+    // With timers, the same client locks.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    assert!(
+        runtime
+            .block_on(redlock.try_lock("somewhere", Duration::from_secs(10)))
+            .is_ok()
+    );
+}
