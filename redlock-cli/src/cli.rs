@@ -13,7 +13,7 @@ Exit status:
   0    success (for `run`: the command's own status)
   64   bad arguments or settings (EX_USAGE)
   69   a node did not answer or failed a check (`status`, `nodes`; `nodes check --strict`:
-       any warning too) (EX_UNAVAILABLE)
+       any warning of a risk to a held lock too) (EX_UNAVAILABLE)
   75   the lock was not acquired (held by another, or too few nodes) (EX_TEMPFAIL)
   76   the lock was lost while the command ran (the command was terminated, unless
        `--on-lost ignore` let it finish)
@@ -270,7 +270,7 @@ pub(crate) enum NodesCmd {
     /// other than noeviction), a clock far from the others', a replica or cluster mode, two URLs
     /// that reach the same server, and persistence settings that matter to restart-aware voting.
     #[command(
-        after_help = "Examples:\n  redlock nodes check --json\n  redlock nodes check --strict   # exit 69 on any warning too"
+        after_help = "Examples:\n  redlock nodes check --json\n  redlock nodes check --strict   # exit 69 on any warning of a risk to a held lock"
     )]
     Check(CheckArgs),
     /// Mark every node (or only the NODEs named) trusted for restart-aware voting: a fresh or
@@ -331,7 +331,8 @@ pub(crate) fn usage_line(err: &clap::Error) -> String {
 
 #[derive(Debug, Args)]
 pub(crate) struct CheckArgs {
-    /// Exit 69 if there is any warning, not only if a node failed a check.
+    /// Exit 69 if there is any warning of a risk to a held lock, not only if a node failed a
+    /// check (persistence settings that restart-aware voting covers do not count).
     #[arg(long)]
     pub(crate) strict: bool,
 }

@@ -208,7 +208,9 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
                 .collect();
             let warnings: Vec<Value> = warnings
                 .iter()
-                .map(|w| json!({"node": w.node, "kind": w.kind, "message": w.message}))
+                .map(|w| {
+                    json!({"node": w.node, "kind": w.kind, "message": w.message, "strict": w.strict})
+                })
                 .collect();
             json!({"nodes": nodes, "warnings": warnings, "advice": advice, "sit_out_remedy": remedy})
         },
@@ -220,12 +222,13 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
             format!("{failed} of {} node(s) failed a check", checked.len()),
         ));
     }
-    if args.strict && !warnings.is_empty() {
+    let strict = warnings.iter().filter(|w| w.strict).count();
+    if args.strict && strict > 0 {
         return Err((
             UNAVAILABLE,
             format!(
-                "{} warning(s) about the nodes, and --strict makes any warning a failure",
-                warnings.len()
+                "{strict} warning(s) about the nodes, and --strict makes them a failure (all \
+                 but the persistence settings restart-aware voting covers)"
             ),
         ));
     }

@@ -55,6 +55,10 @@ pub(crate) struct Warning {
     pub(crate) kind: &'static str,
     /// One line for people: the finding and what it means for the lock.
     pub(crate) message: String,
+    /// Whether `--strict` fails on it: every warning but the persistence settings that
+    /// restart-aware voting covers (they cost a node's vote after a restart, never a held
+    /// lock's safety).
+    pub(crate) strict: bool,
 }
 
 /// A field `name:value` of an INFO reply.
@@ -174,6 +178,7 @@ pub(crate) fn warnings(
                 node: label.clone(),
                 kind,
                 message,
+                strict: true,
             });
         };
         if facts.info_denied {
@@ -232,6 +237,9 @@ pub(crate) fn warnings(
         }
         if let Some(message) = persistence(&facts.persistence, max_ttl) {
             warn("persistence", message);
+            if let (Some(last), Ok(_)) = (out.last_mut(), &facts.persistence) {
+                last.strict = false;
+            }
         }
     }
     out

@@ -158,6 +158,9 @@ fn persistence_settings_that_matter_to_restart_aware_voting_warn() {
             pair("persistence", 3)
         ]
     );
+    // They cost a node's vote after a restart, never a held lock's safety: --strict passes.
+    let output = check(&urls, &["--strict"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = stdout(&check(&urls, &[]));
     for expected in [
         "no persistence (appendonly no, no snapshots): a restart loses every lock key; restart-aware voting covers it",
