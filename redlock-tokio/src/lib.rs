@@ -111,3 +111,9 @@ pub type RedlockBuilder = redlock_async_driver::RedlockBuilder<Tokio>;
 pub use redlock_async_driver::Lock;
 
 pub use redlock_redis::api::*;
+
+/// The README's Rust examples, compiled as doc tests (`no_run`: they need real nodes), so that
+/// what a new user copies builds.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;
