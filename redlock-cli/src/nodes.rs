@@ -156,7 +156,10 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
     let facts: Vec<Option<Facts>> = checked.iter().map(|c| c.facts.clone()).collect();
     let warnings = warnings::warnings(&labels, &facts, global.max_ttl);
     let advice = advice(nodes.len());
-    let remedy = sit_out_remedy(&checked);
+    let remedy = probe::sit_out_remedy(checked.iter().filter_map(|node| {
+        let report = node.result.as_ref().ok()?;
+        Some((node.label.as_str(), report.eligibility))
+    }));
     Out::new(global).report(
         || {
             let width = checked.iter().map(|c| c.label.len()).max().unwrap_or(0);
@@ -344,31 +347,6 @@ fn publishes_evictions(probe: &mut Probe, node: &NodeAddr) -> bool {
 }
 
 /// What to say about the number of nodes.
-/// What to do about nodes that will not vote at once (no epoch yet, a sit-out, a new
-/// identity), and the one condition under which it is safe; `None` when every node votes.
-fn sit_out_remedy(checked: &[Checked]) -> Option<String> {
-    let waiting: Vec<&str> = checked
-        .iter()
-        .filter(|node| {
-            node.result.as_ref().is_ok_and(|r| {
-                !matches!(r.eligibility, Eligibility::Trusted | Eligibility::Eligible)
-            })
-        })
-        .map(|node| node.label.as_str())
-        .collect();
-    if waiting.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "{} will not vote until --max-ttl has passed (a first lock on fresh nodes fails for that \
-         long). If no lock can be live on them — a fresh deployment, or every holder stopped and \
-         its TTL passed — `redlock nodes trust {}` lets them vote at once; otherwise wait: \
-         trusting a node that lost a live lock's key breaks mutual exclusion",
-        waiting.join(", "),
-        waiting.join(" ")
-    ))
-}
-
 fn advice(count: usize) -> Option<String> {
     match count {
         1 | 2 => Some(format!(

@@ -109,6 +109,32 @@ pub(crate) fn scrub(node: &NodeAddr, message: String) -> String {
     }
 }
 
+/// What to do about nodes that will not vote at once (no epoch yet, a sit-out, a new
+/// identity), named by `host:port`, and the one condition under which it is safe; `None` when
+/// every node given votes.
+pub(crate) fn sit_out_remedy<'a>(
+    nodes: impl IntoIterator<Item = (&'a str, Eligibility)>,
+) -> Option<String> {
+    let waiting: Vec<&str> = nodes
+        .into_iter()
+        .filter(|(_, eligibility)| {
+            !matches!(eligibility, Eligibility::Trusted | Eligibility::Eligible)
+        })
+        .map(|(label, _)| label)
+        .collect();
+    if waiting.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} will not vote until --max-ttl has passed (a first lock on fresh nodes fails for that \
+         long). If no lock can be live on them — a fresh deployment, or every holder stopped and \
+         its TTL passed — `redlock nodes trust {}` lets them vote at once; otherwise wait: \
+         trusting a node that lost a live lock's key breaks mutual exclusion",
+        waiting.join(", "),
+        waiting.join(" ")
+    ))
+}
+
 /// Restart-aware voting state of a node, from its epoch key and clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Eligibility {

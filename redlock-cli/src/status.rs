@@ -150,7 +150,18 @@ fn text(args: &StatusArgs, views: &[NodeView], quorum: usize) -> String {
             let _ = writeln!(text, "  {:width$}  {line}", view.label);
         }
     }
+    if let Some(remedy) = remedy(views) {
+        let _ = writeln!(text, "\nnote: {remedy}");
+    }
     text
+}
+
+/// [`sit_out_remedy`](crate::probe::sit_out_remedy) of the nodes that answered.
+fn remedy(views: &[NodeView]) -> Option<String> {
+    crate::probe::sit_out_remedy(views.iter().filter_map(|view| {
+        let (eligibility, _) = view.read.as_ref().ok()?;
+        Some((view.label.as_str(), *eligibility))
+    }))
 }
 
 fn json_report(args: &StatusArgs, keys: &[Vec<u8>], views: &[NodeView], quorum: usize) -> Value {
@@ -190,5 +201,5 @@ fn json_report(args: &StatusArgs, keys: &[Vec<u8>], views: &[NodeView], quorum: 
             })
         })
         .collect();
-    json!({"snapshot": true, "resources": resources})
+    json!({"snapshot": true, "resources": resources, "sit_out_remedy": remedy(views)})
 }

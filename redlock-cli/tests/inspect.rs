@@ -44,6 +44,10 @@ fn status_shows_the_holder_on_each_node_and_changes_nothing() {
         assert_eq!(node["eligibility"], "trusted", "{node}");
     }
     assert!(report["resources"][1]["nodes"][0]["holder"].is_null());
+    assert!(
+        report["sit_out_remedy"].is_null(),
+        "every node votes: {report}"
+    );
     let after: Vec<i64> = nodes.servers().iter().map(|s| s.dbsize()).collect();
     assert_eq!(before, after, "status wrote nothing");
 
@@ -56,6 +60,17 @@ fn status_shows_the_holder_on_each_node_and_changes_nothing() {
     let node = &report["resources"][0]["nodes"][0];
     assert_eq!(node["eligibility"], "ineligible", "{report}");
     assert_eq!(node["sit_out_cause"], "no-epoch", "{report}");
+    // The way through it, naming that node.
+    let remedy = report["sit_out_remedy"]
+        .as_str()
+        .expect("a remedy")
+        .to_owned();
+    assert!(
+        remedy.contains(&format!("`redlock nodes trust {}`", nodes[0].addr())),
+        "{remedy}"
+    );
+    let text = stdout(&redlock(&nodes, &["status", "idle"]));
+    assert!(text.contains(&format!("note: {remedy}")), "{text}");
     assert!(
         node["ineligible_for_ms"].as_u64().expect("ms") > 1_000,
         "{node}"
