@@ -233,7 +233,9 @@ pub const FENCE_KEY_PREFIX: &[u8] = b"redlock:fence:";
 /// `redlock:fence:K` whose member `fence` scores the largest fence committed there. A sorted set
 /// because `ZADD … GT` raises it without a script (scores are doubles: fences are exact below
 /// 2^53, which a millisecond clock reaches in the year 287 396). A counter an earlier release
-/// stored as a string is read as one and turned into the set by the next commit.
+/// stored as a string is read as one and turned into the set by the next commit. The script
+/// raises it by comparing first (no `GT`, which Redis < 6.2 lacks); the no-script form uses
+/// `GT`, on servers that have it.
 pub const FENCE_MEMBER: &[u8] = b"fence";
 
 /// How long a fence counter outlives the last fenced acquisition of its key, in ms (one hour):
@@ -290,13 +292,13 @@ local n = #KEYS / 2
 for i = 1, n do
   if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
 end
+local fence = tonumber(ARGV[2])
 for i = n + 1, #KEYS do
   local c = counter(KEYS[i])
-  if redis.call('TYPE', KEYS[i]).ok == 'string' then
-    redis.call('DEL', KEYS[i])
-    redis.call('ZADD', KEYS[i], c or 0, 'fence')
-  end
-  redis.call('ZADD', KEYS[i], 'GT', ARGV[2], 'fence')
+  local v = ARGV[2]
+  if c and c > fence then v = c end
+  if redis.call('TYPE', KEYS[i]).ok == 'string' then redis.call('DEL', KEYS[i]) end
+  redis.call('ZADD', KEYS[i], v, 'fence')
   redis.call('PEXPIRE', KEYS[i], ARGV[3])
 end
 return 1

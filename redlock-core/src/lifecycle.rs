@@ -72,7 +72,9 @@ struct Held {
     /// resumption, an extension answered "not held"). Nothing brings the token back to such a
     /// node, so no later extension asks it: it counts as refused at once. This also bounds the
     /// one extension form that touches a key before it knows whose it is (`MULTI; PEXPIRE … GT;
-    /// GET …; EXEC`, on nodes that run no script) to one call per node.
+    /// GET …; EXEC`, on nodes that run no script): once a node answered "not held", never again
+    /// (a node that keeps failing or timing out is asked again, and each such call may have
+    /// raised another holder's key — by at most the TTL asked, which only makes others wait).
     not_held: Vec<bool>,
 }
 

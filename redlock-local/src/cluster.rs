@@ -62,10 +62,10 @@ impl RedisCluster {
         replicas: usize,
         options: &ServerOptions,
     ) -> Result<Self, HarnessError> {
-        if masters == 0 {
-            return Err(HarnessError::Cluster(
-                "a cluster needs at least one master".to_owned(),
-            ));
+        if masters == 0 || masters > SLOTS {
+            return Err(HarnessError::Cluster(format!(
+                "a cluster has 1 to {SLOTS} masters, not {masters}"
+            )));
         }
         let each: Vec<ServerOptions> = (0..masters * (1 + replicas))
             .map(|_| cluster_mode(options))

@@ -170,11 +170,21 @@ fn missing_scheme(index: usize, url: &str) -> Result<(), Error> {
     if url.contains("://") {
         return Ok(());
     }
+    // A host name or IPv4 address (letters, digits, `.`, `-`, `_`), or a bracketed IPv6 one:
+    // nothing that could be a user or a password.
+    let host_like = |host: &str| {
+        let inner = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit() || b == b':'));
+        inner.is_some()
+            || (!host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_')))
+    };
     let plain = url.rsplit_once(':').is_some_and(|(host, port)| {
-        !host.is_empty()
-            && !host.contains(['@', '/', ' '])
-            && !port.is_empty()
-            && port.bytes().all(|b| b.is_ascii_digit())
+        host_like(host) && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
     });
     let reason = if plain {
         format!("not a URL: did you mean redis://{url} ?")
@@ -215,10 +225,16 @@ mod tests {
             text.contains("did you mean redis://10.0.0.1:6379 ?"),
             "{text}"
         );
+        let text = NodeAddr::parse(1, "[::1]:6379")
+            .expect_err("no scheme")
+            .to_string();
+        assert!(text.contains("did you mean redis://[::1]:6379 ?"), "{text}");
         for secret in [
             "user:hunter2@10.0.0.1:6379",
             ":hunter2@host:1",
             "host:hunter2",
+            "user:hunter2:6379",
+            "host:6379:hunter2",
         ] {
             let text = NodeAddr::parse(1, secret)
                 .expect_err("no scheme")

@@ -575,8 +575,6 @@ fn text(result: &Result<redis::Value, redis::RedisError>) -> Option<&[u8]> {
     result.as_ref().ok().and_then(bytes)
 }
 
-/// The bytes of a bulk string, or of a verbatim string over RESP3 (`INFO`); `None` for any
-/// other shape. Borrowed: a sealed acquisition's reads are never copied.
 /// A value a transaction part read, in the shapes [`redlock_core::PartRead`] knows.
 fn part_value(value: &redis::Value) -> PartValue<'_> {
     match value {
@@ -593,6 +591,8 @@ fn part_value(value: &redis::Value) -> PartValue<'_> {
     }
 }
 
+/// The bytes of a bulk string, or of a verbatim string over RESP3 (`INFO`); `None` for any
+/// other shape. Borrowed: a sealed acquisition's reads are never copied.
 fn bytes(value: &redis::Value) -> Option<&[u8]> {
     match value {
         redis::Value::BulkString(bytes) => Some(bytes),

@@ -79,15 +79,19 @@ impl redlock_async_driver::Runtime for Tokio {
              or Runtime::block_on), built with timers (enable_all() or enable_time())"
         })?;
         // tokio offers no way to ask whether the runtime has timers but to make one: a runtime
-        // without them panics here (its message goes to the panic hook), and is refused.
-        let timers = std::panic::catch_unwind(|| {
-            let _guard = handle.enter();
-            drop(tokio::time::sleep(std::time::Duration::ZERO));
-        });
-        timers.map_err(|_| {
-            "this tokio runtime has no timers, which redlock-tokio needs (deadlines, retry \
-             pauses, auto-extension): build it with enable_all() or enable_time()"
-        })?;
+        // without them panics here (its message goes to the panic hook), and is refused. Where
+        // panics abort, there is no asking: such a runtime aborts on the driver's first timer.
+        #[cfg(panic = "unwind")]
+        {
+            let timers = std::panic::catch_unwind(|| {
+                let _guard = handle.enter();
+                drop(tokio::time::sleep(std::time::Duration::ZERO));
+            });
+            timers.map_err(|_| {
+                "this tokio runtime has no timers, which redlock-tokio needs (deadlines, retry \
+                 pauses, auto-extension): build it with enable_all() or enable_time()"
+            })?;
+        }
         Ok(Self(handle))
     }
 
