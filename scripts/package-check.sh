@@ -14,7 +14,7 @@
 # 3. Any `warning:` from cargo fails the check (a missing description, license, readme, a
 #    compiler warning in the packaged build, ...), except for test targets a crate excludes on
 #    purpose.
-# 4. In each .crate: README.md is there; the manifest has description, license, repository,
+# 4. In each .crate: README.md and both licence texts are there; the manifest has description, license, repository,
 #    documentation, readme, rust-version, keywords (at most 5, at most 20 characters each) and
 #    categories; no file is above 1 MiB and the .crate stays far below crates.io's 10 MiB limit.
 #
@@ -95,6 +95,12 @@ for crate in "${crates[@]}"; do
   # Listings are read whole before grep -q (which would cut tar off: a SIGPIPE under pipefail).
   listing="$(tar -tvzf "$file")"
   grep -q " $dir/README.md\$" <<<"$listing" || fail "$crate: README.md is not in the package"
+  # The licence texts travel with the code (MIT requires its notice in every copy); each crate
+  # links them from the repository root.
+  for licence in LICENSE-MIT LICENSE-APACHE; do
+    tar -xzOf "$file" "$dir/$licence" 2>/dev/null | grep -q . ||
+      fail "$crate: $licence is missing or empty in the package"
+  done
   manifest="$(tar -xzOf "$file" "$dir/Cargo.toml")"
   for field in description license repository documentation readme rust-version keywords categories; do
     grep -q "^$field = " <<<"$manifest" || fail "$crate: no $field in [package]"

@@ -8,6 +8,8 @@
 //! types; the adapter crates re-export everything a user needs, so use one of them rather than
 //! this crate.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(not(any(feature = "tokio", feature = "smol")))]
 compile_error!(
     "redlock-async-driver needs a runtime feature: `tokio` or `smol` (use an adapter crate)"

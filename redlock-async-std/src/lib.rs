@@ -50,6 +50,8 @@
 //! - It never opens a connection per command.
 //! - It never puts a password in an error, a log line or a `Debug` output.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 use std::future::Future;
 use std::time::Instant;
 

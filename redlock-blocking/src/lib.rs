@@ -63,6 +63,8 @@
 //! for their lock, which the other nodes decide without them. A waiting lock hears releases
 //! through one subscriber thread per node, started on first contention.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod client;
 mod conn;
 mod driver;

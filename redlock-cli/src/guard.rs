@@ -150,10 +150,10 @@ pub(crate) fn guard(args: &GuardArgs) -> Result<ExitCode, Failure> {
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines() {
             let Ok(line) = line else { break };
-            if let Some(message) = Message::parse(&line) {
-                if tx.send(message).is_err() {
-                    return;
-                }
+            if let Some(message) = Message::parse(&line)
+                && tx.send(message).is_err()
+            {
+                return;
             }
         }
         // End of file: `run` closed the socket or died; dropping `tx` says so.

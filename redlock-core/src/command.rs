@@ -746,7 +746,7 @@ impl<'a> RedisForm<'a> {
                     let Some(key) = spec.keys().nth(part / 2) else {
                         return;
                     };
-                    if part % 2 == 0 {
+                    if part.is_multiple_of(2) {
                         [
                             Bytes(b"ZADD"),
                             Fence(key),

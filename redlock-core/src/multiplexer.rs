@@ -393,10 +393,10 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// a stale or a duplicate one changes nothing else.
     pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
         let origin = id.origin().lock();
-        if let Some(node) = self.nodes.get_mut(id.node()) {
-            if let Some(at) = node.busy.iter().position(|lock| *lock == origin) {
-                node.busy.swap_remove(at);
-            }
+        if let Some(node) = self.nodes.get_mut(id.node())
+            && let Some(at) = node.busy.iter().position(|lock| *lock == origin)
+        {
+            node.busy.swap_remove(at);
         }
         let Some(&lock) = self.routes.get(&origin) else {
             return;

@@ -20,6 +20,8 @@
 //! assert_eq!(nodes.count_holding("k", "v"), 1);
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod cluster;
 mod error;
 mod inspect;

@@ -29,6 +29,8 @@
 //! `redlock-core`), never spawns, never sleeps and holds no connection. It is the adapters'
 //! shared code: use an adapter crate.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod answer;
 mod builder;
 mod clock;

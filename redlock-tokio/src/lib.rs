@@ -64,6 +64,8 @@
 //! Everything must run inside a tokio runtime (the `time` driver enabled); called elsewhere, an
 //! operation fails at once with [`Error::NoRuntime`], which says what is missing.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 use std::future::Future;
 use std::time::Instant;
 

@@ -228,15 +228,15 @@ impl<'a> Reading<'a> {
         same_drain: bool,
     ) -> Outcome<()> {
         let node = id.node();
-        if let Phase::Collecting(round) = &mut self.phase {
-            if round.batch == id.batch() {
-                prop_assert!(same_drain, "a round's requests went out in separate drains");
-                prop_assert!(
-                    round.mark_sent(node),
-                    "node {node} asked twice in one round"
-                );
-                return Ok(());
-            }
+        if let Phase::Collecting(round) = &mut self.phase
+            && round.batch == id.batch()
+        {
+            prop_assert!(same_drain, "a round's requests went out in separate drains");
+            prop_assert!(
+                round.mark_sent(node),
+                "node {node} asked twice in one round"
+            );
+            return Ok(());
         }
         self.open_round(at, id, command)
     }
@@ -343,18 +343,18 @@ impl<'a> Reading<'a> {
     /// wait for the release's answers).
     fn pause_once_released(&mut self, at: At) {
         let x = self.x;
-        if let Phase::CleaningUp { batch, seen } = &self.phase {
-            if seen.iter().all(|s| *s) {
-                let mut release =
-                    Batch::new(*batch, Op::DeleteIfEquals, at, at + x.node_timeout, x.nodes);
-                release.sent.fill(true);
-                self.phase = Phase::Pausing {
-                    since: at,
-                    until: None,
-                    release,
-                    waited_when_settled: false,
-                };
-            }
+        if let Phase::CleaningUp { batch, seen } = &self.phase
+            && seen.iter().all(|s| *s)
+        {
+            let mut release =
+                Batch::new(*batch, Op::DeleteIfEquals, at, at + x.node_timeout, x.nodes);
+            release.sent.fill(true);
+            self.phase = Phase::Pausing {
+                since: at,
+                until: None,
+                release,
+                waited_when_settled: false,
+            };
         }
     }
 

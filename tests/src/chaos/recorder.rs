@@ -96,14 +96,14 @@ impl Recorder {
             windows.sort_by_key(|w| (w.acquired_at, w.end()));
             let mut reaching: Option<Window> = None;
             for window in windows {
-                if let Some(earlier) = reaching {
-                    if window.acquired_at < earlier.end() {
-                        found.push(Overlap {
-                            first: earlier,
-                            second: window,
-                            length: earlier.end().min(window.end()) - window.acquired_at,
-                        });
-                    }
+                if let Some(earlier) = reaching
+                    && window.acquired_at < earlier.end()
+                {
+                    found.push(Overlap {
+                        first: earlier,
+                        second: window,
+                        length: earlier.end().min(window.end()) - window.acquired_at,
+                    });
                 }
                 if reaching.is_none_or(|r| window.end() > r.end()) {
                     reaching = Some(window);

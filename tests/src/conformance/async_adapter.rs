@@ -154,10 +154,10 @@ impl<E: TestExecutor> Adapter for AsyncAdapter<E> {
                 if start.elapsed() >= hold {
                     break false;
                 }
-                if start.elapsed() >= midway_at {
-                    if let Some(midway) = midway.take() {
-                        helper = Some(E::spawn_blocking(midway));
-                    }
+                if start.elapsed() >= midway_at
+                    && let Some(midway) = midway.take()
+                {
+                    helper = Some(E::spawn_blocking(midway));
                 }
                 if E::timeout(Duration::from_millis(20), lease.lost())
                     .await

@@ -88,10 +88,10 @@ impl Adapter for Blocking {
                 if start.elapsed() >= hold {
                     break false;
                 }
-                if start.elapsed() >= midway_at {
-                    if let Some(midway) = midway.take() {
-                        helper = Some(thread::spawn(midway));
-                    }
+                if start.elapsed() >= midway_at
+                    && let Some(midway) = midway.take()
+                {
+                    helper = Some(thread::spawn(midway));
                 }
                 if lease.wait_lost(Duration::from_millis(20)) {
                     break true;

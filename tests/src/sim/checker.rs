@@ -258,19 +258,19 @@ impl Checker {
             // Sweep in start order, remembering the claim that reaches furthest.
             let mut furthest: Option<&Claim> = None;
             for claim in claims {
-                if let Some(prev) = furthest {
-                    if claim.start < prev.end {
-                        let v = Violation {
-                            kind: ViolationKind::Overlap,
-                            resource: resource.to_vec(),
-                            first: prev.clone(),
-                            second: claim.clone(),
-                        };
-                        if found.as_ref().is_none_or(|f| v.overlap().0 < f.overlap().0) {
-                            found = Some(v);
-                        }
-                        break;
+                if let Some(prev) = furthest
+                    && claim.start < prev.end
+                {
+                    let v = Violation {
+                        kind: ViolationKind::Overlap,
+                        resource: resource.to_vec(),
+                        first: prev.clone(),
+                        second: claim.clone(),
+                    };
+                    if found.as_ref().is_none_or(|f| v.overlap().0 < f.overlap().0) {
+                        found = Some(v);
                     }
+                    break;
                 }
                 if furthest.is_none_or(|p| claim.end > p.end) {
                     furthest = Some(claim);
