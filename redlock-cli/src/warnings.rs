@@ -236,10 +236,13 @@ pub(crate) fn warnings(
             );
         }
         if let Some(message) = persistence(&facts.persistence, max_ttl) {
-            warn("persistence", message);
-            if let (Some(last), Ok(_)) = (out.last_mut(), &facts.persistence) {
-                last.strict = false;
-            }
+            // Settings it could read are covered by restart-aware voting: not for --strict.
+            out.push(Warning {
+                node: label.clone(),
+                kind: "persistence",
+                message,
+                strict: facts.persistence.is_err(),
+            });
         }
     }
     out

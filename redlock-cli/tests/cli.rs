@@ -215,13 +215,10 @@ fn acquire_in_one_process_extend_and_release_in_others() {
 /// `MULTI; PEXPIRE … GT; GET …; EXEC`, which raise a key's TTL and never shorten it.
 #[test]
 fn hand_over_by_token_on_nodes_that_run_no_script() {
-    let valkey = std::env::var("VALKEY9_SERVER").unwrap_or_else(|_| {
-        panic!(
-            "set VALKEY9_SERVER to a valkey-server 9.1 (`scripts/ensure-valkey.sh 9.1` fetches \
-             one; scripts/test.sh does it)"
-        )
-    });
-    let options = ServerOptions::new().binary(valkey).deny_scripting(true);
+    let options = ServerOptions::new()
+        .valkey9()
+        .unwrap_or_else(|err| panic!("{err}"))
+        .deny_scripting(true);
     let nodes = Servers::start_with(3, &options);
     let output = redlock(&nodes, &["acquire", "deploy", "--ttl", "20s"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));

@@ -134,9 +134,8 @@ impl Extend {
     /// Leaves out the nodes `not_held` marks: they said our token does not hold the lock there,
     /// and count as [`Vote::Refused`] without being asked.
     pub(crate) fn skip_not_held(&mut self, not_held: &[bool]) {
-        if not_held.iter().any(|&gone| gone) {
-            let asked: Vec<bool> = not_held.iter().map(|&gone| !gone).collect();
-            self.round.ask_only(&asked, Vote::Refused);
+        for (node, _) in not_held.iter().enumerate().filter(|(_, gone)| **gone) {
+            self.round.leave_out(node, Vote::Refused);
         }
     }
 

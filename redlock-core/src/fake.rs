@@ -44,6 +44,14 @@ pub enum ExtendSemantics {
 }
 
 impl ExtendSemantics {
+    /// A key's expiry after an extension to `asked` from `at`.
+    fn expiry(self, at: Duration, asked: Duration) -> Duration {
+        match self {
+            Self::Pexpire => asked,
+            Self::NeverShorten => at.max(asked),
+        }
+    }
+
     /// What the engine's extend script does, as the engine declares it
     /// ([`EXTEND_NEVER_SHORTENS`]).
     pub fn of_engine() -> Self {
@@ -464,10 +472,7 @@ impl FakeNode {
                 let expires = now.saturating_add(Duration::from_millis(ttl_ms));
                 for key in keys {
                     if let Some((_, at)) = self.keys.get_mut(key) {
-                        *at = match self.extend {
-                            ExtendSemantics::Pexpire => expires,
-                            ExtendSemantics::NeverShorten => (*at).max(expires),
-                        };
+                        *at = self.extend.expiry(*at, expires);
                     }
                 }
                 Reply::Int(1)
@@ -626,10 +631,7 @@ impl FakeNode {
                     .keys()
                     .map(|key| match self.keys.get_mut(key) {
                         Some((_, at)) => {
-                            let raised = match self.extend {
-                                ExtendSemantics::Pexpire => expires,
-                                ExtendSemantics::NeverShorten => (*at).max(expires),
-                            };
+                            let raised = self.extend.expiry(*at, expires);
                             let changed = raised != *at;
                             *at = raised;
                             Reply::Int(i64::from(changed))

@@ -595,7 +595,7 @@ impl Lifecycle {
             acquired.then(|| u64::try_from(lease.ttl().as_millis()).unwrap_or(u64::MAX));
         let renewal =
             auto_extend.then(|| Renewal::new(now, &lease, self.config.node_timeout(lease.ttl())));
-        let mut not_held = vec![false; self.config.nodes()];
+        let mut not_held = Vec::new();
         mark_not_held(&mut not_held, lease.votes());
         self.ready = Some(LockEvent::Acquired(lease.clone()));
         self.held_since = Some(now);
@@ -642,7 +642,14 @@ impl Lifecycle {
 }
 
 /// Marks the nodes whose vote says our token does not hold the lock there.
-fn mark_not_held(not_held: &mut [bool], votes: &[Vote]) {
+/// Empty until a node first refuses: the common lock never allocates for it.
+fn mark_not_held(not_held: &mut Vec<bool>, votes: &[Vote]) {
+    if not_held.is_empty() {
+        if !votes.contains(&Vote::Refused) {
+            return;
+        }
+        not_held.resize(votes.len(), false);
+    }
     for (mark, vote) in not_held.iter_mut().zip(votes) {
         *mark |= *vote == Vote::Refused;
     }

@@ -740,6 +740,14 @@ fn nodes_without_scripts() -> Vec<FakeNode> {
     nodes
 }
 
+/// Five nodes, no restart check (the nodes without scripts above have no proof to offer).
+fn config_without_restart_check() -> Config {
+    Config::builder(5)
+        .restart_aware(false)
+        .build()
+        .expect("valid")
+}
+
 fn extension_targets(net: &Net<'_>, from: usize) -> Vec<usize> {
     net.sent[from..]
         .iter()
@@ -754,10 +762,7 @@ fn extension_targets(net: &Net<'_>, from: usize) -> Vec<usize> {
 /// held" — is never asked again, so another holder's key there is never lengthened.
 #[test]
 fn a_node_that_said_not_held_is_never_asked_to_extend_again() {
-    let config = Config::builder(5)
-        .restart_aware(false)
-        .build()
-        .expect("valid");
+    let config = config_without_restart_check();
     let mut nodes = nodes_without_scripts();
     let mut net = Net::new(&mut nodes, epoch());
     let mut lock =
@@ -800,10 +805,7 @@ fn a_node_that_said_not_held_is_never_asked_to_extend_again() {
 /// again, and its keys never shortened.
 #[test]
 fn a_lock_is_resumed_and_extended_on_nodes_that_run_no_script() {
-    let config = Config::builder(5)
-        .restart_aware(false)
-        .build()
-        .expect("valid");
+    let config = config_without_restart_check();
     let mut nodes = nodes_without_scripts();
     for node in &mut nodes {
         node.keys.clear();

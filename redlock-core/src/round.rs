@@ -155,15 +155,16 @@ impl<A: NodeAnswer> Round<A> {
 
     /// Asks only the nodes `only` marks; the others count as `skipped` from the start.
     pub(crate) fn ask_only(&mut self, only: &[bool], skipped: A) {
-        for (node, asked) in only.iter().enumerate() {
-            if let (Some(skip), Some(answer)) =
-                (self.skip.get_mut(node), self.answers.get_mut(node))
-            {
-                *skip = !asked;
-                if !asked {
-                    *answer = skipped;
-                }
-            }
+        for (node, _) in only.iter().enumerate().filter(|(_, asked)| !**asked) {
+            self.leave_out(node, skipped);
+        }
+    }
+
+    /// Does not ask `node`: it counts as `answer` from the start.
+    pub(crate) fn leave_out(&mut self, node: usize, answer: A) {
+        if let (Some(skip), Some(slot)) = (self.skip.get_mut(node), self.answers.get_mut(node)) {
+            *skip = true;
+            *slot = answer;
         }
     }
 

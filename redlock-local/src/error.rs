@@ -26,6 +26,13 @@ pub enum HarnessError {
          (`export VALKEY_SERVER=$(scripts/ensure-valkey.sh)` fetches one; scripts/test.sh does it)"
     )]
     MissingValkey,
+    /// A Valkey 9.1 server was asked for and `$VALKEY9_SERVER` is not set.
+    #[error(
+        "this test runs Valkey 9.1 nodes: set VALKEY9_SERVER=/path/to/valkey-server \
+         (`export VALKEY9_SERVER=$(scripts/ensure-valkey.sh 9.1)` fetches one; scripts/test.sh \
+         does it)"
+    )]
+    MissingValkey9,
     /// The binary exists but could not be run.
     #[error("could not run `{binary}`: {source}")]
     Spawn {

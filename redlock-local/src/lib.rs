@@ -39,6 +39,7 @@ pub use inspect::INSPECT_TIMEOUT;
 pub use nodes::{NODES_ENV, Nodes};
 pub use options::{
     DENY_SCRIPTING_ENV, MIX_ENV, REDIS_SERVER_ENV, ServerOptions, VALKEY_SERVER_ENV,
+    VALKEY9_SERVER_ENV,
 };
 pub use port::PORTS_ENV;
 pub use server::RedisServer;

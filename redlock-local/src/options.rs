@@ -13,6 +13,9 @@ pub const REDIS_SERVER_ENV: &str = "REDIS_SERVER";
 /// Environment variable naming a `valkey-server` binary, for [`ServerOptions::valkey`]
 /// (`scripts/ensure-valkey.sh` fetches one and prints its path).
 pub const VALKEY_SERVER_ENV: &str = "VALKEY_SERVER";
+/// Environment variable naming a `valkey-server` 9.1 (native commands; `scripts/test.sh` sets
+/// it from `scripts/ensure-valkey.sh 9.1`).
+pub const VALKEY9_SERVER_ENV: &str = "VALKEY9_SERVER";
 
 /// Environment variable that, set to `1`, makes every server the harness starts without
 /// credentials of its own take its clients as an ACL user denied `@scripting` (`+@all
@@ -91,6 +94,17 @@ impl ServerOptions {
         match env::var_os(VALKEY_SERVER_ENV).filter(|value| !value.is_empty()) {
             Some(path) => Ok(self.binary(path)),
             None => Err(HarnessError::MissingValkey),
+        }
+    }
+
+    /// Runs the `valkey-server` 9.1 that [`VALKEY9_SERVER_ENV`] names.
+    ///
+    /// # Errors
+    /// [`HarnessError::MissingValkey9`] if the variable is not set.
+    pub fn valkey9(self) -> Result<Self, HarnessError> {
+        match env::var_os(VALKEY9_SERVER_ENV).filter(|value| !value.is_empty()) {
+            Some(path) => Ok(self.binary(path)),
+            None => Err(HarnessError::MissingValkey9),
         }
     }
 

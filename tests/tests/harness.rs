@@ -382,16 +382,10 @@ fn dropping_a_stalled_proxy_closes_its_connections() {
 /// The servers a local cluster runs on: Redis 7 (`$REDIS_SERVER` or `redis-server`) and Valkey
 /// 9.1 (`$VALKEY9_SERVER`, which `scripts/test.sh` sets; missing, the test fails loudly).
 fn cluster_servers() -> Vec<(&'static str, ServerOptions)> {
-    let valkey = std::env::var("VALKEY9_SERVER").unwrap_or_else(|_| {
-        panic!(
-            "set VALKEY9_SERVER to a valkey-server 9.1 (`scripts/ensure-valkey.sh 9.1` fetches \
-             one; scripts/test.sh does it)"
-        )
-    });
-    vec![
-        ("redis", ServerOptions::new()),
-        ("valkey 9.1", ServerOptions::new().binary(valkey)),
-    ]
+    let valkey = ServerOptions::new()
+        .valkey9()
+        .unwrap_or_else(|err| panic!("{err}"));
+    vec![("redis", ServerOptions::new()), ("valkey 9.1", valkey)]
 }
 
 #[test]

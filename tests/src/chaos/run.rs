@@ -51,8 +51,6 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
         "[chaos] real processes and the OS scheduler are not deterministic: a seed replays the \
          fault schedule and the clients' choices, not the interleavings"
     );
-    /// The Valkey 9.1 binary of the native node.
-    const VALKEY9_SERVER_ENV: &str = "VALKEY9_SERVER";
     let redis_nodes = config.nodes.saturating_sub(config.valkey_nodes);
     let each: Vec<ServerOptions> = (0..config.nodes)
         .map(|node| {
@@ -60,15 +58,10 @@ pub fn run(config: &ChaosConfig) -> ChaosReport {
             if node < redis_nodes {
                 Ok(options)
             } else if config.native_node && node + 1 == config.nodes {
-                std::env::var_os(VALKEY9_SERVER_ENV)
-                    .filter(|path| !path.is_empty())
-                    .map(|path| options.binary(path).deny_scripting(true))
-                    .ok_or_else(|| {
-                        format!(
-                            "set {VALKEY9_SERVER_ENV} to a valkey-server 9.1 \
-                             (scripts/ensure-valkey.sh 9.1 prints one)"
-                        )
-                    })
+                options
+                    .valkey9()
+                    .map(|options| options.deny_scripting(true))
+                    .map_err(|err| err.to_string())
             } else {
                 options.valkey().map_err(|err| err.to_string())
             }
