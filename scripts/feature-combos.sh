@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every adapter beside every other, each with and without its features: one project may depend
 # on any of them, and cargo unifies the `redis` crate's features across the build. Each line
-# below is one such project (`cargo check` of those packages together, features as listed);
-# a combination that cannot build fails here, as it would for a user.
+# below is one such project (`cargo clippy` of those packages together, features as listed);
+# a combination that cannot build, or builds with a warning, fails here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,11 +14,13 @@ combos=(
   "-p redlock-tokio -p redlock-async-std -p redlock-blocking --features redlock-blocking/tls,redlock-tokio/metrics"
   "-p redlock-tokio --no-default-features"
   "-p redlock-async-std --no-default-features"
+  "-p redlock-smol --no-default-features"
+  "-p redlock-smol -p redlock-tokio --features redlock-smol/tls"
   "-p redlock-blocking --no-default-features"
 )
 for combo in "${combos[@]}"; do
-  echo "== cargo check $combo"
+  echo "== cargo clippy $combo"
   # shellcheck disable=SC2086
-  cargo check -q $combo
+  cargo clippy -q $combo -- -D warnings
 done
 echo "every combination builds"

@@ -19,20 +19,20 @@
 #    categories; no file is above 1 MiB and the .crate stays far below crates.io's 10 MiB limit.
 #
 # Why not more:
-# - `redlock-async-driver` does not build with its default features (the `redis` crate's async
-#   connections need `tokio` or `smol`), so the verification turns on `redlock-async-driver/tokio`.
-#   Fix that crate's [features] (a default, or a clear compile_error!) and drop the flag.
-#   docs.rs builds it with all features ([package.metadata.docs.rs]).
+# - Each tarball is verified with its default features only. `redlock-redis` builds without any
+#   (its async client is behind `tokio` / `smol`, its blocking one behind `blocking`); the
+#   adapters turn on what they need, so their verification builds those paths. docs.rs builds
+#   every crate with all features ([package.metadata.docs.rs]).
 # - Tests, examples and benches are not built from the tarballs (cargo's verification does not);
 #   dev-dependencies without a version are stripped from the package, so some cannot be.
 # - `cargo publish --dry-run` would also check the crates.io upload itself, but it needs every
 #   dependency on crates.io already; ours are not. Category slugs and crate-name availability
-#   on crates.io are not checked here (crates.io is the judge; `redlock-async-driver` is taken by an
-#   unrelated crate today).
+#   on crates.io are not checked here (crates.io is the judge). `redlock` and `redlock-rs` there
+#   are an older, unrelated crate family; none of our crates takes either name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-crates=(redlock-core redlock-redis redlock-async-driver redlock-tokio redlock-async-std
+crates=(redlock-core redlock-redis redlock-tokio redlock-smol redlock-async-std
   redlock-blocking redlock-local redlock-cli)
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
 target_dir="$(cargo metadata --format-version 1 --no-deps |
@@ -66,8 +66,7 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 echo "== cargo package --workspace (build and verify each .crate)"
 if ! cargo package --workspace --allow-dirty \
-  --exclude redlock-tests --exclude redlock-bench \
-  --features redlock-async-driver/tokio 2>&1 | tee "$log"; then
+  --exclude redlock-tests --exclude redlock-bench 2>&1 | tee "$log"; then
   echo "package-check: FAILED: cargo package (above)" >&2
   exit 1
 fi

@@ -49,7 +49,9 @@
 //! - It never blocks an executor thread (no `block_on`, also not in `Drop`).
 //! - It never opens a connection per command.
 //! - It never puts a password in an error, a log line or a `Debug` output.
-
+//!
+//! # Features
+#![doc = document_features::document_features!()]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::future::Future;
@@ -61,7 +63,7 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy)]
 pub struct AsyncStd;
 
-impl redlock_async_driver::Runtime for AsyncStd {
+impl redlock_redis::aio::Runtime for AsyncStd {
     fn current() -> Result<Self, &'static str> {
         // async-std's executor is global: there is always one.
         Ok(Self)
@@ -81,9 +83,10 @@ impl redlock_async_driver::Runtime for AsyncStd {
 
 /// A Redlock client over N independent Redis masters, on async-std. Cheap to clone and share:
 /// clones use the same connections.
-pub type Redlock = redlock_async_driver::Redlock<AsyncStd>;
+pub type Redlock = redlock_redis::aio::Redlock<AsyncStd>;
 /// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
-pub type RedlockBuilder = redlock_async_driver::RedlockBuilder<AsyncStd>;
-pub use redlock_async_driver::Lock;
+pub type RedlockBuilder = redlock_redis::aio::RedlockBuilder<AsyncStd>;
+/// A held lock; dropping it releases it in the background.
+pub type Lock = redlock_redis::aio::Lock;
 
 pub use redlock_redis::api::*;

@@ -62,16 +62,11 @@
 //! delays later requests to that node (up to the I/O timeout each) — they count as timed out
 //! for their lock, which the other nodes decide without them. A waiting lock hears releases
 //! through one subscriber thread per node, started on first contention.
-
+//!
+//! # Features
+#![doc = document_features::document_features!()]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod client;
-mod conn;
-mod driver;
-mod lock;
-mod notices;
-mod with_lock;
-
-pub use client::{Redlock, RedlockBuilder};
-pub use lock::Lock;
 pub use redlock_redis::api::*;
+// The blocking watch (with `wait_lost`) shadows the shared one of `api`.
+pub use redlock_redis::blocking::{LeaseWatch, Lock, Redlock, RedlockBuilder};

@@ -24,6 +24,7 @@ use crate::validity::Ttl;
 
 /// Why an extension did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ExtendFailure {
     /// The lease's validity had passed before the extension started: nothing was sent.
     Expired,

@@ -175,7 +175,9 @@
 //! is live says so ([`Lifecycle::trust`], [`TRUST_SCRIPT`]: epoch `0` = trusted). The feature can
 //! be turned off ([`ConfigBuilder::restart_aware`]) — unsafe unless nodes persist every write or
 //! restarts are delayed by the longest TTL.
-
+//!
+//! # Features
+#![doc = document_features::document_features!()]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
     not(test),

@@ -16,6 +16,7 @@ pub(crate) struct Tally {
 
 /// Why a round was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FailureReason {
     /// Enough nodes answered to form a quorum, but some are held by another token.
     Contended,

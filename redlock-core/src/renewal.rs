@@ -15,6 +15,7 @@ use crate::lease::Lease;
 
 /// Why a held lock was given up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LossCause {
     /// An extension found too few nodes still holding our token (it expired there, or was
     /// deleted, or the node lost its memory).

@@ -15,6 +15,7 @@ use crate::spec::LockSpec;
 
 /// One node's answer in an acquire or extend round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Vote {
     /// No answer yet (the round was decided without it).
     Pending,
@@ -39,6 +40,7 @@ pub enum Vote {
 
 /// One node's answer to a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum NodeRelease {
     /// No answer yet.
     Pending,

@@ -19,7 +19,9 @@
 //! nodes[1].set("k", "v");
 //! assert_eq!(nodes.count_holding("k", "v"), 1);
 //! ```
-
+//!
+//! # Features
+#![doc = document_features::document_features!()]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod cluster;

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
+#[cfg(feature = "blocking")]
 use std::time::{Duration, Instant};
 
 struct State<T> {
@@ -29,14 +30,14 @@ impl<T> Slot<T> {
 
 /// The driver's end: answers once, or, dropped unanswered, tells the caller that no answer
 /// will come.
-pub struct Responder<T> {
+pub(crate) struct Responder<T> {
     slot: Arc<Slot<T>>,
 }
 
 /// The caller's end: `.await` it, or [`wait`](Answer::wait) for it. `None` means the driver
 /// stopped without answering. Dropping it unread drops the answer when it comes (a lock handle
 /// in it then releases its lock as any dropped handle does).
-pub struct Answer<T> {
+pub(crate) struct Answer<T> {
     slot: Arc<Slot<T>>,
 }
 
@@ -47,7 +48,7 @@ impl<T> std::fmt::Debug for Answer<T> {
 }
 
 /// A responder and its answer.
-pub fn answer<T>() -> (Responder<T>, Answer<T>) {
+pub(crate) fn answer<T>() -> (Responder<T>, Answer<T>) {
     let slot = Arc::new(Slot {
         state: Mutex::new(State {
             value: None,
@@ -62,7 +63,7 @@ pub fn answer<T>() -> (Responder<T>, Answer<T>) {
 
 impl<T> Responder<T> {
     /// Answers; gives the value back if nobody waits for it any more.
-    pub fn send(self, value: T) -> Result<(), T> {
+    pub(crate) fn send(self, value: T) -> Result<(), T> {
         let mut state = self.slot.state();
         if state.abandoned {
             return Err(value);
@@ -73,7 +74,8 @@ impl<T> Responder<T> {
     }
 
     /// Whether the caller dropped its answer.
-    pub fn is_abandoned(&self) -> bool {
+    #[cfg(all(test, feature = "blocking"))]
+    fn is_abandoned(&self) -> bool {
         self.slot.state().abandoned
     }
 }
@@ -94,7 +96,8 @@ impl<T> Drop for Responder<T> {
 
 impl<T> Answer<T> {
     /// Blocks the calling thread until the answer comes; `None` if the driver stopped first.
-    pub fn wait(self) -> Option<T> {
+    #[cfg(feature = "blocking")]
+    pub(crate) fn wait(self) -> Option<T> {
         let mut state = self.slot.state();
         while !state.closed {
             state = self
@@ -107,7 +110,8 @@ impl<T> Answer<T> {
     }
 
     /// Blocks at most `timeout`; gives the answer back unread if it has not come by then.
-    pub fn wait_timeout(self, timeout: Duration) -> Result<Option<T>, Self> {
+    #[cfg(feature = "blocking")]
+    pub(crate) fn wait_timeout(self, timeout: Duration) -> Result<Option<T>, Self> {
         let deadline = Instant::now() + timeout;
         {
             let mut state = self.slot.state();
@@ -159,7 +163,8 @@ impl<T> Drop for Answer<T> {
     }
 }
 
-#[cfg(test)]
+// The blocking waits are the blocking client's.
+#[cfg(all(test, feature = "blocking"))]
 mod tests {
     use super::*;
 

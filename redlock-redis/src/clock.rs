@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 /// One reading of both clocks, in nanoseconds (any values: odd ones never panic).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Readings {
+pub(crate) struct Readings {
     /// `CLOCK_MONOTONIC`: stops during a suspend.
     pub monotonic_ns: i128,
     /// `CLOCK_BOOTTIME`: counts a suspend.
@@ -65,7 +65,7 @@ pub(crate) const READING_BOUND: Duration = Duration::from_millis(1);
 /// Returns the instant and the suspend time it counts. A gap that shrank counts as no suspend;
 /// nothing here panics or overflows (a sum past what `Instant` can hold, which real clocks
 /// never reach, gives `instant_now`).
-pub fn suspend_adjusted(
+pub(crate) fn suspend_adjusted(
     instant_now: Instant,
     at_start: Readings,
     now: Readings,
@@ -88,7 +88,7 @@ pub fn suspend_adjusted(
 /// A clock whose [`Clock::now`] counts suspend time on Linux (see the module docs). Cheap to
 /// clone (one `Arc`); clones share what they have seen, so none of them moves backwards.
 #[derive(Debug, Clone)]
-pub struct Clock {
+pub(crate) struct Clock {
     /// The readings when the clock was created (`None`: no suspend-aware clock here).
     at_start: Option<Readings>,
     /// The largest suspend time returned so far, in ns.
@@ -103,7 +103,7 @@ impl Default for Clock {
 
 impl Clock {
     /// A clock that counts suspend time from now on.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             at_start: read(Order::BoottimeFirst),
             suspended_ns: Arc::new(AtomicU64::new(0)),
@@ -113,7 +113,7 @@ impl Clock {
     /// The current instant: `Instant::now()` plus the suspend time since [`Clock::new`]
     /// (Linux), or `Instant::now()` (elsewhere). Never earlier than `Instant::now()` read
     /// before the call, and never earlier than an earlier result of this clock or its clones.
-    pub fn now(&self) -> Instant {
+    pub(crate) fn now(&self) -> Instant {
         let instant_now = Instant::now();
         let (Some(at_start), Some(now)) = (self.at_start, read(Order::MonotonicFirst)) else {
             return instant_now;
@@ -141,7 +141,7 @@ impl Clock {
     }
 
     /// The suspend time counted so far (zero where the clock does not count it).
-    pub fn suspended(&self) -> Duration {
+    pub(crate) fn suspended(&self) -> Duration {
         Duration::from_nanos(self.suspended_ns.load(Ordering::Acquire))
     }
 }

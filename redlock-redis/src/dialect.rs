@@ -34,7 +34,8 @@ fn probe() -> redis::Pipeline {
 /// Asks a blocking connection's node what it can run. An error means the node did not
 /// answer at all (the connection is not usable); a node that answers with errors runs
 /// [`Dialect::SCRIPTS`].
-pub fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, redis::RedisError> {
+#[cfg(feature = "blocking")]
+pub(crate) fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, redis::RedisError> {
     let values = probe().query::<Vec<Value>>(conn)?;
     answerable(&values)?;
     Ok(from_replies(&values))
@@ -42,7 +43,7 @@ pub fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, redis::Re
 
 /// [`detect`] on an async connection.
 #[cfg(any(feature = "tokio", feature = "smol"))]
-pub async fn detect_async<C: redis::aio::ConnectionLike>(
+pub(crate) async fn detect_async<C: redis::aio::ConnectionLike>(
     conn: &mut C,
 ) -> Result<Dialect, redis::RedisError> {
     let values = probe().query_async::<Vec<Value>>(conn).await?;

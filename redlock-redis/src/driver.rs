@@ -26,14 +26,14 @@ use crate::telemetry;
 
 /// The longest a driver sleeps while any lock runs: how soon after a machine suspend it sees
 /// the time that passed (see [`DriverState::sleep_target`]).
-pub const SUSPEND_CHECK: Duration = Duration::from_secs(1);
+pub(crate) const SUSPEND_CHECK: Duration = Duration::from_secs(1);
 
 /// How long a release by token waits for answers: the node timeout of a lock with this TTL
 /// (1 s with the default settings).
 const RELEASE_BY_TOKEN_TTL: Duration = Duration::from_secs(10);
 
 /// A message from a handle (or the client) to its driver.
-pub enum Call {
+pub(crate) enum Call {
     /// Acquire (or, with `resume`, resume by token) the lock `request` describes as lock `id`.
     Acquire {
         /// The lock's id.
@@ -97,7 +97,7 @@ pub enum Call {
 }
 
 /// How calls reach a driver: its adapter's channel.
-pub trait Post: Send + Sync + 'static {
+pub(crate) trait Post: Send + Sync + 'static {
     /// Delivers `call`, or drops it (its answer slot with it, which tells the caller that the
     /// driver stopped) if the driver is gone.
     fn post(&self, call: Call);
@@ -105,7 +105,7 @@ pub trait Post: Send + Sync + 'static {
 
 /// What a driver's shell must do next ([`DriverState::poll_output`]).
 #[derive(Debug)]
-pub enum Output {
+pub(crate) enum Output {
     /// Write this batch to its node, as one pipeline; hand every reply back.
     Transmit(Batch),
     /// Make every node's release-notice subscriber apply this change.
@@ -134,18 +134,18 @@ enum Waiting {
 /// The ids of a client's locks: unique per client, whichever driver (an async client restarts
 /// its driver on another runtime if the first one stopped) runs them.
 #[derive(Debug, Default)]
-pub struct LockIds(AtomicU64);
+pub(crate) struct LockIds(AtomicU64);
 
 impl LockIds {
     /// The next id.
-    pub fn next(&self) -> LockId {
+    pub(crate) fn next(&self) -> LockId {
         LockId::new(self.0.fetch_add(1, Ordering::Relaxed))
     }
 }
 
 /// Starts an acquisition (or resumption) through `driver`: the call goes out now, and the
 /// returned [`Pending`] abandons it if dropped before the answer.
-pub fn acquire(
+pub(crate) fn acquire(
     driver: Arc<dyn Post>,
     ids: &LockIds,
     request: LockRequest,
@@ -163,7 +163,7 @@ pub fn acquire(
 }
 
 /// Starts a release by token through `driver`.
-pub fn release_by_token(
+pub(crate) fn release_by_token(
     driver: &dyn Post,
     ids: &LockIds,
     resource: Vec<u8>,
@@ -179,7 +179,7 @@ pub fn release_by_token(
 }
 
 /// Starts marking every node trusted through `driver`.
-pub fn trust(driver: &dyn Post, ids: &LockIds) -> crate::Answer<Vec<NodeReport<Vote>>> {
+pub(crate) fn trust(driver: &dyn Post, ids: &LockIds) -> crate::Answer<Vec<NodeReport<Vote>>> {
     let (responder, answer) = answer();
     driver.post(Call::Trust {
         id: ids.next(),
@@ -189,14 +189,14 @@ pub fn trust(driver: &dyn Post, ids: &LockIds) -> crate::Answer<Vec<NodeReport<V
 }
 
 /// Asks `driver` to answer once every request sent so far was answered.
-pub fn flush(driver: &dyn Post) -> crate::Answer<()> {
+pub(crate) fn flush(driver: &dyn Post) -> crate::Answer<()> {
     let (responder, answer) = answer();
     driver.post(Call::Flush { answer: responder });
     answer
 }
 
 /// A client driver's state: the engine's multiplexer and the callers waiting on it.
-pub struct DriverState {
+pub(crate) struct DriverState {
     mux: Multiplexer<chacha20::ChaCha20Rng>,
     labels: Arc<[Arc<str>]>,
     /// Handed to every lock handle, so that it can reach this driver.
@@ -214,7 +214,7 @@ pub struct DriverState {
 impl DriverState {
     /// A driver's state for `config`'s nodes named `labels`; `post` reaches this driver, and
     /// every `now` handed in must come from `clock`.
-    pub fn new(
+    pub(crate) fn new(
         config: redlock_core::Config,
         labels: Arc<[Arc<str>]>,
         post: Arc<dyn Post>,
@@ -233,12 +233,12 @@ impl DriverState {
     }
 
     /// Whether the driver may end: the client is gone, no lock runs, nothing is in flight.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.client_gone && self.mux.is_idle()
     }
 
     /// A call from a handle or the client.
-    pub fn handle_call(&mut self, now: Instant, call: Call) {
+    pub(crate) fn handle_call(&mut self, now: Instant, call: Call) {
         match call {
             Call::Acquire {
                 id,
@@ -321,7 +321,7 @@ impl DriverState {
     }
 
     /// The replies to a batch sent to a node (or error replies for a transport that failed).
-    pub fn handle_replies(
+    pub(crate) fn handle_replies(
         &mut self,
         now: Instant,
         replies: impl IntoIterator<Item = (RequestId, Reply)>,
@@ -333,13 +333,13 @@ impl DriverState {
     }
 
     /// A release notice on `channel`.
-    pub fn handle_notice(&mut self, now: Instant, channel: &[u8]) {
+    pub(crate) fn handle_notice(&mut self, now: Instant, channel: &[u8]) {
         self.mux.handle_notice(now, channel);
         self.deliver(now);
     }
 
     /// Lets deadlines up to `now` pass.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.mux.handle_timeout(now);
         self.deliver(now);
     }
@@ -347,7 +347,7 @@ impl DriverState {
     /// The next thing the shell must do, after letting a deadline that is due pass (by the
     /// clock): write a batch, apply a change of release channels, or end. Call until `None`
     /// after every input; then wait for the next input or [`poll_timeout`](Self::poll_timeout).
-    pub fn poll_output(&mut self) -> Option<Output> {
+    pub(crate) fn poll_output(&mut self) -> Option<Output> {
         loop {
             if let Some(batch) = self.mux.poll_transmit() {
                 return Some(Output::Transmit(batch));
@@ -370,17 +370,17 @@ impl DriverState {
     }
 
     /// Every release channel to listen on, for a subscriber connection that (re)starts.
-    pub fn channels(&self) -> Vec<Vec<u8>> {
+    pub(crate) fn channels(&self) -> Vec<Vec<u8>> {
         self.mux.channels().map(<[u8]>::to_vec).collect()
     }
 
     /// When to call [`handle_timeout`](DriverState::handle_timeout) next, and why.
-    pub fn poll_timeout(&self) -> Option<Timeout> {
+    pub(crate) fn poll_timeout(&self) -> Option<Timeout> {
         self.mux.poll_timeout()
     }
 
     /// The clock every `now` handed in comes from.
-    pub fn clock(&self) -> &Clock {
+    pub(crate) fn clock(&self) -> &Clock {
         &self.clock
     }
 
@@ -389,7 +389,7 @@ impl DriverState {
     /// [`SUSPEND_CHECK`] away — a timer of `Instant`'s clock stands still while the machine
     /// sleeps, so after a suspend the driver wakes within that, sees the time that passed, and
     /// reports a lock whose validity ran out.
-    pub fn sleep_target(&self, at: Instant) -> Instant {
+    pub(crate) fn sleep_target(&self, at: Instant) -> Instant {
         let at = at.checked_sub(self.clock.suspended()).unwrap_or(at);
         if self.mux.is_empty() {
             return at;
@@ -397,14 +397,15 @@ impl DriverState {
         at.min(Instant::now() + SUSPEND_CHECK)
     }
 
-    /// Whether any lock runs (the driver then wakes at least every [`SUSPEND_CHECK`]).
-    pub fn has_locks(&self) -> bool {
-        !self.mux.is_empty()
-    }
-
-    /// The nodes, as `host:port`.
-    pub fn labels(&self) -> &[Arc<str>] {
-        &self.labels
+    /// When the driver wakes if no input comes first, in `Instant::now()`'s timeline: the next
+    /// deadline's [`sleep_target`](Self::sleep_target); with no deadline, never — unless a lock
+    /// runs, which is checked for a suspend every [`SUSPEND_CHECK`]. Both drivers' one rule.
+    pub(crate) fn wake_at(&self) -> Option<Instant> {
+        match self.poll_timeout() {
+            Some(timeout) => Some(self.sleep_target(timeout.at)),
+            None if !self.mux.is_empty() => Some(Instant::now() + SUSPEND_CHECK),
+            None => None,
+        }
     }
 
     /// Passes every event on to whoever waits for it.

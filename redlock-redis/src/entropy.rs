@@ -5,7 +5,7 @@ use rand_core::SeedableRng;
 use crate::error::Error;
 
 /// A ChaCha20 CSPRNG seeded with 32 bytes of OS entropy, for one operation's tokens and jitter.
-pub fn seeded_rng() -> Result<chacha20::ChaCha20Rng, Error> {
+pub(crate) fn seeded_rng() -> Result<chacha20::ChaCha20Rng, Error> {
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|_| Error::Entropy)?;
     Ok(chacha20::ChaCha20Rng::from_seed(seed))

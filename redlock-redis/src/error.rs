@@ -18,6 +18,7 @@ pub struct NodeReport<T> {
 
 /// Per-node detail of a lock operation that did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct LockFailure {
     /// How many rounds ran (1 for an extension).
     pub attempts: u32,
@@ -29,7 +30,7 @@ pub struct LockFailure {
 
 impl LockFailure {
     /// Pairs `votes` with the node labels.
-    pub fn new(labels: &[Arc<str>], votes: &[Vote], attempts: u32) -> Self {
+    pub(crate) fn new(labels: &[Arc<str>], votes: &[Vote], attempts: u32) -> Self {
         let nodes = labels
             .iter()
             .zip(votes)
@@ -54,6 +55,7 @@ impl fmt::Display for LockFailure {
             Some(LossCause::NoTimeLeft) => {
                 f.write_str("no extension could finish before its validity ends; ")?
             }
+            Some(cause) => write!(f, "{cause:?}; ")?,
             None => {}
         }
         write!(
@@ -74,6 +76,7 @@ impl fmt::Display for LockFailure {
                 Vote::Ineligible { for_ms, cause } => {
                     write!(f, "not voting for {} more: {cause}", HumanMs(for_ms))
                 }
+                vote => write!(f, "{vote:?}"),
             }?;
         }
         if self
@@ -194,29 +197,36 @@ impl fmt::Debug for Error {
 
 impl Error {
     /// The error for an acquisition that failed.
-    pub fn acquire_failed(labels: &[Arc<str>], failure: &AcquireFailure) -> Self {
+    pub(crate) fn acquire_failed(labels: &[Arc<str>], failure: &AcquireFailure) -> Self {
         let detail = LockFailure::new(labels, &failure.votes, failure.attempts);
         match failure.reason {
             FailureReason::Contended => Self::Contended(detail),
             FailureReason::TooSlow => Self::TooSlow(detail),
             FailureReason::Unavailable => Self::Unavailable(detail),
             FailureReason::NotHeld => Self::NotHeld(detail),
+            // A later engine's reason: no lock, and nothing more specific to say.
+            _ => Self::Unavailable(detail),
         }
     }
 
     /// The error for an extension that failed.
-    pub fn extend_failed(labels: &[Arc<str>], reason: ExtendFailure, votes: &[Vote]) -> Self {
+    pub(crate) fn extend_failed(
+        labels: &[Arc<str>],
+        reason: ExtendFailure,
+        votes: &[Vote],
+    ) -> Self {
         let detail = LockFailure::new(labels, votes, 1);
         match reason {
             ExtendFailure::Unavailable => Self::Unavailable(detail),
             ExtendFailure::TooSlow => Self::TooSlow(detail),
-            ExtendFailure::NotHeld | ExtendFailure::Expired => Self::Lost(detail),
+            // A later engine's reason counts as a loss: the lock is not to be trusted.
+            _ => Self::Lost(detail),
         }
     }
 
     /// The error for an auto-extended lock that could not be kept (whatever the cause: too few
     /// nodes still held it, its validity ran out, or no extension could finish in time).
-    pub fn lost(labels: &[Arc<str>], cause: LossCause, votes: &[Vote]) -> Self {
+    pub(crate) fn lost(labels: &[Arc<str>], cause: LossCause, votes: &[Vote]) -> Self {
         let mut detail = LockFailure::new(labels, votes, 1);
         detail.cause = Some(cause);
         Self::Lost(detail)

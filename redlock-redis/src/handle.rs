@@ -27,7 +27,7 @@ const ON_DROP_NOTHING: u8 = 2;
 /// Dropping it releases the lock (a message to the driver; it never blocks), and auto-extension
 /// stops with the release. A resumed lock that its caller never received is detached instead:
 /// it belongs to whoever handed it over.
-pub struct LockHandle {
+pub(crate) struct LockHandle {
     id: LockId,
     driver: Arc<dyn Post>,
     watch: LeaseWatch,
@@ -65,14 +65,14 @@ impl LockHandle {
     }
 
     /// What the holder can know about the lock (kept current by the driver).
-    pub fn watch(&self) -> &LeaseWatch {
+    pub(crate) fn watch(&self) -> &LeaseWatch {
         &self.watch
     }
 
     /// Asks the driver to extend the lock to `ttl` from now. The driver runs the extension
     /// whether or not the answer is awaited, and moves the validity on success; an answer
     /// answers this call only.
-    pub fn extend(&self, ttl: Duration) -> Answer<Result<(), Error>> {
+    pub(crate) fn extend(&self, ttl: Duration) -> Answer<Result<(), Error>> {
         let (responder, answer) = answer();
         self.driver.post(Call::Extend {
             id: self.id,
@@ -84,7 +84,7 @@ impl LockHandle {
 
     /// Asks the driver to release the lock on every node; the report comes in the answer, which
     /// may be dropped (the release still runs).
-    pub fn release(self) -> Releasing {
+    pub(crate) fn release(self) -> Releasing {
         self.on_drop.store(ON_DROP_NOTHING, Ordering::Release);
         let (responder, answer) = answer();
         self.driver.post(Call::Release {
@@ -99,8 +99,8 @@ impl LockHandle {
 
     /// Stops driving the lock without releasing it: no more extensions; its keys stay on the
     /// nodes until their TTL (for a lock handed over by its token to another process). Requests
-    /// already sent still run: see the blocking adapter's `flush` before exiting.
-    pub fn detach(self) {
+    /// already sent still run: the client's `flush` waits for them before exiting.
+    pub(crate) fn detach(self) {
         self.on_drop.store(ON_DROP_NOTHING, Ordering::Release);
         self.driver.post(Call::Detach { id: self.id });
     }
@@ -125,14 +125,15 @@ impl Drop for LockHandle {
 /// A release on its way: `.await` it or [`wait`](Releasing::wait) for its report. If the
 /// driver stopped before answering, the report says every node was unreachable (never clean).
 #[derive(Debug)]
-pub struct Releasing {
+pub(crate) struct Releasing {
     answer: Answer<ReleaseReport>,
     unanswered: Option<ReleaseReport>,
 }
 
 impl Releasing {
     /// Blocks the calling thread until the report comes.
-    pub fn wait(self) -> ReleaseReport {
+    #[cfg(feature = "blocking")]
+    pub(crate) fn wait(self) -> ReleaseReport {
         let Self { answer, unanswered } = self;
         answer.wait().or(unanswered).unwrap_or_default()
     }
@@ -154,7 +155,7 @@ impl Future for Releasing {
 /// A lock being acquired (or resumed): `.await` it or [`wait`](Pending::wait) for it. Dropping
 /// it before the answer came abandons the acquisition at the driver, which releases whatever
 /// its requests may have set (a resumption just ends, changing nothing).
-pub struct Pending {
+pub(crate) struct Pending {
     id: LockId,
     driver: Arc<dyn Post>,
     answer: Option<Answer<Result<LockHandle, Error>>>,
@@ -186,7 +187,8 @@ impl Pending {
     }
 
     /// Blocks the calling thread until the lock is held or the acquisition failed.
-    pub fn wait(mut self) -> Result<LockHandle, Error> {
+    #[cfg(feature = "blocking")]
+    pub(crate) fn wait(mut self) -> Result<LockHandle, Error> {
         let answer = self.answer.take().map(Answer::wait);
         Self::settle(answer.flatten())
     }

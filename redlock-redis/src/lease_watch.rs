@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use redlock_core::{
-    ExtendOutcome, Lease, LockSpec, NodeErrorKind, NodeRelease, ReleaseReport, Token,
+    ExtendOutcome, Lease, LockSpec, NodeErrorKind, NodeRelease, ReleaseReport, Token, Vote,
 };
 
 use crate::clock::Clock;
@@ -96,8 +96,26 @@ impl LeaseWatch {
         self.fence
     }
 
-    /// The engine's view of the lock now (votes, attempts, TTL, validity).
-    pub fn lease(&self) -> Lease {
+    /// The TTL the keys were last set to (by the acquisition, or by the last extension that
+    /// succeeded).
+    pub fn ttl(&self) -> Duration {
+        self.shared.state().lease.ttl()
+    }
+
+    /// What each node answered in the round that granted (or last extended) the lock, in node
+    /// order.
+    pub fn votes(&self) -> Vec<Vote> {
+        self.shared.state().lease.votes().to_vec()
+    }
+
+    /// How many rounds the acquisition took.
+    pub fn attempts(&self) -> u32 {
+        self.shared.state().lease.attempts()
+    }
+
+    /// The engine's lease, for the driver (its instants ignore suspend time: users read
+    /// [`valid_until`](LeaseWatch::valid_until), which counts it).
+    pub(crate) fn lease(&self) -> Lease {
         self.shared.state().lease.clone()
     }
 
@@ -153,9 +171,10 @@ impl LeaseWatch {
     }
 
     /// Blocks the calling thread until the lock is lost (or released) or `timeout` passes;
-    /// returns whether it is no longer held. For blocking code; async code awaits
-    /// [`lost`](LeaseWatch::lost) instead.
-    pub fn wait_lost(&self, timeout: Duration) -> bool {
+    /// returns whether it is no longer held: `blocking::LeaseWatch::wait_lost`, never reachable
+    /// from an async lock.
+    #[cfg(feature = "blocking")]
+    pub(crate) fn wait_lost(&self, timeout: Duration) -> bool {
         let (state, _) = self
             .shared
             .changed
@@ -234,6 +253,7 @@ mod tests {
     use redlock_core::fake::lease as testing_lease;
 
     #[test]
+    #[cfg(feature = "blocking")]
     fn the_watch_sees_what_the_driver_reports() {
         let t0 = Instant::now() + Duration::from_secs(60);
         let watch = LeaseWatch::new(testing_lease(t0, Some(7)), Clock::new());

@@ -1,9 +1,10 @@
-//! What every redlock-rs adapter shares, so that the tokio, async-std and blocking adapters
-//! behave the same and are written once: parsing node URLs (and naming a node without its
-//! password), turning an engine [`Command`](redlock_core::Command) into a Redis request,
-//! mapping `redis::Value` / `RedisError` into engine [`Reply`](redlock_core::Reply)s, the error
-//! type, seeding the engine's RNG from the OS — and a client's driver state, the lock handle
-//! and the answers its callers wait for.
+//! The Redis side of redlock-rs, shared by every adapter so that they behave the same and are
+//! written once: node URLs (and naming a node without its password), turning an engine
+//! [`Command`](redlock_core::Command) into a Redis request, mapping replies and errors into
+//! engine [`Reply`](redlock_core::Reply)s, the [`Error`] type — and the two clients: the async
+//! one ([`aio`], generic over the runtime: `redlock-tokio`, `redlock-smol` and
+//! `redlock-async-std` each name it with theirs) and the blocking one ([`blocking`]:
+//! `redlock-blocking`). Use an adapter crate: each re-exports what its users need.
 //!
 //! # One name per concept
 //! - [`Lifecycle`](redlock_core::Lifecycle): the engine's lock, from its first round to its
@@ -11,25 +12,32 @@
 //! - [`Multiplexer`](redlock_core::Multiplexer): the engine's many lifecycles of one client,
 //!   over one set of nodes.
 //! - the *driver*: one per client (a task on the async runtime, or a thread), owning the
-//!   multiplexer and every connection; its state, written once, is [`DriverState`].
-//! - `Lock`: the user's handle on a lock the driver owns ([`LockHandle`] is its body).
-//! - [`Lease`](redlock_core::Lease): a held lock's validity, votes and fence;
-//!   [`LeaseWatch`]: the view of it every holder shares, kept current by the driver.
+//!   multiplexer and every connection; its state is written once for both clients.
+//! - `Lock`: the user's handle on a lock the driver owns.
+//! - [`Lease`](redlock_core::Lease): a held lock's validity, votes and fence in the engine;
+//!   [`LeaseWatch`]: the view of it every holder shares, kept current by the driver, whose
+//!   instants count the time the machine was suspended.
 //!
 //! # Dialects
 //! Each connection learns its node's [`Dialect`](redlock_core::Dialect) when it is made
-//! ([`detect_dialect`]: `HELLO` and `COMMAND INFO`), and [`run_batch`] sends every command in
-//! that node's form ([`Command::redis_form_on`](redlock_core::Command::redis_form_on)): native
+//! (`HELLO` and `COMMAND INFO`), and every command goes out in that node's form
+//! ([`Command::redis_form_on`](redlock_core::Command::redis_form_on)): native
 //! `DELIFEQ`/`DELEX`, `MSETEX` and exact-TTL `SET … IFEQ` where the node has them and the
-//! engine allows them, the scripts otherwise. A node restarted as another server behind the
-//! same address keeps the dialect its async connection learnt until that connection is rebuilt:
-//! a command it lost then fails (never runs weaker), one it gained is not used yet.
+//! engine allows them, transactions or scripts otherwise. A node restarted as another server
+//! behind the same address keeps the dialect its connection learnt until that connection is
+//! rebuilt: a command it lost then fails (never runs weaker), one it gained is not used yet.
 //!
 //! This crate never makes an algorithmic decision (no quorum, validity or retry math: that is
-//! `redlock-core`), never spawns, never sleeps and holds no connection. It is the adapters'
-//! shared code: use an adapter crate.
-
+//! `redlock-core`); its clients carry requests and replies, and wait.
+//!
+//! # Features
+#![doc = document_features::document_features!()]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Without a client feature the crate holds only the shared types: the drivers' parts sit unused.
+#![cfg_attr(
+    not(any(feature = "tokio", feature = "smol", feature = "blocking")),
+    allow(dead_code, unused_imports)
+)]
 
 mod answer;
 mod builder;
@@ -50,28 +58,36 @@ pub mod telemetry;
 #[cfg(feature = "tls")]
 mod tls;
 
-pub use answer::{Answer, Responder, answer};
+#[cfg(any(feature = "tokio", feature = "smol"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "tokio", feature = "smol"))))]
+pub mod aio;
+#[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
+pub mod blocking;
+
+pub(crate) use answer::Answer;
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
-pub use clock::{Clock, Readings, suspend_adjusted};
+pub(crate) use clock::Clock;
 pub use deployment::Deployment;
-pub use dialect::detect as detect_dialect;
+#[cfg(feature = "blocking")]
+pub(crate) use dialect::detect as detect_dialect;
 #[cfg(any(feature = "tokio", feature = "smol"))]
-pub use dialect::detect_async as detect_dialect_async;
-pub use driver::{
-    Call, DriverState, LockIds, Output, Post, SUSPEND_CHECK, acquire, flush, release_by_token,
-    trust,
+pub(crate) use dialect::detect_async as detect_dialect_async;
+pub(crate) use driver::{
+    Call, DriverState, LockIds, Output, Post, acquire, flush, release_by_token, trust,
 };
-pub use entropy::seeded_rng;
+pub(crate) use entropy::seeded_rng;
 pub use error::{Error, LockFailure, NodeReport};
-pub use handle::{LockHandle, Pending, Releasing};
+pub(crate) use handle::LockHandle;
 pub use lease_watch::LeaseWatch;
-pub use memory::{Connected, MemoryWatchSettings, Tracking, resp3_client, speaks_no_resp3};
+pub(crate) use memory::{Connected, MemoryWatchSettings, Tracking, resp3_client, speaks_no_resp3};
 pub use node::NodeAddr;
-pub use reply::{map_error, map_result, needs_new_connection};
+#[cfg(feature = "blocking")]
+pub(crate) use request::run_batch;
 #[cfg(any(feature = "tokio", feature = "smol"))]
-pub use request::run_batch_async;
-pub use request::{Answers, BatchReplies, run_batch};
-pub use subscribers::Subscribers;
+pub(crate) use request::run_batch_async;
+pub(crate) use request::{Answers, BatchReplies};
+pub(crate) use subscribers::Subscribers;
 #[cfg(feature = "tls")]
 pub use tls::Tls;
 

@@ -29,7 +29,7 @@ pub struct MemoryWatchSettings {
 
 /// One connection's watch over its node's memory.
 #[derive(Debug, Clone)]
-pub struct Tracking {
+pub(crate) struct Tracking {
     watch: Arc<Mutex<MemoryWatch>>,
     /// The pushes a blocking connection read, not yet handed to the watch.
     queued: Option<Arc<Mutex<Receiver<PushInfo>>>>,
@@ -40,7 +40,7 @@ pub struct Tracking {
 
 impl Tracking {
     /// A watch for a new connection to `database`; `fault` only for negative controls.
-    pub fn new(fault: Option<WatchFault>, database: u32) -> Self {
+    pub(crate) fn new(fault: Option<WatchFault>, database: u32) -> Self {
         Self {
             watch: Arc::new(Mutex::new(MemoryWatch::with_fault(fault))),
             queued: None,
@@ -49,7 +49,12 @@ impl Tracking {
     }
 
     /// A watch for a blocking connection to `database` whose pushes arrive on `pushes`.
-    pub fn queued(fault: Option<WatchFault>, database: u32, pushes: Receiver<PushInfo>) -> Self {
+    #[cfg(feature = "blocking")]
+    pub(crate) fn queued(
+        fault: Option<WatchFault>,
+        database: u32,
+        pushes: Receiver<PushInfo>,
+    ) -> Self {
         Self {
             queued: Some(Arc::new(Mutex::new(pushes))),
             ..Self::new(fault, database)
@@ -59,18 +64,18 @@ impl Tracking {
     /// The channel to subscribe the connection to, right after tracking is on: the node's
     /// eviction events in its database. Once subscribed ([`subscribed`](Self::subscribed)),
     /// each proof asks the node whether it publishes them.
-    pub fn eviction_channel(&self) -> &[u8] {
+    pub(crate) fn eviction_channel(&self) -> &[u8] {
         &self.evictions
     }
 
     /// The connection subscribed to [`eviction_channel`](Self::eviction_channel).
-    pub fn subscribed(&self) {
+    pub(crate) fn subscribed(&self) {
         self.lock().handle_subscribed();
     }
 
     /// The command that turns client tracking on for this watch's connection
     /// ([`MemoryWatch::tracking_on`]).
-    pub fn tracking_on(&self) -> redis::Cmd {
+    pub(crate) fn tracking_on(&self) -> redis::Cmd {
         let mut cmd = redis::Cmd::new();
         for arg in self.lock().tracking_on() {
             cmd.arg(*arg);
@@ -80,7 +85,7 @@ impl Tracking {
 
     /// Hands a push the node sent (or the connection's end, which the `redis` crate reports as
     /// a push) to the watch.
-    pub fn handle_push(&self, push: &PushInfo) {
+    pub(crate) fn handle_push(&self, push: &PushInfo) {
         let mut watch = self.lock();
         match &push.kind {
             PushKind::Invalidate => match push.data.first() {
@@ -102,7 +107,7 @@ impl Tracking {
     }
 
     /// The connection ended or is given up.
-    pub fn handle_closed(&self) {
+    pub(crate) fn handle_closed(&self) {
         self.lock().handle_closed();
     }
 
@@ -132,7 +137,7 @@ fn key_bytes(value: &Value) -> Option<&[u8]> {
 
 /// The `redis` client of `client`'s node that speaks RESP3 (needed for pushes on the same
 /// connection); the TLS settings and credentials are kept.
-pub fn resp3_client(client: &redis::Client) -> redis::RedisResult<redis::Client> {
+pub(crate) fn resp3_client(client: &redis::Client) -> redis::RedisResult<redis::Client> {
     let info = client.get_connection_info().clone();
     let settings = info
         .redis_settings()
@@ -143,7 +148,7 @@ pub fn resp3_client(client: &redis::Client) -> redis::RedisResult<redis::Client>
 
 /// Whether a RESP3 connection failed only because the node does not speak RESP3 (no `HELLO`,
 /// or `NOPROTO`): connect again with RESP2, untracked. Any other failure is the connection's.
-pub fn speaks_no_resp3(err: &redis::RedisError) -> bool {
+pub(crate) fn speaks_no_resp3(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::RESP3NotSupported || err.code() == Some("NOPROTO")
 }
 
@@ -151,7 +156,7 @@ pub fn speaks_no_resp3(err: &redis::RedisError) -> bool {
 /// watch over the node's memory — none when the node does not speak RESP3 or refuses client
 /// tracking: restart checks then keep their script.
 #[derive(Debug, Clone)]
-pub struct Connected<C> {
+pub(crate) struct Connected<C> {
     /// The connection.
     pub conn: C,
     /// What its node can run.
@@ -165,7 +170,7 @@ impl<C> Connected<C> {
     /// that will not track for it (an ACL without it, a server without it) leaves it untracked;
     /// any other failure (the node busy, loading, gone) is the connection's. Traced as
     /// `node`'s.
-    pub fn new(
+    pub(crate) fn new(
         conn: C,
         dialect: redlock_core::Dialect,
         tracking: Option<(Tracking, redis::RedisResult<()>)>,
@@ -189,7 +194,7 @@ impl<C> Connected<C> {
     }
 
     /// Gives the connection up: its watch vouches for nothing any more.
-    pub fn close(self) {
+    pub(crate) fn close(self) {
         if let Some(tracking) = self.tracking {
             tracking.handle_closed();
         }
@@ -268,6 +273,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "blocking")]
     fn a_blocking_connections_pushes_count_once_drained() {
         let (tx, rx) = std::sync::mpsc::channel();
         let tracking = Tracking::queued(None, 0, rx);

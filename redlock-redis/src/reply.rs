@@ -4,7 +4,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use redlock_core::{NodeErrorKind, Reply, SitOutCause};
 
 /// Maps a command's result.
-pub fn map_result(result: Result<Value, RedisError>) -> Reply {
+pub(crate) fn map_result(result: Result<Value, RedisError>) -> Reply {
     match result {
         Ok(Value::Okay) => Reply::Ok,
         Ok(Value::SimpleString(s)) if s == "OK" => Reply::Ok,
@@ -38,7 +38,7 @@ fn refusal(parts: &[Value]) -> Option<Reply> {
 /// make it reconnect. That covers a wrong password, a bad TLS configuration, and a connection
 /// whose handshake reply was cut part-way (a parse error: the chaos test found clients that had
 /// lost a node for good this way).
-pub fn needs_new_connection(err: &RedisError) -> bool {
+pub(crate) fn needs_new_connection(err: &RedisError) -> bool {
     matches!(
         err.kind(),
         ErrorKind::AuthenticationFailed
@@ -49,7 +49,7 @@ pub fn needs_new_connection(err: &RedisError) -> bool {
 }
 
 /// Maps a failed request to why it failed.
-pub fn map_error(err: &RedisError) -> NodeErrorKind {
+pub(crate) fn map_error(err: &RedisError) -> NodeErrorKind {
     if err.is_timeout() {
         return NodeErrorKind::Timeout;
     }

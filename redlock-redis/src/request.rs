@@ -138,6 +138,7 @@ impl Request {
     }
 
     /// Runs the script on a blocking connection.
+    #[cfg(feature = "blocking")]
     fn run(&self, conn: &mut dyn redis::ConnectionLike) -> Result<redis::Value, redis::RedisError> {
         let mut result = self.0.invoke(conn);
         for _ in 1..SCRIPT_ATTEMPTS {
@@ -151,12 +152,12 @@ impl Request {
 }
 
 /// The answers to a batch: each request's id and reply, in order.
-pub type Answers = smallvec::SmallVec<[(RequestId, Reply); 1]>;
+pub(crate) type Answers = smallvec::SmallVec<[(RequestId, Reply); 1]>;
 
 /// The answers to a batch, one per request in order with its id, and whether the connection
 /// must be dropped (its transport failed or timed out: a late reply would be read as the answer
 /// to the next command).
-pub struct BatchReplies {
+pub(crate) struct BatchReplies {
     /// One answer per request (inline for a batch of one, the common case of an uncontended
     /// client: no allocation).
     pub answers: Answers,
@@ -174,14 +175,15 @@ pub struct BatchReplies {
 
 impl BatchReplies {
     /// Every request of `batch` failed with `err`.
-    pub fn failed(batch: &[Transmit], err: &redis::RedisError) -> Self {
+    pub(crate) fn failed(batch: &[Transmit], err: &redis::RedisError) -> Self {
         let mut replies = Self::all(batch, Reply::Error(map_error(err)), is_broken(err));
         replies.rebuild = needs_new_connection(err);
         replies
     }
 
     /// Every request of `batch` failed because running it panicked.
-    pub fn panicked(batch: &[Transmit]) -> Self {
+    #[cfg(feature = "blocking")]
+    pub(crate) fn panicked(batch: &[Transmit]) -> Self {
         let mut replies = Self::all(batch, Reply::Error(NodeErrorKind::Protocol), true);
         replies.rebuild = true;
         replies
@@ -196,7 +198,7 @@ impl BatchReplies {
     }
 
     /// Traces and counts each answer as `node`'s after `latency`.
-    pub fn trace(&self, node: &str, latency: std::time::Duration) {
+    pub(crate) fn trace(&self, node: &str, latency: std::time::Duration) {
         for (_, reply) in &self.answers {
             tracing::debug!(node, ?reply, ?latency, "reply");
             if let Reply::Ineligible { for_ms, cause } = reply {
@@ -273,6 +275,7 @@ impl<'a> Reading<'a> {
     }
 
     /// Every part of every request, packed as one write; `None` when nothing is to be sent.
+    #[cfg(feature = "blocking")]
     fn packed(&self) -> Option<Vec<u8>> {
         match (self.wire_len(), self.single()) {
             (0, _) => None,
@@ -673,7 +676,8 @@ fn note_failure(
 /// can never overtake its own `SET` through a new connection. Once one reply of a batch timed
 /// out, the rest are given up on with a 1 ms wait each instead of a full timeout each. A write
 /// that failed, or any other broken transport, drops the connection ([`BatchReplies::reconnect`]).
-pub fn run_batch(
+#[cfg(feature = "blocking")]
+pub(crate) fn run_batch(
     conn: &mut redis::Connection,
     batch: &[Transmit],
     dialect: &Dialect,
@@ -725,6 +729,7 @@ pub fn run_batch(
 
 /// The next reply on a blocking connection, past any push (a RESP3 connection may carry them
 /// between replies).
+#[cfg(feature = "blocking")]
 fn recv_reply(conn: &mut redis::Connection) -> Result<redis::Value, redis::RedisError> {
     loop {
         match conn.recv_response() {
@@ -736,7 +741,7 @@ fn recv_reply(conn: &mut redis::Connection) -> Result<redis::Value, redis::Redis
 
 /// [`run_batch`] on an async connection.
 #[cfg(any(feature = "tokio", feature = "smol"))]
-pub async fn run_batch_async<C: redis::aio::ConnectionLike>(
+pub(crate) async fn run_batch_async<C: redis::aio::ConnectionLike>(
     conn: &mut C,
     batch: &[Transmit],
     dialect: &Dialect,

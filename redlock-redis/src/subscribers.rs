@@ -7,13 +7,13 @@ use redlock_core::Change;
 /// driver reaches it through. A node has none until a lock first waits, and none again after its
 /// subscriber ended (its connection failed), until the next subscription.
 #[derive(Debug)]
-pub struct Subscribers<L> {
+pub(crate) struct Subscribers<L> {
     links: Vec<Option<L>>,
 }
 
 impl<L> Subscribers<L> {
     /// No subscriber on any of `nodes` nodes yet.
-    pub fn new(nodes: usize) -> Self {
+    pub(crate) fn new(nodes: usize) -> Self {
         Self {
             links: (0..nodes).map(|_| None).collect(),
         }
@@ -22,7 +22,7 @@ impl<L> Subscribers<L> {
     /// Applies `change` on every node: `send` passes it to a live subscriber (`false` if it has
     /// ended); a node without one, when the change subscribes, gets one from `start(node,
     /// channels())`, which subscribes to every channel in use (the change's included).
-    pub fn apply(
+    pub(crate) fn apply(
         &mut self,
         change: &Change,
         channels: impl Fn() -> Vec<Vec<u8>>,

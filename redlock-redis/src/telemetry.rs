@@ -37,6 +37,7 @@ pub fn acquisition(started: Instant, attempts: u32, failure: Option<FailureReaso
             Some(FailureReason::Unavailable) => "unavailable",
             Some(FailureReason::TooSlow) => "too_slow",
             Some(FailureReason::NotHeld) => "not_held",
+            Some(_) => "other",
         };
         metrics::counter!("redlock_acquisitions_total", "outcome" => outcome).increment(1);
         metrics::histogram!("redlock_acquire_seconds", "outcome" => outcome)
@@ -88,6 +89,7 @@ pub fn lost(cause: LossCause) {
             LossCause::NotHeld => "not_held",
             LossCause::Expired => "expired",
             LossCause::NoTimeLeft => "no_time_left",
+            _ => "other",
         };
         metrics::counter!("redlock_locks_lost_total", "cause" => cause).increment(1);
     }

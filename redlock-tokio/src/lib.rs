@@ -63,7 +63,9 @@
 //!
 //! Everything must run inside a tokio runtime (the `time` driver enabled); called elsewhere, an
 //! operation fails at once with [`Error::NoRuntime`], which says what is missing.
-
+//!
+//! # Features
+#![doc = document_features::document_features!()]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::future::Future;
@@ -74,7 +76,7 @@ use std::time::Instant;
 #[derive(Debug, Clone)]
 pub struct Tokio(tokio::runtime::Handle);
 
-impl redlock_async_driver::Runtime for Tokio {
+impl redlock_redis::aio::Runtime for Tokio {
     fn current() -> Result<Self, &'static str> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| {
             "redlock-tokio runs on tokio: call it from inside a tokio runtime (#[tokio::main], \
@@ -111,10 +113,11 @@ impl redlock_async_driver::Runtime for Tokio {
 
 /// A Redlock client over N independent Redis masters, on tokio. Cheap to clone and share:
 /// clones use the same connections.
-pub type Redlock = redlock_async_driver::Redlock<Tokio>;
+pub type Redlock = redlock_redis::aio::Redlock<Tokio>;
 /// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
-pub type RedlockBuilder = redlock_async_driver::RedlockBuilder<Tokio>;
-pub use redlock_async_driver::Lock;
+pub type RedlockBuilder = redlock_redis::aio::RedlockBuilder<Tokio>;
+/// A held lock; dropping it releases it in the background.
+pub type Lock = redlock_redis::aio::Lock;
 
 pub use redlock_redis::api::*;
 

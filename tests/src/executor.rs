@@ -1,6 +1,6 @@
 //! The async runtimes the tests run the async adapters on, behind one trait, so that the test
 //! adapters (conformance and chaos) are written once, generic over it: tokio, async-std, and
-//! smol (driving `redlock-async-std`, the crate smol users pick).
+//! smol (driving `redlock-smol`).
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -20,7 +20,7 @@ pub trait Joinable<T>: Send {
 /// An async runtime, as the tests use it.
 pub trait Executor: Clone + Send + Sync + 'static {
     /// The adapter's runtime type, which names the adapter's `Redlock` and `Lock`.
-    type Runtime: redlock_async_driver::Runtime;
+    type Runtime: redlock_redis::aio::Runtime;
     /// The adapter crate, for messages.
     const ADAPTER: &'static str;
 
@@ -192,14 +192,14 @@ impl<T: Send + 'static> Joinable<T> for AsyncStdTask<T> {
     }
 }
 
-/// smol: `smol::block_on` and smol's global executor, driving `redlock-async-std` (whose
-/// background work runs on async-std's executor; both sit on async-io, as smol does).
+/// smol: `smol::block_on` and smol's global executor, driving `redlock-smol` (whose driver
+/// runs on smol's global executor and async-io's timers).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SmolExecutor;
 
 impl Executor for SmolExecutor {
-    type Runtime = AsyncStd;
-    const ADAPTER: &'static str = "redlock-async-std (under smol)";
+    type Runtime = redlock_smol::Smol;
+    const ADAPTER: &'static str = "redlock-smol";
 
     fn block_on<F: Future>(&self, future: F) -> F::Output {
         smol::block_on(future)

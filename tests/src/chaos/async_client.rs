@@ -34,7 +34,7 @@ impl ChaosExecutor for AsyncStdExecutor {
 
 /// One async client of the run.
 pub(crate) struct AsyncClient<E: Executor> {
-    redlock: redlock_async_driver::Redlock<E::Runtime>,
+    redlock: redlock_redis::aio::Redlock<E::Runtime>,
     counter: MultiplexedConnection,
     executor: E,
 }
@@ -47,7 +47,7 @@ impl<E: ChaosExecutor> AsyncClient<E> {
         config: &ChaosConfig,
         executor: E,
     ) -> Result<Self, Error> {
-        let redlock = redlock_async_driver::Redlock::builder(urls)
+        let redlock = redlock_redis::aio::Redlock::builder(urls)
             .config(|c| config.configure(c))
             .io_timeout(config.io_timeout)
             .build()?;
@@ -64,7 +64,7 @@ impl<E: ChaosExecutor> AsyncClient<E> {
 
 impl<E: ChaosExecutor> Client for AsyncClient<E> {
     const KIND: AdapterKind = E::KIND;
-    type Lock = redlock_async_driver::Lock;
+    type Lock = redlock_redis::aio::Lock;
     type Counter = MultiplexedConnection;
 
     fn config(&self) -> &Config {
@@ -119,7 +119,7 @@ impl<E: ChaosExecutor> Client for AsyncClient<E> {
     }
 }
 
-impl ClientLock for redlock_async_driver::Lock {
+impl ClientLock for redlock_redis::aio::Lock {
     fn token(&self) -> Vec<u8> {
         redlock_redis::LeaseWatch::token(self).as_bytes().to_vec()
     }
@@ -129,19 +129,19 @@ impl ClientLock for redlock_async_driver::Lock {
     }
 
     fn ttl(&self) -> Duration {
-        self.lease().ttl()
+        (**self).ttl()
     }
 
     fn votes(&self) -> String {
-        format!("{:?}", self.lease().votes())
+        format!("{:?}", (**self).votes())
     }
 
     async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        redlock_async_driver::Lock::extend(self, ttl).await
+        redlock_redis::aio::Lock::extend(self, ttl).await
     }
 
     async fn release(self) -> ReleaseReport {
-        redlock_async_driver::Lock::release(self).await
+        redlock_redis::aio::Lock::release(self).await
     }
 }
 

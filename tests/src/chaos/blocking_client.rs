@@ -121,11 +121,11 @@ impl ClientLock for Lock {
     }
 
     fn ttl(&self) -> Duration {
-        self.lease().ttl()
+        (**self).ttl()
     }
 
     fn votes(&self) -> String {
-        format!("{:?}", self.lease().votes())
+        format!("{:?}", (**self).votes())
     }
 
     async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {

@@ -146,12 +146,7 @@ pub fn restart_scenario(restart: Restart, ttl: Duration, restart_aware: bool) ->
         "client 1 gets A, B, C",
     );
     let holder_acquired = Instant::now();
-    let granted: Vec<bool> = holder
-        .lease()
-        .votes()
-        .iter()
-        .map(|v| *v == Vote::Granted)
-        .collect();
+    let granted: Vec<bool> = holder.votes().iter().map(|v| *v == Vote::Granted).collect();
     assert_eq!(
         granted,
         [true, true, true, false, false],

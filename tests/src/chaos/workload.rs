@@ -241,6 +241,7 @@ impl Tally {
                 Vote::Pending => "pending".to_owned(),
                 Vote::Failed(kind) => format!("failed ({kind})"),
                 Vote::Ineligible { .. } => "ineligible (lost its memory)".to_owned(),
+                vote => format!("{vote:?}"),
             };
             *self.votes.entry(vote).or_default() += 1;
         }

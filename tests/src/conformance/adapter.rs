@@ -83,6 +83,8 @@ pub trait Adapter: Sized + Send + Sync + 'static {
     /// `trust_nodes()`: every node trusted (its epoch set to `0`), over the client's own
     /// connections.
     fn trust_nodes(&self) -> Result<(), Error>;
+    /// The client's `flush(timeout)`: whether every request sent so far was answered in time.
+    fn flush(&self, timeout: Duration) -> bool;
     /// `resume(resource, token, ttl)`: take over a lock another client acquired.
     fn resume(&self, resource: &str, token: &[u8], ttl: Duration) -> Result<Self::Lock, Error>;
     /// `release_by_token(resource, token)`: release a lock another client acquired.

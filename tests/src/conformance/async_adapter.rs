@@ -12,14 +12,14 @@ use crate::executor::{AsyncStdExecutor, Executor, SmolExecutor, TokioExecutor};
 
 /// An async adapter, each call run to its end with the executor's `block_on`.
 pub struct AsyncAdapter<E: Executor> {
-    client: redlock_async_driver::Redlock<E::Runtime>,
+    client: redlock_redis::aio::Redlock<E::Runtime>,
     executor: E,
 }
 
 /// An async adapter's lock and the executor it lives on.
 pub struct AsyncLock<E: Executor> {
     // Dropped before the executor, so a background release can still be spawned.
-    lock: redlock_async_driver::Lock,
+    lock: redlock_redis::aio::Lock,
     executor: E,
 }
 
@@ -32,7 +32,7 @@ pub type AsyncStd = AsyncAdapter<AsyncStdExecutor>;
 /// A `redlock-async-std` lock.
 pub type AsyncStdLock = AsyncLock<AsyncStdExecutor>;
 
-/// `redlock-async-std` driven by `smol::block_on` and smol's executor.
+/// `redlock-smol`, driven by `smol::block_on` and smol's executor.
 pub type Smol = AsyncAdapter<SmolExecutor>;
 /// A `redlock-async-std` lock under smol.
 pub type SmolLock = AsyncLock<SmolExecutor>;
@@ -68,7 +68,7 @@ impl<E: Executor> std::fmt::Debug for AsyncLock<E> {
 }
 
 impl<E: TestExecutor> AsyncAdapter<E> {
-    fn wrap(&self, lock: redlock_async_driver::Lock) -> AsyncLock<E> {
+    fn wrap(&self, lock: redlock_redis::aio::Lock) -> AsyncLock<E> {
         AsyncLock {
             lock,
             executor: self.executor.clone(),
@@ -82,7 +82,7 @@ impl<E: TestExecutor> Adapter for AsyncAdapter<E> {
     const CANCELLABLE: bool = true;
 
     fn build(urls: &[String], options: &Options) -> Result<Self, Error> {
-        let builder = redlock_async_driver::Redlock::builder(urls).config(|c| options.configure(c));
+        let builder = redlock_redis::aio::Redlock::builder(urls).config(|c| options.configure(c));
         let client = transport(builder, options).build()?;
         Ok(Self {
             client,
@@ -106,6 +106,10 @@ impl<E: TestExecutor> Adapter for AsyncAdapter<E> {
         self.executor
             .block_on(self.client.trust_nodes())
             .map(|_| ())
+    }
+
+    fn flush(&self, timeout: Duration) -> bool {
+        self.executor.block_on(self.client.flush(timeout))
     }
 
     fn acquire(&self, request: LockRequest) -> Result<AsyncLock<E>, Error> {

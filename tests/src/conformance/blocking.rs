@@ -48,6 +48,10 @@ impl Adapter for Blocking {
         self.client.trust_nodes().map(|_| ())
     }
 
+    fn flush(&self, timeout: Duration) -> bool {
+        self.client.flush(timeout)
+    }
+
     fn acquire(&self, request: LockRequest) -> Result<BlockingLock, Error> {
         self.client
             .acquire(request)

@@ -209,6 +209,38 @@ pub fn stalled_node_does_not_delay<A: Adapter>() {
     lock.release();
 }
 
+/// `flush` waits for the requests a lock call did not wait for: a stopped node's `SET` is still
+/// outstanding after the quorum granted, so a short flush says so; once the node runs again, a
+/// flush returns true, and by then that node holds the key.
+pub fn flush_waits_for_the_requests_a_lock_left_behind<A: Adapter>() {
+    let mut nodes = Servers::start(5);
+    let options = Options {
+        node_timeout: Some(Duration::from_secs(20)),
+        ..Options::default()
+    };
+    let redlock: A = client(&nodes, &options);
+    redlock.lock("warm-up", TTL).expect("lock").release();
+    assert!(
+        redlock.flush(Duration::from_secs(10)),
+        "nothing outstanding"
+    );
+    nodes.pause(2);
+    let lock = redlock
+        .lock("res", Duration::from_secs(60))
+        .expect("four nodes grant");
+    assert!(
+        !redlock.flush(Duration::from_millis(200)),
+        "the stopped node has not answered"
+    );
+    nodes.resume(2);
+    assert!(
+        redlock.flush(Duration::from_secs(15)),
+        "every request answered once the node runs"
+    );
+    assert_holding(&nodes, "res", &lock.token(), 5);
+    lock.release();
+}
+
 /// Scenario 6: held past its TTL → another client acquires; the first one's release reports it is not
 /// held and leaves the other's keys; its extend is `Lost`.
 pub fn expired_lock_is_not_released_or_extended<A: Adapter>() {
@@ -869,7 +901,8 @@ macro_rules! conformance_tests {
     ($adapter:ty) => {
         $crate::conformance_tests!($adapter;
             lock_then_release, contention, minority_and_majority_down, node_down_at_start,
-            stalled_node_does_not_delay, expired_lock_is_not_released_or_extended, extend_refreshes,
+            stalled_node_does_not_delay, flush_waits_for_the_requests_a_lock_left_behind,
+            expired_lock_is_not_released_or_extended, extend_refreshes,
             the_validity_holds_still,
             multi_resource_all_or_nothing, bad_input, wrong_type_and_script_flush,
             mutual_exclusion_counter, dropped_and_abandoned_locks_release,

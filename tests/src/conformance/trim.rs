@@ -39,8 +39,7 @@ const TRIM_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A RESP3 connection to `server`.
 fn resp3(server: &RedisServer) -> redis::Connection {
-    let client = redis::Client::open(server.url()).expect("url");
-    let client = redlock_redis::resp3_client(&client).expect("RESP3");
+    let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).expect("url");
     client.get_connection().expect("connect")
 }
 

@@ -3,13 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::{Builder, Deployment, Error, FromSettings, LockIds, NodeReport, Post, Settings};
 use redlock_core::{LockRequest, ReleaseReport, RetryPolicy, Vote};
-use redlock_redis::{
-    Builder, Deployment, Error, FromSettings, LockIds, NodeReport, Post, Settings,
-};
 
-use crate::driver::{Mailbox, start};
-use crate::lock::Lock;
+use super::driver::{Mailbox, start};
+use super::lock::Lock;
 
 /// A Redlock client over N independent Redis masters, for blocking code. Cheap to clone and
 /// share between threads (`Send + Sync`): clones use the same driver.
@@ -33,7 +31,7 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.driver.post(redlock_redis::Call::ClientGone);
+        self.driver.post(crate::Call::ClientGone);
     }
 }
 
@@ -118,11 +116,11 @@ impl Redlock {
 
     /// Locks as `request` says: several resources, a retry policy, a deadline, a token of its
     /// own, auto-extension (the driver extends the lock until it is released or dropped, and
-    /// [`Lock::wait_lost`](redlock_redis::LeaseWatch::wait_lost) returns if it cannot). Blocks
+    /// [`Lock::wait_lost`](super::LeaseWatch::wait_lost) returns if it cannot). Blocks
     /// the calling thread until the outcome (at most the policy's bound).
     pub fn acquire(&self, request: LockRequest) -> Result<Lock, Error> {
         let _span = tracing::debug_span!("redlock.acquire", ttl = ?request.ttl()).entered();
-        let pending = redlock_redis::acquire(self.driver(), &self.inner.ids, request, false);
+        let pending = crate::acquire(self.driver(), &self.inner.ids, request, false);
         pending.wait().map(Lock::new)
     }
 
@@ -143,7 +141,7 @@ impl Redlock {
     /// auto-extension once resumed. The request must carry the token.
     pub fn resume_request(&self, request: LockRequest) -> Result<Lock, Error> {
         let _span = tracing::debug_span!("redlock.resume", ttl = ?request.ttl()).entered();
-        let pending = redlock_redis::acquire(self.driver(), &self.inner.ids, request, true);
+        let pending = crate::acquire(self.driver(), &self.inner.ids, request, true);
         pending.wait().map(Lock::new)
     }
 
@@ -156,7 +154,7 @@ impl Redlock {
         token: impl Into<Vec<u8>>,
     ) -> Result<ReleaseReport, Error> {
         let (resource, token) = (resource.into(), token.into());
-        redlock_redis::release_by_token(&*self.inner.driver, &self.inner.ids, resource, token)
+        crate::release_by_token(&*self.inner.driver, &self.inner.ids, resource, token)
             .wait()
             .unwrap_or(Err(Error::Stopped))
     }
@@ -168,7 +166,7 @@ impl Redlock {
     /// trusting a node that restarted inside a holder's validity lets a second client take the
     /// lock. Returns each node's answer (`Granted` = trusted).
     pub fn trust_nodes(&self) -> Result<Vec<NodeReport<Vote>>, Error> {
-        redlock_redis::trust(&*self.inner.driver, &self.inner.ids)
+        crate::trust(&*self.inner.driver, &self.inner.ids)
             .wait()
             .ok_or(Error::Stopped)
     }
@@ -179,7 +177,7 @@ impl Redlock {
     /// call returns once a quorum granted, and the requests to the other nodes would otherwise
     /// die with the process.
     pub fn flush(&self, timeout: Duration) -> bool {
-        redlock_redis::flush(&*self.inner.driver)
+        crate::flush(&*self.inner.driver)
             .wait_timeout(timeout)
             .is_ok()
     }

@@ -2,12 +2,14 @@
 
 use std::time::Duration;
 
+use crate::{Error, LockHandle};
 use redlock_core::ReleaseReport;
-use redlock_redis::{Error, LeaseWatch, LockHandle};
 
-/// A lock a quorum granted. Trust it until [`valid_until`](LeaseWatch::valid_until), not one
-/// instant longer (check [`is_valid`](LeaseWatch::is_valid) or
-/// [`remaining`](LeaseWatch::remaining)); [`extend`](Lock::extend) to keep it,
+use super::watch::LeaseWatch;
+
+/// A lock a quorum granted. Trust it until [`valid_until`](crate::LeaseWatch::valid_until), not one
+/// instant longer (check [`is_valid`](crate::LeaseWatch::is_valid) or
+/// [`remaining`](crate::LeaseWatch::remaining)); [`extend`](Lock::extend) to keep it,
 /// [`release`](Lock::release) when done. Its getters are [`LeaseWatch`]'s.
 ///
 /// A handle: the client's driver thread owns the lock, extends it if it was asked to, and keeps
@@ -18,24 +20,29 @@ use redlock_redis::{Error, LeaseWatch, LockHandle};
 /// auto-extension stops. [`detach`](Lock::detach) leaves it on the nodes instead.
 #[must_use = "a lock that is dropped at once is released at once"]
 #[derive(Debug)]
-pub struct Lock(LockHandle);
+pub struct Lock {
+    handle: LockHandle,
+    /// The handle's watch, as the blocking client shows it.
+    watch: LeaseWatch,
+}
 
 impl std::ops::Deref for Lock {
     type Target = LeaseWatch;
 
     fn deref(&self) -> &LeaseWatch {
-        self.0.watch()
+        &self.watch
     }
 }
 
 impl Lock {
     pub(crate) fn new(handle: LockHandle) -> Self {
-        Self(handle)
+        let watch = LeaseWatch::new(handle.watch().clone());
+        Self { handle, watch }
     }
 
     /// A watch on the lock for other threads (cheap; see [`LeaseWatch::wait_lost`]).
     pub fn watch(&self) -> LeaseWatch {
-        self.0.watch().clone()
+        self.watch.clone()
     }
 
     /// Extends the lock to `ttl` from now, blocking until the outcome. On success the validity
@@ -44,19 +51,22 @@ impl Lock {
     /// another, each answered by its own extension.
     pub fn extend(&self, ttl: Duration) -> Result<(), Error> {
         let _span = tracing::debug_span!("redlock.extend", ttl = ?ttl).entered();
-        self.0.extend(ttl).wait().unwrap_or(Err(Error::Stopped))
+        self.handle
+            .extend(ttl)
+            .wait()
+            .unwrap_or(Err(Error::Stopped))
     }
 
     /// Releases the lock on every node and reports what each did. Keys under another token are
     /// never touched; releasing an expired lock is a normal report.
     pub fn release(self) -> ReleaseReport {
-        self.0.release().wait()
+        self.handle.release().wait()
     }
 
     /// Stops driving the lock and leaves it held on the nodes until its TTL (for a lock another
     /// process resumes or releases by its token): no extension, no release. The requests
-    /// already sent still run; [`Redlock::flush`](crate::Redlock::flush) waits for them.
+    /// already sent still run; [`Redlock::flush`](super::Redlock::flush) waits for them.
     pub fn detach(self) {
-        self.0.detach();
+        self.handle.detach();
     }
 }

@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::Subscribers;
 use futures_util::StreamExt;
 use redlock_core::Change;
-use redlock_redis::Subscribers;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use crate::conn::Node;
-use crate::runtime::Runtime;
+use super::conn::Node;
+use super::runtime::Runtime;
 
 /// The subscriber tasks of one driver.
 pub(crate) struct Notices<R> {

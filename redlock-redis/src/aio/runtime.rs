@@ -9,7 +9,7 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     /// The runtime the calling task runs on (captured when an operation starts, so that
     /// background releases run on the same runtime), or what is missing for the driver to run
     /// there (no runtime, or one without timers), said to the caller as
-    /// [`Error::NoRuntime`](redlock_redis::Error::NoRuntime). Never panics.
+    /// [`Error::NoRuntime`](crate::Error::NoRuntime). Never panics.
     fn current() -> Result<Self, &'static str>;
 
     /// Runs `future` in the background.

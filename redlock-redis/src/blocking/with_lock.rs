@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use crate::Error;
 use redlock_core::LockRequest;
-use redlock_redis::{Error, LeaseWatch};
 
-use crate::client::Redlock;
+use super::client::Redlock;
+use super::watch::LeaseWatch;
 
 impl Redlock {
     /// Locks `resource`, runs `work` on this thread while the driver keeps the lock extended,

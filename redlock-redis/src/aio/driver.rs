@@ -11,16 +11,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::Answers;
+use crate::{Call, Clock, DriverState, Output, Post};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redlock_core::Batch;
-use redlock_redis::Answers;
-use redlock_redis::{Call, Clock, DriverState, Output, Post};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use crate::conn::Node;
-use crate::notices::Notices;
-use crate::runtime::Runtime;
+use super::conn::Node;
+use super::notices::Notices;
+use super::runtime::Runtime;
 
 /// How calls reach the driver task.
 pub(crate) struct Mailbox(UnboundedSender<Call>);
@@ -47,7 +47,7 @@ pub(crate) fn start<R: Runtime>(
     labels: Arc<[Arc<str>]>,
     nodes: Arc<[Node]>,
     clock: Clock,
-) -> Result<Arc<Mailbox>, redlock_redis::Error> {
+) -> Result<Arc<Mailbox>, crate::Error> {
     let (tx, rx) = unbounded_channel();
     let mailbox = Arc::new(Mailbox(tx));
     let state = DriverState::new(config, labels, mailbox.clone(), clock)?;
@@ -93,7 +93,7 @@ async fn run<R: Runtime>(
                 tracing::trace!("release notice");
                 state.handle_notice(clock.now(), &channel);
             }
-            () = sleep_until::<R>(wake_at(&state, timeout.map(|t| t.at))) => {
+            () = sleep_until::<R>(state.wake_at()) => {
                 tracing::trace!(reason = ?timeout.map(|t| t.reason), "wake-up");
                 state.handle_timeout(clock.now());
             }
@@ -104,17 +104,6 @@ async fn run<R: Runtime>(
 /// Writes `batch` to its node; the replies, one per request.
 async fn write(nodes: Arc<[Node]>, batch: Batch) -> Answers {
     nodes[batch.node].run(batch).await
-}
-
-/// When to wake for the state's next deadline `at` (see [`DriverState::sleep_target`]); with no
-/// deadline, never — unless a lock runs, which is checked for a suspend every
-/// [`SUSPEND_CHECK`](redlock_redis::SUSPEND_CHECK).
-fn wake_at(state: &DriverState, at: Option<Instant>) -> Option<Instant> {
-    match at {
-        Some(at) => Some(state.sleep_target(at)),
-        None if state.has_locks() => Some(Instant::now() + redlock_redis::SUSPEND_CHECK),
-        None => None,
-    }
 }
 
 /// Resolves at `at`, or never.

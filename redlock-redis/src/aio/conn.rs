@@ -10,15 +10,15 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redis::AsyncConnectionConfig;
-use redis::aio::MultiplexedConnection;
-use redlock_core::Batch;
-use redlock_redis::{
+use crate::{
     Answers, BatchReplies, NodeAddr, Tracking, detect_dialect_async, resp3_client, run_batch_async,
     speaks_no_resp3,
 };
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+use redlock_core::Batch;
 
-type Connected = redlock_redis::Connected<MultiplexedConnection>;
+type Connected = crate::Connected<MultiplexedConnection>;
 
 /// A node and its connection, made on first use (a node that is down at start is not an error:
 /// its requests fail until it comes back).
@@ -26,7 +26,7 @@ pub(crate) struct Node {
     addr: NodeAddr,
     io_timeout: Duration,
     /// How the connection watches its node's memory.
-    watch: redlock_redis::MemoryWatchSettings,
+    watch: crate::MemoryWatchSettings,
     connected: Mutex<Option<Connected>>,
 }
 
@@ -34,7 +34,7 @@ impl Node {
     pub(crate) fn new(
         addr: NodeAddr,
         io_timeout: Duration,
-        watch: redlock_redis::MemoryWatchSettings,
+        watch: crate::MemoryWatchSettings,
     ) -> Self {
         Self {
             addr,

@@ -3,8 +3,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::{Error, LeaseWatch, LockHandle};
 use redlock_core::ReleaseReport;
-use redlock_redis::{Error, LeaseWatch, LockHandle};
 
 /// A lock a quorum granted. Trust it until [`valid_until`](LeaseWatch::valid_until), not one
 /// instant longer (check [`is_valid`](LeaseWatch::is_valid) or
@@ -63,7 +63,8 @@ impl Lock {
     }
 
     /// Stops driving the lock and leaves it held on the nodes until its TTL (for a lock another
-    /// process resumes or releases by its token): no extension, no release.
+    /// process resumes or releases by its token): no extension, no release. The requests
+    /// already sent still run; [`Redlock::flush`](super::Redlock::flush) waits for them.
     pub fn detach(self) {
         self.handle.detach();
     }

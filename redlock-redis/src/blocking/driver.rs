@@ -12,11 +12,11 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::Duration;
 
-use redlock_redis::Answers;
-use redlock_redis::{Call, Clock, DriverState, Error, NodeAddr, Output, Post};
+use crate::Answers;
+use crate::{Call, Clock, DriverState, Error, NodeAddr, Output, Post};
 
-use crate::conn::Worker;
-use crate::notices::Notices;
+use super::conn::Worker;
+use super::notices::Notices;
 
 /// What reaches the driver thread.
 pub(crate) enum Input {
@@ -45,7 +45,7 @@ pub(crate) fn start(
     labels: Arc<[Arc<str>]>,
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
-    memory_watch: redlock_redis::MemoryWatchSettings,
+    memory_watch: crate::MemoryWatchSettings,
 ) -> Result<Arc<Mailbox>, Error> {
     let (tx, rx) = mpsc::channel();
     let mailbox = Arc::new(Mailbox(tx.clone()));
@@ -83,13 +83,11 @@ fn run(
             }
         }
         // Deadlines are the suspend-aware clock's; the wait is `Instant`'s, at most
-        // SUSPEND_CHECK while a lock runs (see `DriverState::sleep_target`).
-        let input = match state.poll_timeout() {
-            Some(timeout) => {
-                let wake = state.sleep_target(timeout.at);
+        // SUSPEND_CHECK while a lock runs (see `DriverState::wake_at`).
+        let input = match state.wake_at() {
+            Some(wake) => {
                 inbox.recv_timeout(wake.saturating_duration_since(std::time::Instant::now()))
             }
-            None if state.has_locks() => inbox.recv_timeout(redlock_redis::SUSPEND_CHECK),
             None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         match input {

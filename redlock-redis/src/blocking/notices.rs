@@ -8,11 +8,11 @@ use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread;
 use std::time::Duration;
 
+use crate::{NodeAddr, Subscribers};
 use redis::RedisResult;
 use redlock_core::Change;
-use redlock_redis::{NodeAddr, Subscribers};
 
-use crate::driver::Input;
+use super::driver::Input;
 
 /// How often a subscriber thread with subscriptions looks up from its socket for new ones (a
 /// blocking connection cannot be woken otherwise). Channels linger after their last waiter, so

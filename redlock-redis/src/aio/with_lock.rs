@@ -3,11 +3,11 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::{Error, LeaseWatch};
 use redlock_core::LockRequest;
-use redlock_redis::{Error, LeaseWatch};
 
-use crate::client::Redlock;
-use crate::runtime::Runtime;
+use super::client::Redlock;
+use super::runtime::Runtime;
 
 impl<R: Runtime> Redlock<R> {
     /// Locks `resource`, runs `work` while the driver keeps the lock extended, then releases it.

@@ -2,17 +2,17 @@
 
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use redlock_core::{LockRequest, ReleaseReport, RetryPolicy, Vote};
-use redlock_redis::{
+use crate::{
     Builder, Clock, Deployment, Error, FromSettings, LockIds, NodeAddr, NodeReport, Post, Settings,
 };
+use redlock_core::{LockRequest, ReleaseReport, RetryPolicy, Vote};
 
-use crate::conn::Node;
-use crate::driver::{Mailbox, start};
-use crate::lock::Lock;
-use crate::runtime::Runtime;
+use super::conn::Node;
+use super::driver::{Mailbox, start};
+use super::lock::Lock;
+use super::runtime::Runtime;
 
 /// A Redlock client over N independent Redis masters. Cheap to clone and share (`Send + Sync`):
 /// clones use the same driver and connections (one multiplexed, reconnecting connection per
@@ -42,7 +42,7 @@ struct Inner {
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
     /// How connections watch their nodes' memory ([`Settings::memory_watch`]).
-    memory_watch: redlock_redis::MemoryWatchSettings,
+    memory_watch: crate::MemoryWatchSettings,
     /// Counts machine suspends (Linux): shared by every driver and lock of the client.
     clock: Clock,
     ids: LockIds,
@@ -56,7 +56,7 @@ impl Drop for Inner {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(driver) = driver {
-            driver.post(redlock_redis::Call::ClientGone);
+            driver.post(crate::Call::ClientGone);
         }
     }
 }
@@ -120,7 +120,7 @@ impl<R: Runtime> Redlock<R> {
             return Ok(driver.clone());
         }
         let deployment = &self.inner.deployment;
-        let runtime = R::current().map_err(redlock_redis::Error::NoRuntime)?;
+        let runtime = R::current().map_err(crate::Error::NoRuntime)?;
         let driver = start(
             runtime,
             deployment.config().clone(),
@@ -157,7 +157,7 @@ impl<R: Runtime> Redlock<R> {
 
     /// Locks as `request` says: several resources, a retry policy, a deadline, a token of its
     /// own, auto-extension (the driver extends the lock until it is released or dropped, and
-    /// [`LeaseWatch::lost`](redlock_redis::LeaseWatch::lost), on the lock, resolves if it
+    /// [`LeaseWatch::lost`](crate::LeaseWatch::lost), on the lock, resolves if it
     /// cannot).
     ///
     /// # Cancellation
@@ -165,7 +165,7 @@ impl<R: Runtime> Redlock<R> {
     /// releases whatever keys its requests may have set; on each node the release runs after
     /// that node's outstanding request, so it cannot be overtaken by it.
     pub async fn acquire(&self, request: LockRequest) -> Result<Lock, Error> {
-        let pending = redlock_redis::acquire(self.driver()?, &self.inner.ids, request, false);
+        let pending = crate::acquire(self.driver()?, &self.inner.ids, request, false);
         Ok(Lock::new(pending.await?))
     }
 
@@ -187,7 +187,7 @@ impl<R: Runtime> Redlock<R> {
     /// [`resume`](Redlock::resume) with a request of your own: several resources, or
     /// auto-extension once resumed. The request must carry the token.
     pub async fn resume_request(&self, request: LockRequest) -> Result<Lock, Error> {
-        let pending = redlock_redis::acquire(self.driver()?, &self.inner.ids, request, true);
+        let pending = crate::acquire(self.driver()?, &self.inner.ids, request, true);
         Ok(Lock::new(pending.await?))
     }
 
@@ -201,8 +201,38 @@ impl<R: Runtime> Redlock<R> {
     ) -> Result<ReleaseReport, Error> {
         let driver = self.driver()?;
         let (resource, token) = (resource.into(), token.into());
-        let answer = redlock_redis::release_by_token(&*driver, &self.inner.ids, resource, token);
+        let answer = crate::release_by_token(&*driver, &self.inner.ids, resource, token);
         answer.await.unwrap_or(Err(Error::Stopped))
+    }
+
+    /// Waits until every request this client sent so far has been answered by its node (or
+    /// failed, each within the I/O timeout), for at most `timeout`; returns whether they all
+    /// were. For a process about to exit while its lock lives on, handed over by token: a lock
+    /// call returns once a quorum granted, and the requests to the other nodes would otherwise
+    /// die with the process. A client whose driver is not running has nothing to wait for.
+    /// Dropping the future stops the wait, never the requests.
+    pub async fn flush(&self, timeout: Duration) -> bool {
+        let driver = {
+            let slot = self
+                .inner
+                .driver
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match &*slot {
+                Some(driver) if !driver.is_closed() => driver.clone(),
+                _ => return true,
+            }
+        };
+        let answered = std::pin::pin!(crate::flush(&*driver));
+        let Some(deadline) = Instant::now().checked_add(timeout) else {
+            answered.await;
+            return true;
+        };
+        let expired = std::pin::pin!(R::sleep_until(deadline));
+        matches!(
+            futures_util::future::select(answered, expired).await,
+            futures_util::future::Either::Left(_)
+        )
     }
 
     /// Marks every node trusted for restart-aware voting: a node with no epoch (a fresh
@@ -213,7 +243,7 @@ impl<R: Runtime> Redlock<R> {
     /// lock. Returns each node's answer (`Granted` = trusted).
     pub async fn trust_nodes(&self) -> Result<Vec<NodeReport<Vote>>, Error> {
         let driver = self.driver()?;
-        let answer = redlock_redis::trust(&*driver, &self.inner.ids);
+        let answer = crate::trust(&*driver, &self.inner.ids);
         answer.await.ok_or(Error::Stopped)
     }
 }

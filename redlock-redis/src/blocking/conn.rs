@@ -5,12 +5,12 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlock_core::{Batch, NodeErrorKind, Reply, Transmit};
-use redlock_redis::{
+use crate::{
     BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, speaks_no_resp3,
 };
+use redlock_core::{Batch, NodeErrorKind, Reply, Transmit};
 
-use crate::driver::Input;
+use super::driver::Input;
 
 /// The most requests one pipeline carries.
 const MAX_BATCH: usize = 256;
@@ -26,7 +26,7 @@ impl Worker {
     pub(crate) fn spawn(
         addr: NodeAddr,
         io_timeout: Duration,
-        watch: redlock_redis::MemoryWatchSettings,
+        watch: crate::MemoryWatchSettings,
         driver: Sender<Input>,
     ) -> Self {
         let (batches, queue) = mpsc::channel();
@@ -55,20 +55,16 @@ struct Connection {
     addr: NodeAddr,
     io_timeout: Duration,
     /// Negative controls only: watches that hear no push.
-    watch: redlock_redis::MemoryWatchSettings,
+    watch: crate::MemoryWatchSettings,
     /// The connection, what its node can run and its watch over the node's memory, learnt
     /// when it was made.
     conn: Option<Connected>,
 }
 
-type Connected = redlock_redis::Connected<redis::Connection>;
+type Connected = crate::Connected<redis::Connection>;
 
 impl Connection {
-    fn new(
-        addr: NodeAddr,
-        io_timeout: Duration,
-        watch: redlock_redis::MemoryWatchSettings,
-    ) -> Self {
+    fn new(addr: NodeAddr, io_timeout: Duration, watch: crate::MemoryWatchSettings) -> Self {
         Self {
             addr,
             io_timeout,
