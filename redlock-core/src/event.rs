@@ -63,9 +63,18 @@ pub enum LockEvent {
         /// Who asked for it.
         trigger: Trigger,
     },
-    /// An auto-extended lock could not be kept: stop the work it protects now. Comes out before
-    /// the validity ends whenever the driver polls in time. The keys stay until released (or
-    /// until their TTL).
+    /// The lock could not be kept: stop the work it protects now. The keys stay until released
+    /// (or until their TTL).
+    ///
+    /// A [`Lifecycle`](crate::Lifecycle) reports it for an auto-extended lock. If the driver
+    /// calls `handle_timeout` at every `Wait` instant, it comes out when the validity ends at
+    /// the latest ([`LossCause::Expired`]), and often earlier: the renewal gives up with
+    /// [`LossCause::NoTimeLeft`] as soon as one more extension could not finish in time, and
+    /// with [`LossCause::NotHeld`] when an extension finds the token gone. The exception is a
+    /// caller's extension still in flight when the validity ends: its answer is awaited first.
+    /// A [`Multiplexer`](crate::Multiplexer) also reports it, with [`LossCause::Expired`], when
+    /// a lock held without auto-extension reaches the end of its validity. Either way the
+    /// deadline to trust is [`Lease::valid_until`], not the arrival of this event.
     Lost {
         /// Why.
         cause: LossCause,

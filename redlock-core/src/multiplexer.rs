@@ -156,9 +156,14 @@ struct Channel {
 ///   merged, so an outcome never answers a later call.
 ///
 /// # What it never does
-/// It never reads a clock, never sleeps, never does I/O, and never decides anything about a lock:
-/// every decision stays with the lock's [`Lifecycle`]. It never panics on an unknown or stale
-/// id: a reply for a lock that is gone only frees its node's slot.
+/// It never reads a clock, never sleeps, never does I/O, and never counts a vote: rounds,
+/// quorum, validity, retries and renewal stay with each lock's [`Lifecycle`]. What it decides
+/// is the bookkeeping listed above — the order and batching of requests on each node, the
+/// order of caller extensions (answering those that can no longer run with
+/// [`ExtendFailure::Expired`]), which locks a release notice wakes — and one thing about a
+/// lock: one held without auto-extension is lost ([`LossCause::Expired`]) once the
+/// `valid_until` of its lease has passed. It never panics on an unknown or stale id: a reply
+/// for a lock that is gone only frees its node's slot.
 ///
 /// # Driving it
 /// Inputs are the caller's (`start`, `trust`, `extend`,

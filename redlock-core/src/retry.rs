@@ -2,7 +2,7 @@
 //! them, and when to stop waiting altogether.
 //!
 //! Step 4 of the Redlock description: "retry after a random delay". The policy is data; the
-//! acquire machine applies it and [`Jitter`](crate::backoff) draws the random part.
+//! acquire machine applies it and [`Jitter`](crate::jitter::Jitter) draws the random part.
 
 use std::time::Duration;
 

@@ -1,5 +1,9 @@
 //! Throughput and latency of `redlock-tokio` against the floor: the same Redis commands fanned
-//! out directly with the `redis` crate over the same kind of connections, with no lock logic.
+//! out directly with the `redis` crate, with no lock logic, over one `ConnectionManager` per
+//! node (a multiplexed RESP2 connection that reconnects by itself). `redlock-tokio` does not use
+//! `ConnectionManager`: it keeps a multiplexed connection per node of its own, made again when
+//! it breaks, with RESP3 client tracking to watch the node's memory. Both pipeline every task's
+//! commands over one connection per node.
 //! Prints ratios measured in one run; never asserts a time.
 //!
 //! `cargo run --release -p redlock-tests --example bench_tokio`

@@ -2,8 +2,9 @@
 
 redlock_tests::conformance_tests!(redlock_tests::conformance::Blocking);
 
-/// A panic in `with_lock`'s work propagates (no hang waiting for the extension thread) and the
-/// lock is released on the way out.
+/// A panic in `with_lock`'s work reaches the caller at once (the work runs on the caller's
+/// thread; the client's driver thread keeps the lock extended and nothing waits on it), and the
+/// lock, dropped on the way out, is released by the driver.
 #[test]
 fn a_panic_in_with_lock_propagates_and_releases() {
     use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -4,10 +4,14 @@
 //! own compare-and-delete script ([`redlock_core::RELEASE_SCRIPT`], `EVALSHA`) sent to all 5
 //! at once. That logic is written once, in [`RawClient`]; how the commands reach the nodes is
 //! its [`Nodes`]:
-//! - [`Multiplexed`]: one reconnecting multiplexed connection per node
-//!   (`redis::aio::ConnectionManager`, the kind redlock-tokio and redlock-async-std use), shared
-//!   by every task. The redis crate runs it on the runtime it was made on: tokio for the raw
-//!   floor, smol's async-io for the async-std floor.
+//! - [`Multiplexed`]: one reconnecting multiplexed connection per node, shared by every task:
+//!   the `redis` crate's `redis::aio::ConnectionManager`, which wraps a `MultiplexedConnection`
+//!   and reconnects by itself, speaking RESP2. The adapters do not use it: they keep a
+//!   `MultiplexedConnection` per node of their own (`redlock-redis`'s async connections), made
+//!   again when it breaks, speaking RESP3 with client tracking to watch the node's memory. Both
+//!   pipeline every task's commands over one connection per node; the floor has none of the
+//!   tracking or memory proofs. The redis crate runs it on the runtime it was made on: tokio
+//!   for the raw floor, smol's async-io for the async-std floor.
 //! - [`NodeThreads`](super::raw_threads::NodeThreads): one thread and one blocking
 //!   `redis::Connection` per node, for the blocking floor.
 //!

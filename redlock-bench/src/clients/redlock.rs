@@ -1,10 +1,10 @@
-//! `redlock-tokio` and `redlock-async-std` (both `redlock_async_driver::Redlock<R>`) as an
+//! `redlock-tokio` and `redlock-async-std` (both `redlock_redis::aio::Redlock<R>`) as an
 //! [`AsyncClient`], and `redlock-blocking` as a [`BlockingClient`]: `lock(key, ttl)` and
 //! `release()`, nothing else.
 
 use std::future::Future;
 
-use redlock_async_driver::{Lock, Redlock, Runtime};
+use redlock_redis::aio::{Lock, Redlock, Runtime};
 
 use super::{AsyncClient, BlockingClient, TTL};
 

@@ -1,6 +1,8 @@
 //! A deterministic simulator for Redlock: simulated Redis nodes, a faulty network, node crashes,
 //! client pauses and drifting clocks, with clients driving the **real** `redlock-core`
-//! [`Multiplexer`](redlock_core::Multiplexer) — what the adapters' drivers run: every lock's
+//! [`Multiplexer`](redlock_core::Multiplexer) — the engine inside every adapter's driver (the
+//! async and the blocking one, both in `redlock-redis`; the simulator drives the multiplexer
+//! directly, without the drivers' bookkeeping of waiting callers): every lock's
 //! [`Lifecycle`](redlock_core::Lifecycle) with retries, auto-extension and release, one FIFO per
 //! node, one write per node — over one connection per node whose batches go through the core's
 //! [`NodeBatch`](redlock_core::NodeBatch) (restart-aware voting proven once per connection), and
