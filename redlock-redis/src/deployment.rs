@@ -4,31 +4,32 @@ use std::sync::Arc;
 
 use redlock_core::Config;
 
-/// A client's nodes and checked settings; every adapter's `Redlock` derefs to it.
+/// A client's nodes and checked settings; every adapter's `Redlock` shows them through its
+/// `config()` and `nodes()`.
 #[derive(Debug)]
-pub struct Deployment {
+pub(crate) struct Deployment {
     config: Config,
     labels: Arc<[Arc<str>]>,
 }
 
 impl Deployment {
     /// `config` for the nodes named `labels` (`host:port`).
-    pub fn new(config: Config, labels: Arc<[Arc<str>]>) -> Self {
+    pub(crate) fn new(config: Config, labels: Arc<[Arc<str>]>) -> Self {
         Self { config, labels }
     }
 
     /// The checked settings.
-    pub fn config(&self) -> &Config {
+    pub(crate) fn config(&self) -> &Config {
         &self.config
     }
 
     /// The nodes, as `host:port` (never with credentials).
-    pub fn nodes(&self) -> &[Arc<str>] {
+    pub(crate) fn nodes(&self) -> &[Arc<str>] {
         &self.labels
     }
 
     /// The node labels, to share with a driver.
-    pub fn labels(&self) -> Arc<[Arc<str>]> {
+    pub(crate) fn labels(&self) -> Arc<[Arc<str>]> {
         self.labels.clone()
     }
 }

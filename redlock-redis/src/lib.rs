@@ -68,7 +68,7 @@ pub mod blocking;
 pub(crate) use answer::Answer;
 pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
 pub(crate) use clock::Clock;
-pub use deployment::Deployment;
+pub(crate) use deployment::Deployment;
 #[cfg(feature = "blocking")]
 pub(crate) use dialect::detect as detect_dialect;
 #[cfg(any(feature = "tokio", feature = "smol"))]
@@ -96,7 +96,6 @@ pub use tls::Tls;
 /// list and users never need to name `redlock-core` or this crate.
 pub mod api {
     pub use crate::builder::DEFAULT_IO_TIMEOUT;
-    pub use crate::deployment::Deployment;
     pub use crate::error::{Error, LockFailure, NodeReport};
     pub use crate::lease_watch::LeaseWatch;
     #[cfg(feature = "tls")]

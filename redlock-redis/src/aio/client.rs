@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::{
     Builder, Clock, Deployment, Error, FromSettings, LockIds, NodeAddr, NodeReport, Post, Settings,
 };
-use redlock_core::{LockRequest, ReleaseReport, RetryPolicy, Vote};
+use redlock_core::{Config, LockRequest, ReleaseReport, RetryPolicy, Vote};
 
 use super::conn::Node;
 use super::driver::{Mailbox, start};
@@ -61,15 +61,6 @@ impl Drop for Inner {
     }
 }
 
-impl<R: Runtime> std::ops::Deref for Redlock<R> {
-    type Target = Deployment;
-
-    /// The nodes and settings: [`config`](Deployment::config), [`nodes`](Deployment::nodes).
-    fn deref(&self) -> &Deployment {
-        &self.inner.deployment
-    }
-}
-
 impl<R: Runtime> Clone for Redlock<R> {
     fn clone(&self) -> Self {
         Self {
@@ -86,6 +77,16 @@ impl<R: Runtime> std::fmt::Debug for Redlock<R> {
 }
 
 impl<R: Runtime> Redlock<R> {
+    /// The checked settings.
+    pub fn config(&self) -> &Config {
+        self.inner.deployment.config()
+    }
+
+    /// The nodes, as `host:port` (never with credentials), in the order given.
+    pub fn nodes(&self) -> &[Arc<str>] {
+        self.inner.deployment.nodes()
+    }
+
     /// A client with default settings for the masters at `urls`
     /// (`redis://[user:password@]host:port[/db]`; `rediss://` with the `tls` feature).
     /// Nothing connects yet, and a node that is down is not an error.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{Builder, Deployment, Error, FromSettings, LockIds, NodeReport, Post, Settings};
-use redlock_core::{LockRequest, ReleaseReport, RetryPolicy, Vote};
+use redlock_core::{Config, LockRequest, ReleaseReport, RetryPolicy, Vote};
 
 use super::driver::{Mailbox, start};
 use super::lock::Lock;
@@ -32,15 +32,6 @@ struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.driver.post(crate::Call::ClientGone);
-    }
-}
-
-impl std::ops::Deref for Redlock {
-    type Target = Deployment;
-
-    /// The nodes and settings: [`config`](Deployment::config), [`nodes`](Deployment::nodes).
-    fn deref(&self) -> &Deployment {
-        &self.inner.deployment
     }
 }
 
@@ -74,6 +65,16 @@ impl FromSettings for Redlock {
 }
 
 impl Redlock {
+    /// The checked settings.
+    pub fn config(&self) -> &Config {
+        self.inner.deployment.config()
+    }
+
+    /// The nodes, as `host:port` (never with credentials), in the order given.
+    pub fn nodes(&self) -> &[Arc<str>] {
+        self.inner.deployment.nodes()
+    }
+
     /// A client with default settings for the masters at `urls`
     /// (`redis://[user:password@]host:port[/db]`; `rediss://` with the `tls` feature).
     /// Starts the driver thread; connects to nothing yet, and a node that is down is not an
