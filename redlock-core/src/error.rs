@@ -146,8 +146,17 @@ pub enum ConfigError {
         /// Position of the resource in the request (0-based).
         index: usize,
     },
-    /// A [`Multiplexer`](crate::Multiplexer) lock id that already names a running lock (or,
-    /// once in 2^64, a lifecycle id drawn twice): the driver must choose another.
+}
+
+/// Why a [`Multiplexer`](crate::Multiplexer) did not start a lock: the request or the
+/// settings (what a user gave), or the lock id (what the driver chose).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StartError {
+    /// The request or the settings are invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A lock id that already names a running lock (or, once in 2^64, a lifecycle id drawn
+    /// twice): the driver must choose another, or start again for a fresh draw.
     #[error("lock id {id}: already in use by a running lock; use an id not in use")]
     LockIdInUse {
         /// The id given.

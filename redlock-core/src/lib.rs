@@ -239,7 +239,7 @@ pub use config::{
 };
 pub use dialect::{DeleteIfEq, Dialect, ServerFacts};
 pub use epoch::{EPOCH_CLAIM, EPOCH_CLAIM_TTL_MS, Epoch};
-pub use error::ConfigError;
+pub use error::{ConfigError, StartError};
 pub use event::{LockEvent, LockOutput, Operation, Trigger, WakeReason};
 #[cfg(any(test, feature = "testing"))]
 pub use extend::Extend;

@@ -7,7 +7,7 @@ use rand_core::CryptoRng;
 
 use crate::command::Op;
 use crate::config::Config;
-use crate::error::ConfigError;
+use crate::error::{ConfigError, StartError};
 use crate::event::{LockEvent, LockOutput, Trigger, WakeReason};
 use crate::extend::{ExtendFailure, ExtendOutcome};
 use crate::id::RequestId;
@@ -209,7 +209,7 @@ struct Channel {
 ///     }
 /// }
 /// assert!(nodes.iter().all(|node| node.len() == 2));
-/// # Ok::<(), redlock_core::ConfigError>(())
+/// # Ok::<(), redlock_core::StartError>(())
 /// ```
 #[derive(Debug)]
 pub struct Multiplexer<R> {
@@ -300,7 +300,7 @@ impl<R: CryptoRng> Multiplexer<R> {
         id: LockId,
         start: Start,
         request: &LockRequest,
-    ) -> Result<(), ConfigError> {
+    ) -> Result<(), StartError> {
         self.insert(now, id, |config, rng| match start {
             Start::Acquire => Lifecycle::acquire(now, config, request, rng),
             Start::Resume => Lifecycle::resume(now, config, request, rng),
@@ -313,7 +313,7 @@ impl<R: CryptoRng> Multiplexer<R> {
     }
 
     /// Starts marking every node trusted as lock `id` ([`Lifecycle::trust`]).
-    pub fn trust(&mut self, now: Instant, id: LockId) -> Result<(), ConfigError> {
+    pub fn trust(&mut self, now: Instant, id: LockId) -> Result<(), StartError> {
         self.insert(now, id, |config, rng| {
             Ok(Lifecycle::trust(now, config, rng))
         })
@@ -570,15 +570,15 @@ impl<R: CryptoRng> Multiplexer<R> {
         now: Instant,
         id: LockId,
         make: impl FnOnce(&Config, &mut R) -> Result<Lifecycle, ConfigError>,
-    ) -> Result<(), ConfigError> {
+    ) -> Result<(), StartError> {
         if self.locks.contains_key(&id) {
-            return Err(ConfigError::LockIdInUse { id: id.get() });
+            return Err(StartError::LockIdInUse { id: id.get() });
         }
         let lifecycle = make(&self.config, &mut self.rng)?;
         let origin = lifecycle.id();
         if self.routes.contains_key(&origin) {
             // Two lifecycles drew the same 64-bit id: refuse rather than mix their replies.
-            return Err(ConfigError::LockIdInUse { id: id.get() });
+            return Err(StartError::LockIdInUse { id: id.get() });
         }
         self.routes.insert(origin, id);
         self.locks.insert(

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redlock_core::{
     Batch, Change, ExtendOutcome, Lease, LockEvent, LockId, LockRequest, Multiplexer,
-    ReleaseReport, Reply, RequestId, Start, Timeout, Trigger, Vote,
+    ReleaseReport, Reply, RequestId, Start, StartError, Timeout, Trigger, Vote,
 };
 
 use crate::answer::{Responder, answer};
@@ -251,7 +251,7 @@ impl DriverState {
                 } else {
                     Start::Acquire
                 };
-                let started = self.mux.start(now, id, start, &request);
+                let started = self.start(now, id, start, &request);
                 match started {
                     Ok(()) => {
                         self.waiting.insert(
@@ -272,7 +272,7 @@ impl DriverState {
                 id,
                 request,
                 answer,
-            } => match self.mux.start(now, id, Start::ReleaseByToken, &request) {
+            } => match self.start(now, id, Start::ReleaseByToken, &request) {
                 Ok(()) => {
                     self.waiting.insert(id, Waiting::ReleaseByToken(answer));
                 }
@@ -281,7 +281,7 @@ impl DriverState {
                 }
             },
             Call::Trust { id, answer } => {
-                if self.mux.trust(now, id).is_ok() {
+                if self.start_trust(now, id).is_ok() {
                     self.waiting.insert(id, Waiting::Trust(answer));
                 }
             }
@@ -395,6 +395,36 @@ impl DriverState {
             return at;
         }
         at.min(Instant::now() + SUSPEND_CHECK)
+    }
+
+    /// Starts lock `id` in the engine. The ids come from [`LockIds`], never reused, so the
+    /// engine refuses one only when a lifecycle drew a random id that a running lock has (once
+    /// in 2^64): that start is made again, with a fresh draw. Three such draws in a row mean the
+    /// generator is broken.
+    fn start(
+        &mut self,
+        now: Instant,
+        id: LockId,
+        start: Start,
+        request: &LockRequest,
+    ) -> Result<(), Error> {
+        Self::drawn_afresh(|| self.mux.start(now, id, start, request))
+    }
+
+    /// [`start`](Self::start) for a trust.
+    fn start_trust(&mut self, now: Instant, id: LockId) -> Result<(), Error> {
+        Self::drawn_afresh(|| self.mux.trust(now, id))
+    }
+
+    fn drawn_afresh(mut start: impl FnMut() -> Result<(), StartError>) -> Result<(), Error> {
+        for _ in 0..3 {
+            match start() {
+                Err(StartError::LockIdInUse { .. }) => {}
+                Err(StartError::Config(err)) => return Err(err.into()),
+                Ok(()) => return Ok(()),
+            }
+        }
+        Err(Error::Entropy)
     }
 
     /// When the driver wakes if no input comes first, in `Instant::now()`'s timeline: the next
