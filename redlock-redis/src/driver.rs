@@ -264,7 +264,7 @@ impl DriverState {
                         );
                     }
                     Err(err) => {
-                        let _ = answer.send(Err(err.into()));
+                        let _ = answer.send(Err(err));
                     }
                 }
             }
@@ -277,7 +277,7 @@ impl DriverState {
                     self.waiting.insert(id, Waiting::ReleaseByToken(answer));
                 }
                 Err(err) => {
-                    let _ = answer.send(Err(err.into()));
+                    let _ = answer.send(Err(err));
                 }
             },
             Call::Trust { id, answer } => {
