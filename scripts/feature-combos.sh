@@ -17,6 +17,7 @@ combos=(
   "-p redlock-smol --no-default-features"
   "-p redlock-smol -p redlock-tokio --features redlock-smol/tls"
   "-p redlock-blocking --no-default-features"
+  "-p redlock-redis --no-default-features"
 )
 for combo in "${combos[@]}"; do
   echo "== cargo clippy $combo"

@@ -29,6 +29,7 @@ impl Deployment {
     }
 
     /// The node labels, to share with a driver.
+    #[cfg(any(feature = "tokio", feature = "smol"))]
     pub(crate) fn labels(&self) -> Arc<[Arc<str>]> {
         self.labels.clone()
     }

@@ -36,10 +36,12 @@
 // Without a client feature the crate holds only the shared types: the drivers' parts sit unused.
 #![cfg_attr(
     not(any(feature = "tokio", feature = "smol", feature = "blocking")),
-    allow(dead_code, unused_imports)
+    allow(dead_code, unused_imports, unused_macros)
 )]
 
 mod answer;
+#[macro_use]
+mod entry_points;
 mod builder;
 mod clock;
 mod deployment;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::{
     Builder, Clock, Deployment, Error, FromSettings, LockIds, NodeAddr, NodeReport, Post, Settings,
 };
-use redlock_core::{Config, LockRequest, ReleaseReport, RetryPolicy, Vote};
+use redlock_core::{LockRequest, ReleaseReport, Vote};
 
 use super::conn::Node;
 use super::driver::{Mailbox, start};
@@ -77,15 +77,7 @@ impl<R: Runtime> std::fmt::Debug for Redlock<R> {
 }
 
 impl<R: Runtime> Redlock<R> {
-    /// The checked settings.
-    pub fn config(&self) -> &Config {
-        self.inner.deployment.config()
-    }
-
-    /// The nodes, as `host:port` (never with credentials), in the order given.
-    pub fn nodes(&self) -> &[Arc<str>] {
-        self.inner.deployment.nodes()
-    }
+    entry_points!({async} Lock, awaited);
 
     /// A client with default settings for the masters at `urls`
     /// (`redis://[user:password@]host:port[/db]`; `rediss://` with the `tls` feature).
@@ -137,25 +129,6 @@ impl<R: Runtime> Redlock<R> {
         Ok(driver)
     }
 
-    /// Locks `resource` for `ttl`, retrying as the client's retry policy says. On fresh nodes
-    /// (a first deployment) every node refuses to vote for `max_ttl` (restart-aware voting);
-    /// when such refusals outlast the retry budget, no later round could win, and the call
-    /// fails after its first round with [`Error::Unavailable`] naming each refusal, its cause
-    /// and the remedy (`redlock nodes trust`, or `trust_nodes()`, when no lock can be live).
-    pub async fn lock(&self, resource: impl Into<Vec<u8>>, ttl: Duration) -> Result<Lock, Error> {
-        self.acquire(LockRequest::new(resource, ttl)).await
-    }
-
-    /// Locks `resource` for `ttl` in a single round: no retry.
-    pub async fn try_lock(
-        &self,
-        resource: impl Into<Vec<u8>>,
-        ttl: Duration,
-    ) -> Result<Lock, Error> {
-        let request = LockRequest::new(resource, ttl).retry(RetryPolicy::once());
-        self.acquire(request).await
-    }
-
     /// Locks as `request` says: several resources, a retry policy, a deadline, a token of its
     /// own, auto-extension (the driver extends the lock until it is released or dropped, and
     /// [`LeaseWatch::lost`](crate::LeaseWatch::lost), on the lock, resolves if it
@@ -168,21 +141,6 @@ impl<R: Runtime> Redlock<R> {
     pub async fn acquire(&self, request: LockRequest) -> Result<Lock, Error> {
         let pending = crate::acquire(self.driver()?, &self.inner.ids, request, false);
         Ok(Lock::new(pending.await?))
-    }
-
-    /// Resumes a lock that another client (or an earlier process) acquired, from its resource
-    /// and token: one compare-and-extend round to `ttl` proves the token holds it on a quorum,
-    /// and the returned lock is valid from that round's start. A wrong or stale token is
-    /// [`Error::NotHeld`], and no key is changed. Cancelling it changes nothing either, even
-    /// once the proof is in: the lock is then left as it was handed over, never released.
-    pub async fn resume(
-        &self,
-        resource: impl Into<Vec<u8>>,
-        token: impl Into<Vec<u8>>,
-        ttl: Duration,
-    ) -> Result<Lock, Error> {
-        self.resume_request(LockRequest::new(resource, ttl).token(token))
-            .await
     }
 
     /// [`resume`](Redlock::resume) with a request of your own: several resources, or

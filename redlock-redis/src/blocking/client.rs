@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{Builder, Deployment, Error, FromSettings, LockIds, NodeReport, Post, Settings};
-use redlock_core::{Config, LockRequest, ReleaseReport, RetryPolicy, Vote};
+use redlock_core::{LockRequest, ReleaseReport, Vote};
 
 use super::driver::{Mailbox, start};
 use super::lock::Lock;
@@ -65,15 +65,7 @@ impl FromSettings for Redlock {
 }
 
 impl Redlock {
-    /// The checked settings.
-    pub fn config(&self) -> &Config {
-        self.inner.deployment.config()
-    }
-
-    /// The nodes, as `host:port` (never with credentials), in the order given.
-    pub fn nodes(&self) -> &[Arc<str>] {
-        self.inner.deployment.nodes()
-    }
+    entry_points!({} Lock, returned);
 
     /// A client with default settings for the masters at `urls`
     /// (`redis://[user:password@]host:port[/db]`; `rediss://` with the `tls` feature).
@@ -101,20 +93,6 @@ impl Redlock {
         self.inner.driver.clone()
     }
 
-    /// Locks `resource` for `ttl`, retrying as the client's retry policy says. On fresh nodes
-    /// (a first deployment) every node refuses to vote for `max_ttl` (restart-aware voting);
-    /// when such refusals outlast the retry budget, no later round could win, and the call
-    /// fails after its first round with [`Error::Unavailable`] naming each refusal, its cause
-    /// and the remedy (`redlock nodes trust`, or `trust_nodes()`, when no lock can be live).
-    pub fn lock(&self, resource: impl Into<Vec<u8>>, ttl: Duration) -> Result<Lock, Error> {
-        self.acquire(LockRequest::new(resource, ttl))
-    }
-
-    /// Locks `resource` for `ttl` in a single round: no retry.
-    pub fn try_lock(&self, resource: impl Into<Vec<u8>>, ttl: Duration) -> Result<Lock, Error> {
-        self.acquire(LockRequest::new(resource, ttl).retry(RetryPolicy::once()))
-    }
-
     /// Locks as `request` says: several resources, a retry policy, a deadline, a token of its
     /// own, auto-extension (the driver extends the lock until it is released or dropped, and
     /// [`Lock::wait_lost`](super::LeaseWatch::wait_lost) returns if it cannot). Blocks
@@ -123,19 +101,6 @@ impl Redlock {
         let _span = tracing::debug_span!("redlock.acquire", ttl = ?request.ttl()).entered();
         let pending = crate::acquire(self.driver(), &self.inner.ids, request, false);
         pending.wait().map(Lock::new)
-    }
-
-    /// Resumes a lock that another client (or an earlier process) acquired, from its resource
-    /// and token: one compare-and-extend round to `ttl` proves the token holds it on a quorum,
-    /// and the returned lock is valid from that round's start. A wrong or stale token is
-    /// [`Error::NotHeld`], and no key is changed.
-    pub fn resume(
-        &self,
-        resource: impl Into<Vec<u8>>,
-        token: impl Into<Vec<u8>>,
-        ttl: Duration,
-    ) -> Result<Lock, Error> {
-        self.resume_request(LockRequest::new(resource, ttl).token(token))
     }
 
     /// [`resume`](Redlock::resume) with a request of your own: several resources, or
