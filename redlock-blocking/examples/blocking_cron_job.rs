@@ -5,8 +5,8 @@
 //! `cargo run -p redlock-blocking --example blocking_cron_job` (nodes from `REDLOCK_NODES`, or three
 //! local redis-servers started for the run).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ fn cron_tick(host: &str, redlock: &Redlock, runs: &AtomicUsize) -> Result<(), Er
 fn nightly_report(lease: &LeaseWatch, runs: &AtomicUsize) -> Result<u32, u32> {
     let mut rows = 0;
     for step in 1..=3 {
-        if !lease.is_valid() || lease.wait_lost(Duration::from_millis(100)) {
+        if !lease.is_valid() || lease.wait_lost(Duration::from_millis(200)) {
             return Err(step);
         }
         rows += 10;
@@ -50,13 +50,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for minute in 0..3 {
         let runs = Arc::new(AtomicUsize::new(0));
         println!("-- minute {minute}: cron fires on every host");
+        // Cron fires on every host at the same instant: the three start together.
+        let fire = Arc::new(Barrier::new(3));
         let hosts: Vec<_> = ["host-a", "host-b", "host-c"]
             .into_iter()
             .map(|host| {
                 // Each host is its own process with its own client; here, a thread each.
                 let redlock = Redlock::new(nodes.urls());
-                let runs = runs.clone();
-                thread::spawn(move || cron_tick(host, &redlock?, &runs))
+                let (runs, fire) = (runs.clone(), fire.clone());
+                thread::spawn(move || {
+                    let redlock = redlock?;
+                    fire.wait();
+                    cron_tick(host, &redlock, &runs)
+                })
             })
             .collect();
         for host in hosts {

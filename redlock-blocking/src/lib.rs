@@ -55,7 +55,7 @@
 //! - No password in an error, a log line or a `Debug` output: nodes are named by `host:port`.
 //!
 //! # Implementation note
-//! One driver thread per client owns every lock (`redlock_redis::DriverState`, around the
+//! One driver thread per client owns every lock (`redlock_redis::blocking`, around the
 //! engine's `Multiplexer`), and one worker thread per node writes what the driver hands it:
 //! whatever queued up meanwhile goes out as one pipeline, across locks, with at most one request
 //! per lock in flight on a node (so a lock's requests never overtake each other). A stopped node

@@ -1,4 +1,6 @@
-//! The one error type of the engine: an input (configuration or lock request) that is not allowed.
+//! The engine's errors: an input (configuration or lock request) that is not allowed
+//! ([`ConfigError`]), and why a [`Multiplexer`](crate::Multiplexer) did not start a lock
+//! ([`StartError`]: that input, or ids the driver chose or the generator drew).
 //!
 //! A lock that could not be acquired is *not* an error here: it is an outcome
 //! ([`AcquireFailure`](crate::AcquireFailure)). Every variant names the input and the range
@@ -149,17 +151,21 @@ pub enum ConfigError {
 }
 
 /// Why a [`Multiplexer`](crate::Multiplexer) did not start a lock: the request or the
-/// settings (what a user gave), or the lock id (what the driver chose).
+/// settings (what a user gave), or the ids (what the driver chose, or the generator drew).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     /// The request or the settings are invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// A lock id that already names a running lock (or, once in 2^64, a lifecycle id drawn
-    /// twice): the driver must choose another, or start again for a fresh draw.
+    /// A lock id that already names a running lock: the driver must choose another.
     #[error("lock id {id}: already in use by a running lock; use an id not in use")]
     LockIdInUse {
         /// The id given.
         id: u64,
     },
+    /// The lifecycle drew a random id that a running lock has (once in 2^64): nothing
+    /// started; starting again draws afresh.
+    #[error("a lifecycle id was drawn twice; start again")]
+    DrawnTwice,
 }

@@ -578,7 +578,7 @@ impl<R: CryptoRng> Multiplexer<R> {
         let origin = lifecycle.id();
         if self.routes.contains_key(&origin) {
             // Two lifecycles drew the same 64-bit id: refuse rather than mix their replies.
-            return Err(StartError::LockIdInUse { id: id.get() });
+            return Err(StartError::DrawnTwice);
         }
         self.routes.insert(origin, id);
         self.locks.insert(

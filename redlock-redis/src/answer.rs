@@ -112,7 +112,9 @@ impl<T> Answer<T> {
     /// Blocks at most `timeout`; gives the answer back unread if it has not come by then.
     #[cfg(feature = "blocking")]
     pub(crate) fn wait_timeout(self, timeout: Duration) -> Result<Option<T>, Self> {
-        let deadline = Instant::now() + timeout;
+        let Some(deadline) = Instant::now().checked_add(timeout) else {
+            return Ok(self.wait());
+        };
         {
             let mut state = self.slot.state();
             while !state.closed {

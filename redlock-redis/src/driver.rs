@@ -397,10 +397,10 @@ impl DriverState {
         at.min(Instant::now() + SUSPEND_CHECK)
     }
 
-    /// Starts lock `id` in the engine. The ids come from [`LockIds`], never reused, so the
-    /// engine refuses one only when a lifecycle drew a random id that a running lock has (once
-    /// in 2^64): that start is made again, with a fresh draw. Three such draws in a row mean the
-    /// generator is broken.
+    /// Starts lock `id` in the engine. A lifecycle that drew a random id a running lock has
+    /// (once in 2^64) is started again, with a fresh draw; three such draws in a row mean the
+    /// generator is broken ([`Error::Entropy`]). The ids come from [`LockIds`], never reused:
+    /// one in use would be this crate's bug, reported the same way rather than as the user's.
     fn start(
         &mut self,
         now: Instant,
@@ -419,9 +419,10 @@ impl DriverState {
     fn drawn_afresh(mut start: impl FnMut() -> Result<(), StartError>) -> Result<(), Error> {
         for _ in 0..3 {
             match start() {
-                Err(StartError::LockIdInUse { .. }) => {}
-                Err(StartError::Config(err)) => return Err(err.into()),
                 Ok(()) => return Ok(()),
+                Err(StartError::DrawnTwice) => {}
+                Err(StartError::Config(err)) => return Err(err.into()),
+                Err(_) => return Err(Error::Entropy),
             }
         }
         Err(Error::Entropy)

@@ -160,8 +160,11 @@ pub enum Error {
         /// What is wrong (never the URL itself, which may hold a password).
         reason: String,
     },
-    /// The operating system gave no entropy for a token.
-    #[error("the operating system gave no entropy for the lock token")]
+    /// The operating system gave no entropy for a token, or the random generator repeated
+    /// itself (a lifecycle id drawn three times over).
+    #[error(
+        "the operating system gave no entropy for the lock token, or the generator repeated itself"
+    )]
     Entropy,
     /// The client's driver stopped before answering: the async runtime it ran on shut down (a
     /// later call starts a new driver on the caller's runtime), or its thread could not start.
@@ -219,6 +222,7 @@ impl Error {
         match reason {
             ExtendFailure::Unavailable => Self::Unavailable(detail),
             ExtendFailure::TooSlow => Self::TooSlow(detail),
+            ExtendFailure::NotHeld | ExtendFailure::Expired => Self::Lost(detail),
             // A later engine's reason counts as a loss: the lock is not to be trusted.
             _ => Self::Lost(detail),
         }

@@ -68,7 +68,11 @@ pub mod aio;
 pub mod blocking;
 
 pub(crate) use answer::Answer;
-pub use builder::{Builder, DEFAULT_IO_TIMEOUT, FromSettings, Settings};
+pub use builder::{Builder, DEFAULT_IO_TIMEOUT};
+// How a builder makes its client: plumbing between the builder and the two clients (and the
+// test harness), never named by a lock user.
+#[doc(hidden)]
+pub use builder::{FromSettings, Settings};
 pub(crate) use clock::Clock;
 pub(crate) use deployment::Deployment;
 #[cfg(feature = "blocking")]
@@ -93,9 +97,11 @@ pub(crate) use subscribers::Subscribers;
 #[cfg(feature = "tls")]
 pub use tls::Tls;
 
-/// Every type the adapters' public signatures use, re-exported by each adapter with
-/// `pub use redlock_redis::api::*`, so that the three adapters export the same names from one
-/// list and users never need to name `redlock-core` or this crate.
+/// Every type a lock user names: the types of the adapters' public signatures and of what they
+/// return (errors and their per-node detail), re-exported by each adapter with
+/// `pub use redlock_redis::api::*`, so that every adapter exports the same names from one list
+/// and users never need to name `redlock-core` or this crate. (`redlock-blocking` puts its own
+/// `LeaseWatch`, with `wait_lost`, in place of the shared one.)
 pub mod api {
     pub use crate::builder::DEFAULT_IO_TIMEOUT;
     pub use crate::error::{Error, LockFailure, NodeReport};
@@ -103,8 +109,7 @@ pub mod api {
     #[cfg(feature = "tls")]
     pub use crate::tls::Tls;
     pub use redlock_core::{
-        Attempts, Config, ConfigBuilder, ConfigError, Drift, ExtendFailure, ExtendOutcome,
-        FailureReason, Lease, LockRequest, LockSpec, LossCause, NodeErrorKind, NodeRelease,
-        ReleaseReport, RetryPolicy, SitOutCause, Token, Vote,
+        Attempts, Config, ConfigBuilder, ConfigError, Drift, LockRequest, LossCause, NodeErrorKind,
+        NodeRelease, ReleaseReport, RetryPolicy, SitOutCause, Token, Vote,
     };
 }

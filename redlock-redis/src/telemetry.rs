@@ -5,12 +5,12 @@
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
-//! | `redlock_acquisitions_total` | counter | `outcome` = `acquired`, `contended`, `unavailable`, `too_slow`, `not_held` | settled acquisitions (and resumptions) |
+//! | `redlock_acquisitions_total` | counter | `outcome` = `acquired`, `contended`, `unavailable`, `too_slow`, `not_held` (`other`: a reason a later engine adds) | settled acquisitions (and resumptions) |
 //! | `redlock_acquire_seconds` | histogram | `outcome` | from the first round's start to the outcome |
 //! | `redlock_acquire_attempts` | histogram | `outcome` | rounds an acquisition ran |
 //! | `redlock_hold_seconds` | histogram | — | from acquired to the release's report |
 //! | `redlock_extensions_total` | counter | `trigger` = `caller`, `auto`; `result` = `extended`, `failed` | extensions |
-//! | `redlock_locks_lost_total` | counter | `cause` = `not_held`, `expired`, `no_time_left` | auto-extended locks lost while work ran |
+//! | `redlock_locks_lost_total` | counter | `cause` = `not_held`, `expired`, `no_time_left` (`other`: a later engine's) | locks lost while held: an auto-extended lock that could not be kept, or a held lock whose validity ran out |
 //! | `redlock_releases_total` | counter | — | releases reported (by a lock or by token) |
 //! | `redlock_node_request_seconds` | histogram | `node` (`host:port`) | one request's round trip to one node |
 //! | `redlock_node_errors_total` | counter | `node`, `kind` (`connection`, `timeout`, `auth`, …) | failed requests per node |
@@ -28,7 +28,7 @@ use redlock_core::{FailureReason, LossCause, Reply, Trigger};
 
 /// An acquisition (or resumption) settled.
 #[inline]
-pub fn acquisition(started: Instant, attempts: u32, failure: Option<FailureReason>) {
+pub(crate) fn acquisition(started: Instant, attempts: u32, failure: Option<FailureReason>) {
     #[cfg(feature = "metrics")]
     {
         let outcome = match failure {
@@ -51,7 +51,7 @@ pub fn acquisition(started: Instant, attempts: u32, failure: Option<FailureReaso
 
 /// A release reported; `held_since` when the lock was held here.
 #[inline]
-pub fn release(held_since: Option<Instant>) {
+pub(crate) fn release(held_since: Option<Instant>) {
     #[cfg(feature = "metrics")]
     {
         metrics::counter!("redlock_releases_total").increment(1);
@@ -65,7 +65,7 @@ pub fn release(held_since: Option<Instant>) {
 
 /// An extension ended.
 #[inline]
-pub fn extension(trigger: Trigger, extended: bool) {
+pub(crate) fn extension(trigger: Trigger, extended: bool) {
     #[cfg(feature = "metrics")]
     {
         let trigger = match trigger {
@@ -82,7 +82,7 @@ pub fn extension(trigger: Trigger, extended: bool) {
 
 /// An auto-extended lock was lost.
 #[inline]
-pub fn lost(cause: LossCause) {
+pub(crate) fn lost(cause: LossCause) {
     #[cfg(feature = "metrics")]
     {
         let cause = match cause {
@@ -99,7 +99,7 @@ pub fn lost(cause: LossCause) {
 
 /// One request to `node` answered (or failed) after `latency`.
 #[inline]
-pub fn node_reply(node: &str, latency: Duration, reply: &Reply) {
+pub(crate) fn node_reply(node: &str, latency: Duration, reply: &Reply) {
     #[cfg(feature = "metrics")]
     {
         metrics::histogram!("redlock_node_request_seconds", "node" => node.to_owned())
@@ -127,7 +127,7 @@ pub fn node_reply(node: &str, latency: Duration, reply: &Reply) {
 
 /// A lock started (`true`) or stopped (`false`) waiting for a release notice.
 #[inline]
-pub fn waiting(started: bool) {
+pub(crate) fn waiting(started: bool) {
     #[cfg(feature = "metrics")]
     {
         let gauge = metrics::gauge!("redlock_waiting_locks");

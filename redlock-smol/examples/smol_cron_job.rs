@@ -40,7 +40,7 @@ async fn nightly_report(lease: LeaseWatch, runs: &AtomicUsize) -> Result<u32, u3
         if !lease.is_valid() {
             return Err(step);
         }
-        smol::Timer::after(Duration::from_millis(100)).await;
+        smol::Timer::after(Duration::from_millis(200)).await;
         rows += 10;
     }
     runs.fetch_add(1, Ordering::SeqCst);
@@ -55,11 +55,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let runs = Arc::new(AtomicUsize::new(0));
             println!("-- minute {minute}: cron fires on every host");
             let mut hosts = Vec::new();
+            // Cron fires on every host at the same instant: the three start together.
+            let fire = Arc::new(smol::lock::Barrier::new(3));
             for host in ["host-a", "host-b", "host-c"] {
                 // Each host is its own process with its own client; here, a task each.
                 let redlock = Redlock::new(nodes.urls())?;
-                let runs = runs.clone();
+                let (runs, fire) = (runs.clone(), fire.clone());
                 hosts.push(smol::spawn(async move {
+                    fire.wait().await;
                     cron_tick(host, &redlock, &runs).await
                 }));
             }

@@ -164,11 +164,13 @@ impl<R: Runtime> Redlock<R> {
         answer.await.unwrap_or(Err(Error::Stopped))
     }
 
-    /// Waits until every request this client sent so far has been answered by its node (or
-    /// failed, each within the I/O timeout), for at most `timeout`; returns whether they all
-    /// were. For a process about to exit while its lock lives on, handed over by token: a lock
-    /// call returns once a quorum granted, and the requests to the other nodes would otherwise
-    /// die with the process. A client whose driver is not running has nothing to wait for.
+    /// Waits until nothing this client sent is outstanding any more (every request answered by
+    /// its node, or failed, each within the I/O timeout; requests sent meanwhile count too),
+    /// for at most `timeout`; returns whether that happened. For a process about to exit while
+    /// its lock lives on, handed over by token: a lock call returns once a quorum granted, and
+    /// the requests to the other nodes would otherwise die with the process. A client whose
+    /// driver is not running has nothing to wait for (`true`); one whose driver stops first, or
+    /// a call from outside the runtime (which could not time the wait), returns `false`.
     /// Dropping the future stops the wait, never the requests.
     pub async fn flush(&self, timeout: Duration) -> bool {
         let driver = {
@@ -182,15 +184,18 @@ impl<R: Runtime> Redlock<R> {
                 _ => return true,
             }
         };
+        // The wait is timed by the runtime's timers: never polled outside it (a panic there).
+        if R::current().is_err() {
+            return false;
+        }
         let answered = std::pin::pin!(crate::flush(&*driver));
         let Some(deadline) = Instant::now().checked_add(timeout) else {
-            answered.await;
-            return true;
+            return answered.await.is_some();
         };
         let expired = std::pin::pin!(R::sleep_until(deadline));
         matches!(
             futures_util::future::select(answered, expired).await,
-            futures_util::future::Either::Left(_)
+            futures_util::future::Either::Left((Some(()), _))
         )
     }
 

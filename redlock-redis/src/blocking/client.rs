@@ -137,14 +137,15 @@ impl Redlock {
             .ok_or(Error::Stopped)
     }
 
-    /// Waits until every request this client sent so far has been answered by its node (or
-    /// failed, each within the I/O timeout), for at most `timeout`; returns whether they all
-    /// were. For a process about to exit while its lock lives on, handed over by token: a lock
-    /// call returns once a quorum granted, and the requests to the other nodes would otherwise
-    /// die with the process.
+    /// Waits until nothing this client sent is outstanding any more (every request answered by
+    /// its node, or failed, each within the I/O timeout; requests sent meanwhile count too),
+    /// for at most `timeout`; returns whether that happened (`false` if the driver stopped
+    /// first). For a process about to exit while its lock lives on, handed over by token: a
+    /// lock call returns once a quorum granted, and the requests to the other nodes would
+    /// otherwise die with the process.
     pub fn flush(&self, timeout: Duration) -> bool {
         crate::flush(&*self.inner.driver)
             .wait_timeout(timeout)
-            .is_ok()
+            .is_ok_and(|answer| answer.is_some())
     }
 }

@@ -19,11 +19,17 @@ use super::watch::LeaseWatch;
 /// Dropping a `Lock` releases it: the driver sends the release (never blocking in `drop`), and
 /// auto-extension stops. [`detach`](Lock::detach) leaves it on the nodes instead.
 #[must_use = "a lock that is dropped at once is released at once"]
-#[derive(Debug)]
 pub struct Lock {
     handle: LockHandle,
     /// The handle's watch, as the blocking client shows it.
     watch: LeaseWatch,
+}
+
+impl std::fmt::Debug for Lock {
+    /// The handle's: the same as an async lock's (no token, no password).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.handle.fmt(f)
+    }
 }
 
 impl std::ops::Deref for Lock {

@@ -34,7 +34,7 @@ pub type AsyncStdLock = AsyncLock<AsyncStdExecutor>;
 
 /// `redlock-smol`, driven by `smol::block_on` and smol's executor.
 pub type Smol = AsyncAdapter<SmolExecutor>;
-/// A `redlock-async-std` lock under smol.
+/// A `redlock-smol` lock.
 pub type SmolLock = AsyncLock<SmolExecutor>;
 
 /// How each executor is made for a test.
