@@ -369,7 +369,10 @@ fn every_ttl_is_bounded_by_the_longest_ttl_in_use() {
 
 #[test]
 fn the_epoch_key_and_its_identity_cannot_be_locked() {
-    for reserved in [EPOCH_KEY, EPOCH_ID_KEY] {
+    // A cluster's per-slot epochs too (`Keyspace::Cluster`), whatever keyspace a node has.
+    let cluster = crate::Keyspace::Cluster;
+    let (slot_epoch, slot_epoch_id) = (cluster.epoch_key(b"x"), cluster.epoch_id_key(b"x"));
+    for reserved in [EPOCH_KEY, EPOCH_ID_KEY, &slot_epoch[..], &slot_epoch_id[..]] {
         let config = Config::builder(3)
             .key_prefix(&reserved[..4])
             .build()

@@ -28,13 +28,7 @@ struct Inner {
 
 /// Whether `prefix ++ resource` is the epoch key, its identity key or a fence counter's key.
 fn is_reserved(prefix: &[u8], resource: &[u8]) -> bool {
-    let key = || prefix.iter().chain(resource).copied();
-    let fence = crate::command::FENCE_KEY_PREFIX;
-    [crate::command::EPOCH_KEY, crate::command::EPOCH_ID_KEY]
-        .iter()
-        .any(|reserved| key().eq(reserved.iter().copied()))
-        || (prefix.len() + resource.len() >= fence.len()
-            && key().take(fence.len()).eq(fence.iter().copied()))
+    crate::keyspace::is_reserved(prefix.iter().chain(resource).copied())
 }
 
 impl LockSpec {
