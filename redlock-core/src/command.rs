@@ -6,6 +6,7 @@
 //! and compare-and-pexpire cannot be done atomically otherwise).
 
 use crate::dialect::{DeleteIfEq, Dialect};
+use crate::keyspace::Keyspace;
 use crate::part_read::PartRead;
 use crate::reply::{NodeErrorKind, Reply};
 use crate::spec::LockSpec;
@@ -476,6 +477,10 @@ pub enum RedisForm<'a> {
     /// where nothing native does it, on a node that runs no script): nothing is sent, and the
     /// node's answer is [`NodeErrorKind::NoSafeForm`].
     Unsupported,
+    /// The node serves a Redis or Valkey Cluster (`HELLO`'s `mode`), whose slots this client
+    /// does not route: nothing is sent, and the node's answer is [`NodeErrorKind::Cluster`] —
+    /// never a vote for a key of a slot it happens to own, which no per-slot epoch vouches for.
+    OnCluster,
     /// `EVAL script numkeys keys… args…` (or `EVALSHA` of the same script).
     Script {
         /// Which script (its Lua source is [`Script::source`]).
@@ -497,7 +502,7 @@ impl RedisForm<'_> {
             Self::ExpireGtEach { spec, .. } => 2 * spec.len(),
             Self::FencedSet { spec, .. } => spec.len() + 2,
             Self::CommitFenceEach { spec, .. } => 3 * spec.len(),
-            Self::Unsupported => 0,
+            Self::Unsupported | Self::OnCluster => 0,
             Self::Set { .. } | Self::MSetEx { .. } | Self::SetTrusted | Self::Script { .. } => 1,
         }
     }
@@ -559,6 +564,7 @@ impl RedisForm<'_> {
         if parts.len() != decisive {
             return match self {
                 Self::Unsupported => Reply::Error(NodeErrorKind::NoSafeForm),
+                Self::OnCluster => Reply::Error(NodeErrorKind::Cluster),
                 _ => Reply::Error(NodeErrorKind::Protocol),
             };
         }
@@ -623,6 +629,7 @@ impl RedisForm<'_> {
                 }
             }
             Self::Unsupported => Reply::Error(NodeErrorKind::NoSafeForm),
+            Self::OnCluster => Reply::Error(NodeErrorKind::Cluster),
         }
     }
 
@@ -783,7 +790,7 @@ impl<'a> RedisForm<'a> {
             ]
             .into_iter()
             .for_each(f),
-            Self::Script { .. } | Self::Unsupported => {}
+            Self::Script { .. } | Self::Unsupported | Self::OnCluster => {}
         }
     }
 }
@@ -963,6 +970,9 @@ impl Command {
     }
 
     fn form_on(&self, dialect: &Dialect, max_ttl_ms: Option<u64>) -> RedisForm<'_> {
+        if dialect.keyspace == Keyspace::Cluster {
+            return RedisForm::OnCluster;
+        }
         let native = match self.op {
             Op::SetIfAbsent
                 if dialect.msetex
@@ -1133,6 +1143,7 @@ mod tests {
         msetex: true,
         swapdb: true,
         database: 0,
+        keyspace: Keyspace::Standalone,
     };
     const NO_LUA: Dialect = Dialect {
         scripts: false,
@@ -1266,6 +1277,23 @@ mod tests {
                 encoded(&cmd.redis_form_on(&Dialect::SCRIPTS)),
                 encoded(&cmd.redis_form())
             );
+        }
+        // A cluster node gets nothing, whatever it could run: every command is an error vote
+        // naming the cluster (its slots are not routed, no per-slot epoch vouches for it).
+        let cluster = Dialect {
+            keyspace: Keyspace::Cluster,
+            ..VALKEY_9_1
+        };
+        let single = command(Op::SetIfAbsent, &["a"], Extras::default());
+        for cmd in [&single, &two, &release, &extend, &unsure, &checked, &trust] {
+            for form in [
+                cmd.redis_form_on(&cluster),
+                cmd.redis_form_vouched(&cluster),
+            ] {
+                assert!(matches!(form, RedisForm::OnCluster), "{form:?}");
+                assert_eq!(form.answer(&[]), Reply::Error(NodeErrorKind::Cluster));
+                assert!(encoded(&form).is_empty(), "nothing is sent");
+            }
         }
     }
 

@@ -24,6 +24,8 @@
 //! instead of a weaker form (a connection that proved the node's memory acquires with a plain
 //! `SET`, see [`MemoryWatch`](crate::MemoryWatch)). Trust there is `MSET`.
 
+use crate::keyspace::Keyspace;
+
 /// How a node deletes a key only if it holds a value, natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum DeleteIfEq {
@@ -59,6 +61,10 @@ pub struct Dialect {
     /// The database the client selected on the node (a node URL's `/db`): what the node's
     /// identity is stamped with ([`node_identity`](crate::node_identity)).
     pub database: u32,
+    /// How the node lays out its keys: a cluster node's every command takes
+    /// [`RedisForm::OnCluster`](crate::RedisForm::OnCluster) (an error vote) until this client
+    /// routes a cluster's slots.
+    pub keyspace: Keyspace,
 }
 
 impl Default for Dialect {
@@ -85,6 +91,8 @@ pub struct ServerFacts<'a> {
     /// Whether `COMMAND INFO SWAPDB` described the command, or `COMMAND INFO` did not answer
     /// (taken as: it may run).
     pub swapdb: bool,
+    /// Whether `HELLO`'s `mode` is `cluster`.
+    pub cluster: bool,
 }
 
 impl Dialect {
@@ -96,6 +104,7 @@ impl Dialect {
         msetex: false,
         swapdb: true,
         database: 0,
+        keyspace: Keyspace::Standalone,
     };
 
     /// What a node of these facts can run. A version that does not parse counts as the oldest
@@ -121,6 +130,11 @@ impl Dialect {
             msetex: facts.msetex,
             swapdb: facts.swapdb,
             database: 0,
+            keyspace: if facts.cluster {
+                Keyspace::Cluster
+            } else {
+                Keyspace::Standalone
+            },
         }
     }
 
@@ -180,6 +194,7 @@ mod tests {
                 msetex: true,
                 swapdb: true,
                 database: 0,
+                keyspace: Keyspace::Standalone,
             }
         );
     }

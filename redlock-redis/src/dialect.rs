@@ -115,6 +115,7 @@ fn from_hello(hello: &Value, info: &Value) -> Dialect {
         delex: has(1),
         msetex: has(2),
         swapdb,
+        cluster: field("mode").and_then(text) == Some("cluster"),
     })
 }
 
@@ -203,6 +204,20 @@ mod tests {
         ]);
         assert!(dialect.scripts && dialect.set_if_eq && dialect.msetex);
         assert_eq!(dialect.delete_if_eq, DeleteIfEq::DelIfEq);
+    }
+
+    #[test]
+    fn a_cluster_node_is_told_by_hellos_mode() {
+        let mode = |mode: &str| {
+            let Value::Array(mut fields) = hello("redis", "7.0.15", vec![]) else {
+                unreachable!("hello() is an array")
+            };
+            fields.extend([bulk("mode"), bulk(mode)]);
+            from_replies(&[Value::Array(fields), info([false; 4]), allowed()]).keyspace
+        };
+        assert_eq!(mode("cluster"), redlock_core::Keyspace::Cluster);
+        assert_eq!(mode("standalone"), redlock_core::Keyspace::Standalone);
+        assert_eq!(mode("sentinel"), redlock_core::Keyspace::Standalone);
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub struct Options {
     pub untracked: bool,
     /// Nodes (by position) declared never to run `SWAPDB`.
     pub swapdb_never_runs_on: Vec<usize>,
+    /// Restart-aware voting off (`false`): every acquisition a plain `SET NX PX`.
+    pub restart_aware: Option<bool>,
 }
 
 impl Options {
@@ -49,6 +51,9 @@ impl Options {
         }
         if let Some(max_ttl) = self.max_ttl {
             config = config.max_ttl(max_ttl);
+        }
+        if let Some(on) = self.restart_aware {
+            config = config.restart_aware(on);
         }
         config
     }

@@ -107,6 +107,42 @@ pub fn a_cluster_master_fails_with_a_cluster_error<A: Adapter>() {
         cluster.get(resource.as_bytes()).is_none(),
         "no lock key left on the cluster"
     );
+
+    // A key of a slot that very master owns, as a plain `SET NX PX` (restart-aware voting
+    // off, so nothing else in the request leaves the slot): the master would grant it, a vote
+    // no per-slot epoch vouches for. The node is known as a cluster node from `HELLO` and
+    // never asked.
+    let own = (0..)
+        .map(|i| format!("own-{i}"))
+        .find(|key| cluster.master_of(key.as_bytes()) == 0)
+        .expect("some key lands on master 0");
+    let nodes = Servers::start(2);
+    let mut urls = nodes.urls();
+    urls.push(cluster.masters()[0].url());
+    let plain = A::build(
+        &urls,
+        &Options {
+            quorum: Some(3),
+            retry: Some(RetryPolicy::once()),
+            restart_aware: Some(false),
+            ..Options::default()
+        },
+    )
+    .expect("build");
+    match plain.try_lock(&own, TTL) {
+        Err(Error::Unavailable(detail)) => {
+            assert_eq!(
+                detail.nodes[2].result,
+                Vote::Failed(NodeErrorKind::Cluster),
+                "{detail}"
+            );
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    assert!(
+        cluster.get(own.as_bytes()).is_none(),
+        "nothing was sent to the cluster master"
+    );
 }
 
 /// A transaction form whose part the node refuses while queuing it — an ACL user denied

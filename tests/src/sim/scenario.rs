@@ -22,7 +22,7 @@ const VALKEY_9_1: Dialect = Dialect {
     set_if_eq: true,
     msetex: true,
     swapdb: true,
-    database: 0,
+    ..Dialect::SCRIPTS
 };
 
 /// Whether clients' connections track the nodes' memory (the adapters' per-connection restart
