@@ -320,3 +320,80 @@ pub fn duplicate_nodes<A: Adapter>() {
         Ok(_) => panic!("the same server was accepted twice"),
     }
 }
+
+/// The ACL the README gives a lock user whose key prefix is `locks:`: its lock keys, the epoch
+/// and its identity, its fence counters; its release channels and the eviction events; every
+/// command but the `@dangerous` ones, and `INFO` (the memory identity).
+const LOCK_USER: [&str; 14] = [
+    "--user",
+    "locker",
+    "on",
+    ">locker-pw",
+    "~locks:*",
+    "~redlock:epoch",
+    "~redlock:epoch:id",
+    "~redlock:fence:locks:*",
+    "&redlock:released:locks:*",
+    "&__keyevent@*__:evicted",
+    "+@all",
+    "-@dangerous",
+    "+info",
+    "+client",
+];
+
+/// Node URLs for user `locker`.
+fn as_locker(nodes: &Servers) -> Vec<String> {
+    nodes
+        .addrs()
+        .iter()
+        .map(|addr| format!("redis://locker:locker-pw@{addr}/"))
+        .collect()
+}
+
+/// A user granted exactly the README's ACL runs every operation: trust, a restart-aware and
+/// fenced acquisition, contention, extension, release. Without the epoch's identity key in it
+/// (the negative control), every vote is refused `NOPERM`, so the list is not wider than it
+/// needs to be on that point.
+pub fn a_user_with_the_documented_acl_runs_every_operation<A: Adapter>() {
+    let options = Options {
+        key_prefix: Some(b"locks:".to_vec()),
+        retry: Some(RetryPolicy::once()),
+        ..Options::default()
+    };
+    let nodes = Servers::start_with(
+        3,
+        &ServerOptions::new().deny_scripting(false).args(LOCK_USER),
+    );
+    let client = A::build(&as_locker(&nodes), &options).expect("build");
+    client.trust_nodes().expect("trusted");
+    let lock = client
+        .acquire(LockRequest::new("job", TTL).fenced())
+        .unwrap_or_else(|err| panic!("{}: fenced lock: {err}", A::NAME));
+    assert!(lock.fence().is_some(), "a fence");
+    let rival = A::build(&as_locker(&nodes), &options).expect("build");
+    assert!(
+        matches!(rival.try_lock("job", TTL), Err(Error::Contended(_))),
+        "the rival sees it held"
+    );
+    lock.extend_shared(2 * TTL).expect("extended");
+    assert_eq!(lock.release().released(), 3, "released everywhere");
+
+    let mut narrower: Vec<&str> = LOCK_USER.to_vec();
+    narrower.retain(|rule| *rule != "~redlock:epoch:id");
+    let nodes = Servers::start_with(
+        3,
+        &ServerOptions::new().deny_scripting(false).args(narrower),
+    );
+    let client = A::build(&as_locker(&nodes), &options).expect("build");
+    match client.try_lock("job", TTL) {
+        Err(Error::Unavailable(detail)) => assert!(
+            detail
+                .nodes
+                .iter()
+                .all(|n| n.result == Vote::Failed(NodeErrorKind::NoPermission)
+                    || n.result == Vote::Pending),
+            "{detail}"
+        ),
+        other => panic!("{}: expected unavailable, got {other:?}", A::NAME),
+    }
+}

@@ -963,6 +963,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             a_cluster_master_fails_with_a_cluster_error, a_refused_transaction_part_is_an_error_vote,
+            a_user_with_the_documented_acl_runs_every_operation,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes, a_node_position_past_the_list);
     };
     (@tls $adapter:ty; $($case:ident),+ $(,)?) => {
