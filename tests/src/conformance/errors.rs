@@ -323,8 +323,9 @@ pub fn duplicate_nodes<A: Adapter>() {
 
 /// The ACL the README gives a lock user whose key prefix is `locks:`: its lock keys, the epoch
 /// and its identity, its fence counters; its release channels and the eviction events; every
-/// command but the `@dangerous` ones, and `INFO` (the memory identity).
-const LOCK_USER: [&str; 14] = [
+/// command but the `@dangerous` ones, and `INFO` (the memory identity; `CLIENT TRACKING` and
+/// `CLIENT CACHING`, the memory watch, are not `@dangerous`).
+const LOCK_USER: [&str; 13] = [
     "--user",
     "locker",
     "on",
@@ -338,7 +339,6 @@ const LOCK_USER: [&str; 14] = [
     "+@all",
     "-@dangerous",
     "+info",
-    "+client",
 ];
 
 /// Node URLs for user `locker`.
@@ -377,6 +377,23 @@ pub fn a_user_with_the_documented_acl_runs_every_operation<A: Adapter>() {
     );
     lock.extend_shared(2 * TTL).expect("extended");
     assert_eq!(lock.release().released(), 3, "released everywhere");
+    // The fast path is on: the user's connections track the epoch (client tracking, flag `t`).
+    for server in nodes.servers() {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut server.client())
+            .expect("CLIENT LIST");
+        let tracking = list.lines().any(|client| {
+            let field = |name: &str| {
+                client
+                    .split(' ')
+                    .find_map(|kv| kv.strip_prefix(name))
+                    .unwrap_or_default()
+            };
+            field("user=") == "locker" && field("flags=").contains('t')
+        });
+        assert!(tracking, "{}: no tracking connection: {list}", A::NAME);
+    }
 
     let mut narrower: Vec<&str> = LOCK_USER.to_vec();
     narrower.retain(|rule| *rule != "~redlock:epoch:id");
