@@ -100,17 +100,20 @@ impl<R: Runtime> Redlock<R> {
         Builder::new(urls)
     }
 
-    /// The driver's mailbox; starts the driver on the calling task's runtime if none runs.
-    fn driver(&self) -> Result<Arc<Mailbox>, Error> {
-        let mut slot = self
-            .inner
+    /// Where the running driver's mailbox is kept (held while one is started, so that two
+    /// callers never start two).
+    fn driver_slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<Mailbox>>> {
+        self.inner
             .driver
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(driver) = &*slot
-            && !driver.is_closed()
-        {
-            return Ok(driver.clone());
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The driver's mailbox; starts the driver on the calling task's runtime if none runs.
+    fn driver(&self) -> Result<Arc<Mailbox>, Error> {
+        let mut slot = self.driver_slot();
+        if let Some(driver) = running(&slot) {
+            return Ok(driver);
         }
         let deployment = &self.inner.deployment;
         let runtime = R::current().map_err(crate::Error::NoRuntime)?;
@@ -173,16 +176,8 @@ impl<R: Runtime> Redlock<R> {
     /// a call from outside the runtime (which could not time the wait), returns `false`.
     /// Dropping the future stops the wait, never the requests.
     pub async fn flush(&self, timeout: Duration) -> bool {
-        let driver = {
-            let slot = self
-                .inner
-                .driver
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            match &*slot {
-                Some(driver) if !driver.is_closed() => driver.clone(),
-                _ => return true,
-            }
+        let Some(driver) = running(&self.driver_slot()) else {
+            return true;
         };
         // The wait is timed by the runtime's timers: never polled outside it (a panic there).
         if R::current().is_err() {
@@ -210,6 +205,11 @@ impl<R: Runtime> Redlock<R> {
         let answer = crate::trust(&*driver, &self.inner.ids);
         answer.await.ok_or(Error::Stopped)
     }
+}
+
+/// The driver in `slot`, if it still runs.
+fn running(slot: &Option<Arc<Mailbox>>) -> Option<Arc<Mailbox>> {
+    slot.as_ref().filter(|driver| !driver.is_closed()).cloned()
 }
 
 /// Configures a [`Redlock`]: `Redlock::builder(urls).quorum(3).retry(policy).build()`.
