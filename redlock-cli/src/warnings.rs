@@ -217,9 +217,10 @@ pub(crate) fn warnings(
         if facts.cluster {
             warn(
                 "cluster",
-                "cluster mode is enabled: a node serves only its own hash slots (other lock keys \
-                 fail with MOVED or CLUSTERDOWN), and a cluster failover can lose held lock keys \
-                 unseen; use independent standalone masters"
+                "cluster mode is enabled: this URL is a whole cluster, one vote per lock; each \
+                 restart-aware acquisition runs the checked script on its slot's master, a \
+                 lock's resources must share a {hash tag}, and a promoted replica sits out \
+                 --max-ttl for its slots; list each cluster once"
                     .to_owned(),
             );
         }

@@ -9,6 +9,7 @@ use crate::dialect::{DeleteIfEq, Dialect};
 use crate::keyspace::Keyspace;
 use crate::part_read::PartRead;
 use crate::reply::{NodeErrorKind, Reply};
+use crate::slot::Slot;
 use crate::spec::LockSpec;
 
 /// Sets every key to the token with a TTL, on one node, only if none of them exists.
@@ -477,10 +478,15 @@ pub enum RedisForm<'a> {
     /// where nothing native does it, on a node that runs no script): nothing is sent, and the
     /// node's answer is [`NodeErrorKind::NoSafeForm`].
     Unsupported,
-    /// The node serves a Redis or Valkey Cluster (`HELLO`'s `mode`), whose slots this client
-    /// does not route: nothing is sent, and the node's answer is [`NodeErrorKind::Cluster`] —
-    /// never a vote for a key of a slot it happens to own, which no per-slot epoch vouches for.
+    /// A command a cluster node (`HELLO`'s `mode`) cannot run as one request: a trust (one epoch
+    /// per slot, which the driver stamps slot by slot, master by master) or a fenced form of a
+    /// node that runs no script. Nothing is sent, and the node's answer is
+    /// [`NodeErrorKind::Cluster`].
     OnCluster,
+    /// The command's keys lie in different slots of a cluster node, which no script or
+    /// transaction may span: nothing is sent, and the node's answer is
+    /// [`NodeErrorKind::CrossSlot`] — never a lock of some of the keys.
+    CrossSlot,
     /// `EVAL script numkeys keys… args…` (or `EVALSHA` of the same script).
     Script {
         /// Which script (its Lua source is [`Script::source`]).
@@ -502,7 +508,7 @@ impl RedisForm<'_> {
             Self::ExpireGtEach { spec, .. } => 2 * spec.len(),
             Self::FencedSet { spec, .. } => spec.len() + 2,
             Self::CommitFenceEach { spec, .. } => 3 * spec.len(),
-            Self::Unsupported | Self::OnCluster => 0,
+            Self::Unsupported | Self::OnCluster | Self::CrossSlot => 0,
             Self::Set { .. } | Self::MSetEx { .. } | Self::SetTrusted | Self::Script { .. } => 1,
         }
     }
@@ -565,6 +571,7 @@ impl RedisForm<'_> {
             return match self {
                 Self::Unsupported => Reply::Error(NodeErrorKind::NoSafeForm),
                 Self::OnCluster => Reply::Error(NodeErrorKind::Cluster),
+                Self::CrossSlot => Reply::Error(NodeErrorKind::CrossSlot),
                 _ => Reply::Error(NodeErrorKind::Protocol),
             };
         }
@@ -630,6 +637,7 @@ impl RedisForm<'_> {
             }
             Self::Unsupported => Reply::Error(NodeErrorKind::NoSafeForm),
             Self::OnCluster => Reply::Error(NodeErrorKind::Cluster),
+            Self::CrossSlot => Reply::Error(NodeErrorKind::CrossSlot),
         }
     }
 
@@ -790,7 +798,7 @@ impl<'a> RedisForm<'a> {
             ]
             .into_iter()
             .for_each(f),
-            Self::Script { .. } | Self::Unsupported | Self::OnCluster => {}
+            Self::Script { .. } | Self::Unsupported | Self::OnCluster | Self::CrossSlot => {}
         }
     }
 }
@@ -800,6 +808,8 @@ impl<'a> RedisForm<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptKeys<'a> {
     spec: &'a LockSpec,
+    /// Where the epoch and the fence counters live: on a cluster, in the lock keys' slot.
+    keyspace: Keyspace,
     /// Whether the epoch key and its identity key follow the lock keys.
     epoch: bool,
     /// Whether the identity key alone follows them (the trust, whose one key is the epoch).
@@ -824,19 +834,16 @@ impl ScriptKeys<'_> {
     /// Calls `f` with each key, in order (fence keys are built in one reused buffer).
     pub fn for_each(&self, mut f: impl FnMut(&[u8])) {
         self.spec.keys().for_each(&mut f);
+        let first = self.spec.keys().next().unwrap_or_default();
         if self.epoch {
-            f(EPOCH_KEY);
+            f(&self.keyspace.epoch_key(first));
         }
         if self.epoch || self.identity {
-            f(EPOCH_ID_KEY);
+            f(&self.keyspace.epoch_id_key(first));
         }
         if self.fence {
-            let mut buf = Vec::new();
             for key in self.spec.keys() {
-                buf.clear();
-                buf.extend_from_slice(FENCE_KEY_PREFIX);
-                buf.extend_from_slice(key);
-                f(&buf);
+                f(&self.keyspace.fence_key(key));
             }
         }
     }
@@ -970,8 +977,17 @@ impl Command {
     }
 
     fn form_on(&self, dialect: &Dialect, max_ttl_ms: Option<u64>) -> RedisForm<'_> {
-        if dialect.keyspace == Keyspace::Cluster {
-            return RedisForm::OnCluster;
+        let cluster = dialect.keyspace == Keyspace::Cluster;
+        if cluster {
+            let mut slots = self.spec.keys().map(Slot::of);
+            let first = slots.next();
+            if slots.any(|slot| Some(slot) != first) {
+                return RedisForm::CrossSlot;
+            }
+            // One epoch per slot: the driver stamps them slot by slot.
+            if self.op == Op::Trust {
+                return RedisForm::OnCluster;
+            }
         }
         let native = match self.op {
             Op::SetIfAbsent
@@ -1023,7 +1039,13 @@ impl Command {
             Op::Trust if !dialect.scripts => Some(RedisForm::SetTrusted),
             _ => None,
         };
-        match (native, self.scripts_form(max_ttl_ms, dialect.database)) {
+        match (native, self.scripts_form(max_ttl_ms, dialect)) {
+            // The native fenced forms name the counters the standalone way.
+            (Some(RedisForm::FencedSet { .. } | RedisForm::CommitFenceEach { .. }), _)
+                if cluster =>
+            {
+                RedisForm::OnCluster
+            }
             (Some(form), _) => form,
             (None, RedisForm::Script { .. }) if !dialect.scripts => RedisForm::Unsupported,
             (None, form) => form,
@@ -1034,14 +1056,15 @@ impl Command {
     /// `SET NX PX` for a one-key acquire without restart-aware voting or fencing, a script
     /// otherwise.
     pub fn redis_form(&self) -> RedisForm<'_> {
-        self.scripts_form(self.extras.max_ttl_ms, Dialect::SCRIPTS.database)
+        self.scripts_form(self.extras.max_ttl_ms, &Dialect::SCRIPTS)
     }
 
     /// [`redis_form`](Self::redis_form), with an acquisition's restart check against
-    /// `max_ttl_ms` (none: no check), in `database` (what the identity is stamped with).
-    fn scripts_form(&self, max_ttl_ms: Option<u64>, database: u32) -> RedisForm<'_> {
+    /// `max_ttl_ms` (none: no check), in `dialect`'s database (what the identity is stamped
+    /// with) and keyspace (where the epoch and the fence counters live).
+    fn scripts_form(&self, max_ttl_ms: Option<u64>, dialect: &Dialect) -> RedisForm<'_> {
         let token = self.spec.token().as_bytes();
-        let db = Some(u64::from(database));
+        let db = Some(u64::from(dialect.database));
         let (script, epoch, fence, numbers) = match self.op {
             Op::SetIfAbsent if self.extras.fenced => (
                 Script::AcquireFenced,
@@ -1092,6 +1115,7 @@ impl Command {
             script,
             keys: ScriptKeys {
                 spec: &self.spec,
+                keyspace: dialect.keyspace,
                 epoch,
                 identity: self.op == Op::Trust,
                 fence,
@@ -1278,23 +1302,89 @@ mod tests {
                 encoded(&cmd.redis_form())
             );
         }
-        // A cluster node gets nothing, whatever it could run: every command is an error vote
-        // naming the cluster (its slots are not routed, no per-slot epoch vouches for it).
+        // A cluster node gets the same forms for keys of one slot, every name beside them in
+        // their slot; keys of several slots get nothing (never a lock of some of them), nor does
+        // a trust (one epoch per slot: the driver stamps them).
         let cluster = Dialect {
             keyspace: Keyspace::Cluster,
             ..VALKEY_9_1
         };
+        let scripted_cluster = Dialect {
+            keyspace: Keyspace::Cluster,
+            ..Dialect::SCRIPTS
+        };
         let single = command(Op::SetIfAbsent, &["a"], Extras::default());
-        for cmd in [&single, &two, &release, &extend, &unsure, &checked, &trust] {
+        assert_eq!(
+            encoded(&single.redis_form_on(&cluster)),
+            encoded(&single.redis_form_on(&VALKEY_9_1))
+        );
+        let tagged = command(Op::SetIfAbsent, &["{o}1", "{o}2"], restart_aware);
+        let form = tagged.redis_form_on(&scripted_cluster);
+        let mut keys = Vec::new();
+        if let RedisForm::Script {
+            script: Script::AcquireChecked,
+            keys: script_keys,
+            ..
+        } = form
+        {
+            script_keys.for_each(|key| keys.push(String::from_utf8_lossy(key).into_owned()));
+        }
+        let tag = Slot::of(b"o").tag();
+        assert_eq!(
+            keys,
+            [
+                "{o}1".to_owned(),
+                "{o}2".to_owned(),
+                format!("redlock:epoch:{{{tag}}}"),
+                format!("redlock:epoch:id:{{{tag}}}"),
+            ]
+        );
+        assert!(
+            keys.iter()
+                .all(|k| Slot::of(k.as_bytes()) == Slot::of(b"{o}1"))
+        );
+        let fenced = command(
+            Op::SetIfAbsent,
+            &["a"],
+            Extras {
+                fenced: true,
+                ..restart_aware
+            },
+        );
+        let mut fence_keys = Vec::new();
+        if let RedisForm::Script {
+            script: Script::AcquireFenced,
+            keys: script_keys,
+            ..
+        } = fenced.redis_form_on(&scripted_cluster)
+        {
+            script_keys.for_each(|key| fence_keys.push(key.to_vec()));
+        }
+        assert_eq!(fence_keys.len(), 4, "{fence_keys:?}");
+        assert!(fence_keys.iter().all(|k| Slot::of(k) == Slot::of(b"a")));
+        // Vouched (no restart check), a node without scripts would take the native fenced
+        // transaction, which names the counters the standalone way.
+        assert!(matches!(
+            fenced.redis_form_vouched(&Dialect {
+                scripts: false,
+                ..cluster
+            }),
+            RedisForm::OnCluster
+        ));
+        for cmd in [&two, &release, &checked] {
             for form in [
                 cmd.redis_form_on(&cluster),
                 cmd.redis_form_vouched(&cluster),
             ] {
-                assert!(matches!(form, RedisForm::OnCluster), "{form:?}");
-                assert_eq!(form.answer(&[]), Reply::Error(NodeErrorKind::Cluster));
+                assert!(matches!(form, RedisForm::CrossSlot), "{form:?}");
+                assert_eq!(form.answer(&[]), Reply::Error(NodeErrorKind::CrossSlot));
                 assert!(encoded(&form).is_empty(), "nothing is sent");
             }
         }
+        let form = trust.redis_form_on(&cluster);
+        assert!(matches!(form, RedisForm::OnCluster), "{form:?}");
+        assert_eq!(form.answer(&[]), Reply::Error(NodeErrorKind::Cluster));
+        assert!(encoded(&form).is_empty(), "nothing is sent");
     }
 
     #[test]

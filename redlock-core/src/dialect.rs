@@ -61,9 +61,11 @@ pub struct Dialect {
     /// The database the client selected on the node (a node URL's `/db`): what the node's
     /// identity is stamped with ([`node_identity`](crate::node_identity)).
     pub database: u32,
-    /// How the node lays out its keys: a cluster node's every command takes
-    /// [`RedisForm::OnCluster`](crate::RedisForm::OnCluster) (an error vote) until this client
-    /// routes a cluster's slots.
+    /// How the node lays out its keys: on a cluster node every name beside a lock key lives in
+    /// the key's slot ([`Keyspace::Cluster`]), a command's keys must share one slot
+    /// ([`RedisForm::CrossSlot`](crate::RedisForm::CrossSlot) otherwise), and a connection's
+    /// memory proof never vouches (each restart-aware acquisition runs its checked script,
+    /// which reads its slot's epoch).
     pub keyspace: Keyspace,
 }
 

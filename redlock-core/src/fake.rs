@@ -673,7 +673,9 @@ impl FakeNode {
                 self.stamped = Some(Vec::new());
                 form.answer(&[Reply::Ok])
             }
-            RedisForm::Unsupported | RedisForm::OnCluster => form.answer(&[]),
+            RedisForm::Unsupported | RedisForm::OnCluster | RedisForm::CrossSlot => {
+                form.answer(&[])
+            }
             RedisForm::Set { .. } | RedisForm::Script { .. } => self.run_scripted(now, form),
         }
     }

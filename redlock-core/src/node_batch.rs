@@ -302,6 +302,9 @@ impl NodeBatch {
         watch: Option<&MemoryWatch>,
         now: Instant,
     ) -> Self {
+        // A connection proves one epoch, `redlock:epoch`, which no key of a cluster's slots
+        // shares: on a cluster node every restart-aware acquisition checks its own slot's.
+        let watch = watch.filter(|_| dialect.keyspace == crate::Keyspace::Standalone);
         let checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]> = transmits
             .iter()
             .map(|transmit| {
@@ -779,6 +782,44 @@ mod tests {
         assert_eq!(answer, [refused(60_000, SitOutCause::Changed)]);
         let again = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch), now());
         assert!(!again.reads().is_empty(), "proves again");
+    }
+
+    #[test]
+    fn a_cluster_connection_never_vouches() {
+        let (acquire, release) = commands("r");
+        let mut watch = MemoryWatch::new();
+        let transmits = [acquire.clone(), release];
+        let mut answers = [Reply::Int(1), Reply::Int(1)];
+        run(
+            &transmits,
+            &Dialect::SCRIPTS,
+            &mut watch,
+            Some(b"5"),
+            (0, 0),
+            &mut answers,
+        );
+        // Proven for `redlock:epoch`, which vouches for no slot of a cluster: each acquisition
+        // there runs its checked script against its own slot's epoch, and proves nothing.
+        let cluster = Dialect {
+            keyspace: crate::Keyspace::Cluster,
+            ..Dialect::SCRIPTS
+        };
+        let standalone = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch), now());
+        assert!(matches!(
+            standalone.form(0, &acquire.command),
+            RedisForm::Set { .. }
+        ));
+        for watch in [Some(&watch), None] {
+            let batch = NodeBatch::new(&transmits[..1], &cluster, watch, now());
+            assert!(batch.reads().is_empty());
+            assert!(matches!(
+                batch.form(0, &acquire.command),
+                RedisForm::Script {
+                    script: crate::Script::AcquireChecked,
+                    ..
+                }
+            ));
+        }
     }
 
     #[test]

@@ -65,10 +65,18 @@ pub enum NodeErrorKind {
     /// The TLS handshake failed: the node's certificate is not trusted (wrong CA, wrong name),
     /// or the node wants a client certificate this client does not show.
     Tls,
-    /// The node runs in cluster mode and did not serve the command here (`MOVED`, `ASK`,
-    /// `CROSSSLOT`, `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`): a Redis or Valkey Cluster cannot be
-    /// one node of this client yet.
+    /// The node is a Redis or Valkey Cluster that did not serve the command (`MOVED` or `ASK`
+    /// still after the client refreshed its slot map, `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`),
+    /// or a command this client cannot run on a cluster: nothing was granted there.
     Cluster,
+    /// The lock's keys lie in different hash slots of a cluster node (`CROSSSLOT`, or seen
+    /// before sending): a cluster locks several keys at once only within one slot. Nothing was
+    /// sent; give the resources a common hash tag (`{order-42}:invoice`, `{order-42}:stock`).
+    CrossSlot,
+    /// The node's URL leads to a cluster another node of this client leads to already (they
+    /// share a master): one cluster is one vote, so the node that learnt its slot map second
+    /// refuses every request. Nothing was sent; list each cluster once.
+    SameCluster,
 }
 
 impl NodeErrorKind {
@@ -83,9 +91,8 @@ impl NodeErrorKind {
             "OOM" => Self::OutOfMemory,
             "BUSY" => Self::Busy,
             "LOADING" => Self::Loading,
-            "MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" => {
-                Self::Cluster
-            }
+            "MOVED" | "ASK" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" => Self::Cluster,
+            "CROSSSLOT" => Self::CrossSlot,
             _ => Self::Other,
         }
     }
@@ -113,7 +120,9 @@ impl NodeErrorKind {
             Self::Other => "server error",
             Self::NoSafeForm => "no safe form: the node runs no script, and this needs one",
             Self::Tls => "TLS handshake: certificate not accepted",
-            Self::Cluster => "cluster mode: the node serves keys from other masters",
+            Self::Cluster => "cluster: the key's slot was not served (moved, down or failing over)",
+            Self::SameCluster => "same cluster as another node: list each cluster once",
+            Self::CrossSlot => "cross-slot: on a cluster, the lock's keys need a common {hash tag}",
         }
     }
 }
@@ -156,7 +165,6 @@ mod tests {
         for line in [
             "MOVED 3999 127.0.0.1:6381",
             "ASK 3999 127.0.0.1:6381",
-            "CROSSSLOT Keys in request don't hash to the same slot",
             "CLUSTERDOWN The cluster is down",
             "TRYAGAIN Multiple keys request during rehashing of slot",
             "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
@@ -167,5 +175,9 @@ mod tests {
                 "{line}"
             );
         }
+        assert_eq!(
+            NodeErrorKind::from_message("CROSSSLOT Keys in request don't hash to the same slot"),
+            NodeErrorKind::CrossSlot
+        );
     }
 }

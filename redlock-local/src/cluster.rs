@@ -86,6 +86,12 @@ impl RedisCluster {
         &self.masters
     }
 
+    /// Kills master `master` (SIGKILL, like a crash): after [`CLUSTER_NODE_TIMEOUT`] its
+    /// replica, if it has one, is promoted. It stays in [`masters`](Self::masters), not running.
+    pub fn kill_master(&mut self, master: usize) {
+        self.masters[master].kill();
+    }
+
     /// The replicas: replica `r` of master `m` is at `m * replicas + r`.
     pub fn replicas(&self) -> &[RedisServer] {
         &self.replicas

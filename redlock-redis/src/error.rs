@@ -86,12 +86,15 @@ impl fmt::Display for LockFailure {
         {
             f.write_str(INELIGIBLE_REMEDY)?;
         }
-        if self
-            .nodes
-            .iter()
-            .any(|report| report.result == Vote::Failed(NodeErrorKind::Cluster))
-        {
-            f.write_str(CLUSTER_REMEDY)?;
+        // Each remedy once, after the per-node list.
+        for (kind, remedy) in [
+            (NodeErrorKind::Cluster, CLUSTER_REMEDY),
+            (NodeErrorKind::CrossSlot, CROSS_SLOT_REMEDY),
+            (NodeErrorKind::SameCluster, SAME_CLUSTER_REMEDY),
+        ] {
+            if self.nodes.iter().any(|n| n.result == Vote::Failed(kind)) {
+                f.write_str(remedy)?;
+            }
         }
         Ok(())
     }
@@ -105,9 +108,18 @@ const INELIGIBLE_REMEDY: &str = "; if no lock can be live on those nodes (a fres
     them vote at once; otherwise wait: trusting a node that lost a live lock's key breaks mutual \
     exclusion";
 
-/// What to do about a node that runs in cluster mode.
-const CLUSTER_REMEDY: &str = "; a node in cluster mode (a Redis or Valkey Cluster) cannot be one \
-    node of this client yet: list independent standalone masters";
+/// What a cluster error means, and when it ends.
+const CLUSTER_REMEDY: &str = "; a cluster node did not serve the key's slot (its master moved, \
+    failed over or is down, even after the client learnt the slot map again): it votes again \
+    once the cluster serves the slot";
+
+/// What to do about two node URLs that lead to one cluster.
+const SAME_CLUSTER_REMEDY: &str = "; two node URLs lead to one cluster (they share a master), \
+    and a cluster is one vote: list each cluster once";
+
+/// What to do about a lock whose keys lie in several slots of a cluster node.
+const CROSS_SLOT_REMEDY: &str = "; on a cluster node a lock's keys must share one hash slot: give \
+    the resources a common {hash tag} (`{order-42}:invoice` and `{order-42}:stock`)";
 
 /// Milliseconds for people: `850 ms`, `26 s`, `2 min 5 s`.
 struct HumanMs(u64);

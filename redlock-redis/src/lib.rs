@@ -44,6 +44,7 @@ mod answer;
 mod entry_points;
 mod builder;
 mod clock;
+mod cluster;
 mod deployment;
 mod dialect;
 mod driver;

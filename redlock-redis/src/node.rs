@@ -107,9 +107,52 @@ impl NodeAddr {
         Ok(nodes)
     }
 
+    /// The master at `host:port` of the cluster this node's URL leads to, reached as the URL
+    /// says: same user, password, database and TLS settings (the certificate must name the
+    /// announced host). Labelled by its own address.
+    pub(crate) fn for_master(&self, host: &str, port: u16) -> redis::RedisResult<Self> {
+        let info = self.client.get_connection_info();
+        let addr = match info.addr() {
+            redis::ConnectionAddr::Tcp(..) => redis::ConnectionAddr::Tcp(host.to_owned(), port),
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => {
+                return Err((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "a cluster node must be reached over TCP",
+                )
+                    .into());
+            }
+        };
+        let client = redis::Client::open(info.clone().set_addr(addr))?;
+        Ok(Self {
+            label: client.get_connection_info().addr().to_string().into(),
+            client,
+            swapdb_never_runs: self.swapdb_never_runs,
+        })
+    }
+
     /// The client for this node (connections are the adapter's business).
     pub fn client(&self) -> &redis::Client {
         &self.client
+    }
+
+    /// The host the URL names (empty for a Unix socket).
+    pub(crate) fn host(&self) -> &str {
+        match self.client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, _) | redis::ConnectionAddr::TcpTls { host, .. } => {
+                host
+            }
+            _ => "",
+        }
     }
 
     /// `host:port`, never with credentials.

@@ -181,6 +181,15 @@ impl BatchReplies {
         replies
     }
 
+    /// Answers gathered elsewhere (a cluster node's masters), on connections of their own.
+    pub(crate) fn answered(answers: Answers) -> Self {
+        Self {
+            answers,
+            reconnect: false,
+            rebuild: false,
+        }
+    }
+
     /// Every request of `batch` failed because running it panicked.
     #[cfg(feature = "blocking")]
     pub(crate) fn panicked(batch: &[Transmit]) -> Self {

@@ -158,6 +158,8 @@ fn error_kind(kind: redlock_core::NodeErrorKind) -> &'static str {
         NodeErrorKind::Protocol => "protocol",
         NodeErrorKind::Tls => "tls",
         NodeErrorKind::Cluster => "cluster",
+        NodeErrorKind::CrossSlot => "cross_slot",
+        NodeErrorKind::SameCluster => "same_cluster",
         // `Other`, and kinds a later engine adds.
         _ => "other",
     }

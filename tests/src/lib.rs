@@ -34,6 +34,6 @@ pub mod sim;
 pub use fenced_store::FencedStore;
 pub use proxy::FaultProxy;
 pub use redlock_local::{
-    HarnessError, INSPECT_TIMEOUT, REDIS_SERVER_ENV, RedisCluster, RedisServer, ServerOptions,
-    Servers, VALKEY_SERVER_ENV,
+    CLUSTER_NODE_TIMEOUT, HarnessError, INSPECT_TIMEOUT, REDIS_SERVER_ENV, RedisCluster,
+    RedisServer, ServerOptions, Servers, VALKEY_SERVER_ENV,
 };

@@ -117,6 +117,7 @@ impl<R: Runtime> Redlock<R> {
         }
         let deployment = &self.inner.deployment;
         let runtime = R::current().map_err(crate::Error::NoRuntime)?;
+        let clusters = crate::cluster::Clusters::default();
         let driver = start(
             runtime,
             deployment.config().clone(),
@@ -124,7 +125,12 @@ impl<R: Runtime> Redlock<R> {
             self.inner
                 .nodes
                 .iter()
-                .map(|addr| Node::new(addr.clone(), self.inner.io_timeout, self.inner.memory_watch))
+                .enumerate()
+                .map(|(index, addr)| {
+                    let watch = self.inner.memory_watch;
+                    let io_timeout = self.inner.io_timeout;
+                    Node::new(addr.clone(), io_timeout, watch, index, clusters.clone())
+                })
                 .collect(),
             self.inner.clock.clone(),
         )?;

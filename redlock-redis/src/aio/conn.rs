@@ -7,16 +7,17 @@
 //! calls the push sender there, before it completes any later reply), and a connection that
 //! broke is dropped and closed for its watch before the next batch makes a new one.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::cluster::{Clusters, Gathered, Routes, SlotMap, Unmapped, trust_answer, trust_commands};
 use crate::{
     Answers, BatchReplies, NodeAddr, Tracking, detect_dialect_async, resp3_client, run_batch_async,
     speaks_no_resp3,
 };
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
-use redlock_core::Batch;
+use redlock_core::{Batch, Keyspace, Reply, Transmit};
 
 type Connected = crate::Connected<MultiplexedConnection>;
 
@@ -28,19 +29,61 @@ pub(crate) struct Node {
     /// How the connection watches its node's memory.
     watch: crate::MemoryWatchSettings,
     connected: Mutex<Option<Connected>>,
+    /// Whether a cluster behind this node is routed here (a configured node), or this is one
+    /// of a cluster node's masters, which only runs what it is given.
+    routes: bool,
+    /// A cluster node's slot map and masters, learnt on first use and after a cluster error.
+    cluster: Mutex<Option<Arc<ClusterView>>>,
+    /// The node's place in the client's list, and the clusters the client's nodes lead to.
+    index: usize,
+    clusters: Clusters,
+}
+
+/// What a cluster node knows of its cluster: which master serves each slot, and a node (a
+/// connection, untracked) per master.
+struct ClusterView {
+    map: SlotMap,
+    masters: Vec<Arc<Node>>,
+    /// A master stopped answering: learn the map again before the next batch.
+    stale: std::sync::atomic::AtomicBool,
 }
 
 impl Node {
+    /// Node `index` of a client whose nodes lead to `clusters`.
     pub(crate) fn new(
         addr: NodeAddr,
         io_timeout: Duration,
         watch: crate::MemoryWatchSettings,
+        index: usize,
+        clusters: Clusters,
     ) -> Self {
         Self {
             addr,
             io_timeout,
             watch,
             connected: Mutex::new(None),
+            routes: true,
+            cluster: Mutex::new(None),
+            index,
+            clusters,
+        }
+    }
+
+    /// One master of this cluster node's cluster: untracked (on a cluster every restart-aware
+    /// acquisition checks its own slot's epoch by script), never routing.
+    fn master(&self, addr: NodeAddr) -> Self {
+        Self {
+            addr,
+            io_timeout: self.io_timeout,
+            watch: crate::MemoryWatchSettings {
+                untracked: true,
+                ..self.watch
+            },
+            connected: Mutex::new(None),
+            routes: false,
+            cluster: Mutex::new(None),
+            index: self.index,
+            clusters: Clusters::default(),
         }
     }
 
@@ -139,20 +182,191 @@ impl Node {
     /// connecting: no timer of ours. A failed transport is an error reply for each request, and
     /// the connection is made again for the next batch; a timeout keeps it (the reply is
     /// matched and dropped when it comes, and this node's requests stay in order).
+    ///
+    /// On a cluster node, each request goes to its slot's master instead (see
+    /// [`crate::cluster`]), and the batch's answers come back together.
     pub(crate) async fn run(&self, batch: Batch) -> Answers {
+        self.run_transmits(&batch.transmits).await
+    }
+
+    async fn run_transmits(&self, batch: &[Transmit]) -> Answers {
         let sent = Instant::now();
+        let replies = self.replies(batch).await;
+        replies.trace(self.addr.label(), sent.elapsed());
+        replies.answers
+    }
+
+    /// The replies to `batch`: from this node, or from a cluster node's masters (counted as
+    /// this node's).
+    async fn replies(&self, batch: &[Transmit]) -> BatchReplies {
+        if let Some(view) = self.routes.then(|| self.view()).flatten() {
+            return BatchReplies::answered(self.run_on_cluster(view, batch).await);
+        }
         let replies = match self.connection().await {
+            Ok(connected) if self.routes && connected.dialect.keyspace == Keyspace::Cluster => {
+                match self.learn(Some(connected.conn)).await {
+                    Ok(view) => {
+                        return BatchReplies::answered(self.run_on_cluster(view, batch).await);
+                    }
+                    Err(unmapped) => unmapped.answers(batch),
+                }
+            }
             Ok(Connected {
                 mut conn,
                 dialect,
                 tracking,
-            }) => run_batch_async(&mut conn, &batch.transmits, &dialect, tracking.as_ref()).await,
-            Err(err) => BatchReplies::failed(&batch.transmits, &err),
+            }) => run_batch_async(&mut conn, batch, &dialect, tracking.as_ref()).await,
+            Err(err) => BatchReplies::failed(batch, &err),
         };
         if replies.reconnect || replies.rebuild {
             self.forget_connection();
         }
-        replies.trace(self.addr.label(), sent.elapsed());
-        replies.answers
+        replies
+    }
+
+    /// The cluster view learnt so far, if any.
+    fn view(&self) -> Option<Arc<ClusterView>> {
+        self.cluster
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Runs `batch` on a cluster: each request on its slot's master, all masters at once; the
+    /// requests a cluster error answered go once more after the map is learnt again.
+    async fn run_on_cluster(&self, mut view: Arc<ClusterView>, batch: &[Transmit]) -> Answers {
+        let mut gathered = Gathered::new(batch.len());
+        let mut pending: Vec<usize> = (0..batch.len()).collect();
+        for attempt in 0..2 {
+            if attempt > 0 || view.stale.load(std::sync::atomic::Ordering::Relaxed) {
+                match self.learn(None).await {
+                    Ok(fresh) => view = fresh,
+                    Err(refused @ Unmapped::SameCluster { .. }) => {
+                        return refused.answers(batch).answers;
+                    }
+                    // A stale map is still the best guess for a first try.
+                    Err(err) if attempt == 0 => {
+                        tracing::debug!(node = %self.addr.label(), %err, "slot map kept");
+                    }
+                    Err(err) => {
+                        tracing::debug!(node = %self.addr.label(), %err, "no slot map");
+                        break;
+                    }
+                }
+            }
+            let routes = Routes::plan(&view.map, batch, pending.iter().copied());
+            let sends = routes.per_master.iter().map(|(master, requests)| {
+                let node = view.masters[*master].clone();
+                let transmits: Vec<Transmit> = requests.iter().map(|&i| batch[i].clone()).collect();
+                async move { node.replies(&transmits).await.answers }
+            });
+            let trust = async {
+                match routes.trusts.is_empty() {
+                    true => None,
+                    false => Some(self.trust_slots(&view).await),
+                }
+            };
+            let (answers, trusted) =
+                futures_util::future::join(futures_util::future::join_all(sends), trust).await;
+            for ((_, requests), answers) in routes.per_master.iter().zip(&answers) {
+                gathered.set_all(requests, answers);
+            }
+            if let Some(reply) = trusted {
+                for &index in &routes.trusts {
+                    gathered.set(index, reply);
+                }
+            }
+            pending = gathered.misrouted();
+            if pending.is_empty() {
+                break;
+            }
+        }
+        if gathered.lost_a_master() {
+            view.stale.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        gathered.answers(batch)
+    }
+
+    /// Trusts every slot of the cluster: each master stamps the slots it serves as trusted.
+    async fn trust_slots(&self, view: &ClusterView) -> Reply {
+        let stamps = view.masters.iter().enumerate().map(|(index, master)| {
+            let pipe = trust_commands(view.map.slots_of(index));
+            async move {
+                let mut conn = master.connection().await?.conn;
+                pipe.query_async::<()>(&mut conn).await
+            }
+        });
+        trust_answer(&futures_util::future::join_all(stamps).await)
+    }
+
+    /// Learns the cluster's slot map (`CLUSTER SLOTS`) from `seed`, else from this node's own
+    /// connection, else from any master known so far; keeps the masters' connections that
+    /// stay.
+    async fn learn(
+        &self,
+        seed: Option<MultiplexedConnection>,
+    ) -> Result<Arc<ClusterView>, Unmapped> {
+        let previous = self.view();
+        let mut asked = Vec::new();
+        if let Some(seed) = seed {
+            asked.push((self.addr.clone(), seed));
+        } else if let Ok(connected) = self.connection().await {
+            asked.push((self.addr.clone(), connected.conn));
+        }
+        let mut answer = Err(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "no node of the cluster answered",
+        )));
+        let masters = previous.iter().flat_map(|view| view.masters.iter());
+        let mut candidates = asked.into_iter().map(Ok).chain(masters.map(Err));
+        while answer.is_err() {
+            let Some(candidate) = candidates.next() else {
+                break;
+            };
+            let (addr, mut conn) = match candidate {
+                Ok(seed) => seed,
+                Err(master) => match master.connection().await {
+                    Ok(connected) => (master.addr.clone(), connected.conn),
+                    Err(_) => continue,
+                },
+            };
+            let slots = redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query_async(&mut conn)
+                .await;
+            answer = slots.and_then(|reply: redis::Value| {
+                SlotMap::parse(&reply, addr.host()).ok_or_else(|| {
+                    (
+                        redis::ErrorKind::Parse,
+                        "CLUSTER SLOTS answered an unknown shape",
+                    )
+                        .into()
+                })
+            });
+        }
+        let map = answer?;
+        if let Err(other) = self.clusters.claim(self.index, &map) {
+            return Err(Unmapped::SameCluster { other });
+        }
+        let mut masters = Vec::with_capacity(map.masters().len());
+        for (host, port) in map.masters() {
+            let addr = self.addr.for_master(host, *port)?;
+            let kept = previous
+                .iter()
+                .flat_map(|view| view.masters.iter())
+                .find(|master| master.addr.label() == addr.label());
+            masters.push(match kept {
+                Some(master) => master.clone(),
+                None => Arc::new(self.master(addr)),
+            });
+        }
+        tracing::debug!(node = %self.addr.label(), masters = masters.len(), "slot map learnt");
+        let view = Arc::new(ClusterView {
+            map,
+            masters,
+            stale: false.into(),
+        });
+        *self.cluster.lock().unwrap_or_else(PoisonError::into_inner) = Some(view.clone());
+        Ok(view)
     }
 }

@@ -5,10 +5,11 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::cluster::{Clusters, Gathered, Routes, SlotMap, Unmapped, trust_answer, trust_commands};
 use crate::{
     BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, speaks_no_resp3,
 };
-use redlock_core::{Batch, NodeErrorKind, Reply, Transmit};
+use redlock_core::{Batch, Keyspace, NodeErrorKind, Reply, Transmit};
 
 use super::driver::Input;
 
@@ -27,13 +28,21 @@ impl Worker {
         addr: NodeAddr,
         io_timeout: Duration,
         watch: crate::MemoryWatchSettings,
+        (index, clusters): (usize, Clusters),
         driver: Sender<Input>,
     ) -> Self {
         let (batches, queue) = mpsc::channel();
         let label = addr.label().clone();
         let spawned = thread::Builder::new()
             .name(format!("redlock-node-{label}"))
-            .spawn(move || Connection::new(addr, io_timeout, watch).run(&queue, &driver));
+            .spawn(move || {
+                let connection = Connection {
+                    index,
+                    clusters,
+                    ..Connection::new(addr, io_timeout, watch)
+                };
+                connection.run(&queue, &driver)
+            });
         if let Err(err) = spawned {
             tracing::error!(node = %label, %err, "could not start the node's worker thread");
         }
@@ -59,6 +68,23 @@ struct Connection {
     /// The connection, what its node can run and its watch over the node's memory, learnt
     /// when it was made.
     conn: Option<Connected>,
+    /// Whether a cluster behind this node is routed here (a configured node), or this is one
+    /// of a cluster node's masters, which only runs what it is given.
+    routes: bool,
+    /// A cluster node's slot map and masters, learnt on first use and after a cluster error.
+    cluster: Option<ClusterView>,
+    /// The node's place in the client's list, and the clusters the client's nodes lead to.
+    index: usize,
+    clusters: Clusters,
+}
+
+/// What a cluster node knows of its cluster: which master serves each slot, and a connection
+/// (untracked) per master.
+struct ClusterView {
+    map: SlotMap,
+    masters: Vec<Connection>,
+    /// A master stopped answering: learn the map again before the next batch.
+    stale: bool,
 }
 
 type Connected = crate::Connected<redis::Connection>;
@@ -70,6 +96,26 @@ impl Connection {
             io_timeout,
             watch,
             conn: None,
+            routes: true,
+            cluster: None,
+            index: 0,
+            clusters: Clusters::default(),
+        }
+    }
+
+    /// One master of this cluster node's cluster: untracked (on a cluster every restart-aware
+    /// acquisition checks its own slot's epoch by script), never routing.
+    fn master(&self, addr: NodeAddr) -> Self {
+        Self {
+            routes: false,
+            ..Self::new(
+                addr,
+                self.io_timeout,
+                crate::MemoryWatchSettings {
+                    untracked: true,
+                    ..self.watch
+                },
+            )
         }
     }
 
@@ -106,7 +152,21 @@ impl Connection {
     /// connection whose transport broke is dropped; one whose reply timed out is kept, and the
     /// late reply is skipped when it comes (never read as another request's answer), so that
     /// every request of this node still runs in the order it was sent ([`run_batch`]).
+    ///
+    /// On a cluster node, each request goes to its slot's master instead (see
+    /// [`crate::cluster`]), one master after the other.
     fn execute(&mut self, batch: &[Transmit]) -> BatchReplies {
+        if self.routes {
+            if self.cluster.is_none()
+                && matches!(self.connect(), Ok(c) if c.dialect.keyspace == Keyspace::Cluster)
+                && let Err(unmapped) = self.learn()
+            {
+                return unmapped.answers(batch);
+            }
+            if self.cluster.is_some() {
+                return BatchReplies::answered(self.run_on_cluster(batch));
+            }
+        }
         let io_timeout = self.io_timeout;
         let replies = match self.connect() {
             Ok(c) => run_batch(
@@ -122,6 +182,119 @@ impl Connection {
             self.forget();
         }
         replies
+    }
+
+    /// Runs `batch` on a cluster: each request on its slot's master; the requests a cluster
+    /// error answered go once more after the map is learnt again.
+    fn run_on_cluster(&mut self, batch: &[Transmit]) -> crate::Answers {
+        let mut gathered = Gathered::new(batch.len());
+        let mut pending: Vec<usize> = (0..batch.len()).collect();
+        for attempt in 0..2 {
+            let stale = self.cluster.as_ref().is_some_and(|view| view.stale);
+            if attempt > 0 || stale {
+                match self.learn() {
+                    Ok(()) => {}
+                    Err(refused @ Unmapped::SameCluster { .. }) => {
+                        return refused.answers(batch).answers;
+                    }
+                    Err(err) => {
+                        tracing::debug!(node = %self.addr.label(), %err, "no slot map");
+                        // A stale map is still the best guess for a first try.
+                        if attempt > 0 {
+                            break;
+                        }
+                    }
+                }
+            }
+            let Some(view) = &mut self.cluster else { break };
+            let routes = Routes::plan(&view.map, batch, pending.iter().copied());
+            for (master, requests) in &routes.per_master {
+                let transmits: Vec<Transmit> = requests.iter().map(|&i| batch[i].clone()).collect();
+                let answers = view.masters[*master].execute(&transmits).answers;
+                gathered.set_all(requests, &answers);
+            }
+            if !routes.trusts.is_empty() {
+                let results: Vec<_> = (0..view.masters.len())
+                    .map(|index| {
+                        let pipe = trust_commands(view.map.slots_of(index));
+                        let conn = &mut view.masters[index].connect()?.conn;
+                        pipe.query::<()>(conn)
+                    })
+                    .collect();
+                let reply = trust_answer(&results);
+                for &index in &routes.trusts {
+                    gathered.set(index, reply);
+                }
+            }
+            pending = gathered.misrouted();
+            if pending.is_empty() {
+                break;
+            }
+        }
+        if gathered.lost_a_master()
+            && let Some(view) = &mut self.cluster
+        {
+            view.stale = true;
+        }
+        gathered.answers(batch)
+    }
+
+    /// Learns the cluster's slot map (`CLUSTER SLOTS`) from this node, else from any master
+    /// known so far; keeps the masters' connections that stay.
+    fn learn(&mut self) -> Result<(), Unmapped> {
+        let mut answer = self.slots();
+        if let Some(view) = &mut self.cluster {
+            for master in &mut view.masters {
+                if answer.is_ok() {
+                    break;
+                }
+                answer = master.slots();
+            }
+        }
+        // On failure the view stays as it was, for the next try.
+        let map = answer?;
+        if let Err(other) = self.clusters.claim(self.index, &map) {
+            return Err(Unmapped::SameCluster { other });
+        }
+        let mut previous = self
+            .cluster
+            .take()
+            .map(|view| view.masters)
+            .unwrap_or_default();
+        let mut masters = Vec::with_capacity(map.masters().len());
+        for (host, port) in map.masters() {
+            let addr = self.addr.for_master(host, *port)?;
+            masters.push(
+                match previous
+                    .iter()
+                    .position(|master| master.addr.label() == addr.label())
+                {
+                    Some(kept) => previous.swap_remove(kept),
+                    None => self.master(addr),
+                },
+            );
+        }
+        tracing::debug!(node = %self.addr.label(), masters = masters.len(), "slot map learnt");
+        self.cluster = Some(ClusterView {
+            map,
+            masters,
+            stale: false,
+        });
+        Ok(())
+    }
+
+    /// This node's answer to `CLUSTER SLOTS`.
+    fn slots(&mut self) -> redis::RedisResult<SlotMap> {
+        let host = self.addr.host().to_owned();
+        let conn = &mut self.connect()?.conn;
+        let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(conn)?;
+        SlotMap::parse(&reply, &host).ok_or_else(|| {
+            (
+                redis::ErrorKind::Parse,
+                "CLUSTER SLOTS answered an unknown shape",
+            )
+                .into()
+        })
     }
 
     /// Drops the connection; its watch vouches for nothing any more.

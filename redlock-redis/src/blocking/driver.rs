@@ -51,9 +51,14 @@ pub(crate) fn start(
     let mailbox = Arc::new(Mailbox(tx.clone()));
     // Counts machine suspends (Linux), for every `now` of the driver and its locks.
     let state = DriverState::new(config, labels, mailbox.clone(), Clock::new())?;
+    let clusters = crate::cluster::Clusters::default();
     let workers = nodes
         .iter()
-        .map(|addr| Worker::spawn(addr.clone(), io_timeout, memory_watch, tx.clone()))
+        .enumerate()
+        .map(|(index, addr)| {
+            let place = (index, clusters.clone());
+            Worker::spawn(addr.clone(), io_timeout, memory_watch, place, tx.clone())
+        })
         .collect();
     let notices = Notices::new(nodes, io_timeout, tx.clone());
     thread::Builder::new()

@@ -8,7 +8,7 @@ use redlock_core::{LockRequest, MAX_KEY_LEN, NodeErrorKind, RetryPolicy, Vote};
 use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
-use crate::{RedisCluster, RedisServer, ServerOptions, Servers};
+use crate::{RedisServer, ServerOptions, Servers};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -68,81 +68,6 @@ pub fn read_only_replica<A: Adapter>() {
     let replica = ServerOptions::new().replica_of(primary.addr()).start();
     odd_node_fails::<A>(replica.url(), NodeErrorKind::ReadOnly);
     assert!(!replica.exists("res"), "nothing left on the replica");
-}
-
-/// A master of a Redis Cluster (3 masters) listed as a node, locking a resource whose slot
-/// another master owns: its commands are answered `MOVED` (or `CROSSSLOT`), its vote says so,
-/// and the error's remedy says what to list instead.
-pub fn a_cluster_master_fails_with_a_cluster_error<A: Adapter>() {
-    let cluster = RedisCluster::start(3, 0);
-    let resource = (0..)
-        .map(|i| format!("res-{i}"))
-        .find(|key| cluster.master_of(key.as_bytes()) == 1)
-        .expect("some key lands on master 1");
-    odd_node_fails_on::<A>(
-        cluster.masters()[0].url(),
-        NodeErrorKind::Cluster,
-        &resource,
-    );
-    let strict = A::build(
-        &[cluster.masters()[0].url()],
-        &Options {
-            retry: Some(RetryPolicy::once()),
-            ..Options::default()
-        },
-    )
-    .expect("build");
-    match strict.try_lock(&resource, TTL) {
-        Err(err @ Error::Unavailable(_)) => {
-            let text = err.to_string();
-            assert!(text.contains("failed (cluster mode"), "{text}");
-            assert!(
-                text.contains("list independent standalone masters"),
-                "{text}"
-            );
-        }
-        other => panic!("expected unavailable, got {other:?}"),
-    }
-    assert!(
-        cluster.get(resource.as_bytes()).is_none(),
-        "no lock key left on the cluster"
-    );
-
-    // A key of a slot that very master owns, as a plain `SET NX PX` (restart-aware voting
-    // off, so nothing else in the request leaves the slot): the master would grant it, a vote
-    // no per-slot epoch vouches for. The node is known as a cluster node from `HELLO` and
-    // never asked.
-    let own = (0..)
-        .map(|i| format!("own-{i}"))
-        .find(|key| cluster.master_of(key.as_bytes()) == 0)
-        .expect("some key lands on master 0");
-    let nodes = Servers::start(2);
-    let mut urls = nodes.urls();
-    urls.push(cluster.masters()[0].url());
-    let plain = A::build(
-        &urls,
-        &Options {
-            quorum: Some(3),
-            retry: Some(RetryPolicy::once()),
-            restart_aware: Some(false),
-            ..Options::default()
-        },
-    )
-    .expect("build");
-    match plain.try_lock(&own, TTL) {
-        Err(Error::Unavailable(detail)) => {
-            assert_eq!(
-                detail.nodes[2].result,
-                Vote::Failed(NodeErrorKind::Cluster),
-                "{detail}"
-            );
-        }
-        other => panic!("expected unavailable, got {other:?}"),
-    }
-    assert!(
-        cluster.get(own.as_bytes()).is_none(),
-        "nothing was sent to the cluster master"
-    );
 }
 
 /// A transaction form whose part the node refuses while queuing it — an ACL user denied

@@ -5,6 +5,7 @@
 mod adapter;
 mod async_adapter;
 mod blocking;
+pub mod cluster;
 pub mod errors;
 pub mod handles;
 pub mod identity;

@@ -960,9 +960,14 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@trim $adapter;
             a_tracking_table_trim_set_off_by_the_rivals_own_call_refuses_it,
             a_tracking_table_trim_set_off_by_the_rivals_own_call_is_unheard_with_noloop);
+        $crate::conformance_tests!(@cluster $adapter;
+            a_cluster_node_votes_for_keys_on_every_master,
+            a_cluster_node_locks_several_keys_only_within_one_slot,
+            a_cluster_node_follows_a_moved_slot,
+            a_promoted_replica_sits_out_for_its_slots);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
-            a_cluster_master_fails_with_a_cluster_error, a_refused_transaction_part_is_an_error_vote,
+            a_refused_transaction_part_is_an_error_vote,
             a_user_with_the_documented_acl_runs_every_operation,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes, a_node_position_past_the_list);
     };
@@ -1019,6 +1024,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::trim::$case::<$adapter>();
+            }
+        )+
+    };
+    (@cluster $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::cluster::$case::<$adapter>();
             }
         )+
     };

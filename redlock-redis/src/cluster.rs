@@ -1,0 +1,480 @@
+//! A cluster node's routing, shared by both drivers and free of I/O: the slot map a seed
+//! answers (`CLUSTER SLOTS`), which master each request goes to, and how a batch's answers come
+//! back together in order.
+//!
+//! A node URL whose server runs in cluster mode is one node of the lock (one vote), whose keys
+//! live on several masters. The driver keeps one connection per master (untracked: on a cluster
+//! every restart-aware acquisition runs its checked script against its own slot's epoch), sends
+//! each request to the master of its keys' slot, and after a cluster error (`MOVED`, `ASK`,
+//! `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`) refreshes the map and sends those requests once
+//! more. Not the `redis` crate's cluster connection: it follows `MOVED` silently and hands
+//! pushes over without the master they came from, where this client needs to know which master
+//! answered and to count the cluster as one vote.
+//!
+//! # What it never does
+//! It never sends a request whose keys span slots (the core answers those itself), never sends
+//! a request twice but after a cluster error (which the server sends before running anything),
+//! and never lets a request of the batch go unanswered.
+
+use redis::Value;
+use redlock_core::{Keyspace, NodeErrorKind, Op, Reply, SLOT_COUNT, Slot, Transmit};
+
+use crate::Answers;
+
+/// Which master serves each slot, as one master answered `CLUSTER SLOTS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlotMap {
+    /// Each master's `host:port`, as the cluster announces it.
+    masters: Vec<(String, u16)>,
+    /// Each master's node id (its `host:port` where the reply gives none): what tells that two
+    /// node URLs lead to one cluster.
+    ids: Vec<String>,
+    /// Per slot, the index of its master in `masters` (`None`: no master serves it).
+    owner: Vec<Option<u16>>,
+}
+
+impl SlotMap {
+    /// Reads a `CLUSTER SLOTS` reply: `[start, end, [host, port, id, …], replicas…]` per range.
+    /// A master announced without a host (empty, or `?`) is reached at `seed_host`, the host the
+    /// answer came from. `None` when the reply has another shape.
+    pub(crate) fn parse(reply: &Value, seed_host: &str) -> Option<Self> {
+        let Value::Array(ranges) = reply else {
+            return None;
+        };
+        let mut map = Self {
+            masters: Vec::new(),
+            ids: Vec::new(),
+            owner: vec![None; usize::from(SLOT_COUNT)],
+        };
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                return None;
+            };
+            let [Value::Int(start), Value::Int(end), Value::Array(master), ..] = &fields[..] else {
+                return None;
+            };
+            let (host, port, id) = match &master[..] {
+                [host, Value::Int(port), rest @ ..] => (
+                    text(host)?,
+                    u16::try_from(*port).ok()?,
+                    rest.first().and_then(text),
+                ),
+                _ => return None,
+            };
+            let host = match host.as_str() {
+                "" | "?" => seed_host.to_owned(),
+                _ => host,
+            };
+            let index = match map.masters.iter().position(|m| m.0 == host && m.1 == port) {
+                Some(index) => index,
+                None => {
+                    map.ids.push(id.unwrap_or_else(|| format!("{host}:{port}")));
+                    map.masters.push((host, port));
+                    map.masters.len() - 1
+                }
+            };
+            let index = u16::try_from(index).ok()?;
+            let start = Slot::new(u16::try_from(*start).ok()?)?.get();
+            let end = Slot::new(u16::try_from(*end).ok()?)?.get();
+            for slot in start..=end {
+                map.owner[usize::from(slot)] = Some(index);
+            }
+        }
+        Some(map)
+    }
+
+    /// Every master, as `(host, port)`; a master's index is its place here.
+    pub(crate) fn masters(&self) -> &[(String, u16)] {
+        &self.masters
+    }
+
+    /// The master that serves `slot`, if any does.
+    pub(crate) fn master_of(&self, slot: Slot) -> Option<usize> {
+        self.owner[usize::from(slot.get())].map(usize::from)
+    }
+
+    /// The slots master `master` serves.
+    pub(crate) fn slots_of(&self, master: usize) -> impl Iterator<Item = Slot> + '_ {
+        Slot::all().filter(move |&slot| self.master_of(slot) == Some(master))
+    }
+}
+
+/// The clusters a client's nodes lead to, by their masters' ids: two nodes that share a master
+/// are one cluster, which must never vote twice.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Clusters(std::sync::Arc<std::sync::Mutex<Vec<Claim>>>);
+
+/// A node, and the ids of the masters its map named.
+type Claim = (usize, Vec<String>);
+
+impl Clusters {
+    /// Node `node` leads to the cluster of `map`: `Err(other)` if node `other` leads there too
+    /// (then `node` must refuse to vote), else recorded.
+    pub(crate) fn claim(&self, node: usize, map: &SlotMap) -> Result<(), usize> {
+        let mut known = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let shared = known
+            .iter()
+            .find(|(other, ids)| *other != node && ids.iter().any(|id| map.ids.contains(id)));
+        if let Some((other, _)) = shared {
+            return Err(*other);
+        }
+        known.retain(|(other, _)| *other != node);
+        known.push((node, map.ids.clone()));
+        Ok(())
+    }
+}
+
+/// Why a cluster node has no slot map.
+#[derive(Debug)]
+pub(crate) enum Unmapped {
+    /// No master answered `CLUSTER SLOTS` (or its answer was not a map).
+    Redis(redis::RedisError),
+    /// Another node of this client leads to the same cluster ([`Clusters::claim`]).
+    SameCluster { other: usize },
+}
+
+impl From<redis::RedisError> for Unmapped {
+    fn from(err: redis::RedisError) -> Self {
+        Self::Redis(err)
+    }
+}
+
+impl std::fmt::Display for Unmapped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Redis(err) => write!(f, "{err}"),
+            Self::SameCluster { other } => write!(f, "the cluster of node #{other}"),
+        }
+    }
+}
+
+impl Unmapped {
+    /// Every request of `batch` answered for this failure.
+    pub(crate) fn answers(&self, batch: &[Transmit]) -> crate::BatchReplies {
+        match self {
+            Self::Redis(err) => crate::BatchReplies::failed(batch, err),
+            Self::SameCluster { other } => {
+                tracing::warn!(
+                    other,
+                    "this node leads to another node's cluster: it never votes"
+                );
+                crate::BatchReplies::answered(
+                    batch
+                        .iter()
+                        .map(|t| (t.id, Reply::Error(NodeErrorKind::SameCluster)))
+                        .collect(),
+                )
+            }
+        }
+    }
+}
+
+/// A bulk or simple string's text.
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// Where a batch goes on a cluster: the requests of each master, by index into the batch.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Routes {
+    /// Per master (index into [`SlotMap::masters`]), its requests' indexes, in batch order.
+    pub per_master: Vec<(usize, Vec<usize>)>,
+    /// Requests no master serves (their slot is unassigned): a cluster error each.
+    pub unserved: Vec<usize>,
+    /// Trusts: each stamps every slot's epoch, master by master ([`trust_commands`]).
+    pub trusts: Vec<usize>,
+}
+
+impl Routes {
+    /// Routes the requests `indexes` of `batch` by `map`.
+    pub(crate) fn plan(
+        map: &SlotMap,
+        batch: &[Transmit],
+        indexes: impl IntoIterator<Item = usize>,
+    ) -> Self {
+        let mut routes = Self::default();
+        for index in indexes {
+            let command = &batch[index].command;
+            if command.op() == Op::Trust {
+                routes.trusts.push(index);
+                continue;
+            }
+            let slot = Slot::of(command.spec().keys().next().unwrap_or_default());
+            match map.master_of(slot) {
+                Some(master) => match routes.per_master.iter_mut().find(|(m, _)| *m == master) {
+                    Some((_, requests)) => requests.push(index),
+                    None => routes.per_master.push((master, vec![index])),
+                },
+                None => routes.unserved.push(index),
+            }
+        }
+        routes
+    }
+}
+
+/// The answers of a batch being routed, one slot per request in batch order.
+pub(crate) struct Gathered {
+    replies: Vec<Option<Reply>>,
+}
+
+impl Gathered {
+    /// Nothing answered yet, for a batch of `len` requests.
+    pub(crate) fn new(len: usize) -> Self {
+        Self {
+            replies: vec![None; len],
+        }
+    }
+
+    /// Request `index` answered `reply`.
+    pub(crate) fn set(&mut self, index: usize, reply: Reply) {
+        self.replies[index] = Some(reply);
+    }
+
+    /// A master's answers to the requests `indexes` (in the order they were sent).
+    pub(crate) fn set_all(&mut self, indexes: &[usize], answers: &Answers) {
+        for (&index, (_, reply)) in indexes.iter().zip(answers) {
+            self.set(index, *reply);
+        }
+    }
+
+    /// The requests a cluster error answered (or that went unanswered): worth sending once more
+    /// after the map is refreshed, since the server ran none of them.
+    pub(crate) fn misrouted(&self) -> Vec<usize> {
+        (0..self.replies.len())
+            .filter(|&i| {
+                matches!(
+                    self.replies[i],
+                    None | Some(Reply::Error(NodeErrorKind::Cluster))
+                )
+            })
+            .collect()
+    }
+
+    /// Whether a master failed to answer at all (a connection that broke or timed out): it
+    /// may have died and a replica taken its slots, so the next batch learns the map first.
+    /// Never a reason to send a request again: it may have run.
+    pub(crate) fn lost_a_master(&self) -> bool {
+        self.replies.iter().any(|reply| {
+            matches!(
+                reply,
+                Some(Reply::Error(
+                    NodeErrorKind::Connection | NodeErrorKind::Timeout
+                ))
+            )
+        })
+    }
+
+    /// Every request's id and answer, in batch order; one never answered is a cluster error.
+    pub(crate) fn answers(self, batch: &[Transmit]) -> Answers {
+        batch
+            .iter()
+            .zip(self.replies)
+            .map(|(t, reply)| (t.id, reply.unwrap_or(Reply::Error(NodeErrorKind::Cluster))))
+            .collect()
+    }
+}
+
+/// The commands that trust every slot a master serves: `MSET` of each slot's epoch (`0`,
+/// trusted) and its identity (empty: the next checked acquisition adopts the master's), one
+/// slot per command (a command may not span slots).
+pub(crate) fn trust_commands(slots: impl Iterator<Item = Slot>) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for slot in slots {
+        let tag = slot.tag().as_bytes();
+        pipe.cmd("MSET")
+            .arg(&*Keyspace::Cluster.epoch_key(tag))
+            .arg(0)
+            .arg(&*Keyspace::Cluster.epoch_id_key(tag))
+            .arg("");
+    }
+    pipe
+}
+
+/// A trust's answer from every master's `MSET`s: trusted (`1`) when all said `OK`, else the
+/// first failure (a connection error, or what the server said).
+pub(crate) fn trust_answer(results: &[Result<(), redis::RedisError>]) -> Reply {
+    match results.iter().find_map(|r| r.as_ref().err()) {
+        None => Reply::Int(1),
+        Some(err) => Reply::Error(crate::reply::map_error(err)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redlock_core::{LockId, Start};
+
+    fn slots_reply(ranges: &[(i64, i64, &str, i64)]) -> Value {
+        Value::Array(
+            ranges
+                .iter()
+                .map(|&(start, end, host, port)| {
+                    Value::Array(vec![
+                        Value::Int(start),
+                        Value::Int(end),
+                        Value::Array(vec![
+                            Value::BulkString(host.as_bytes().to_vec()),
+                            Value::Int(port),
+                            Value::BulkString(format!("id-{host}-{port}").into_bytes()),
+                        ]),
+                        Value::Array(vec![Value::BulkString(b"10.0.0.9".to_vec()), Value::Int(9)]),
+                    ])
+                })
+                .collect(),
+        )
+    }
+
+    /// The acquisitions of locks on `resources` (one node, no restart check), as a client's
+    /// multiplexer sends them.
+    fn acquisitions(resources: &[&str]) -> Vec<Transmit> {
+        use rand_core::SeedableRng;
+        let config = redlock_core::Config::builder(1)
+            .restart_aware(false)
+            .build()
+            .expect("config");
+        let rng = chacha20::ChaCha20Rng::seed_from_u64(1);
+        let mut mux = redlock_core::Multiplexer::new(config, rng);
+        let now = std::time::Instant::now();
+        for (id, resource) in (0u64..).zip(resources) {
+            let request = redlock_core::LockRequest::new(
+                resource.as_bytes().to_vec(),
+                std::time::Duration::from_secs(10),
+            );
+            mux.start(now, LockId::new(id), Start::Acquire, &request)
+                .expect("starts");
+        }
+        let mut transmits = Vec::new();
+        while let Some(batch) = mux.poll_transmit() {
+            transmits.extend(batch.transmits);
+        }
+        transmits
+    }
+
+    fn slot_of(transmit: &Transmit) -> Slot {
+        Slot::of(transmit.command.spec().keys().next().expect("a key"))
+    }
+
+    #[test]
+    fn the_map_names_each_slots_master_and_never_a_replica() {
+        let reply = slots_reply(&[
+            (0, 5460, "127.0.0.1", 7000),
+            (5461, 10922, "", 7001),
+            (10923, 16000, "127.0.0.1", 7002),
+            (16001, 16383, "127.0.0.1", 7000),
+        ]);
+        let map = SlotMap::parse(&reply, "seed").expect("parses");
+        assert_eq!(
+            map.masters(),
+            [
+                ("127.0.0.1".to_owned(), 7000),
+                ("seed".to_owned(), 7001),
+                ("127.0.0.1".to_owned(), 7002)
+            ]
+        );
+        let at = |slot| map.master_of(Slot::new(slot).expect("slot"));
+        assert_eq!(
+            [at(0), at(5461), at(16000), at(16383)],
+            [Some(0), Some(1), Some(2), Some(0)]
+        );
+        assert_eq!(map.slots_of(1).count(), 10922 - 5461 + 1);
+        let partial = SlotMap::parse(&slots_reply(&[(0, 99, "h", 1)]), "seed").expect("parses");
+        assert_eq!(partial.master_of(Slot::new(100).expect("slot")), None);
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![Value::Int(1)]),
+            slots_reply(&[(0, 16384, "h", 1)]),
+            slots_reply(&[(0, 1, "h", 70_000)]),
+        ] {
+            assert_eq!(SlotMap::parse(&bad, "seed"), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn two_nodes_that_share_a_master_are_one_cluster() {
+        let one = SlotMap::parse(&slots_reply(&[(0, 16383, "a", 1)]), "seed").expect("parses");
+        let other = SlotMap::parse(&slots_reply(&[(0, 16383, "b", 2)]), "seed").expect("parses");
+        let clusters = Clusters::default();
+        assert_eq!(clusters.claim(0, &one), Ok(()));
+        assert_eq!(
+            clusters.claim(0, &one),
+            Ok(()),
+            "a node learns its map again"
+        );
+        assert_eq!(
+            clusters.claim(1, &other),
+            Ok(()),
+            "another cluster (another id)"
+        );
+        assert_eq!(
+            clusters.claim(2, &one),
+            Err(0),
+            "the same masters: the same cluster"
+        );
+        // Ids, not addresses: a reply without ids falls back to `host:port`.
+        let id_less = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(16383),
+            Value::Array(vec![Value::BulkString(b"a".to_vec()), Value::Int(1)]),
+        ])]);
+        let id_less = SlotMap::parse(&id_less, "seed").expect("parses");
+        assert_eq!(clusters.claim(3, &id_less), Ok(()));
+    }
+
+    #[test]
+    fn each_request_goes_to_its_slots_master_and_answers_come_back_in_order() {
+        let map = SlotMap::parse(
+            &slots_reply(&[(0, 8191, "a", 1), (8192, 16383, "b", 2)]),
+            "seed",
+        )
+        .expect("parses");
+        let batch = acquisitions(&["k0", "k1", "k2", "k3", "k4", "k5"]);
+        assert_eq!(batch.len(), 6);
+        let routes = Routes::plan(&map, &batch, 0..batch.len());
+        let mut seen: Vec<usize> = routes
+            .per_master
+            .iter()
+            .flat_map(|(_, r)| r.clone())
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, [0, 1, 2, 3, 4, 5], "every request routed once");
+        for (master, requests) in &routes.per_master {
+            for &i in requests {
+                assert_eq!(map.master_of(slot_of(&batch[i])), Some(*master));
+            }
+            assert!(requests.windows(2).all(|w| w[0] < w[1]), "batch order kept");
+        }
+        let mut gathered = Gathered::new(batch.len());
+        for (_, requests) in &routes.per_master {
+            let answers: Answers = requests
+                .iter()
+                .map(|&i| {
+                    (
+                        batch[i].id,
+                        if i == 2 {
+                            Reply::Error(NodeErrorKind::Cluster)
+                        } else {
+                            Reply::Int(1)
+                        },
+                    )
+                })
+                .collect();
+            gathered.set_all(requests, &answers);
+        }
+        assert_eq!(gathered.misrouted(), [2]);
+        let answers = gathered.answers(&batch);
+        let ids: Vec<_> = answers.iter().map(|(id, _)| *id).collect();
+        let sent: Vec<_> = batch.iter().map(|t| t.id).collect();
+        assert_eq!(ids, sent);
+        assert_eq!(answers[2].1, Reply::Error(NodeErrorKind::Cluster));
+        // A request no answer reached is a cluster error, never a vote.
+        let answers = Gathered::new(1).answers(&batch[..1]);
+        assert_eq!(answers[0].1, Reply::Error(NodeErrorKind::Cluster));
+    }
+}

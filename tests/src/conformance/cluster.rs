@@ -1,0 +1,365 @@
+//! A Redis or Valkey Cluster as one node of a lock, against real local clusters: each key goes
+//! to its slot's master, the cluster is one vote, every name beside a key lives in its slot,
+//! a moved slot is followed, and a promoted replica sits out for the slots it took over.
+
+use std::time::Duration;
+
+use redlock_core::{Keyspace, LockRequest, NodeErrorKind, RetryPolicy, SitOutCause, Slot, Vote};
+use redlock_redis::Error;
+
+use super::adapter::{Adapter, HeldLock, Options};
+use super::scenarios::{eventually, scripting_denied};
+use crate::{CLUSTER_NODE_TIMEOUT, RedisCluster, RedisServer, Servers};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn once() -> Options {
+    Options {
+        retry: Some(RetryPolicy::once()),
+        ..Options::default()
+    }
+}
+
+fn build<A: Adapter>(urls: &[String], options: &Options) -> A {
+    A::build(urls, options).unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME))
+}
+
+/// A resource per master, the `m`-th served by master `m` when the cluster formed.
+fn one_per_master(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
+    (0..cluster.masters().len())
+        .map(|master| {
+            (0..)
+                .map(|i| format!("{prefix}-{i}"))
+                .find(|key| cluster.master_of(key.as_bytes()) == master)
+                .expect("some key lands on every master")
+        })
+        .collect()
+}
+
+/// The only node's vote in a failed acquisition.
+fn sole_vote<L: std::fmt::Debug>(result: Result<L, Error>) -> Vote {
+    match result {
+        Err(Error::Unavailable(detail) | Error::Contended(detail)) => detail.nodes[0].result,
+        other => panic!("expected a failed acquisition, got {other:?}"),
+    }
+}
+
+/// A cluster node's epoch of `slot`, read on master `master`.
+fn slot_epoch(master: &RedisServer, slot: Slot) -> Option<Vec<u8>> {
+    master.get(&*Keyspace::Cluster.epoch_key(slot.tag().as_bytes()))
+}
+
+/// A cluster of 3 masters, given by one seed (not the master of the first key), is one node:
+/// a fresh slot sits out and stamps its own epoch, a trust stamps every slot's, and then a lock
+/// of a key on any master is granted there — refused to a rival while held, gone on release. In
+/// a deployment that needs every vote, the cluster's is one of them. On nodes that run no
+/// script, a restart-aware acquisition is a clear error vote (its check needs the script).
+pub fn a_cluster_node_votes_for_keys_on_every_master<A: Adapter>() {
+    let cluster = RedisCluster::start(3, 0);
+    let resources = one_per_master(&cluster, "job");
+    let client: A = build(&[cluster.masters()[1].url()], &once());
+    let first = Slot::of(resources[0].as_bytes());
+    match sole_vote(client.try_lock(&resources[0], TTL)) {
+        Vote::Ineligible {
+            cause: SitOutCause::NoEpoch,
+            ..
+        } => {}
+        Vote::Failed(NodeErrorKind::NoSafeForm) if scripting_denied() => return,
+        other => panic!("{}: a fresh slot sits out, got {other:?}", A::NAME),
+    }
+    assert!(
+        slot_epoch(&cluster.masters()[0], first).is_some(),
+        "the slot's own epoch is stamped on its master"
+    );
+    assert_eq!(cluster.get(resources[0].as_bytes()), None, "nothing locked");
+
+    client.trust_nodes().expect("trust");
+    for master in 0..3 {
+        let (from, to) = cluster.slots_of(master);
+        for slot in [from, from + 1, (from + to) / 2, to] {
+            let slot = Slot::new(slot).expect("a slot");
+            assert_eq!(
+                slot_epoch(&cluster.masters()[master], slot).as_deref(),
+                Some(&b"0"[..]),
+                "{slot} trusted on master {master}"
+            );
+        }
+    }
+
+    let rival: A = build(&[cluster.masters()[2].url()], &once());
+    for resource in &resources {
+        let lock = client.lock(resource, TTL).expect("granted by the cluster");
+        assert_eq!(cluster.get(resource.as_bytes()), Some(lock.token()));
+        assert_eq!(sole_vote(rival.try_lock(resource, TTL)), Vote::Refused);
+        assert_eq!(lock.release().released(), 1);
+        assert_eq!(cluster.get(resource.as_bytes()), None, "released");
+    }
+
+    // With two standalone nodes and quorum 3, no lock without the cluster's vote.
+    let nodes = Servers::start(2);
+    let mut urls = nodes.urls();
+    urls.push(cluster.masters()[0].url());
+    let strict: A = build(
+        &urls,
+        &Options {
+            quorum: Some(3),
+            ..once()
+        },
+    );
+    strict.trust_nodes().expect("trust");
+    let lock = strict.lock(&resources[2], TTL).expect("all three grant");
+    assert_eq!(nodes.count_with_key(&resources[2]), 2);
+    assert_eq!(cluster.get(resources[2].as_bytes()), Some(lock.token()));
+    assert_eq!(lock.release().released(), 3);
+}
+
+/// A lock of several resources on a cluster node: keys that share a hash tag lock together on
+/// their slot's master; keys of different slots get a clear error naming the fix — nothing is
+/// sent, never a lock of some of them.
+pub fn a_cluster_node_locks_several_keys_only_within_one_slot<A: Adapter>() {
+    let cluster = RedisCluster::start(3, 0);
+    let client: A = build(
+        &[cluster.masters()[0].url()],
+        &Options {
+            restart_aware: Some(false),
+            ..once()
+        },
+    );
+    let [a, b] = ["stock", "invoice"];
+    assert_ne!(Slot::of(a.as_bytes()), Slot::of(b.as_bytes()));
+    let result = client.acquire(LockRequest::new(a, TTL).resource(b));
+    let text = match &result {
+        Err(err) => err.to_string(),
+        Ok(_) => String::new(),
+    };
+    assert_eq!(sole_vote(result), Vote::Failed(NodeErrorKind::CrossSlot));
+    assert!(text.contains("common {hash tag}"), "{text}");
+    for key in [a, b] {
+        assert_eq!(cluster.get(key.as_bytes()), None, "nothing sent for {key}");
+    }
+    let (a, b) = ("{order-42}:stock", "{order-42}:invoice");
+    let lock = client
+        .acquire(LockRequest::new(a, TTL).resource(b))
+        .expect("one slot, one lock");
+    for key in [a, b] {
+        assert_eq!(cluster.get(key.as_bytes()), Some(lock.token()), "{key}");
+    }
+    assert_eq!(lock.release().released(), 1);
+
+    // Two URLs of one cluster are one node: the one that learns the slot map second never
+    // votes, so the cluster never counts twice.
+    let standalone = Servers::start(1);
+    let urls = [
+        cluster.masters()[0].url(),
+        cluster.masters()[1].url(),
+        standalone.urls()[0].clone(),
+    ];
+    let twice: A = build(
+        &urls,
+        &Options {
+            quorum: Some(3),
+            restart_aware: Some(false),
+            ..once()
+        },
+    );
+    for _ in 0..2 {
+        match twice.try_lock("twice", TTL) {
+            Err(err @ Error::Unavailable(_)) => {
+                let text = err.to_string();
+                let Error::Unavailable(detail) = err else {
+                    unreachable!()
+                };
+                let refused = detail.nodes[..2]
+                    .iter()
+                    .filter(|n| n.result == Vote::Failed(NodeErrorKind::SameCluster))
+                    .count();
+                assert_eq!(refused, 1, "{detail}");
+                assert!(text.contains("list each cluster once"), "{text}");
+            }
+            other => panic!("{}: one cluster counted twice: {other:?}", A::NAME),
+        }
+    }
+    assert_eq!(
+        cluster.get(b"twice"),
+        None,
+        "the failed round was cleaned up"
+    );
+}
+
+/// A slot moved to another master after the client learnt the map: the old master answers
+/// `MOVED`, the client learns the map again and the lock is granted by the new master.
+pub fn a_cluster_node_follows_a_moved_slot<A: Adapter>() {
+    let cluster = RedisCluster::start(3, 0);
+    let client: A = build(
+        &[cluster.masters()[1].url()],
+        &Options {
+            restart_aware: Some(false),
+            ..once()
+        },
+    );
+    let resource = &one_per_master(&cluster, "moved")[0];
+    let lock = client.lock(resource, TTL).expect("granted by master 0");
+    assert_eq!(lock.release().released(), 1);
+
+    // The slot is empty now: it moves to master 2, told to every master.
+    let slot = cluster.keyslot(resource.as_bytes());
+    let mut target = cluster.masters()[2].client();
+    let id: String = redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(&mut target)
+        .expect("CLUSTER MYID");
+    for master in cluster.masters() {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(&id)
+            .query(&mut master.client())
+            .unwrap_or_else(|err| panic!("CLUSTER SETSLOT on {}: {err}", master.addr()));
+    }
+    let _: redis::Value = redis::cmd("CLUSTER")
+        .arg("BUMPEPOCH")
+        .query(&mut target)
+        .expect("CLUSTER BUMPEPOCH");
+    let moved = redis::cmd("GET")
+        .arg(resource)
+        .query::<Option<Vec<u8>>>(&mut cluster.masters()[0].client());
+    assert!(
+        moved.is_err_and(|err| err.code() == Some("MOVED")),
+        "the old master sends the key away"
+    );
+
+    let lock = client
+        .lock(resource, TTL)
+        .expect("granted by the new master");
+    assert_eq!(cluster.masters()[2].get(resource), Some(lock.token()));
+    assert_eq!(lock.release().released(), 1);
+
+    // A master gone without a replica: the cluster stops serving (`CLUSTERDOWN`), an error
+    // vote that says when it ends.
+    let mut cluster = cluster;
+    cluster.kill_master(2);
+    let other = &one_per_master(&cluster, "down")[1];
+    assert!(
+        eventually(CLUSTER_NODE_TIMEOUT * 10, || {
+            let info: redis::RedisResult<String> = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut cluster.masters()[1].client());
+            info.is_ok_and(|info| info.contains("cluster_state:fail"))
+        }),
+        "the cluster sees its slots uncovered"
+    );
+    let result = client.try_lock(other, TTL);
+    let text = match &result {
+        Err(err) => err.to_string(),
+        Ok(_) => String::new(),
+    };
+    assert_eq!(sole_vote(result), Vote::Failed(NodeErrorKind::Cluster));
+    assert!(text.contains("did not serve the key's slot"), "{text}");
+}
+
+/// The failover the Redis page warns of, on a cluster: a holder's key on master 0, whose
+/// replica is promoted when master 0 dies — here the key is gone from the promoted replica, as
+/// when replication had not carried it yet. The promoted replica is another process than the
+/// one that stamped its slot's epoch: it sits out, and the rival is refused while the holder is
+/// valid. Negative control: without restart-aware voting the rival gets the lock — two holders.
+pub fn a_promoted_replica_sits_out_for_its_slots<A: Adapter>() {
+    if scripting_denied() {
+        // Restart-aware acquisitions on a cluster need the checked script (see the first
+        // scenario); the failover itself is the same.
+        return;
+    }
+    // One cluster, two failovers: master 0's with the check, master 1's without it. The
+    // clients learn the map from master 2, which stays.
+    let mut cluster = RedisCluster::start(3, 1);
+    let resources = one_per_master(&cluster, "failover");
+    for (master, restart_aware) in [(0, true), (1, false)] {
+        let resource = &resources[master];
+        let options = Options {
+            restart_aware: Some(restart_aware),
+            ..once()
+        };
+        let holder: A = build(&[cluster.masters()[2].url()], &options);
+        holder.trust_nodes().expect("trust");
+        let lock = holder.lock(resource, 3 * TTL).expect("granted");
+        let replica = &cluster.replicas_of(master)[0];
+        assert!(
+            eventually(Duration::from_secs(10), || replica_has(replica, resource)),
+            "the replica has the key"
+        );
+
+        cluster.kill_master(master);
+        let replica = &cluster.replicas_of(master)[0];
+        assert!(
+            eventually(CLUSTER_NODE_TIMEOUT * 10, || {
+                is_master(replica) && sees_as_master(&cluster.masters()[2], replica)
+            }),
+            "the replica is promoted, and master 2 knows"
+        );
+        // The key the replica never got.
+        let _: () = redis::cmd("DEL")
+            .arg(resource)
+            .query(&mut replica.client())
+            .expect("DEL");
+
+        let rival: A = build(&[cluster.masters()[2].url()], &options);
+        let outcome = rival.try_lock(resource, TTL);
+        if restart_aware {
+            match sole_vote(outcome) {
+                Vote::Ineligible {
+                    cause: SitOutCause::Restart,
+                    ..
+                } => {}
+                other => panic!(
+                    "{}: the promoted replica must sit out, got {other:?}",
+                    A::NAME
+                ),
+            }
+            assert!(lock.is_valid(), "the holder is still valid");
+        } else {
+            let second = outcome.expect("without the check, a second holder");
+            assert!(lock.is_valid() && second.is_valid(), "two holders");
+        }
+    }
+}
+
+/// Whether replica `replica` holds `key` (read with `READONLY`: a cluster replica redirects
+/// reads otherwise).
+fn replica_has(replica: &RedisServer, key: &str) -> bool {
+    redis::pipe()
+        .cmd("READONLY")
+        .ignore()
+        .cmd("EXISTS")
+        .arg(key)
+        .query::<(bool,)>(&mut replica.client())
+        .is_ok_and(|(exists,)| exists)
+}
+
+/// Whether `observer`'s `CLUSTER NODES` lists `node` as a master.
+fn sees_as_master(observer: &RedisServer, node: &RedisServer) -> bool {
+    let listing: redis::RedisResult<String> = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query(&mut observer.client());
+    let port = format!(":{}@", node.port());
+    listing.is_ok_and(|listing| {
+        listing.lines().any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 2
+                && fields[1].contains(&port)
+                && fields[2].split(',').any(|flag| flag == "master")
+        })
+    })
+}
+
+/// Whether `server` says it is a master.
+fn is_master(server: &RedisServer) -> bool {
+    server
+        .try_client()
+        .and_then(|mut conn| redis::cmd("ROLE").query::<redis::Value>(&mut conn))
+        .is_ok_and(|role| match role {
+            redis::Value::Array(fields) => {
+                matches!(fields.first(), Some(redis::Value::BulkString(word)) if word == b"master")
+            }
+            _ => false,
+        })
+}
