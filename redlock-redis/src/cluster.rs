@@ -26,8 +26,10 @@ use crate::Answers;
 pub(crate) struct SlotMap {
     /// Each master's `host:port`, as the cluster announces it.
     masters: Vec<(String, u16)>,
-    /// Each master's node id (its `host:port` where the reply gives none): what tells that two
-    /// node URLs lead to one cluster.
+    /// The replicas' `host:port`: where else to ask for the map when no master answers.
+    replicas: Vec<(String, u16)>,
+    /// The node id of every master and replica (its `host:port` where the reply gives none):
+    /// what tells that two node URLs lead to one cluster.
     ids: Vec<String>,
     /// Per slot, the index of its master in `masters` (`None`: no master serves it).
     owner: Vec<Option<u16>>,
@@ -35,7 +37,7 @@ pub(crate) struct SlotMap {
 
 impl SlotMap {
     /// Reads a `CLUSTER SLOTS` reply: `[start, end, [host, port, id, …], replicas…]` per range.
-    /// A master announced without a host (empty, or `?`) is reached at `seed_host`, the host the
+    /// A node announced without a host (empty, or `?`) is reached at `seed_host`, the host the
     /// answer came from. `None` when the reply has another shape.
     pub(crate) fn parse(reply: &Value, seed_host: &str) -> Option<Self> {
         let Value::Array(ranges) = reply else {
@@ -43,6 +45,7 @@ impl SlotMap {
         };
         let mut map = Self {
             masters: Vec::new(),
+            replicas: Vec::new(),
             ids: Vec::new(),
             owner: vec![None; usize::from(SLOT_COUNT)],
         };
@@ -50,29 +53,25 @@ impl SlotMap {
             let Value::Array(fields) = range else {
                 return None;
             };
-            let [Value::Int(start), Value::Int(end), Value::Array(master), ..] = &fields[..] else {
+            let [Value::Int(start), Value::Int(end), master, replicas @ ..] = &fields[..] else {
                 return None;
             };
-            let (host, port, id) = match &master[..] {
-                [host, Value::Int(port), rest @ ..] => (
-                    text(host)?,
-                    u16::try_from(*port).ok()?,
-                    rest.first().and_then(text),
-                ),
-                _ => return None,
-            };
-            let host = match host.as_str() {
-                "" | "?" => seed_host.to_owned(),
-                _ => host,
-            };
+            let (host, port, id) = endpoint(master, seed_host)?;
             let index = match map.masters.iter().position(|m| m.0 == host && m.1 == port) {
                 Some(index) => index,
                 None => {
-                    map.ids.push(id.unwrap_or_else(|| format!("{host}:{port}")));
+                    map.ids.push(id);
                     map.masters.push((host, port));
                     map.masters.len() - 1
                 }
             };
+            for replica in replicas {
+                let (host, port, id) = endpoint(replica, seed_host)?;
+                if !map.ids.contains(&id) {
+                    map.ids.push(id);
+                    map.replicas.push((host, port));
+                }
+            }
             let index = u16::try_from(index).ok()?;
             let start = Slot::new(u16::try_from(*start).ok()?)?.get();
             let end = Slot::new(u16::try_from(*end).ok()?)?.get();
@@ -81,6 +80,16 @@ impl SlotMap {
             }
         }
         Some(map)
+    }
+
+    /// The replicas, as `(host, port)`.
+    pub(crate) fn replicas(&self) -> &[(String, u16)] {
+        &self.replicas
+    }
+
+    /// Whether a master serves every slot.
+    pub(crate) fn is_complete(&self) -> bool {
+        self.owner.iter().all(Option::is_some)
     }
 
     /// Every master, as `(host, port)`; a master's index is its place here.
@@ -99,12 +108,33 @@ impl SlotMap {
     }
 }
 
-/// The clusters a client's nodes lead to, by their masters' ids: two nodes that share a master
-/// are one cluster, which must never vote twice.
+/// `[host, port, id, …]` of a node in a `CLUSTER SLOTS` reply, the id defaulting to
+/// `host:port`.
+fn endpoint(node: &Value, seed_host: &str) -> Option<(String, u16, String)> {
+    let Value::Array(fields) = node else {
+        return None;
+    };
+    let [host, Value::Int(port), rest @ ..] = &fields[..] else {
+        return None;
+    };
+    let host = match text(host)?.as_str() {
+        "" | "?" => seed_host.to_owned(),
+        host => host.to_owned(),
+    };
+    let port = u16::try_from(*port).ok()?;
+    let id = rest
+        .first()
+        .and_then(text)
+        .unwrap_or_else(|| format!("{host}:{port}"));
+    Some((host, port, id))
+}
+
+/// The clusters a client's nodes lead to, by the ids of every master and replica their maps
+/// named: two nodes that share any are one cluster, which must never vote twice.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Clusters(std::sync::Arc<std::sync::Mutex<Vec<Claim>>>);
 
-/// A node, and the ids of the masters its map named.
+/// A node, and the ids of every node its maps ever named.
 type Claim = (usize, Vec<String>);
 
 impl Clusters {
@@ -121,8 +151,19 @@ impl Clusters {
         if let Some((other, _)) = shared {
             return Err(*other);
         }
-        known.retain(|(other, _)| *other != node);
-        known.push((node, map.ids.clone()));
+        // Kept across maps: a cluster whose masters all changed since is still the same one.
+        match known.iter_mut().find(|(other, _)| *other == node) {
+            Some((_, ids)) => {
+                let new: Vec<String> = map
+                    .ids
+                    .iter()
+                    .filter(|id| !ids.contains(id))
+                    .cloned()
+                    .collect();
+                ids.extend(new);
+            }
+            None => known.push((node, map.ids.clone())),
+        }
         Ok(())
     }
 }
@@ -237,15 +278,30 @@ impl Gathered {
         self.replies[index] = Some(reply);
     }
 
-    /// A master's answers to the requests `indexes` (in the order they were sent).
+    /// A master's answers to the requests `indexes` (in the order they were sent); a request
+    /// it sent and did not answer is a protocol error (never sent again: it may have run).
     pub(crate) fn set_all(&mut self, indexes: &[usize], answers: &Answers) {
-        for (&index, (_, reply)) in indexes.iter().zip(answers) {
-            self.set(index, *reply);
+        for (at, &index) in indexes.iter().enumerate() {
+            let reply = answers.get(at).map(|(_, reply)| *reply);
+            self.set(
+                index,
+                reply.unwrap_or(Reply::Error(NodeErrorKind::Protocol)),
+            );
         }
     }
 
-    /// The requests a cluster error answered (or that went unanswered): worth sending once more
-    /// after the map is refreshed, since the server ran none of them.
+    /// Every request not answered yet ends with `reply`.
+    pub(crate) fn settle(&mut self, reply: Reply) {
+        for slot in &mut self.replies {
+            slot.get_or_insert(reply);
+        }
+    }
+
+    /// The requests worth sending once more after the map is learnt again: those never sent
+    /// (no master served their slot), and those a cluster error answered. An acquisition is
+    /// one command or one transaction, so a cluster error means it did not run; a release or an
+    /// extension may have run in part (a later command of its form refused), and runs again
+    /// harmlessly.
     pub(crate) fn misrouted(&self) -> Vec<usize> {
         (0..self.replies.len())
             .filter(|&i| {
@@ -281,28 +337,55 @@ impl Gathered {
     }
 }
 
-/// The commands that trust every slot a master serves: `MSET` of each slot's epoch (`0`,
-/// trusted) and its identity (empty: the next checked acquisition adopts the master's), one
-/// slot per command (a command may not span slots).
-pub(crate) fn trust_commands(slots: impl Iterator<Item = Slot>) -> redis::Pipeline {
+/// What a trust reads of a master first: its memory identity
+/// ([`node_identity`](redlock_core::node_identity)), to stamp with each slot's epoch.
+pub(crate) fn identity_read() -> redis::Cmd {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("server").arg("replication").arg("stats");
+    cmd
+}
+
+/// A master's identity from its answer to [`identity_read`]: `None` where `INFO` is denied (the
+/// epochs are then stamped without one, as the trust script does), an error where the master
+/// did not answer.
+pub(crate) fn identity(info: redis::RedisResult<String>) -> redis::RedisResult<Option<Vec<u8>>> {
+    match info {
+        Ok(info) => Ok(redlock_core::node_identity(info.as_bytes(), 0)),
+        Err(err) if err.code().is_some() => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// The commands that trust every slot a master serves, as the trust script does on a
+/// standalone node: each slot's epoch `0` (trusted) and, beside it, the master's `identity`
+/// (none: the identity key deleted). One slot per command (a command may not span slots).
+pub(crate) fn trust_commands(
+    slots: impl Iterator<Item = Slot>,
+    identity: Option<&[u8]>,
+) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     for slot in slots {
         let tag = slot.tag().as_bytes();
-        pipe.cmd("MSET")
-            .arg(&*Keyspace::Cluster.epoch_key(tag))
-            .arg(0)
-            .arg(&*Keyspace::Cluster.epoch_id_key(tag))
-            .arg("");
+        let (epoch, id) = (
+            Keyspace::Cluster.epoch_key(tag),
+            Keyspace::Cluster.epoch_id_key(tag),
+        );
+        match identity {
+            Some(identity) => pipe.cmd("MSET").arg(&*epoch).arg(0).arg(&*id).arg(identity),
+            None => pipe.cmd("SET").arg(&*epoch).arg(0).cmd("DEL").arg(&*id),
+        };
     }
     pipe
 }
 
-/// A trust's answer from every master's `MSET`s: trusted (`1`) when all said `OK`, else the
-/// first failure (a connection error, or what the server said).
-pub(crate) fn trust_answer(results: &[Result<(), redis::RedisError>]) -> Reply {
+/// A trust's answer from every master's stamps: trusted (`1`) when all took and a master
+/// serves every slot; else the first failure, or a cluster error for the slots nobody serves
+/// (those sit out when they are served again, which is safe).
+pub(crate) fn trust_answer(map: &SlotMap, results: &[redis::RedisResult<()>]) -> Reply {
     match results.iter().find_map(|r| r.as_ref().err()) {
-        None => Reply::Int(1),
         Some(err) => Reply::Error(crate::reply::map_error(err)),
+        None if !map.is_complete() => Reply::Error(NodeErrorKind::Cluster),
+        None => Reply::Int(1),
     }
 }
 
@@ -324,7 +407,11 @@ mod tests {
                             Value::Int(port),
                             Value::BulkString(format!("id-{host}-{port}").into_bytes()),
                         ]),
-                        Value::Array(vec![Value::BulkString(b"10.0.0.9".to_vec()), Value::Int(9)]),
+                        Value::Array(vec![
+                            Value::BulkString(b"10.0.0.9".to_vec()),
+                            Value::Int(9),
+                            Value::BulkString(format!("replica-of-{port}").into_bytes()),
+                        ]),
                     ])
                 })
                 .collect(),
@@ -397,6 +484,51 @@ mod tests {
     }
 
     #[test]
+    fn a_trust_stamps_each_slot_with_its_masters_identity() {
+        let slots = [Slot::new(0).expect("slot"), Slot::new(16383).expect("slot")];
+        let packed = |identity: Option<&[u8]>| {
+            String::from_utf8_lossy(
+                &trust_commands(slots.into_iter(), identity).get_packed_pipeline(),
+            )
+            .replace("\r\n", " ")
+        };
+        let stamped = packed(Some(b"run:repl:0:3"));
+        for slot in slots {
+            let tag = slot.tag();
+            let epoch = format!("redlock:epoch:{{{tag}}}");
+            let id = format!("redlock:epoch:id:{{{tag}}}");
+            assert!(
+                stamped.contains(&format!(
+                    "MSET ${} {epoch} $1 0 ${} {id} $12 run:repl:0:3",
+                    epoch.len(),
+                    id.len()
+                )),
+                "{stamped}"
+            );
+            // Never an empty identity: where INFO is denied, none at all (as the trust script).
+            let bare = packed(None);
+            assert!(
+                bare.contains(&format!("SET ${} {epoch} $1 0", epoch.len())),
+                "{bare}"
+            );
+            assert!(bare.contains(&format!("DEL ${} {id}", id.len())), "{bare}");
+        }
+        let denied = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+            "NOPERM",
+        ));
+        let broken =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(matches!(identity(Err(denied)), Ok(None)));
+        assert!(identity(Err(broken)).is_err());
+        let partial = SlotMap::parse(&slots_reply(&[(0, 99, "h", 1)]), "seed").expect("map");
+        assert_eq!(
+            trust_answer(&partial, &[Ok(())]),
+            Reply::Error(NodeErrorKind::Cluster)
+        );
+    }
+
+    #[test]
     fn two_nodes_that_share_a_master_are_one_cluster() {
         let one = SlotMap::parse(&slots_reply(&[(0, 16383, "a", 1)]), "seed").expect("parses");
         let other = SlotMap::parse(&slots_reply(&[(0, 16383, "b", 2)]), "seed").expect("parses");
@@ -417,6 +549,12 @@ mod tests {
             Err(0),
             "the same masters: the same cluster"
         );
+        // A node that was a replica in one map and is a master in another (a failover between
+        // the two nodes' first maps) is still one cluster.
+        let promoted = SlotMap::parse(&slots_reply(&[(0, 16383, "r", 7)]), "seed").expect("map");
+        let mut promoted = promoted;
+        promoted.ids = vec!["replica-of-2".to_owned()];
+        assert_eq!(clusters.claim(4, &promoted), Err(1));
         // Ids, not addresses: a reply without ids falls back to `host:port`.
         let id_less = Value::Array(vec![Value::Array(vec![
             Value::Int(0),

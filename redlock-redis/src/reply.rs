@@ -68,11 +68,11 @@ pub(crate) fn map_error(err: &RedisError) -> NodeErrorKind {
         ErrorKind::Server(
             ServerErrorKind::Moved
             | ServerErrorKind::Ask
-            | ServerErrorKind::CrossSlot
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::TryAgain
             | ServerErrorKind::MasterDown,
         ) => NodeErrorKind::Cluster,
+        ErrorKind::Server(ServerErrorKind::CrossSlot) => NodeErrorKind::CrossSlot,
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => NodeErrorKind::Protocol,
         _ => err
             .code()

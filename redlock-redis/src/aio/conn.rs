@@ -10,14 +10,17 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::cluster::{Clusters, Gathered, Routes, SlotMap, Unmapped, trust_answer, trust_commands};
+use crate::cluster::{
+    Clusters, Gathered, Routes, SlotMap, Unmapped, identity, identity_read, trust_answer,
+    trust_commands,
+};
 use crate::{
     Answers, BatchReplies, NodeAddr, Tracking, detect_dialect_async, resp3_client, run_batch_async,
     speaks_no_resp3,
 };
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
-use redlock_core::{Batch, Keyspace, Reply, Transmit};
+use redlock_core::{Batch, Keyspace, NodeErrorKind, Reply, Transmit};
 
 type Connected = crate::Connected<MultiplexedConnection>;
 
@@ -233,7 +236,8 @@ impl Node {
     }
 
     /// Runs `batch` on a cluster: each request on its slot's master, all masters at once; the
-    /// requests a cluster error answered go once more after the map is learnt again.
+    /// requests never sent or answered with a cluster error go once more after the map is
+    /// learnt again (see [`Gathered::misrouted`]).
     async fn run_on_cluster(&self, mut view: Arc<ClusterView>, batch: &[Transmit]) -> Answers {
         let mut gathered = Gathered::new(batch.len());
         let mut pending: Vec<usize> = (0..batch.len()).collect();
@@ -241,8 +245,14 @@ impl Node {
             if attempt > 0 || view.stale.load(std::sync::atomic::Ordering::Relaxed) {
                 match self.learn(None).await {
                     Ok(fresh) => view = fresh,
-                    Err(refused @ Unmapped::SameCluster { .. }) => {
-                        return refused.answers(batch).answers;
+                    Err(Unmapped::SameCluster { other }) => {
+                        tracing::warn!(node = %self.addr.label(), other, "another node's cluster");
+                        self.cluster
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .take();
+                        gathered.settle(Reply::Error(NodeErrorKind::SameCluster));
+                        break;
                     }
                     // A stale map is still the best guess for a first try.
                     Err(err) if attempt == 0 => {
@@ -287,62 +297,63 @@ impl Node {
         gathered.answers(batch)
     }
 
-    /// Trusts every slot of the cluster: each master stamps the slots it serves as trusted.
+    /// Trusts every slot of the cluster: each master stamps the slots it serves as trusted,
+    /// with its own identity.
     async fn trust_slots(&self, view: &ClusterView) -> Reply {
         let stamps = view.masters.iter().enumerate().map(|(index, master)| {
-            let pipe = trust_commands(view.map.slots_of(index));
+            let slots = view.map.slots_of(index);
             async move {
                 let mut conn = master.connection().await?.conn;
-                pipe.query_async::<()>(&mut conn).await
+                let identity = identity(identity_read().query_async(&mut conn).await)?;
+                trust_commands(slots, identity.as_deref())
+                    .query_async::<()>(&mut conn)
+                    .await
             }
         });
-        trust_answer(&futures_util::future::join_all(stamps).await)
+        trust_answer(&view.map, &futures_util::future::join_all(stamps).await)
     }
 
     /// Learns the cluster's slot map (`CLUSTER SLOTS`) from `seed`, else from this node's own
-    /// connection, else from any master known so far; keeps the masters' connections that
-    /// stay.
+    /// connection, else from any master or replica known so far; keeps the masters'
+    /// connections that stay. Refused when another node of the client leads to this cluster.
     async fn learn(
         &self,
         seed: Option<MultiplexedConnection>,
     ) -> Result<Arc<ClusterView>, Unmapped> {
         let previous = self.view();
-        let mut asked = Vec::new();
-        if let Some(seed) = seed {
-            asked.push((self.addr.clone(), seed));
-        } else if let Ok(connected) = self.connection().await {
-            asked.push((self.addr.clone(), connected.conn));
-        }
         let mut answer = Err(redis::RedisError::from((
             redis::ErrorKind::Io,
             "no node of the cluster answered",
         )));
-        let masters = previous.iter().flat_map(|view| view.masters.iter());
-        let mut candidates = asked.into_iter().map(Ok).chain(masters.map(Err));
-        while answer.is_err() {
-            let Some(candidate) = candidates.next() else {
-                break;
-            };
-            let (addr, mut conn) = match candidate {
-                Ok(seed) => seed,
-                Err(master) => match master.connection().await {
-                    Ok(connected) => (master.addr.clone(), connected.conn),
-                    Err(_) => continue,
-                },
-            };
-            let slots = redis::cmd("CLUSTER")
-                .arg("SLOTS")
-                .query_async(&mut conn)
-                .await;
-            answer = slots.and_then(|reply: redis::Value| {
-                SlotMap::parse(&reply, addr.host()).ok_or_else(|| {
-                    (
-                        redis::ErrorKind::Parse,
-                        "CLUSTER SLOTS answered an unknown shape",
-                    )
-                        .into()
-                })
+        let own = match seed {
+            Some(seed) => Some(seed),
+            None => self.connection().await.ok().map(|connected| connected.conn),
+        };
+        if let Some(mut conn) = own {
+            answer = slot_map(&mut conn, self.addr.host()).await;
+            if let Err(err) = &answer
+                && err.code().is_none()
+            {
+                // The transport broke: the next batch connects again.
+                self.forget_connection();
+            }
+        }
+        if answer.is_err()
+            && let Some(view) = &previous
+        {
+            let replicas = view.map.replicas().iter().filter_map(|(host, port)| {
+                let addr = self.addr.for_master(host, *port).ok()?;
+                Some(Arc::new(self.master(addr)))
             });
+            for node in view.masters.iter().cloned().chain(replicas) {
+                let Ok(connected) = node.connection().await else {
+                    continue;
+                };
+                answer = slot_map(&mut connected.conn.clone(), node.addr.host()).await;
+                if answer.is_ok() {
+                    break;
+                }
+            }
         }
         let map = answer?;
         if let Err(other) = self.clusters.claim(self.index, &map) {
@@ -369,4 +380,16 @@ impl Node {
         *self.cluster.lock().unwrap_or_else(PoisonError::into_inner) = Some(view.clone());
         Ok(view)
     }
+}
+
+/// A cluster's slot map, as the node at `host` answers `CLUSTER SLOTS` on `conn`.
+async fn slot_map(conn: &mut MultiplexedConnection, host: &str) -> redis::RedisResult<SlotMap> {
+    let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    SlotMap::parse(&reply, host).ok_or_else(|| {
+        (
+            redis::ErrorKind::Parse,
+            "CLUSTER SLOTS answered an unknown shape",
+        )
+            .into()
+    })
 }

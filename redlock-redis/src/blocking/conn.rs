@@ -5,11 +5,14 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{Clusters, Gathered, Routes, SlotMap, Unmapped, trust_answer, trust_commands};
+use crate::cluster::{
+    Clusters, Gathered, Routes, SlotMap, Unmapped, identity, identity_read, trust_answer,
+    trust_commands,
+};
 use crate::{
     BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, speaks_no_resp3,
 };
-use redlock_core::{Batch, Keyspace, NodeErrorKind, Reply, Transmit};
+use redlock_core::{Batch, Keyspace, NodeErrorKind, Reply, Slot, Transmit};
 
 use super::driver::Input;
 
@@ -154,21 +157,18 @@ impl Connection {
     /// every request of this node still runs in the order it was sent ([`run_batch`]).
     ///
     /// On a cluster node, each request goes to its slot's master instead (see
-    /// [`crate::cluster`]), one master after the other.
+    /// [`crate::cluster`]), one master after the other: about two I/O timeouts per master, and
+    /// as many again to learn the map where it is stale.
     fn execute(&mut self, batch: &[Transmit]) -> BatchReplies {
-        if self.routes {
-            if self.cluster.is_none()
-                && matches!(self.connect(), Ok(c) if c.dialect.keyspace == Keyspace::Cluster)
-                && let Err(unmapped) = self.learn()
-            {
-                return unmapped.answers(batch);
-            }
-            if self.cluster.is_some() {
-                return BatchReplies::answered(self.run_on_cluster(batch));
-            }
+        if self.routes && self.cluster.is_some() {
+            return BatchReplies::answered(self.run_on_cluster(batch));
         }
-        let io_timeout = self.io_timeout;
+        let (io_timeout, routes) = (self.io_timeout, self.routes);
         let replies = match self.connect() {
+            Ok(c) if routes && c.dialect.keyspace == Keyspace::Cluster => match self.learn() {
+                Ok(()) => return BatchReplies::answered(self.run_on_cluster(batch)),
+                Err(unmapped) => unmapped.answers(batch),
+            },
             Ok(c) => run_batch(
                 &mut c.conn,
                 batch,
@@ -184,8 +184,9 @@ impl Connection {
         replies
     }
 
-    /// Runs `batch` on a cluster: each request on its slot's master; the requests a cluster
-    /// error answered go once more after the map is learnt again.
+    /// Runs `batch` on a cluster: each request on its slot's master; the requests never sent
+    /// or answered with a cluster error go once more after the map is learnt again (see
+    /// [`Gathered::misrouted`]).
     fn run_on_cluster(&mut self, batch: &[Transmit]) -> crate::Answers {
         let mut gathered = Gathered::new(batch.len());
         let mut pending: Vec<usize> = (0..batch.len()).collect();
@@ -194,8 +195,11 @@ impl Connection {
             if attempt > 0 || stale {
                 match self.learn() {
                     Ok(()) => {}
-                    Err(refused @ Unmapped::SameCluster { .. }) => {
-                        return refused.answers(batch).answers;
+                    Err(Unmapped::SameCluster { other }) => {
+                        tracing::warn!(node = %self.addr.label(), other, "another node's cluster");
+                        self.cluster = None;
+                        gathered.settle(Reply::Error(NodeErrorKind::SameCluster));
+                        break;
                     }
                     Err(err) => {
                         tracing::debug!(node = %self.addr.label(), %err, "no slot map");
@@ -215,13 +219,9 @@ impl Connection {
             }
             if !routes.trusts.is_empty() {
                 let results: Vec<_> = (0..view.masters.len())
-                    .map(|index| {
-                        let pipe = trust_commands(view.map.slots_of(index));
-                        let conn = &mut view.masters[index].connect()?.conn;
-                        pipe.query::<()>(conn)
-                    })
+                    .map(|index| view.masters[index].stamp_trusted(view.map.slots_of(index)))
                     .collect();
-                let reply = trust_answer(&results);
+                let reply = trust_answer(&view.map, &results);
                 for &index in &routes.trusts {
                     gathered.set(index, reply);
                 }
@@ -239,8 +239,16 @@ impl Connection {
         gathered.answers(batch)
     }
 
-    /// Learns the cluster's slot map (`CLUSTER SLOTS`) from this node, else from any master
-    /// known so far; keeps the masters' connections that stay.
+    /// Stamps `slots` trusted on this master, with its identity.
+    fn stamp_trusted(&mut self, slots: impl Iterator<Item = Slot>) -> redis::RedisResult<()> {
+        let conn = &mut self.connect()?.conn;
+        let identity = identity(identity_read().query(conn))?;
+        trust_commands(slots, identity.as_deref()).query::<()>(conn)
+    }
+
+    /// Learns the cluster's slot map (`CLUSTER SLOTS`) from this node, else from any master or
+    /// replica known so far; keeps the masters' connections that stay. Refused when another
+    /// node of the client leads to this cluster.
     fn learn(&mut self) -> Result<(), Unmapped> {
         let mut answer = self.slots();
         if let Some(view) = &mut self.cluster {
@@ -249,6 +257,18 @@ impl Connection {
                     break;
                 }
                 answer = master.slots();
+            }
+        }
+        let replicas = match &self.cluster {
+            Some(view) if answer.is_err() => view.map.replicas().to_vec(),
+            _ => Vec::new(),
+        };
+        for (host, port) in replicas {
+            if answer.is_ok() {
+                break;
+            }
+            if let Ok(addr) = self.addr.for_master(&host, port) {
+                answer = self.master(addr).slots();
             }
         }
         // On failure the view stays as it was, for the next try.
@@ -283,12 +303,19 @@ impl Connection {
         Ok(())
     }
 
-    /// This node's answer to `CLUSTER SLOTS`.
+    /// This node's answer to `CLUSTER SLOTS`; a connection whose transport broke is dropped.
     fn slots(&mut self) -> redis::RedisResult<SlotMap> {
         let host = self.addr.host().to_owned();
         let conn = &mut self.connect()?.conn;
-        let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(conn)?;
-        SlotMap::parse(&reply, &host).ok_or_else(|| {
+        let reply = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query::<redis::Value>(conn);
+        if let Err(err) = &reply
+            && err.code().is_none()
+        {
+            self.forget();
+        }
+        SlotMap::parse(&reply?, &host).ok_or_else(|| {
             (
                 redis::ErrorKind::Parse,
                 "CLUSTER SLOTS answered an unknown shape",

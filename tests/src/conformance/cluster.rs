@@ -135,7 +135,7 @@ pub fn a_cluster_node_locks_several_keys_only_within_one_slot<A: Adapter>() {
     assert_eq!(sole_vote(result), Vote::Failed(NodeErrorKind::CrossSlot));
     assert!(text.contains("common {hash tag}"), "{text}");
     for key in [a, b] {
-        assert_eq!(cluster.get(key.as_bytes()), None, "nothing sent for {key}");
+        assert_eq!(cluster.get(key.as_bytes()), None, "nothing set for {key}");
     }
     let (a, b) = ("{order-42}:stock", "{order-42}:invoice");
     let lock = client
@@ -281,7 +281,17 @@ pub fn a_promoted_replica_sits_out_for_its_slots<A: Adapter>() {
         };
         let holder: A = build(&[cluster.masters()[2].url()], &options);
         holder.trust_nodes().expect("trust");
-        let lock = holder.lock(resource, 3 * TTL).expect("granted");
+        // The trust stamps each slot's epoch with its master's identity (never an empty one,
+        // which the first acquisition would adopt in the same script as its key: a failover
+        // that lost both would leave the replica adopting its own identity, and voting).
+        let stamp = Keyspace::Cluster.epoch_id_key(Slot::of(resource.as_bytes()).tag().as_bytes());
+        let stamped = cluster.masters()[master].get(&*stamp);
+        assert!(
+            stamped.as_ref().is_some_and(|id| id.len() > 80),
+            "the master's identity: {stamped:?}"
+        );
+        // Longer than every wait below (a slow failover must not end the holder's validity).
+        let lock = holder.lock(resource, 6 * TTL).expect("granted");
         let replica = &cluster.replicas_of(master)[0];
         assert!(
             eventually(Duration::from_secs(10), || replica_has(replica, resource)),
