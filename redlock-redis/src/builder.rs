@@ -45,6 +45,8 @@ pub struct Builder<C> {
     memory_watch: crate::MemoryWatchSettings,
     /// Nodes (by position) on which the operator says nothing ever runs `SWAPDB`.
     never_swapped: Vec<usize>,
+    /// More seed URLs of cluster nodes, by position.
+    seeds: Vec<(usize, Vec<String>)>,
     client: PhantomData<fn() -> C>,
 }
 
@@ -73,6 +75,7 @@ impl<C: FromSettings> Builder<C> {
             io_timeout: DEFAULT_IO_TIMEOUT,
             memory_watch: crate::MemoryWatchSettings::default(),
             never_swapped: Vec::new(),
+            seeds: Vec::new(),
             #[cfg(feature = "tls")]
             tls: None,
             client: PhantomData,
@@ -166,6 +169,25 @@ impl<C: FromSettings> Builder<C> {
         self
     }
 
+    /// More URLs of the Redis or Valkey Cluster that node `node` (its position in the URL list,
+    /// counted from 0) leads to: when the node's own URL does not answer, the client connects
+    /// to these in turn to learn the cluster's slot map, so that one seed down at start does not
+    /// take the node down. Once it has a map, it asks any master or replica of it again. The
+    /// cluster stays one node, one vote; the masters are reached with the node URL's user,
+    /// password and TLS settings, each seed with its own URL's. A seed must lead to the same
+    /// cluster as the node's URL (two clusters behind one node would each lend it their vote).
+    /// A position past the list, or a seed URL that is invalid or names another node's address,
+    /// is an error at [`build`](Self::build).
+    pub fn cluster_seeds<I, S>(mut self, node: usize, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        self.seeds.push((node, urls));
+        self
+    }
+
     /// Checks the settings and the URLs and makes the client; connects to nothing yet.
     pub fn build(self) -> Result<C, Error> {
         let config = self.config.build()?;
@@ -195,6 +217,42 @@ impl<C: FromSettings> Builder<C> {
                 });
             };
             *node = node.clone().declared_never_swapped();
+        }
+        for (index, urls) in &self.seeds {
+            let count = nodes.len();
+            #[cfg(feature = "tls")]
+            let seeds = NodeAddr::parse_all_with(urls, self.tls.as_ref());
+            #[cfg(not(feature = "tls"))]
+            let seeds = NodeAddr::parse_all(urls);
+            let reason = |reason: String| Error::InvalidNode {
+                index: *index,
+                reason,
+            };
+            let seeds = seeds.map_err(|err| match err {
+                Error::InvalidNode {
+                    index: seed,
+                    reason,
+                } => Error::InvalidNode {
+                    index: *index,
+                    reason: format!("cluster seed #{seed}: {reason}"),
+                },
+                other => other,
+            })?;
+            if let Some(taken) = seeds
+                .iter()
+                .find_map(|seed| nodes.iter().position(|n| n.label() == seed.label()))
+            {
+                return Err(reason(format!(
+                    "a cluster seed is node #{taken}'s address; each cluster is one node"
+                )));
+            }
+            let Some(node) = nodes.get_mut(*index) else {
+                return Err(reason(format!(
+                    "cluster_seeds names node #{index}, but there are {count} node URLs (positions 0 to {})",
+                    count.saturating_sub(1)
+                )));
+            };
+            *node = node.clone().with_seeds(seeds);
         }
         C::from_settings(Settings {
             config,

@@ -13,6 +13,9 @@ pub struct NodeAddr {
     /// The operator says nothing ever runs `SWAPDB` on this node
     /// ([`Builder::swapdb_never_runs_on`](crate::Builder::swapdb_never_runs_on)).
     swapdb_never_runs: bool,
+    /// More URLs of the cluster this node leads to
+    /// ([`Builder::cluster_seeds`](crate::Builder::cluster_seeds)).
+    seeds: Arc<[NodeAddr]>,
 }
 
 impl NodeAddr {
@@ -59,6 +62,7 @@ impl NodeAddr {
             client,
             label,
             swapdb_never_runs: false,
+            seeds: Arc::new([]),
         })
     }
 
@@ -137,6 +141,7 @@ impl NodeAddr {
             label: client.get_connection_info().addr().to_string().into(),
             client,
             swapdb_never_runs: self.swapdb_never_runs,
+            seeds: Arc::new([]),
         })
     }
 
@@ -165,6 +170,17 @@ impl NodeAddr {
     pub fn database(&self) -> u32 {
         let db = self.client.get_connection_info().redis_settings().db();
         u32::try_from(db).unwrap_or_default()
+    }
+
+    /// This node with more URLs of its cluster.
+    pub(crate) fn with_seeds(mut self, seeds: Vec<NodeAddr>) -> Self {
+        self.seeds = seeds.into();
+        self
+    }
+
+    /// More URLs of the cluster this node leads to, to ask when its own does not answer.
+    pub(crate) fn seeds(&self) -> &[NodeAddr] {
+        &self.seeds
     }
 
     /// This node as the operator declared it: nothing ever runs `SWAPDB` on it.

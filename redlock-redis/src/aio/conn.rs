@@ -207,7 +207,7 @@ impl Node {
         }
         let replies = match self.connection().await {
             Ok(connected) if self.routes && connected.dialect.keyspace == Keyspace::Cluster => {
-                match self.learn(Some(connected.conn)).await {
+                match self.learn(Ask::This(connected.conn)).await {
                     Ok(view) => {
                         return BatchReplies::answered(self.run_on_cluster(view, batch).await);
                     }
@@ -219,6 +219,16 @@ impl Node {
                 dialect,
                 tracking,
             }) => run_batch_async(&mut conn, batch, &dialect, tracking.as_ref()).await,
+            // A cluster node whose URL does not answer: its other seeds may.
+            Err(err) if self.routes && !self.addr.seeds().is_empty() => {
+                match self.learn(Ask::Others).await {
+                    Ok(view) => {
+                        return BatchReplies::answered(self.run_on_cluster(view, batch).await);
+                    }
+                    Err(refused @ Unmapped::SameCluster { .. }) => refused.answers(batch),
+                    Err(_) => BatchReplies::failed(batch, &err),
+                }
+            }
             Err(err) => BatchReplies::failed(batch, &err),
         };
         if replies.reconnect || replies.rebuild {
@@ -243,7 +253,7 @@ impl Node {
         let mut pending: Vec<usize> = (0..batch.len()).collect();
         for attempt in 0..2 {
             if attempt > 0 || view.stale.load(std::sync::atomic::Ordering::Relaxed) {
-                match self.learn(None).await {
+                match self.learn(Ask::Anyone).await {
                     Ok(fresh) => view = fresh,
                     Err(Unmapped::SameCluster { other }) => {
                         tracing::warn!(node = %self.addr.label(), other, "another node's cluster");
@@ -313,21 +323,20 @@ impl Node {
         trust_answer(&view.map, &futures_util::future::join_all(stamps).await)
     }
 
-    /// Learns the cluster's slot map (`CLUSTER SLOTS`) from `seed`, else from this node's own
-    /// connection, else from any master or replica known so far; keeps the masters'
+    /// Learns the cluster's slot map (`CLUSTER SLOTS`) from this node (on the connection given,
+    /// or its own, as `ask` says), else from its other seeds, else from any master or replica known so far;
+    /// keeps the masters'
     /// connections that stay. Refused when another node of the client leads to this cluster.
-    async fn learn(
-        &self,
-        seed: Option<MultiplexedConnection>,
-    ) -> Result<Arc<ClusterView>, Unmapped> {
+    async fn learn(&self, ask: Ask) -> Result<Arc<ClusterView>, Unmapped> {
         let previous = self.view();
         let mut answer = Err(redis::RedisError::from((
             redis::ErrorKind::Io,
             "no node of the cluster answered",
         )));
-        let own = match seed {
-            Some(seed) => Some(seed),
-            None => self.connection().await.ok().map(|connected| connected.conn),
+        let own = match ask {
+            Ask::This(conn) => Some(conn),
+            Ask::Anyone => self.connection().await.ok().map(|connected| connected.conn),
+            Ask::Others => None,
         };
         if let Some(mut conn) = own {
             answer = slot_map(&mut conn, self.addr.host()).await;
@@ -338,14 +347,23 @@ impl Node {
                 self.forget_connection();
             }
         }
-        if answer.is_err()
-            && let Some(view) = &previous
-        {
-            let replicas = view.map.replicas().iter().filter_map(|(host, port)| {
-                let addr = self.addr.for_master(host, *port).ok()?;
-                Some(Arc::new(self.master(addr)))
-            });
-            for node in view.masters.iter().cloned().chain(replicas) {
+        if answer.is_err() {
+            // The node's other seeds, then every master and replica of the last map.
+            let mut candidates: Vec<Arc<Node>> = self
+                .addr
+                .seeds()
+                .iter()
+                .map(|seed| Arc::new(self.master(seed.clone())))
+                .collect();
+            if let Some(view) = &previous {
+                candidates.extend(view.masters.iter().cloned());
+                for (host, port) in view.map.replicas() {
+                    if let Ok(addr) = self.addr.for_master(host, *port) {
+                        candidates.push(Arc::new(self.master(addr)));
+                    }
+                }
+            }
+            for node in candidates {
                 let Ok(connected) = node.connection().await else {
                     continue;
                 };
@@ -380,6 +398,16 @@ impl Node {
         *self.cluster.lock().unwrap_or_else(PoisonError::into_inner) = Some(view.clone());
         Ok(view)
     }
+}
+
+/// Whom a cluster node asks first for the slot map.
+enum Ask {
+    /// This node, on this connection.
+    This(MultiplexedConnection),
+    /// This node on its own connection first, then the others.
+    Anyone,
+    /// Not this node (its URL just failed to answer): its other seeds, then the last map's.
+    Others,
 }
 
 /// A cluster's slot map, as the node at `host` answers `CLUSTER SLOTS` on `conn`.

@@ -164,8 +164,9 @@ impl Connection {
             return BatchReplies::answered(self.run_on_cluster(batch));
         }
         let (io_timeout, routes) = (self.io_timeout, self.routes);
+        let seeded = !self.addr.seeds().is_empty();
         let replies = match self.connect() {
-            Ok(c) if routes && c.dialect.keyspace == Keyspace::Cluster => match self.learn() {
+            Ok(c) if routes && c.dialect.keyspace == Keyspace::Cluster => match self.learn(true) {
                 Ok(()) => return BatchReplies::answered(self.run_on_cluster(batch)),
                 Err(unmapped) => unmapped.answers(batch),
             },
@@ -176,6 +177,12 @@ impl Connection {
                 c.tracking.as_ref(),
                 io_timeout,
             ),
+            // A cluster node whose URL does not answer: its other seeds may.
+            Err(err) if routes && seeded => match self.learn(false) {
+                Ok(()) => return BatchReplies::answered(self.run_on_cluster(batch)),
+                Err(refused @ Unmapped::SameCluster { .. }) => refused.answers(batch),
+                Err(_) => BatchReplies::failed(batch, &err),
+            },
             Err(err) => BatchReplies::failed(batch, &err),
         };
         if replies.reconnect {
@@ -193,7 +200,7 @@ impl Connection {
         for attempt in 0..2 {
             let stale = self.cluster.as_ref().is_some_and(|view| view.stale);
             if attempt > 0 || stale {
-                match self.learn() {
+                match self.learn(true) {
                     Ok(()) => {}
                     Err(Unmapped::SameCluster { other }) => {
                         tracing::warn!(node = %self.addr.label(), other, "another node's cluster");
@@ -246,11 +253,21 @@ impl Connection {
         trust_commands(slots, identity.as_deref()).query::<()>(conn)
     }
 
-    /// Learns the cluster's slot map (`CLUSTER SLOTS`) from this node, else from any master or
-    /// replica known so far; keeps the masters' connections that stay. Refused when another
+    /// Learns the cluster's slot map (`CLUSTER SLOTS`) from this node (unless `ask_this` is
+    /// false: its URL just failed to answer), else from its other seeds, else from any master or replica known so far; keeps the masters' connections that stay. Refused when another
     /// node of the client leads to this cluster.
-    fn learn(&mut self) -> Result<(), Unmapped> {
-        let mut answer = self.slots();
+    fn learn(&mut self, ask_this: bool) -> Result<(), Unmapped> {
+        let mut answer = match ask_this {
+            true => self.slots(),
+            // Its URL just failed to answer.
+            false => Err((redis::ErrorKind::Io, "the node's URL did not answer").into()),
+        };
+        for seed in self.addr.seeds().to_vec() {
+            if answer.is_ok() {
+                break;
+            }
+            answer = self.master(seed).slots();
+        }
         if let Some(view) = &mut self.cluster {
             for master in &mut view.masters {
                 if answer.is_ok() {

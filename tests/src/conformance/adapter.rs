@@ -32,6 +32,8 @@ pub struct Options {
     pub swapdb_never_runs_on: Vec<usize>,
     /// Restart-aware voting off (`false`): every acquisition a plain `SET NX PX`.
     pub restart_aware: Option<bool>,
+    /// More seed URLs of cluster nodes, by position.
+    pub cluster_seeds: Vec<(usize, Vec<String>)>,
 }
 
 impl Options {
@@ -152,6 +154,9 @@ pub fn transport<C: redlock_redis::FromSettings>(
     }
     if let Some(fault) = options.memory_watch_fault {
         builder = builder.memory_watch_fault_for_tests(fault);
+    }
+    for (node, seeds) in &options.cluster_seeds {
+        builder = builder.cluster_seeds(*node, seeds);
     }
     builder.swapdb_never_runs_on(options.swapdb_never_runs_on.iter().copied())
 }

@@ -258,6 +258,107 @@ pub fn a_cluster_node_follows_a_moved_slot<A: Adapter>() {
     assert!(text.contains("did not serve the key's slot"), "{text}");
 }
 
+/// A cluster node whose own URL does not answer (a seed down at start) learns the map from
+/// its other seeds, and votes; without them its every vote is an error. A seed that is another
+/// node's address, or a position past the list, is an error at build.
+pub fn a_cluster_node_asks_its_other_seeds_when_its_url_is_down<A: Adapter>() {
+    let cluster = RedisCluster::start(3, 0);
+    let down = Refuser::start();
+    // The node URL's user and password reach the masters: a master's URL with the port of a
+    // listener that hangs up on every connection.
+    let seed = cluster.masters()[0].url();
+    let port = cluster.masters()[0].port();
+    let dead = seed.replace(&format!(":{port}"), &format!(":{}", down.port()));
+    let resource = &one_per_master(&cluster, "seeded")[0];
+    let plain = Options {
+        restart_aware: Some(false),
+        ..once()
+    };
+    let alone: A = build(std::slice::from_ref(&dead), &plain);
+    assert_eq!(
+        sole_vote(alone.try_lock(resource, TTL)),
+        Vote::Failed(NodeErrorKind::Connection)
+    );
+    let seeds = vec![cluster.masters()[1].url(), cluster.masters()[2].url()];
+    let seeded: A = build(
+        std::slice::from_ref(&dead),
+        &Options {
+            cluster_seeds: vec![(0, seeds.clone())],
+            ..plain.clone()
+        },
+    );
+    for _ in 0..2 {
+        let lock = seeded
+            .lock(resource, TTL)
+            .expect("the map from another seed");
+        assert_eq!(cluster.get(resource.as_bytes()), Some(lock.token()));
+        assert_eq!(lock.release().released(), 1);
+    }
+
+    let twice = A::build(
+        &[seed, seeds[0].clone()],
+        &Options {
+            cluster_seeds: vec![(0, vec![seeds[0].clone()])],
+            ..plain.clone()
+        },
+    );
+    let text = twice.err().map(|err| err.to_string()).unwrap_or_default();
+    assert!(text.contains("is node #1's address"), "{text}");
+    let past = A::build(
+        std::slice::from_ref(&dead),
+        &Options {
+            cluster_seeds: vec![(1, seeds)],
+            ..plain
+        },
+    );
+    let text = past.err().map(|err| err.to_string()).unwrap_or_default();
+    assert!(text.contains("cluster_seeds names node #1"), "{text}");
+}
+
+/// A loopback listener that accepts every connection and hangs up at once: a node that is down,
+/// on a port nothing else can take while it lives.
+struct Refuser {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Refuser {
+    fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let port = listener.local_addr().expect("bound").port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => drop(conn),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Self {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for Refuser {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// The failover the Redis page warns of, on a cluster: a holder's key on master 0, whose
 /// replica is promoted when master 0 dies — here the key is gone from the promoted replica, as
 /// when replication had not carried it yet. The promoted replica is another process than the

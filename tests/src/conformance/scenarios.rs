@@ -964,6 +964,7 @@ macro_rules! conformance_tests {
             a_cluster_node_votes_for_keys_on_every_master,
             a_cluster_node_locks_several_keys_only_within_one_slot,
             a_cluster_node_follows_a_moved_slot,
+            a_cluster_node_asks_its_other_seeds_when_its_url_is_down,
             a_promoted_replica_sits_out_for_its_slots);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
