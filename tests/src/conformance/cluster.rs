@@ -9,7 +9,7 @@ use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::scenarios::{eventually, scripting_denied};
-use crate::{CLUSTER_NODE_TIMEOUT, RedisCluster, RedisServer, Servers};
+use crate::{CLUSTER_NODE_TIMEOUT, RedisCluster, RedisServer, ServerOptions, Servers};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -313,6 +313,115 @@ pub fn a_cluster_node_asks_its_other_seeds_when_its_url_is_down<A: Adapter>() {
     );
     let text = past.err().map(|err| err.to_string()).unwrap_or_default();
     assert!(text.contains("cluster_seeds names node #1"), "{text}");
+}
+
+/// A release on one master wakes a waiter that listens on another: the release script's
+/// `PUBLISH` is relayed to every node of the cluster. The waiter's pause is 30 s; it takes the
+/// lock well within 15 s of the release (no latency bound: see `notices.rs`).
+pub fn a_release_on_one_master_wakes_a_waiter_on_another<A: Adapter>() {
+    let cluster = RedisCluster::start(3, 0);
+    let resource = &one_per_master(&cluster, "notice")[0];
+    let plain = Options {
+        restart_aware: Some(false),
+        ..Options::default()
+    };
+    let holder: A = build(&[cluster.masters()[1].url()], &plain);
+    let pause = Duration::from_secs(30);
+    let waiter: A = build(
+        &[cluster.masters()[2].url()],
+        &Options {
+            retry: Some(
+                RetryPolicy::default()
+                    .delay(pause)
+                    .jitter(Duration::ZERO)
+                    .no_deadline()
+                    .attempts(3),
+            ),
+            ..plain.clone()
+        },
+    );
+    let held = holder.lock(resource, 6 * TTL).expect("lock");
+    let channel = redlock_core::released_channel(resource.as_bytes());
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let lock = waiter.lock(resource, TTL);
+            (std::time::Instant::now(), lock)
+        });
+        let listening = eventually(Duration::from_secs(20), || {
+            let counts: redis::RedisResult<std::collections::HashMap<Vec<u8>, i64>> =
+                redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(&channel)
+                    .query(&mut cluster.masters()[2].client());
+            counts.is_ok_and(|counts| counts.get(&channel).is_some_and(|n| *n >= 1))
+        });
+        assert!(listening, "the waiter subscribed on its seed");
+        let released_at = std::time::Instant::now();
+        assert_eq!(held.release().released(), 1);
+        let (acquired_at, lock) = waiting.join().expect("waiter");
+        let lock = lock.unwrap_or_else(|err| panic!("{}: the waiter failed: {err}", A::NAME));
+        assert!(
+            acquired_at.duration_since(released_at) < pause / 2,
+            "{}: woken by the release, not by its {pause:?} pause",
+            A::NAME
+        );
+        assert_eq!(lock.release().released(), 1);
+    });
+}
+
+/// The README's ACL for a lock user with key prefix `locks:` on a cluster node: the per-slot
+/// names instead of the standalone epoch and fence patterns.
+const CLUSTER_LOCK_USER: [&str; 13] = [
+    "--user",
+    "locker",
+    "on",
+    ">locker-pw",
+    "~locks:*",
+    "~redlock:epoch:{*}",
+    "~redlock:epoch:id:{*}",
+    "~redlock:fence:{*}locks:*",
+    "&redlock:released:locks:*",
+    "&__keyevent@*__:evicted",
+    "+@all",
+    "-@dangerous",
+    "+info",
+];
+
+/// A user granted exactly the README's cluster ACL runs every operation on a cluster node:
+/// trust (every slot), a fenced restart-aware acquisition, contention, extension, release.
+/// Negative control: the same user without `~redlock:epoch:id:{*}` gets only `NOPERM` votes.
+pub fn a_cluster_lock_user_with_the_documented_acl_runs_every_operation<A: Adapter>() {
+    let options = Options {
+        key_prefix: Some(b"locks:".to_vec()),
+        ..once()
+    };
+    let as_locker =
+        |cluster: &RedisCluster| vec![format!("redis://locker:locker-pw@{}/", cluster.addrs()[1])];
+    let granted = ServerOptions::new()
+        .deny_scripting(false)
+        .args(CLUSTER_LOCK_USER);
+    let cluster =
+        RedisCluster::try_start_with(3, 0, &granted).unwrap_or_else(|err| panic!("{err}"));
+    let client: A = build(&as_locker(&cluster), &options);
+    client.trust_nodes().expect("every slot trusted");
+    let lock = client
+        .acquire(LockRequest::new("job", TTL).fenced())
+        .unwrap_or_else(|err| panic!("{}: fenced lock: {err}", A::NAME));
+    assert!(lock.fence().is_some(), "a fence");
+    let rival: A = build(&as_locker(&cluster), &options);
+    assert_eq!(sole_vote(rival.try_lock("job", TTL)), Vote::Refused);
+    lock.extend_shared(2 * TTL).expect("extended");
+    assert_eq!(lock.release().released(), 1);
+
+    let mut narrower: Vec<&str> = CLUSTER_LOCK_USER.to_vec();
+    narrower.retain(|rule| *rule != "~redlock:epoch:id:{*}");
+    let denied = ServerOptions::new().deny_scripting(false).args(narrower);
+    let cluster = RedisCluster::try_start_with(3, 0, &denied).unwrap_or_else(|err| panic!("{err}"));
+    let client: A = build(&as_locker(&cluster), &options);
+    assert_eq!(
+        sole_vote(client.try_lock("job", TTL)),
+        Vote::Failed(NodeErrorKind::NoPermission)
+    );
 }
 
 /// A loopback listener that accepts every connection and hangs up at once: a node that is down,

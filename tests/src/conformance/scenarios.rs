@@ -965,6 +965,8 @@ macro_rules! conformance_tests {
             a_cluster_node_locks_several_keys_only_within_one_slot,
             a_cluster_node_follows_a_moved_slot,
             a_cluster_node_asks_its_other_seeds_when_its_url_is_down,
+            a_cluster_lock_user_with_the_documented_acl_runs_every_operation,
+            a_release_on_one_master_wakes_a_waiter_on_another,
             a_promoted_replica_sits_out_for_its_slots);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
