@@ -789,7 +789,8 @@ mod tests {
         let (acquire, release) = commands("r");
         let mut watch = MemoryWatch::new();
         let transmits = [acquire.clone(), release];
-        let mut answers = [Reply::Int(1), Reply::Int(1)];
+        // Proven as in `a_scripted_proof_then_a_vouched_set`.
+        let mut answers = [Reply::Int(1); 2];
         run(
             &transmits,
             &Dialect::SCRIPTS,

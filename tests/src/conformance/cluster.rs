@@ -330,30 +330,18 @@ pub fn a_release_on_one_master_wakes_a_waiter_on_another<A: Adapter>() {
     let waiter: A = build(
         &[cluster.masters()[2].url()],
         &Options {
-            retry: Some(
-                RetryPolicy::default()
-                    .delay(pause)
-                    .jitter(Duration::ZERO)
-                    .no_deadline()
-                    .attempts(3),
-            ),
+            retry: Some(super::notices::patient(pause)),
             ..plain.clone()
         },
     );
     let held = holder.lock(resource, 6 * TTL).expect("lock");
-    let channel = redlock_core::released_channel(resource.as_bytes());
     std::thread::scope(|scope| {
         let waiting = scope.spawn(|| {
             let lock = waiter.lock(resource, TTL);
             (std::time::Instant::now(), lock)
         });
         let listening = eventually(Duration::from_secs(20), || {
-            let counts: redis::RedisResult<std::collections::HashMap<Vec<u8>, i64>> =
-                redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg(&channel)
-                    .query(&mut cluster.masters()[2].client());
-            counts.is_ok_and(|counts| counts.get(&channel).is_some_and(|n| *n >= 1))
+            super::notices::has_listener(&cluster.masters()[2], resource)
         });
         assert!(listening, "the waiter subscribed on its seed");
         let released_at = std::time::Instant::now();

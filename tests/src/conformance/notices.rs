@@ -13,38 +13,47 @@ use redlock_core::{RetryPolicy, released_channel};
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::scenarios::eventually;
-use crate::Servers;
+use crate::{RedisServer, Servers};
 
 const TTL: Duration = Duration::from_secs(60);
 
-/// A waiter that only retries after `pause` (no jitter), with no deadline.
+/// A waiter's retry policy: only after `pause` (no jitter), with no deadline.
+pub(super) fn patient(pause: Duration) -> RetryPolicy {
+    RetryPolicy::default()
+        .delay(pause)
+        .jitter(Duration::ZERO)
+        .no_deadline()
+        .attempts(3)
+}
+
+/// A waiter that only retries after `pause`.
 fn waiter<A: Adapter>(nodes: &Servers, pause: Duration) -> A {
     let options = Options {
-        retry: Some(
-            RetryPolicy::default()
-                .delay(pause)
-                .jitter(Duration::ZERO)
-                .no_deadline()
-                .attempts(3),
-        ),
+        retry: Some(patient(pause)),
         ..Options::default()
     };
     A::build(&nodes.urls(), &options).unwrap_or_else(|err| panic!("{}: {err}", A::NAME))
 }
 
+/// Whether `server` has a subscriber on `key`'s release channel.
+pub(super) fn has_listener(server: &RedisServer, key: &str) -> bool {
+    let channel = released_channel(key.as_bytes());
+    // A flat [channel, count] answer.
+    let answer: redis::RedisResult<HashMap<Vec<u8>, i64>> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(&channel)
+        .query(&mut server.client());
+    answer.is_ok_and(|counts| counts.get(&channel).is_some_and(|n| *n >= 1))
+}
+
 /// Waits until every node has a subscriber on `key`'s release channel (the waiter lost its
 /// first round and listens).
 fn wait_for_listener(nodes: &Servers, key: &str) {
-    let channel = released_channel(key.as_bytes());
     let listening = eventually(Duration::from_secs(20), || {
-        nodes.servers().iter().all(|server| {
-            // A flat [channel, count] answer.
-            let answer: redis::RedisResult<HashMap<Vec<u8>, i64>> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&channel)
-                .query(&mut server.client());
-            answer.is_ok_and(|counts| counts.get(&channel).is_some_and(|n| *n >= 1))
-        })
+        nodes
+            .servers()
+            .iter()
+            .all(|server| has_listener(server, key))
     });
     assert!(listening, "the waiter subscribed on every node");
 }
