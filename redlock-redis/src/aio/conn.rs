@@ -37,6 +37,9 @@ pub(crate) struct Node {
     routes: bool,
     /// A cluster node's slot map and masters, learnt on first use and after a cluster error.
     cluster: Mutex<Option<Arc<ClusterView>>>,
+    /// Whether `cluster` holds a view: read without the lock on every batch, so that a
+    /// standalone node's batches take no lock for it.
+    mapped: std::sync::atomic::AtomicBool,
     /// The node's place in the client's list, and the clusters the client's nodes lead to.
     index: usize,
     clusters: Clusters,
@@ -67,6 +70,7 @@ impl Node {
             connected: Mutex::new(None),
             routes: true,
             cluster: Mutex::new(None),
+            mapped: false.into(),
             index,
             clusters,
         }
@@ -85,6 +89,7 @@ impl Node {
             connected: Mutex::new(None),
             routes: false,
             cluster: Mutex::new(None),
+            mapped: false.into(),
             index: self.index,
             clusters: Clusters::default(),
         }
@@ -202,7 +207,8 @@ impl Node {
     /// The replies to `batch`: from this node, or from a cluster node's masters (counted as
     /// this node's).
     async fn replies(&self, batch: &[Transmit]) -> BatchReplies {
-        if let Some(view) = self.routes.then(|| self.view()).flatten() {
+        let mapped = self.routes && self.mapped.load(std::sync::atomic::Ordering::Acquire);
+        if let Some(view) = mapped.then(|| self.view()).flatten() {
             return BatchReplies::answered(self.run_on_cluster(view, batch).await);
         }
         let replies = match self.connection().await {
@@ -257,6 +263,8 @@ impl Node {
                     Ok(fresh) => view = fresh,
                     Err(Unmapped::SameCluster { other }) => {
                         tracing::warn!(node = %self.addr.label(), other, "another node's cluster");
+                        self.mapped
+                            .store(false, std::sync::atomic::Ordering::Release);
                         self.cluster
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
@@ -396,6 +404,8 @@ impl Node {
             stale: false.into(),
         });
         *self.cluster.lock().unwrap_or_else(PoisonError::into_inner) = Some(view.clone());
+        self.mapped
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(view)
     }
 }

@@ -44,6 +44,15 @@ fn sole_vote<L: std::fmt::Debug>(result: Result<L, Error>) -> Vote {
     }
 }
 
+/// The error text of a failed acquisition (empty when it succeeded).
+fn failure_text<L>(result: &Result<L, Error>) -> String {
+    result
+        .as_ref()
+        .err()
+        .map(Error::to_string)
+        .unwrap_or_default()
+}
+
 /// A cluster node's epoch of `slot`, read on master `master`.
 fn slot_epoch(master: &RedisServer, slot: Slot) -> Option<Vec<u8>> {
     master.get(&*Keyspace::Cluster.epoch_key(slot.tag().as_bytes()))
@@ -128,10 +137,7 @@ pub fn a_cluster_node_locks_several_keys_only_within_one_slot<A: Adapter>() {
     let [a, b] = ["stock", "invoice"];
     assert_ne!(Slot::of(a.as_bytes()), Slot::of(b.as_bytes()));
     let result = client.acquire(LockRequest::new(a, TTL).resource(b));
-    let text = match &result {
-        Err(err) => err.to_string(),
-        Ok(_) => String::new(),
-    };
+    let text = failure_text(&result);
     assert_eq!(sole_vote(result), Vote::Failed(NodeErrorKind::CrossSlot));
     assert!(text.contains("common {hash tag}"), "{text}");
     for key in [a, b] {
@@ -250,10 +256,7 @@ pub fn a_cluster_node_follows_a_moved_slot<A: Adapter>() {
         "the cluster sees its slots uncovered"
     );
     let result = client.try_lock(other, TTL);
-    let text = match &result {
-        Err(err) => err.to_string(),
-        Ok(_) => String::new(),
-    };
+    let text = failure_text(&result);
     assert_eq!(sole_vote(result), Vote::Failed(NodeErrorKind::Cluster));
     assert!(text.contains("did not serve the key's slot"), "{text}");
 }
