@@ -92,6 +92,18 @@ impl RedisCluster {
         self.masters[master].kill();
     }
 
+    /// Master `master` as it was when the cluster formed, to kill, pause or resume (after a
+    /// failover it may serve as a replica).
+    pub fn master_mut(&mut self, master: usize) -> &mut RedisServer {
+        &mut self.masters[master]
+    }
+
+    /// Replica `replica` of master `master` as it was when the cluster formed, to kill, pause
+    /// or resume.
+    pub fn replica_mut(&mut self, master: usize, replica: usize) -> &mut RedisServer {
+        &mut self.replicas[master * self.replicas_per_master + replica]
+    }
+
     /// The replicas: replica `r` of master `m` is at `m * replicas + r`.
     pub fn replicas(&self) -> &[RedisServer] {
         &self.replicas
@@ -146,6 +158,99 @@ impl RedisCluster {
     /// `GET key` on the master that owned its slot when the cluster formed.
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
         self.masters[self.master_of(key)].get(key)
+    }
+
+    /// Moves `slot` with every key in it from `from` to `to` the legacy way, as
+    /// `redis-cli --cluster reshard` does: `SETSLOT IMPORTING` on `to`, `SETSLOT MIGRATING` on
+    /// `from`, `MIGRATE` of its keys, then `SETSLOT NODE` on `to`, `from` and every other master.
+    pub fn migrate_slot(
+        &self,
+        slot: u16,
+        from: &RedisServer,
+        to: &RedisServer,
+    ) -> Result<(), HarnessError> {
+        let from_id: String = run(from, redis::cmd("CLUSTER").arg("MYID"))?;
+        let to_id: String = run(to, redis::cmd("CLUSTER").arg("MYID"))?;
+        let set_slot = |state: &str, id: &str| {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+            cmd
+        };
+        let _: () = run(to, &set_slot("IMPORTING", &from_id))?;
+        let _: () = run(from, &set_slot("MIGRATING", &to_id))?;
+        loop {
+            let keys: Vec<Vec<u8>> = run(
+                from,
+                redis::cmd("CLUSTER")
+                    .arg("GETKEYSINSLOT")
+                    .arg(slot)
+                    .arg(1000),
+            )?;
+            if keys.is_empty() {
+                break;
+            }
+            let _: redis::Value = run(
+                from,
+                redis::cmd("MIGRATE")
+                    .arg("127.0.0.1")
+                    .arg(to.port())
+                    .arg("")
+                    .arg(0)
+                    .arg(10_000)
+                    .arg("KEYS")
+                    .arg(keys),
+            )?;
+        }
+        let others = self
+            .masters
+            .iter()
+            .filter(|node| node.port() != from.port() && node.port() != to.port());
+        for node in [to, from].into_iter().chain(others) {
+            if node.is_running() {
+                let _: () = run(node, &set_slot("NODE", &to_id))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves `slot` with every key in it from `from` to `to` with Valkey 9's atomic
+    /// `CLUSTER MIGRATESLOTS`, and waits until every running master says `to` serves it.
+    /// An error on servers without the command.
+    pub fn migrate_slot_atomically(
+        &self,
+        slot: u16,
+        from: &RedisServer,
+        to: &RedisServer,
+    ) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        let to_id: String = run(to, redis::cmd("CLUSTER").arg("MYID"))?;
+        let _: () = run(
+            from,
+            redis::cmd("CLUSTER")
+                .arg("MIGRATESLOTS")
+                .arg("SLOTSRANGE")
+                .arg(slot)
+                .arg(slot)
+                .arg("NODE")
+                .arg(&to_id),
+        )?;
+        for master in self.masters.iter().filter(|node| node.is_running()) {
+            loop {
+                if serving_port(master, slot)? == Some(to.port()) {
+                    break;
+                }
+                if started.elapsed() > FORM_TIMEOUT {
+                    return Err(HarnessError::Cluster(format!(
+                        "waited {FORM_TIMEOUT:?} for slot {slot} to move to {}; {} does not \
+                         see it there",
+                        to.addr(),
+                        master.addr()
+                    )));
+                }
+                thread::sleep(POLL_INTERVAL);
+            }
+        }
+        Ok(())
     }
 
     /// Gives every master its slots, makes every node meet the others, attaches the replicas,
@@ -241,6 +346,32 @@ impl RedisCluster {
             thread::sleep(POLL_INTERVAL);
         }
     }
+}
+
+/// The port of the node that `observer` says serves `slot` (`CLUSTER SLOTS`).
+fn serving_port(observer: &RedisServer, slot: u16) -> Result<Option<u16>, HarnessError> {
+    let ranges: Vec<redis::Value> = run(observer, redis::cmd("CLUSTER").arg("SLOTS"))?;
+    let int = |value: &redis::Value| match value {
+        redis::Value::Int(n) => Some(*n),
+        _ => None,
+    };
+    for range in ranges {
+        let redis::Value::Array(fields) = range else {
+            continue;
+        };
+        let (Some(start), Some(end)) = (fields.first().and_then(int), fields.get(1).and_then(int))
+        else {
+            continue;
+        };
+        if (start..=end).contains(&i64::from(slot)) {
+            let port = match fields.get(2) {
+                Some(redis::Value::Array(master)) => master.get(1).and_then(int),
+                _ => None,
+            };
+            return Ok(port.and_then(|port| u16::try_from(port).ok()));
+        }
+    }
+    Ok(None)
 }
 
 /// `options` in cluster mode, with a cluster bus port of its own (a free one: the default,

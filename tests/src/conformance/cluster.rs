@@ -13,19 +13,19 @@ use crate::{CLUSTER_NODE_TIMEOUT, RedisCluster, RedisServer, ServerOptions, Serv
 
 const TTL: Duration = Duration::from_secs(10);
 
-fn once() -> Options {
+pub(super) fn once() -> Options {
     Options {
         retry: Some(RetryPolicy::once()),
         ..Options::default()
     }
 }
 
-fn build<A: Adapter>(urls: &[String], options: &Options) -> A {
+pub(super) fn build<A: Adapter>(urls: &[String], options: &Options) -> A {
     A::build(urls, options).unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME))
 }
 
 /// A resource per master, the `m`-th served by master `m` when the cluster formed.
-fn one_per_master(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
+pub(super) fn one_per_master(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
     (0..cluster.masters().len())
         .map(|master| {
             (0..)
@@ -37,7 +37,7 @@ fn one_per_master(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
 }
 
 /// The only node's vote in a failed acquisition.
-fn sole_vote<L: std::fmt::Debug>(result: Result<L, Error>) -> Vote {
+pub(super) fn sole_vote<L: std::fmt::Debug>(result: Result<L, Error>) -> Vote {
     match result {
         Err(Error::Unavailable(detail) | Error::Contended(detail)) => detail.nodes[0].result,
         other => panic!("expected a failed acquisition, got {other:?}"),
@@ -457,120 +457,4 @@ impl Drop for Refuser {
             let _ = thread.join();
         }
     }
-}
-
-/// The failover the Redis page warns of, on a cluster: a holder's key on master 0, whose
-/// replica is promoted when master 0 dies — here the key is gone from the promoted replica, as
-/// when replication had not carried it yet. The promoted replica is another process than the
-/// one that stamped its slot's epoch: it sits out, and the rival is refused while the holder is
-/// valid. Negative control: without restart-aware voting the rival gets the lock — two holders.
-pub fn a_promoted_replica_sits_out_for_its_slots<A: Adapter>() {
-    if scripting_denied() {
-        // Restart-aware acquisitions on a cluster need the checked script (see the first
-        // scenario); the failover itself is the same.
-        return;
-    }
-    // One cluster, two failovers: master 0's with the check, master 1's without it. The
-    // clients learn the map from master 2, which stays.
-    let mut cluster = RedisCluster::start(3, 1);
-    let resources = one_per_master(&cluster, "failover");
-    for (master, restart_aware) in [(0, true), (1, false)] {
-        let resource = &resources[master];
-        let options = Options {
-            restart_aware: Some(restart_aware),
-            ..once()
-        };
-        let holder: A = build(&[cluster.masters()[2].url()], &options);
-        holder.trust_nodes().expect("trust");
-        // The trust stamps each slot's epoch with its master's identity (never an empty one,
-        // which the first acquisition would adopt in the same script as its key: a failover
-        // that lost both would leave the replica adopting its own identity, and voting).
-        let stamp = Keyspace::Cluster.epoch_id_key(Slot::of(resource.as_bytes()).tag().as_bytes());
-        let stamped = cluster.masters()[master].get(&*stamp);
-        assert!(
-            stamped.as_ref().is_some_and(|id| id.len() > 80),
-            "the master's identity: {stamped:?}"
-        );
-        // Longer than every wait below (a slow failover must not end the holder's validity).
-        let lock = holder.lock(resource, 6 * TTL).expect("granted");
-        let replica = &cluster.replicas_of(master)[0];
-        assert!(
-            eventually(Duration::from_secs(10), || replica_has(replica, resource)),
-            "the replica has the key"
-        );
-
-        cluster.kill_master(master);
-        let replica = &cluster.replicas_of(master)[0];
-        assert!(
-            eventually(CLUSTER_NODE_TIMEOUT * 10, || {
-                is_master(replica) && sees_as_master(&cluster.masters()[2], replica)
-            }),
-            "the replica is promoted, and master 2 knows"
-        );
-        // The key the replica never got.
-        let _: () = redis::cmd("DEL")
-            .arg(resource)
-            .query(&mut replica.client())
-            .expect("DEL");
-
-        let rival: A = build(&[cluster.masters()[2].url()], &options);
-        let outcome = rival.try_lock(resource, TTL);
-        if restart_aware {
-            match sole_vote(outcome) {
-                Vote::Ineligible {
-                    cause: SitOutCause::Restart,
-                    ..
-                } => {}
-                other => panic!(
-                    "{}: the promoted replica must sit out, got {other:?}",
-                    A::NAME
-                ),
-            }
-            assert!(lock.is_valid(), "the holder is still valid");
-        } else {
-            let second = outcome.expect("without the check, a second holder");
-            assert!(lock.is_valid() && second.is_valid(), "two holders");
-        }
-    }
-}
-
-/// Whether replica `replica` holds `key` (read with `READONLY`: a cluster replica redirects
-/// reads otherwise).
-fn replica_has(replica: &RedisServer, key: &str) -> bool {
-    redis::pipe()
-        .cmd("READONLY")
-        .ignore()
-        .cmd("EXISTS")
-        .arg(key)
-        .query::<(bool,)>(&mut replica.client())
-        .is_ok_and(|(exists,)| exists)
-}
-
-/// Whether `observer`'s `CLUSTER NODES` lists `node` as a master.
-fn sees_as_master(observer: &RedisServer, node: &RedisServer) -> bool {
-    let listing: redis::RedisResult<String> = redis::cmd("CLUSTER")
-        .arg("NODES")
-        .query(&mut observer.client());
-    let port = format!(":{}@", node.port());
-    listing.is_ok_and(|listing| {
-        listing.lines().any(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            fields.len() > 2
-                && fields[1].contains(&port)
-                && fields[2].split(',').any(|flag| flag == "master")
-        })
-    })
-}
-
-/// Whether `server` says it is a master.
-fn is_master(server: &RedisServer) -> bool {
-    server
-        .try_client()
-        .and_then(|mut conn| redis::cmd("ROLE").query::<redis::Value>(&mut conn))
-        .is_ok_and(|role| match role {
-            redis::Value::Array(fields) => {
-                matches!(fields.first(), Some(redis::Value::BulkString(word)) if word == b"master")
-            }
-            _ => false,
-        })
 }

@@ -6,6 +6,7 @@ mod adapter;
 mod async_adapter;
 mod blocking;
 pub mod cluster;
+pub mod cluster_failover;
 pub mod errors;
 pub mod handles;
 pub mod identity;

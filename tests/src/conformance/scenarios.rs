@@ -966,8 +966,11 @@ macro_rules! conformance_tests {
             a_cluster_node_follows_a_moved_slot,
             a_cluster_node_asks_its_other_seeds_when_its_url_is_down,
             a_cluster_lock_user_with_the_documented_acl_runs_every_operation,
-            a_release_on_one_master_wakes_a_waiter_on_another,
-            a_promoted_replica_sits_out_for_its_slots);
+            a_release_on_one_master_wakes_a_waiter_on_another);
+        $crate::conformance_tests!(@cluster_failover $adapter;
+            a_promoted_replica_sits_out_for_its_slots,
+            a_cluster_failover_and_failback_under_open_connections_sits_out,
+            a_cluster_slot_migrated_with_a_held_key_keeps_exclusion);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             a_refused_transaction_part_is_an_error_vote,
@@ -1035,6 +1038,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::cluster::$case::<$adapter>();
+            }
+        )+
+    };
+    (@cluster_failover $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::cluster_failover::$case::<$adapter>();
             }
         )+
     };
