@@ -129,8 +129,7 @@ impl Acquire {
             }
         };
         let spec = LockSpec::new(config.key_prefix(), &request.resources, token)?;
-        let n = config.nodes();
-        let mut round = Round::new(0, Op::SetIfAbsent, ttl.ms, n, now, now);
+        let mut round = Round::new(0, Op::SetIfAbsent, ttl.ms, config, now, now);
         round.set_extras(Extras {
             max_ttl_ms: config.max_ttl_ms(),
             fenced: request.fenced,
@@ -152,9 +151,9 @@ impl Acquire {
             attempts: 0,
             batches: 0,
             round,
-            commit: Round::new(0, Op::CommitFence, ttl.ms, n, now, now),
+            commit: Round::new(0, Op::CommitFence, ttl.ms, config, now, now),
             fence: None,
-            cleanup: Round::new(0, Op::DeleteIfEquals, ttl.ms, n, now, now),
+            cleanup: Round::new(0, Op::DeleteIfEquals, ttl.ms, config, now, now),
             last_failure: None,
             phase: Phase::Open,
         })

@@ -19,17 +19,17 @@ pub(crate) struct Broadcast<A> {
 }
 
 impl<A: NodeAnswer> Broadcast<A> {
-    /// `op` on `spec` to `nodes` nodes, answered by `deadline`.
+    /// `op` on `spec` to every node of `config`, answered by `deadline`.
     pub(crate) fn new(
         op: Op,
         spec: LockSpec,
-        nodes: usize,
+        config: &crate::Config,
         now: Instant,
         deadline: Instant,
     ) -> Self {
         Self {
             spec,
-            round: Round::new(1, op, 0, nodes, now, deadline),
+            round: Round::new(1, op, 0, config, now, deadline),
             done: false,
         }
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::retry::{RetryPolicy, check_duration};
+use crate::slot::Slot;
 use crate::validity::Drift;
 
 /// The most Redis masters one client may use. Redlock deployments use 3, 5 or 7; 64 leaves
@@ -45,6 +46,9 @@ pub struct Config {
     retry: RetryPolicy,
     restart_aware: bool,
     max_ttl: Duration,
+    /// Per node, the slot whose tag goes before every key sent there (`None` everywhere when
+    /// no node has one: then nothing is stored).
+    key_slots: Option<Arc<[Option<Slot>]>>,
 }
 
 /// The longest clock bound ([`ConfigBuilder::clock_bound`]): a second.
@@ -65,6 +69,7 @@ impl Config {
             restart_aware: true,
             max_ttl: DEFAULT_MAX_TTL,
             clock_bound: Duration::ZERO,
+            key_slots: Vec::new(),
         }
     }
 
@@ -121,6 +126,17 @@ impl Config {
         self.max_ttl
     }
 
+    /// The slot whose tag goes before every key sent to node `node`
+    /// ([`ConfigBuilder::key_slot`]), if it has one.
+    pub fn key_slot(&self, node: usize) -> Option<Slot> {
+        self.key_slots.as_ref()?.get(node).copied().flatten()
+    }
+
+    /// Every node's key slot, when any node has one.
+    pub(crate) fn key_slots(&self) -> Option<&Arc<[Option<Slot>]>> {
+        self.key_slots.as_ref()
+    }
+
     /// The longest TTL in use, in ms, sent with every restart-aware acquire.
     pub(crate) fn max_ttl_ms(&self) -> Option<u64> {
         self.restart_aware
@@ -155,9 +171,26 @@ pub struct ConfigBuilder {
     restart_aware: bool,
     max_ttl: Duration,
     clock_bound: Duration,
+    key_slots: Vec<(usize, Slot)>,
 }
 
 impl ConfigBuilder {
+    /// How many nodes (votes) there are, replacing the count the builder started with.
+    pub fn nodes(mut self, nodes: usize) -> Self {
+        self.nodes = nodes;
+        self
+    }
+
+    /// Puts `{tag}` of `slot` ([`Slot::tag`]) before every key sent to node `node` (its
+    /// position, from 0): how one Redis or Valkey Cluster lends a lock several votes, each a
+    /// node of its own whose keys live in a slot of its own ([`vote_slots`](crate::vote_slots)),
+    /// so that each vote lands on another master. The resources, tokens and everything else
+    /// stay the same. A position past the node count is an error at [`build`](Self::build).
+    pub fn key_slot(mut self, node: usize, slot: Slot) -> Self {
+        self.key_slots.push((node, slot));
+        self
+    }
+
     /// How many nodes must grant a lock: a majority (`nodes / 2 + 1`) up to `nodes`.
     pub fn quorum(mut self, quorum: usize) -> Self {
         self.quorum = Some(quorum);
@@ -291,7 +324,21 @@ impl ConfigBuilder {
             Duration::from_millis(1),
             crate::MAX_TTL,
         )?;
+        let key_slots = match self.key_slots.is_empty() {
+            true => None,
+            false => {
+                let mut slots = vec![None; self.nodes];
+                for &(node, slot) in &self.key_slots {
+                    *slots.get_mut(node).ok_or(ConfigError::KeySlotNode {
+                        node,
+                        nodes: self.nodes,
+                    })? = Some(slot);
+                }
+                Some(slots.into())
+            }
+        };
         Ok(Config {
+            key_slots,
             nodes: self.nodes,
             quorum,
             drift,
@@ -308,6 +355,31 @@ impl ConfigBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_slot_past_the_nodes_is_named() {
+        let slot = crate::Slot::new(7).expect("a slot");
+        let err = Config::builder(3)
+            .key_slot(3, slot)
+            .build()
+            .expect_err("past");
+        assert_eq!(err, ConfigError::KeySlotNode { node: 3, nodes: 3 });
+        assert_eq!(
+            err.to_string(),
+            "key_slot: node #3 is not one of the 3 nodes (positions 0 to 2)"
+        );
+        let config = Config::builder(2)
+            .nodes(3)
+            .key_slot(2, slot)
+            .build()
+            .expect("valid");
+        assert_eq!(config.nodes(), 3);
+        assert_eq!(
+            (0..3).map(|node| config.key_slot(node)).collect::<Vec<_>>(),
+            [None, None, Some(slot)]
+        );
+        assert_eq!(Config::new(3).expect("valid").key_slot(0), None);
+    }
 
     #[test]
     fn defaults_follow_the_redis_page() {

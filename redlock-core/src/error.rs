@@ -107,6 +107,16 @@ pub enum ConfigError {
         /// Position of the first occurrence.
         first: usize,
     },
+    /// A key slot was given for a node past the node count ([`ConfigBuilder::key_slot`]).
+    ///
+    /// [`ConfigBuilder::key_slot`]: crate::ConfigBuilder::key_slot
+    #[error("key_slot: node #{node} is not one of the {nodes} nodes (positions 0 to {last})", last = nodes.saturating_sub(1))]
+    KeySlotNode {
+        /// The position given.
+        node: usize,
+        /// How many nodes there are.
+        nodes: usize,
+    },
     /// The key prefix is too long.
     #[error("key_prefix: {len} bytes; at most {max} are allowed")]
     KeyPrefixTooLong {

@@ -93,7 +93,7 @@ impl Extend {
             ttl,
             quorum: config.quorum(),
             min_validity: config.min_validity(),
-            round: Round::new(1, Op::ExpireIfEquals, ttl.ms, config.nodes(), now, reply_by),
+            round: Round::new(1, Op::ExpireIfEquals, ttl.ms, config, now, reply_by),
             outcome,
         })
     }
@@ -117,7 +117,7 @@ impl Extend {
             ttl,
             quorum: config.quorum(),
             min_validity: config.min_validity(),
-            round: Round::new(1, Op::ExpireIfEquals, ttl.ms, config.nodes(), now, reply_by),
+            round: Round::new(1, Op::ExpireIfEquals, ttl.ms, config, now, reply_by),
             outcome: None,
         })
     }

@@ -276,7 +276,7 @@ pub use retry::{
 };
 pub use round::{NodeRelease, Vote};
 pub use sit_out::{SitOutCause, split_stamp, stamp_change};
-pub use slot::{SLOT_COUNT, Slot, TAG_ALPHABET, crc16, hash_tag};
+pub use slot::{MAX_CLUSTER_VOTES, SLOT_COUNT, Slot, TAG_ALPHABET, crc16, hash_tag, vote_slots};
 pub use spec::{LockSpec, MAX_KEY_LEN, MAX_RESOURCES};
 pub use token::{MAX_TOKEN_LEN, TOKEN_ENTROPY_BYTES, Token};
 #[cfg(any(test, feature = "testing"))]

@@ -722,7 +722,17 @@ impl<R: CryptoRng> Multiplexer<R> {
         let Some(spec) = slot.lifecycle.spec() else {
             return;
         };
+        // A node that is one of several votes over one cluster announces its own keys.
+        let mut voted: Vec<crate::Slot> = (0..self.config.nodes())
+            .filter_map(|node| self.config.key_slot(node))
+            .collect();
+        voted.sort_unstable();
+        voted.dedup();
         slot.listening = spec.released_channels().collect();
+        for key_slot in voted {
+            slot.listening
+                .extend(spec.in_slot(key_slot).released_channels());
+        }
         self.listening += 1;
         for channel in &slot.listening {
             let entry = self.channels.entry(channel.clone()).or_insert_with(|| {

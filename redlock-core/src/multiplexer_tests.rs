@@ -532,3 +532,67 @@ fn a_lock_reported_lost_is_not_extended_any_more() {
         )]
     ));
 }
+
+#[test]
+fn a_node_with_a_key_slot_gets_every_key_in_that_slot_and_its_release_wakes_a_waiter() {
+    // Nodes 1 and 2 are two votes of one cluster, each with a slot of its own.
+    let slots: Vec<crate::Slot> = crate::vote_slots(2).collect();
+    let config = Config::builder(3)
+        .key_slot(1, slots[0])
+        .key_slot(2, slots[1])
+        .retry(
+            RetryPolicy::default()
+                .delay(Duration::from_secs(3))
+                .jitter(Duration::ZERO),
+        )
+        .build()
+        .expect("valid");
+    let mut w = World::with(config, 3);
+    let holder = LockId::new(1);
+    let request = LockRequest::new("{t}a", TTL).resource("b");
+    w.mux
+        .start(w.now, holder, Start::Acquire, &request)
+        .expect("valid");
+    w.settle();
+    assert_eq!(count(&w.events(), is_acquired), 1);
+    let tagged = |slot: crate::Slot, key: &str| format!("{{{}}}{key}", slot.tag()).into_bytes();
+    assert!(w.nodes[0].token(b"{t}a").is_some() && w.nodes[0].token(b"b").is_some());
+    for (node, &slot) in [1, 2].iter().zip(&slots) {
+        let keys = [tagged(slot, "{t}a"), tagged(slot, "b")];
+        assert!(
+            keys.iter().all(|key| w.nodes[*node].token(key).is_some()),
+            "node {node} holds its slot's keys"
+        );
+        assert!(
+            w.nodes[*node].token(b"b").is_none(),
+            "and never the plain ones"
+        );
+        assert!(keys.iter().all(|key| crate::Slot::of(key) == slot));
+    }
+
+    // A waiter listens on every vote's channel; the release announced on a vote's wakes it.
+    let waiter = LockId::new(2);
+    w.mux
+        .start(w.now, waiter, Start::Acquire, &LockRequest::new("b", TTL))
+        .expect("valid");
+    w.settle();
+    let channels: Vec<Vec<u8>> = w.mux.channels().map(<[u8]>::to_vec).collect();
+    let on_vote = crate::released_channel(&tagged(slots[1], "b"));
+    assert!(
+        channels.contains(&crate::released_channel(b"b")),
+        "{channels:?}"
+    );
+    assert!(channels.contains(&on_vote), "{channels:?}");
+    w.mux.release(w.now, holder);
+    w.settle();
+    assert!(w.nodes[0].token(b"b").is_none());
+    for (node, &slot) in [1, 2].iter().zip(&slots) {
+        assert!(
+            w.nodes[*node].token(&tagged(slot, "b")).is_none(),
+            "the release deletes node {node}'s keys"
+        );
+    }
+    w.mux.handle_notice(w.now, &on_vote);
+    let wake = w.mux.poll_timeout().expect("the woken round is scheduled");
+    assert!(wake.at < w.now + Duration::from_secs(1), "{wake:?}");
+}

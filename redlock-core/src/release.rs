@@ -77,7 +77,7 @@ impl Release {
     pub fn for_spec(now: Instant, config: &Config, spec: LockSpec, ttl: Duration) -> Self {
         let timeout = config.node_timeout(ttl);
         let deadline = now.checked_add(timeout).unwrap_or(now);
-        let mut broadcast = Broadcast::new(Op::DeleteIfEquals, spec, config.nodes(), now, deadline);
+        let mut broadcast = Broadcast::new(Op::DeleteIfEquals, spec, config, now, deadline);
         // A release ends a hold: waiters on the keys may go now.
         broadcast.set_extras(Extras {
             notify: true,

@@ -3,6 +3,7 @@
 //! The round is where stale input dies: a reply from another batch, for a node out of range, a
 //! second reply for the same node, or one at or after the deadline is not recorded.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::command::{Command, Extras, Op};
@@ -118,19 +119,24 @@ pub(crate) struct Round<A> {
     /// Nodes this round does not ask (a fence commit asks only the nodes that granted).
     skip: Vec<bool>,
     sent: usize,
+    /// Per node, the slot whose tag goes before its keys (one of several votes over one
+    /// cluster), when any node has one.
+    key_slots: Option<Arc<[Option<crate::Slot>]>>,
 }
 
 impl<A: NodeAnswer> Round<A> {
-    /// A round of `op` to `nodes` nodes, started at `now`, answered by `deadline`.
+    /// A round of `op` to every node of `config`, started at `now`, answered by `deadline`.
     pub(crate) fn new(
         batch: u32,
         op: Op,
         ttl_ms: u64,
-        nodes: usize,
+        config: &crate::Config,
         now: Instant,
         deadline: Instant,
     ) -> Self {
+        let nodes = config.nodes();
         Self {
+            key_slots: config.key_slots().cloned(),
             origin: Origin::default(),
             batch,
             op,
@@ -192,9 +198,11 @@ impl<A: NodeAnswer> Round<A> {
         }
         let node = self.sent;
         self.sent += 1;
+        let slot = self.key_slots.as_ref().and_then(|slots| slots[node]);
+        let spec = slot.map_or_else(|| spec.clone(), |slot| spec.in_slot(slot));
         Some(Transmit {
             id: RequestId::new(self.origin, self.batch, node),
-            command: Command::new(self.op, spec.clone(), self.ttl_ms, self.extras),
+            command: Command::new(self.op, spec, self.ttl_ms, self.extras),
         })
     }
 
@@ -272,7 +280,14 @@ mod tests {
     fn stale_duplicate_late_and_unknown_replies_do_not_count() {
         let t0 = crate::testing::epoch();
         let deadline = t0 + Duration::from_millis(10);
-        let mut round: Round<Vote> = Round::new(7, Op::SetIfAbsent, 100, 3, t0, deadline);
+        let mut round: Round<Vote> = Round::new(
+            7,
+            Op::SetIfAbsent,
+            100,
+            &crate::Config::new(3).expect("valid"),
+            t0,
+            deadline,
+        );
         let spec = spec();
         let ids: Vec<RequestId> = std::iter::from_fn(|| round.next_transmit(&spec))
             .map(|t| t.id)

@@ -56,6 +56,24 @@ impl Slot {
     }
 }
 
+/// The most votes one cluster may lend a lock ([`vote_slots`]).
+pub const MAX_CLUSTER_VOTES: usize = 64;
+
+/// The slots of `votes` votes over one cluster: the middle slot of each of `votes` even shares
+/// of the slot range, in order. Fixed by `votes` alone, never by a topology. Under an even
+/// layout (what `redis-cli --cluster create` makes: master `m` of `M` serves about
+/// `m * 16384 / M ..= (m + 1) * 16384 / M - 1`), a cluster of `M >= votes` masters serves each
+/// of them from a master of its own; after a resharding two may share a master. Empty for 0,
+/// and for more than [`MAX_CLUSTER_VOTES`].
+pub fn vote_slots(votes: usize) -> impl ExactSizeIterator<Item = Slot> {
+    let votes = if votes > MAX_CLUSTER_VOTES { 0 } else { votes };
+    (0..votes).map(move |vote| {
+        // At most (2 * 63 + 1) * 16384: no overflow, and below 16384 once divided.
+        let middle = (2 * vote + 1) * usize::from(SLOT_COUNT) / (2 * votes);
+        Slot(u16::try_from(middle).unwrap_or(SLOT_COUNT - 1))
+    })
+}
+
 impl fmt::Display for Slot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "slot {}", self.0)
@@ -158,6 +176,54 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// Master `m`'s last slot in `redis-cli --cluster create`'s layout of `masters` masters.
+    fn redis_cli_layout(masters: usize) -> Vec<u16> {
+        let per_master = f32::from(SLOT_COUNT) / masters as f32;
+        let (mut first, mut cursor, mut lasts) = (0_i64, 0.0_f32, Vec::new());
+        for master in 0..masters {
+            let mut last = (cursor + per_master - 1.0).round() as i64;
+            if last > i64::from(SLOT_COUNT) || master == masters - 1 {
+                last = i64::from(SLOT_COUNT) - 1;
+            }
+            last = last.max(first);
+            lasts.push(u16::try_from(last).expect("a slot"));
+            first = last + 1;
+            cursor += per_master;
+        }
+        lasts
+    }
+
+    #[test]
+    fn the_vote_slots_land_on_distinct_masters_of_an_even_layout() {
+        assert_eq!(
+            vote_slots(3).map(Slot::get).collect::<Vec<_>>(),
+            [2730, 8192, 13653],
+            "the names never change"
+        );
+        assert_eq!(vote_slots(1).map(Slot::get).collect::<Vec<_>>(), [8192]);
+        assert_eq!(vote_slots(0).len(), 0);
+        assert_eq!(vote_slots(MAX_CLUSTER_VOTES + 1).len(), 0);
+        for votes in 1..=MAX_CLUSTER_VOTES {
+            for masters in votes..=votes + 200 {
+                let even = |slot: Slot| usize::from(slot.get()) * masters / usize::from(SLOT_COUNT);
+                let lasts = redis_cli_layout(masters);
+                let cli = |slot: Slot| lasts.iter().position(|&last| slot.get() <= last);
+                let on_even: Vec<usize> = vote_slots(votes).map(even).collect();
+                let on_cli: Vec<Option<usize>> = vote_slots(votes).map(cli).collect();
+                for (i, master) in on_even.iter().enumerate() {
+                    assert!(
+                        !on_even[..i].contains(master),
+                        "{votes} on {masters}: {on_even:?}"
+                    );
+                    assert!(
+                        on_cli[i].is_some() && !on_cli[..i].contains(&on_cli[i]),
+                        "{votes} on {masters} (redis-cli): {on_cli:?}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_crc_is_xmodem() {

@@ -110,6 +110,31 @@ impl LockSpec {
         }))
     }
 
+    /// The same resources with `{tag}` of `slot` before every key: how a node that is one of
+    /// several votes over one cluster names them ([`ConfigBuilder::key_slot`]), so that its keys
+    /// of every lock live in that slot. The resources stay what they were.
+    ///
+    /// [`ConfigBuilder::key_slot`]: crate::ConfigBuilder::key_slot
+    pub fn in_slot(&self, slot: crate::Slot) -> Self {
+        let tag = slot.tag().as_bytes();
+        let added = tag.len() + 2;
+        let mut keys = Vec::with_capacity(self.0.keys.len() + added * self.0.ends.len());
+        let mut ends = Vec::with_capacity(self.0.ends.len());
+        for key in self.keys() {
+            keys.push(b'{');
+            keys.extend_from_slice(tag);
+            keys.push(b'}');
+            keys.extend_from_slice(key);
+            ends.push(keys.len());
+        }
+        Self(Arc::new(Inner {
+            token: self.0.token.clone(),
+            prefix_len: self.0.prefix_len + added,
+            keys,
+            ends,
+        }))
+    }
+
     /// The token written under every key.
     pub fn token(&self) -> &Token {
         &self.0.token
@@ -175,6 +200,28 @@ mod tests {
         let resources: Vec<&[u8]> = spec.resources().collect();
         assert_eq!(resources, [&b"b"[..], b"a", b"\0\xff"]);
         assert_eq!(spec.len(), 3);
+    }
+
+    #[test]
+    fn a_vote_slot_goes_before_every_key_and_keeps_the_resources() {
+        let spec = LockSpec::new(b"lock:", [&b"{a}b"[..], b"c"], token()).expect("valid");
+        let slot = crate::vote_slots(3).nth(1).expect("a slot");
+        let voted = spec.in_slot(slot);
+        let tag = slot.tag();
+        let keys: Vec<Vec<u8>> = voted.keys().map(<[u8]>::to_vec).collect();
+        assert_eq!(
+            keys,
+            [
+                format!("{{{tag}}}lock:{{a}}b").into_bytes(),
+                format!("{{{tag}}}lock:c").into_bytes()
+            ]
+        );
+        assert!(
+            voted.keys().all(|key| crate::Slot::of(key) == slot),
+            "one slot"
+        );
+        assert!(voted.resources().eq(spec.resources()));
+        assert_eq!(voted.token(), spec.token());
     }
 
     #[test]

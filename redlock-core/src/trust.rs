@@ -36,7 +36,7 @@ impl Trust {
         Self(Broadcast::new(
             Op::Trust,
             LockSpec::epoch(),
-            config.nodes(),
+            config,
             now,
             deadline,
         ))
