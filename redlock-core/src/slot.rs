@@ -178,6 +178,11 @@ mod tests {
     use super::*;
 
     /// Master `m`'s last slot in `redis-cli --cluster create`'s layout of `masters` masters.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_precision_loss,
+        reason = "the same float arithmetic as redis-cli, on small values"
+    )]
     fn redis_cli_layout(masters: usize) -> Vec<u16> {
         let per_master = f32::from(SLOT_COUNT) / masters as f32;
         let (mut first, mut cursor, mut lasts) = (0_i64, 0.0_f32, Vec::new());
