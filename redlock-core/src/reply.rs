@@ -77,6 +77,9 @@ pub enum NodeErrorKind {
     /// share a master): one cluster is one vote, so the node that learnt its slot map second
     /// refuses every request. Nothing was sent; list each cluster once.
     SameCluster,
+    /// The node was given several votes over one cluster, and its URL leads to a server that
+    /// does not run in cluster mode: one server never casts several votes. Nothing was sent.
+    NotACluster,
 }
 
 impl NodeErrorKind {
@@ -122,6 +125,7 @@ impl NodeErrorKind {
             Self::Tls => "TLS handshake: certificate not accepted",
             Self::Cluster => "cluster: the key's slot was not served (moved, down or failing over)",
             Self::SameCluster => "same cluster as another node: list each cluster once",
+            Self::NotACluster => "not a cluster: only a cluster node lends several votes",
             Self::CrossSlot => "cross-slot: on a cluster, the lock's keys need a common {hash tag}",
         }
     }

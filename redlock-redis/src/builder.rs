@@ -4,10 +4,12 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use redlock_core::{Config, ConfigBuilder, ConfigError, RetryPolicy};
+use redlock_core::{
+    Config, ConfigBuilder, ConfigError, MAX_CLUSTER_VOTES, RetryPolicy, vote_slots,
+};
 
 use crate::error::Error;
-use crate::node::NodeAddr;
+use crate::node::{ClusterVote, NodeAddr};
 
 /// The default bound on one request's I/O (connect, send, reply) to one node. The engine's own
 /// per-node deadlines are usually much shorter and decide the vote; this only bounds how long a
@@ -47,6 +49,8 @@ pub struct Builder<C> {
     never_swapped: Vec<usize>,
     /// More seed URLs of cluster nodes, by position.
     seeds: Vec<(usize, Vec<String>)>,
+    /// Cluster nodes that lend each lock several votes, by position.
+    votes: Vec<(usize, usize)>,
     client: PhantomData<fn() -> C>,
 }
 
@@ -76,6 +80,7 @@ impl<C: FromSettings> Builder<C> {
             memory_watch: crate::MemoryWatchSettings::default(),
             never_swapped: Vec::new(),
             seeds: Vec::new(),
+            votes: Vec::new(),
             #[cfg(feature = "tls")]
             tls: None,
             client: PhantomData,
@@ -188,9 +193,40 @@ impl<C: FromSettings> Builder<C> {
         self
     }
 
+    /// Lets the Redis or Valkey Cluster that node `node` (its position in the URL list, from
+    /// 0) leads to lend each lock `votes` votes instead of one: each vote keeps its keys in a
+    /// slot of its own ([`vote_slots`](redlock_core::vote_slots): the middle slot of each of
+    /// `votes` even shares of the slot range, fixed by `votes` alone), so that under the even
+    /// slot layout of a cluster of at least `votes` masters each vote lands on another master,
+    /// and one master's failover costs a lock one vote instead of the cluster's only one.
+    ///
+    /// The votes count among the others: a cluster with 3 votes and 2 standalone nodes is 5
+    /// votes, a quorum of 3 (set [`quorum`](Self::quorum) over all votes). The votes are only
+    /// as independent as the masters that serve them: after a resharding two of them may share
+    /// a master, and masters on one machine fail together (`redlock nodes check` says where
+    /// each vote's slot is served). Every lock's i-th vote lives in slot i, so a lock of
+    /// several resources is one transaction per vote, whatever their hash tags. Each vote is a
+    /// node of the client of its own (its own connections, labelled `host:port (vote 2 of
+    /// 3)`), listed in place of the node. A server that does not run in cluster mode refuses
+    /// every request of such a node (`not a cluster`); `votes` outside 1 to
+    /// [`MAX_CLUSTER_VOTES`](redlock_core::MAX_CLUSTER_VOTES), a position past the list, or a
+    /// node named twice are errors at [`build`](Self::build).
+    pub fn cluster_votes(mut self, node: usize, votes: usize) -> Self {
+        self.votes.push((node, votes));
+        self
+    }
+
     /// Checks the settings and the URLs and makes the client; connects to nothing yet.
     pub fn build(self) -> Result<C, Error> {
-        let config = self.config.build()?;
+        // The engine's settings are checked first, with a node per vote (bad votes are named
+        // below); again once the votes are spread.
+        let votes: usize = self
+            .votes
+            .iter()
+            .filter(|(_, votes)| (1..=MAX_CLUSTER_VOTES).contains(votes))
+            .map(|(_, votes)| votes - 1)
+            .sum();
+        self.config.clone().nodes(self.urls.len() + votes).build()?;
         let (min, max) = (Duration::from_millis(1), Duration::from_secs(3600));
         if !(min..=max).contains(&self.io_timeout) {
             return Err(ConfigError::Duration {
@@ -254,6 +290,8 @@ impl<C: FromSettings> Builder<C> {
             };
             *node = node.clone().with_seeds(seeds);
         }
+        let (nodes, config) = spread_votes(nodes, &self.votes, self.config)?;
+        let config = config.build()?;
         C::from_settings(Settings {
             config,
             nodes,
@@ -261,4 +299,52 @@ impl<C: FromSettings> Builder<C> {
             memory_watch: self.memory_watch,
         })
     }
+}
+
+/// The nodes with each cluster node that lends several votes listed once per vote, and the
+/// engine's settings with a node per vote, each vote's keys in its slot.
+fn spread_votes(
+    nodes: Vec<NodeAddr>,
+    votes: &[(usize, usize)],
+    mut config: ConfigBuilder,
+) -> Result<(Vec<NodeAddr>, ConfigBuilder), Error> {
+    if votes.is_empty() {
+        return Ok((nodes, config));
+    }
+    let count = nodes.len();
+    let mut per_node: Vec<Option<usize>> = vec![None; count];
+    for (given, &(index, wanted)) in votes.iter().enumerate() {
+        let reason = |reason: String| Error::InvalidNode { index, reason };
+        if index >= count {
+            return Err(reason(format!(
+                "cluster_votes names node #{index}, but there are {count} node URLs (positions 0 to {})",
+                count.saturating_sub(1)
+            )));
+        }
+        if !(1..=MAX_CLUSTER_VOTES).contains(&wanted) {
+            return Err(reason(format!(
+                "cluster_votes: {wanted} votes is not allowed; use 1 to {MAX_CLUSTER_VOTES}"
+            )));
+        }
+        if votes[..given].iter().any(|&(other, _)| other == index) {
+            return Err(reason(
+                "cluster_votes names this node twice; give it once".to_owned(),
+            ));
+        }
+        per_node[index] = Some(wanted);
+    }
+    let mut spread = Vec::with_capacity(per_node.iter().map(|v| v.unwrap_or(1)).sum());
+    for (node, wanted) in nodes.into_iter().zip(per_node) {
+        let Some(votes) = wanted else {
+            spread.push(node);
+            continue;
+        };
+        let first = spread.len();
+        for (vote, slot) in vote_slots(votes).enumerate() {
+            config = config.key_slot(spread.len(), slot);
+            spread.push(node.clone().voting_as(ClusterVote { first, vote, votes }));
+        }
+    }
+    let total = spread.len();
+    Ok((spread, config.nodes(total)))
 }

@@ -202,12 +202,7 @@ impl Unmapped {
                     other,
                     "this node leads to another node's cluster: it never votes"
                 );
-                crate::BatchReplies::answered(
-                    batch
-                        .iter()
-                        .map(|t| (t.id, Reply::Error(NodeErrorKind::SameCluster)))
-                        .collect(),
-                )
+                crate::BatchReplies::refused(batch, NodeErrorKind::SameCluster)
             }
         }
     }

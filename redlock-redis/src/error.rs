@@ -91,6 +91,7 @@ impl fmt::Display for LockFailure {
             (NodeErrorKind::Cluster, CLUSTER_REMEDY),
             (NodeErrorKind::CrossSlot, CROSS_SLOT_REMEDY),
             (NodeErrorKind::SameCluster, SAME_CLUSTER_REMEDY),
+            (NodeErrorKind::NotACluster, NOT_A_CLUSTER_REMEDY),
         ] {
             if self.nodes.iter().any(|n| n.result == Vote::Failed(kind)) {
                 f.write_str(remedy)?;
@@ -114,6 +115,9 @@ const CLUSTER_REMEDY: &str = "; a cluster node did not serve the key's slot (its
     once the cluster serves the slot";
 
 /// What to do about two node URLs that lead to one cluster.
+const NOT_A_CLUSTER_REMEDY: &str = "; `cluster_votes` names a node whose server does not run \
+    in cluster mode, and a standalone server is one vote: give it one vote, or list a cluster";
+
 const SAME_CLUSTER_REMEDY: &str = "; two node URLs lead to one cluster (they share a master), \
     and a cluster is one vote: list each cluster once";
 

@@ -16,6 +16,18 @@ pub struct NodeAddr {
     /// More URLs of the cluster this node leads to
     /// ([`Builder::cluster_seeds`](crate::Builder::cluster_seeds)).
     seeds: Arc<[NodeAddr]>,
+    /// Which of the votes a cluster lends a lock this node is
+    /// ([`Builder::cluster_votes`](crate::Builder::cluster_votes)), if it is one.
+    vote: Option<ClusterVote>,
+}
+
+/// One of the votes a cluster node lends a lock: vote `vote` (from 0) of `votes`, the first of
+/// which is node `first` of the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClusterVote {
+    pub(crate) first: usize,
+    pub(crate) vote: usize,
+    pub(crate) votes: usize,
 }
 
 impl NodeAddr {
@@ -63,6 +75,7 @@ impl NodeAddr {
             label,
             swapdb_never_runs: false,
             seeds: Arc::new([]),
+            vote: None,
         })
     }
 
@@ -142,6 +155,7 @@ impl NodeAddr {
             client,
             swapdb_never_runs: self.swapdb_never_runs,
             seeds: Arc::new([]),
+            vote: None,
         })
     }
 
@@ -176,6 +190,25 @@ impl NodeAddr {
     pub(crate) fn with_seeds(mut self, seeds: Vec<NodeAddr>) -> Self {
         self.seeds = seeds.into();
         self
+    }
+
+    /// This node as vote `vote.vote` of the votes its cluster lends a lock, labelled so
+    /// (`host:port (vote 2 of 3)`, counted from 1).
+    pub(crate) fn voting_as(mut self, vote: ClusterVote) -> Self {
+        self.label = format!("{} (vote {} of {})", self.label, vote.vote + 1, vote.votes).into();
+        self.vote = Some(vote);
+        self
+    }
+
+    /// Which of its cluster's votes this node is, if it is one.
+    pub(crate) fn vote(&self) -> Option<ClusterVote> {
+        self.vote
+    }
+
+    /// Which node of the client, at position `index`, speaks for this node's cluster: the
+    /// first of its votes (all of a cluster's votes are one claim on it), else itself.
+    pub(crate) fn cluster_owner(&self, index: usize) -> usize {
+        self.vote.map_or(index, |vote| vote.first)
     }
 
     /// More URLs of the cluster this node leads to, to ask when its own does not answer.

@@ -181,6 +181,12 @@ impl BatchReplies {
         replies
     }
 
+    /// Every request of `batch` refused without sending it, as `kind` says; the connection
+    /// stays.
+    pub(crate) fn refused(batch: &[Transmit], kind: NodeErrorKind) -> Self {
+        Self::all(batch, Reply::Error(kind), false)
+    }
+
     /// Answers gathered elsewhere (a cluster node's masters), on connections of their own.
     pub(crate) fn answered(answers: Answers) -> Self {
         Self {

@@ -160,6 +160,7 @@ fn error_kind(kind: redlock_core::NodeErrorKind) -> &'static str {
         NodeErrorKind::Cluster => "cluster",
         NodeErrorKind::CrossSlot => "cross_slot",
         NodeErrorKind::SameCluster => "same_cluster",
+        NodeErrorKind::NotACluster => "not_a_cluster",
         // `Other`, and kinds a later engine adds.
         _ => "other",
     }

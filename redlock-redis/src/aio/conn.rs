@@ -220,6 +220,10 @@ impl Node {
                     Err(unmapped) => unmapped.answers(batch),
                 }
             }
+            // One server never casts several votes.
+            Ok(_) if self.routes && self.addr.vote().is_some() => {
+                BatchReplies::refused(batch, NodeErrorKind::NotACluster)
+            }
             Ok(Connected {
                 mut conn,
                 dialect,
@@ -382,7 +386,10 @@ impl Node {
             }
         }
         let map = answer?;
-        if let Err(other) = self.clusters.claim(self.index, &map) {
+        if let Err(other) = self
+            .clusters
+            .claim(self.addr.cluster_owner(self.index), &map)
+        {
             return Err(Unmapped::SameCluster { other });
         }
         let mut masters = Vec::with_capacity(map.masters().len());

@@ -165,11 +165,14 @@ impl Connection {
         }
         let (io_timeout, routes) = (self.io_timeout, self.routes);
         let seeded = !self.addr.seeds().is_empty();
+        let voting = self.addr.vote().is_some();
         let replies = match self.connect() {
             Ok(c) if routes && c.dialect.keyspace == Keyspace::Cluster => match self.learn(true) {
                 Ok(()) => return BatchReplies::answered(self.run_on_cluster(batch)),
                 Err(unmapped) => unmapped.answers(batch),
             },
+            // One server never casts several votes.
+            Ok(_) if routes && voting => BatchReplies::refused(batch, NodeErrorKind::NotACluster),
             Ok(c) => run_batch(
                 &mut c.conn,
                 batch,
@@ -290,7 +293,10 @@ impl Connection {
         }
         // On failure the view stays as it was, for the next try.
         let map = answer?;
-        if let Err(other) = self.clusters.claim(self.index, &map) {
+        if let Err(other) = self
+            .clusters
+            .claim(self.addr.cluster_owner(self.index), &map)
+        {
             return Err(Unmapped::SameCluster { other });
         }
         let mut previous = self

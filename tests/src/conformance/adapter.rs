@@ -34,6 +34,8 @@ pub struct Options {
     pub restart_aware: Option<bool>,
     /// More seed URLs of cluster nodes, by position.
     pub cluster_seeds: Vec<(usize, Vec<String>)>,
+    /// Cluster nodes that lend each lock several votes: (position, votes).
+    pub cluster_votes: Vec<(usize, usize)>,
 }
 
 impl Options {
@@ -157,6 +159,9 @@ pub fn transport<C: redlock_redis::FromSettings>(
     }
     for (node, seeds) in &options.cluster_seeds {
         builder = builder.cluster_seeds(*node, seeds);
+    }
+    for &(node, votes) in &options.cluster_votes {
+        builder = builder.cluster_votes(node, votes);
     }
     builder.swapdb_never_runs_on(options.swapdb_never_runs_on.iter().copied())
 }

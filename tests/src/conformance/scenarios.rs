@@ -971,6 +971,9 @@ macro_rules! conformance_tests {
             a_promoted_replica_sits_out_for_its_slots,
             a_cluster_failover_and_failback_under_open_connections_sits_out,
             a_cluster_slot_migrated_with_a_held_key_keeps_exclusion);
+        $crate::conformance_tests!(@cluster_votes $adapter;
+            a_cluster_lends_votes_on_distinct_masters_and_a_lock_survives_a_failover,
+            a_cluster_vote_needs_a_cluster_and_one_claim);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             a_refused_transaction_part_is_an_error_vote,
@@ -1046,6 +1049,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::cluster_failover::$case::<$adapter>();
+            }
+        )+
+    };
+    (@cluster_votes $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::cluster_votes::$case::<$adapter>();
             }
         )+
     };

@@ -1,0 +1,237 @@
+//! One cluster lending a lock several votes (`Builder::cluster_votes`), against real local
+//! clusters: each vote's keys live in a slot of its own, served by a master of its own, so that
+//! one master's failover costs a lock one vote instead of its only one.
+
+use std::time::Duration;
+
+use redlock_core::{LockRequest, NodeErrorKind, Slot, Vote, vote_slots};
+use redlock_redis::Error;
+
+use super::adapter::{Adapter, HeldLock, Options};
+use super::cluster::{build, once};
+use super::cluster_failover::{is_master, sees_as_master};
+use super::scenarios::{eventually, scripting_denied};
+use crate::{CLUSTER_NODE_TIMEOUT, RedisCluster, ServerOptions, Servers};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// Vote `vote` of `votes`'s key for `key`: `{tag}key`, the tag of the vote's slot.
+fn vote_key(votes: usize, vote: usize, key: &str) -> (Slot, String) {
+    let slot = vote_slots(votes).nth(vote).expect("a vote");
+    (slot, format!("{{{}}}{key}", slot.tag()))
+}
+
+/// A 3-master cluster lends each lock 3 votes: a lock of two resources with different hash
+/// tags is held on every master (each vote's keys in its slot, checked on the servers), a
+/// rival is refused, and when the master of vote 0 dies the lock is still extended by the other
+/// two votes — at once, and after its replica (which sits out) took over — and a new lock is
+/// granted. The cluster runs with `cluster-require-full-coverage no`: with the default `yes`,
+/// every master refuses every key (`CLUSTERDOWN`) from the moment the cluster sees a master
+/// fail until its replica takes over, and the votes fail together in that window. Negative
+/// control: the same cluster as one vote loses a lock whose slot was on that master — its
+/// extension fails.
+pub fn a_cluster_lends_votes_on_distinct_masters_and_a_lock_survives_a_failover<A: Adapter>() {
+    if scripting_denied() {
+        // Restart-aware acquisitions on a cluster need the checked script (see
+        // `a_cluster_node_votes_for_keys_on_every_master`).
+        return;
+    }
+    let options = ServerOptions::new().args(["--cluster-require-full-coverage", "no"]);
+    let mut cluster = RedisCluster::try_start_with(3, 1, &options).expect("a cluster");
+    let seed = [cluster.masters()[2].url()];
+    let options = Options {
+        cluster_votes: vec![(0, 3)],
+        ..once()
+    };
+    let client: A = build(&seed, &options);
+    client.trust_nodes().expect("trust every vote's slots");
+    let (stock, invoice) = ("{order-7}:stock", "invoice");
+    assert_ne!(Slot::of(stock.as_bytes()), Slot::of(invoice.as_bytes()));
+    let mut lock = client
+        .acquire(LockRequest::new(stock, 6 * TTL).resource(invoice))
+        .expect("granted by three votes");
+    for vote in 0..3 {
+        for resource in [stock, invoice] {
+            let (slot, key) = vote_key(3, vote, resource);
+            assert_eq!(
+                cluster.master_of(key.as_bytes()),
+                vote,
+                "{slot} is on master {vote}"
+            );
+            // A lock is granted on a quorum: the last vote's write may still be on its way.
+            assert!(
+                eventually(Duration::from_secs(10), || {
+                    cluster.masters()[vote].get(key.as_bytes()) == Some(lock.token())
+                }),
+                "vote {vote} holds {key}"
+            );
+        }
+    }
+    assert_eq!(
+        cluster.get(stock.as_bytes()),
+        None,
+        "no key without a vote's tag"
+    );
+    let rival: A = build(&seed, &options);
+    assert!(
+        matches!(rival.try_lock(invoice, TTL), Err(Error::Contended(_))),
+        "held"
+    );
+
+    // The same cluster as one vote, with a lock whose slot is on master 0.
+    let single: A = build(&seed, &once());
+    let on_master_0 = (0..)
+        .map(|i| format!("single-{i}"))
+        .find(|key| cluster.master_of(key.as_bytes()) == 0)
+        .expect("a key on master 0");
+    let mut single_lock = single.lock(&on_master_0, 6 * TTL).expect("granted");
+
+    cluster.kill_master(0);
+    lock.extend(6 * TTL).unwrap_or_else(|err| {
+        panic!(
+            "{}: two of three votes extend while vote 0's master is down: {err}",
+            A::NAME
+        )
+    });
+    let replica = &cluster.replicas_of(0)[0];
+    assert!(
+        eventually(CLUSTER_NODE_TIMEOUT * 10, || {
+            is_master(replica) && sees_as_master(&cluster.masters()[2], replica)
+        }),
+        "the replica is promoted, and master 2 knows"
+    );
+    lock.extend(6 * TTL).unwrap_or_else(|err| {
+        panic!(
+            "{}: two of three votes extend after the failover: {err}",
+            A::NAME
+        )
+    });
+    let other = client
+        .lock("after-failover", TTL)
+        .expect("two of three votes grant");
+    assert_eq!(
+        other.release().released(),
+        2,
+        "released by the two voting masters"
+    );
+    let after = rival.try_lock(invoice, TTL);
+    assert!(after.is_err(), "still held: {after:?}");
+    // Negative control: the promoted replica sits out its slots; one vote, no quorum.
+    assert!(
+        single_lock.extend(6 * TTL).is_err(),
+        "{}: a lock on a single-vote cluster is lost with its master",
+        A::NAME
+    );
+    assert!(lock.is_valid());
+}
+
+/// Votes need a cluster and one claim on it: a standalone server given votes refuses every
+/// request (`not a cluster`, nothing set), bad settings are errors at build, and another URL
+/// of a cluster that lends votes already is refused as the same cluster while the votes vote.
+pub fn a_cluster_vote_needs_a_cluster_and_one_claim<A: Adapter>() {
+    let standalone = Servers::start(1);
+    let voted = Options {
+        cluster_votes: vec![(0, 3)],
+        restart_aware: Some(false),
+        ..once()
+    };
+    let client: A = build(&standalone.urls(), &voted);
+    let result = client.try_lock("lone", TTL);
+    let text = result
+        .as_ref()
+        .err()
+        .map(Error::to_string)
+        .unwrap_or_default();
+    match result {
+        Err(Error::Unavailable(detail)) => {
+            assert_eq!(detail.nodes.len(), 3, "three votes: {detail}");
+            let votes: Vec<Vote> = detail.nodes.iter().map(|n| n.result).collect();
+            let refused = Vote::Failed(NodeErrorKind::NotACluster);
+            // The round ends once two refused: the third may not be waited for.
+            assert!(
+                votes.iter().filter(|&&v| v == refused).count() >= 2,
+                "{detail}"
+            );
+            assert!(
+                votes.iter().all(|&v| v == refused || v == Vote::Pending),
+                "{detail}"
+            );
+        }
+        other => panic!("{}: a standalone server cast votes: {other:?}", A::NAME),
+    }
+    assert!(
+        text.contains("(vote 2 of 3)") && text.contains("failed (not a cluster"),
+        "{text}"
+    );
+    assert!(
+        text.contains("give it one vote, or list a cluster"),
+        "{text}"
+    );
+    assert_eq!(standalone.servers()[0].dbsize(), 0, "nothing set");
+
+    for (votes, expected) in [
+        (vec![(0, 0)], "0 votes is not allowed; use 1 to 64"),
+        (vec![(0, 65)], "65 votes is not allowed"),
+        (
+            vec![(1, 3)],
+            "cluster_votes names node #1, but there are 1 node URLs",
+        ),
+        (vec![(0, 2), (0, 3)], "names this node twice"),
+    ] {
+        let options = Options {
+            cluster_votes: votes,
+            ..once()
+        };
+        match A::build(&standalone.urls(), &options) {
+            Err(err) => assert!(err.to_string().contains(expected), "{err}"),
+            Ok(_) => panic!("{}: built with {:?}", A::NAME, options.cluster_votes),
+        }
+    }
+
+    // Which of the two claims the cluster first is a race; either way it never counts for
+    // both: the votes' keys and the plain URL's key are never set together.
+    let cluster = RedisCluster::start(3, 0);
+    let urls = [cluster.masters()[0].url(), cluster.masters()[1].url()];
+    let twice: A = build(&urls, &voted);
+    let voted_keys: Vec<(usize, String)> = (0..3)
+        .map(|vote| {
+            let (slot, key) = vote_key(3, vote, "claimed");
+            (cluster.master_of(slot.tag().as_bytes()), key)
+        })
+        .collect();
+    let result = twice.try_lock("claimed", TTL);
+    let text = result
+        .as_ref()
+        .err()
+        .map(Error::to_string)
+        .unwrap_or_default();
+    match result {
+        Ok(lock) => {
+            // The votes claimed it: three votes of four, the plain URL refused.
+            for (master, key) in &voted_keys {
+                assert!(
+                    eventually(Duration::from_secs(10), || {
+                        cluster.masters()[*master].get(key) == Some(lock.token())
+                    }),
+                    "{key}"
+                );
+            }
+            assert_eq!(cluster.get(b"claimed"), None, "the plain URL never voted");
+        }
+        Err(Error::Unavailable(detail)) => {
+            // The plain URL claimed it: the votes refuse, and nothing of theirs is left.
+            let votes: Vec<Vote> = detail.nodes.iter().map(|n| n.result).collect();
+            let same = Vote::Failed(NodeErrorKind::SameCluster);
+            assert!(votes[..3].contains(&same), "{detail}");
+            assert!(
+                votes[..3].iter().all(|&v| v == same || v == Vote::Pending),
+                "{detail}"
+            );
+            assert!(text.contains("list each cluster once"), "{text}");
+            for (master, key) in &voted_keys {
+                assert_eq!(cluster.masters()[*master].get(key), None, "{key}");
+            }
+        }
+        other => panic!("{}: one cluster claimed twice: {other:?}", A::NAME),
+    }
+}
