@@ -80,7 +80,7 @@ pub(crate) fn bench(global: &Global, args: &BenchArgs) -> Result<std::process::E
     let floor = ping_floor(&global)?;
     let prefix = format!("{}bench:{}:", global.prefix, std::process::id());
     let client = |retry: RetryPolicy| {
-        Redlock::builder(&global.nodes)
+        crate::clusters(Redlock::builder(&global.nodes), &global)?
             .key_prefix(prefix.as_bytes())
             .config(|c| c.max_ttl(global.max_ttl))
             .retry(retry)

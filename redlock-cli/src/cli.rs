@@ -60,6 +60,30 @@ pub(crate) struct Global {
     )]
     pub(crate) nodes: Vec<String>,
 
+    /// A cluster node's votes per lock, `POSITION=VOTES` (its position in the --node list,
+    /// from 0): the cluster lends each lock that many votes, each in a slot of its own, on
+    /// distinct masters under an even slot layout. Comma-separate or repeat for several.
+    #[arg(
+        long = "cluster-votes",
+        env = "REDLOCK_CLUSTER_VOTES",
+        value_delimiter = ',',
+        value_name = "POSITION=VOTES",
+        global = true
+    )]
+    pub(crate) cluster_votes: Vec<String>,
+
+    /// More URLs of a cluster node's cluster, `POSITION=URL`, asked when the node's own URL
+    /// does not answer. Keep passwords in REDLOCK_CLUSTER_SEEDS rather than here.
+    #[arg(
+        long = "cluster-seed",
+        env = "REDLOCK_CLUSTER_SEEDS",
+        hide_env_values = true,
+        value_delimiter = ',',
+        value_name = "POSITION=URL",
+        global = true
+    )]
+    pub(crate) cluster_seeds: Vec<String>,
+
     /// Prefix of the Redis keys.
     #[arg(long, default_value = "redlock:", global = true)]
     pub(crate) prefix: String,
@@ -96,6 +120,54 @@ pub(crate) struct Global {
 }
 
 impl Global {
+    /// `--cluster-votes`, parsed: `(position, votes)`.
+    pub(crate) fn votes(&self) -> Result<Vec<(usize, usize)>, crate::Failure> {
+        self.cluster_votes
+            .iter()
+            .map(|given| {
+                given
+                    .split_once('=')
+                    .and_then(|(node, votes)| {
+                        Some((node.trim().parse().ok()?, votes.trim().parse().ok()?))
+                    })
+                    .ok_or_else(|| {
+                        (
+                            crate::USAGE,
+                            format!(
+                                "--cluster-votes {given:?}: give POSITION=VOTES, e.g. 0=3 (the \
+                                 first --node lends each lock 3 votes)"
+                            ),
+                        )
+                    })
+            })
+            .collect()
+    }
+
+    /// `--cluster-seed`, parsed: `(position, url)`. The error never repeats a URL (it may
+    /// hold a password).
+    pub(crate) fn seeds(&self) -> Result<Vec<(usize, String)>, crate::Failure> {
+        self.cluster_seeds
+            .iter()
+            .enumerate()
+            .map(|(index, given)| {
+                given
+                    .split_once('=')
+                    .and_then(|(node, url)| {
+                        Some((node.trim().parse().ok()?, url.trim().to_owned()))
+                    })
+                    .ok_or_else(|| {
+                        (
+                            crate::USAGE,
+                            format!(
+                                "--cluster-seed #{index}: give POSITION=URL, e.g. \
+                                 0=redis://10.0.0.2:6379 (a seed of the first --node's cluster)"
+                            ),
+                        )
+                    })
+            })
+            .collect()
+    }
+
     /// The output format, `--json` included.
     pub(crate) fn format(&self) -> Format {
         if self.json { Format::Json } else { self.format }
@@ -359,6 +431,8 @@ pub(crate) fn args_with_run(args: impl IntoIterator<Item = OsString>) -> Vec<OsS
         "--node",
         "--prefix",
         "--max-ttl",
+        "--cluster-votes",
+        "--cluster-seed",
         "--format",
         "-t",
         "--ttl",

@@ -20,6 +20,7 @@ use redlock_blocking::{ConfigError, Error, Redlock, RetryPolicy};
 
 mod bench;
 mod cli;
+mod cluster;
 mod demo;
 mod duration;
 mod guard;
@@ -93,12 +94,26 @@ fn client(global: &Global, wait: std::time::Duration) -> Result<Redlock, Failure
     } else {
         RetryPolicy::default().unlimited().deadline(wait)
     };
-    Redlock::builder(&global.nodes)
+    clusters(Redlock::builder(&global.nodes), global)?
         .key_prefix(global.prefix.as_bytes())
         .config(|c| c.max_ttl(global.max_ttl))
         .retry(retry)
         .build()
         .map_err(|err| (USAGE, err.to_string()))
+}
+
+/// `builder` with the cluster nodes' seeds and votes of the global options.
+pub(crate) fn clusters(
+    mut builder: redlock_blocking::RedlockBuilder,
+    global: &Global,
+) -> Result<redlock_blocking::RedlockBuilder, Failure> {
+    for (node, url) in global.seeds()? {
+        builder = builder.cluster_seeds(node, [url]);
+    }
+    for (node, votes) in global.votes()? {
+        builder = builder.cluster_votes(node, votes);
+    }
+    Ok(builder)
 }
 
 /// The exit code and message for a lock taken as `taking` says on `resource` that failed: the

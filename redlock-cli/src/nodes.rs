@@ -11,10 +11,12 @@ use redlock_redis::NodeAddr;
 use serde_json::{Value, json};
 
 use crate::cli::{CheckArgs, Global, TrustArgs};
+use crate::cluster::{self, ClusterView, Shard};
 use crate::output::Out;
 use crate::probe::{self, Eligibility, Probe};
 use crate::warnings::{self, Facts, info_field};
 use crate::{Failure, UNAVAILABLE, client, failure};
+use redlock_core::Slot;
 
 /// PINGs per latency measurement.
 const PINGS: usize = 5;
@@ -31,7 +33,8 @@ struct Report {
     server: String,
     version: String,
     latency: Duration,
-    eligibility: Eligibility,
+    /// Restart-aware voting state of a standalone node (a cluster's is per slot, in `cluster`).
+    eligibility: Option<Eligibility>,
     /// The node's memory identity now (`run_id:master_replid:database:evicted_keys`), if `INFO`
     /// says it.
     identity: Option<String>,
@@ -41,6 +44,19 @@ struct Report {
     stamp_cause: Option<SitOutCause>,
     /// What a proven connection's acquisitions read there besides their `SET`.
     seal: Seal,
+    /// A cluster node's shards, and where its votes land.
+    cluster: Option<ClusterReport>,
+}
+
+/// What `nodes check` found on a cluster node.
+struct ClusterReport {
+    shards: Vec<Shard>,
+    /// Slots no master serves.
+    unserved: usize,
+    /// With `--cluster-votes`: each vote's slot and the master that serves it.
+    votes: Vec<(Slot, Option<String>)>,
+    /// `cluster-require-full-coverage` (`None` where `CONFIG GET` is denied).
+    full_coverage: Option<bool>,
 }
 
 /// What a proven connection's acquisitions read on a node besides their `SET` (the seal of
@@ -60,6 +76,9 @@ enum Seal {
     /// The node's identity is unknown (`INFO` denied): a plain `SET`, a swap or a lone eviction
     /// unseen.
     Blind,
+    /// A cluster node: its connections are untracked, and each restart-aware acquisition runs
+    /// the checked script against its slot's epoch.
+    Checked,
 }
 
 impl Seal {
@@ -85,6 +104,7 @@ impl Seal {
             Self::Heard { swapdb: true } => "sealed-heard",
             Self::Heard { swapdb: false } => "plain-heard",
             Self::Blind => "blind",
+            Self::Checked => "checked",
         }
     }
 
@@ -102,6 +122,9 @@ impl Seal {
                 "hears its evictions (keyspace events, to a user allowed the channel) and acquires with a plain SET (SWAPDB renamed away)"
             }
             Self::Blind => "sees no swap nor lone eviction (INFO denied)",
+            Self::Checked => {
+                "checks each restart-aware acquisition by script on its slot's master (a cluster)"
+            }
         }
     }
 }
@@ -140,11 +163,17 @@ impl Report {
 /// node failed a check, or with `--strict` if there is any warning.
 pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failure> {
     let nodes = probe::nodes(global)?;
+    let votes = global.votes()?;
     let reference = Instant::now();
     let checked: Vec<Checked> = nodes
         .iter()
-        .map(|node| {
-            let (facts, result) = check_node(node, global.max_ttl, reference);
+        .enumerate()
+        .map(|(index, node)| {
+            let votes = votes
+                .iter()
+                .find(|(position, _)| *position == index)
+                .map(|(_, votes)| *votes);
+            let (facts, result) = check_node(node, global.max_ttl, reference, votes);
             Checked {
                 label: node.label().to_string(),
                 facts,
@@ -154,11 +183,34 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
         .collect();
     let labels: Vec<String> = checked.iter().map(|c| c.label.clone()).collect();
     let facts: Vec<Option<Facts>> = checked.iter().map(|c| c.facts.clone()).collect();
-    let warnings = warnings::warnings(&labels, &facts, global.max_ttl);
-    let advice = advice(nodes.len());
+    let mut warnings = warnings::warnings(&labels, &facts, global.max_ttl);
+    for node in &checked {
+        if let Ok(Report {
+            cluster: Some(cluster),
+            ..
+        }) = &node.result
+        {
+            warnings.extend(cluster_warnings(&node.label, cluster));
+        }
+    }
+    // A cluster node with votes counts as its votes.
+    let extra: usize = votes.iter().map(|(_, votes)| votes.saturating_sub(1)).sum();
+    let advice = advice(nodes.len() + extra);
     let remedy = probe::sit_out_remedy(checked.iter().filter_map(|node| {
         let report = node.result.as_ref().ok()?;
-        Some((node.label.as_str(), report.eligibility))
+        let eligibility = match &report.cluster {
+            // A cluster with slots that will sit out is named like a node that will.
+            Some(cluster) => match cluster
+                .shards
+                .iter()
+                .any(|shard| shard.read.as_ref().is_ok_and(cluster::Epochs::waits))
+            {
+                true => Eligibility::Unknown,
+                false => Eligibility::Eligible,
+            },
+            None => report.eligibility?,
+        };
+        Some((node.label.as_str(), eligibility))
     }));
     Out::new(global).report(
         || {
@@ -166,18 +218,45 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
             let mut text = String::new();
             for node in &checked {
                 let line = match &node.result {
+                    Ok(r) if r.cluster.is_some() => format!(
+                        "ok  {} {}, login ok, scripts ok, {:?} round trip, a cluster node: {}",
+                        r.server,
+                        r.version,
+                        r.latency,
+                        r.seal.describe()
+                    ),
                     Ok(r) => format!(
                         "ok  {} {}, login ok, scripts ok, {:?} round trip, {}, {}, {}",
                         r.server,
                         r.version,
                         r.latency,
-                        r.eligibility.describe(),
+                        r.eligibility.map(Eligibility::describe).unwrap_or_default(),
                         r.identity_text(),
                         r.seal.describe()
                     ),
                     Err(why) => format!("FAILED  {why}"),
                 };
                 let _ = writeln!(text, "{:width$}  {line}", node.label);
+                if let Ok(Report {
+                    cluster: Some(cluster),
+                    ..
+                }) = &node.result
+                {
+                    for shard in &cluster.shards {
+                        let _ = writeln!(text, "{:width$}    {}", "", shard.describe());
+                    }
+                    for (vote, (slot, master)) in cluster.votes.iter().enumerate() {
+                        let master = master.as_deref().unwrap_or("no master");
+                        let _ = writeln!(
+                            text,
+                            "{:width$}    vote {} of {}: {slot} (tag {{{}}}), on master {master}",
+                            "",
+                            vote + 1,
+                            cluster.votes.len(),
+                            slot.tag()
+                        );
+                    }
+                }
             }
             for warning in &warnings {
                 let _ = writeln!(text, "warning: {}: {}", warning.node, warning.message);
@@ -200,11 +279,12 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
                         "server": r.server,
                         "version": r.version,
                         "latency_us": u64::try_from(r.latency.as_micros()).unwrap_or(u64::MAX),
-                        "eligibility": r.eligibility.word(),
+                        "eligibility": r.eligibility.map(Eligibility::word),
                         "identity": r.identity,
                         "stamped_identity": r.stamped,
                         "stamp_cause": r.stamp_cause.map(SitOutCause::word),
                         "vouched": r.seal.word(),
+                        "cluster": r.cluster.as_ref().map(ClusterReport::json),
                     }),
                     Err(why) => json!({"node": node.label, "ok": false, "error": why}),
                 })
@@ -245,6 +325,7 @@ fn check_node(
     node: &NodeAddr,
     max_ttl: Duration,
     reference: Instant,
+    votes: Option<usize>,
 ) -> (Option<Facts>, Result<Report, String>) {
     let mut probe = match Probe::connect(node) {
         Ok(probe) => probe,
@@ -258,7 +339,8 @@ fn check_node(
     };
     let mut facts = Facts::read(&mut probe, node, &info, reference);
     facts.info_denied = denied;
-    (Some(facts), check_rest(&mut probe, node, &info, max_ttl))
+    let result = check_rest(&mut probe, node, &info, max_ttl, facts.cluster, votes);
+    (Some(facts), result)
 }
 
 fn check_rest(
@@ -266,6 +348,8 @@ fn check_rest(
     node: &NodeAddr,
     info: &str,
     max_ttl: Duration,
+    cluster: bool,
+    votes: Option<usize>,
 ) -> Result<Report, String> {
     let field = |name: &str| info_field(info, name).map(str::to_owned);
     let (server, version) = match field("server_name") {
@@ -281,6 +365,16 @@ fn check_rest(
     if one != 1 {
         return Err(format!("scripts do not run: EVAL answered {one}"));
     }
+    if cluster {
+        return check_cluster(probe, node, server, version, votes);
+    }
+    if votes.is_some() {
+        return Err(
+            "--cluster-votes names this node, but it does not run in cluster mode: a \
+             standalone server is one vote"
+                .to_owned(),
+        );
+    }
     let stamped: Option<Vec<u8>> =
         probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_ID_KEY))?;
     // `COMMAND INFO` of a command renamed away answers nil; unanswered, it may run.
@@ -292,7 +386,7 @@ fn check_rest(
         server,
         version: version.unwrap_or_else(|| "(version unknown)".to_owned()),
         latency: probe.latency(node, PINGS)?,
-        eligibility: Eligibility::read(probe, node, max_ttl)?,
+        eligibility: Some(Eligibility::read(probe, node, max_ttl)?),
         seal: Seal::of(
             info,
             identity.is_some(),
@@ -306,7 +400,174 @@ fn check_rest(
         stamp_cause: stamped
             .as_deref()
             .and_then(|stamped| redlock_core::split_stamp(stamped).1),
+        cluster: None,
     })
+}
+
+/// The rest of a cluster node's check: its slot map, each master's slots, replicas, identity
+/// and slot epochs, and where its votes land.
+fn check_cluster(
+    probe: &mut Probe,
+    node: &NodeAddr,
+    server: String,
+    version: Option<String>,
+    votes: Option<usize>,
+) -> Result<Report, String> {
+    let mut view = ClusterView::read(probe, node)?;
+    let full_coverage = warnings::config(probe, node, "cluster-require-full-coverage")
+        .ok()
+        .map(|value| value == "yes");
+    let unserved = redlock_core::Slot::all()
+        .filter(|slot| view.map.master_of(*slot).is_none())
+        .count();
+    Ok(Report {
+        server,
+        version: version.unwrap_or_else(|| "(version unknown)".to_owned()),
+        latency: probe.latency(node, PINGS)?,
+        eligibility: None,
+        identity: None,
+        stamped: None,
+        stamp_cause: None,
+        seal: Seal::Checked,
+        cluster: Some(ClusterReport {
+            votes: votes
+                .map(|votes| view.vote_masters(votes))
+                .unwrap_or_default(),
+            shards: view.shards(),
+            unserved,
+            full_coverage,
+        }),
+    })
+}
+
+/// What still puts a lock at risk on a cluster node: slots no master serves, masters without a
+/// replica, votes that share a master or a host, and votes that fail together while a master
+/// fails over.
+fn cluster_warnings(label: &str, cluster: &ClusterReport) -> Vec<warnings::Warning> {
+    let warning = |kind, message: String, strict| warnings::Warning {
+        node: label.to_owned(),
+        kind,
+        message,
+        strict,
+    };
+    let mut found = Vec::new();
+    if cluster.unserved > 0 {
+        found.push(warning(
+            "cluster-slots",
+            format!(
+                "{} slots are served by no master: a lock whose key is there gets no vote from \
+                 this cluster until a master serves them",
+                cluster.unserved
+            ),
+            true,
+        ));
+    }
+    for shard in cluster
+        .shards
+        .iter()
+        .filter(|shard| shard.replicas.is_empty())
+    {
+        found.push(warning(
+            "cluster-replica",
+            format!(
+                "master {} has no replica: if it fails, its slots are not served until it is \
+                 back (and then sit out --max-ttl if it lost its memory)",
+                shard.master
+            ),
+            false,
+        ));
+    }
+    for (vote, (_, master)) in cluster.votes.iter().enumerate() {
+        let Some(master) = master else { continue };
+        if let Some(first) = cluster.votes[..vote]
+            .iter()
+            .position(|(_, other)| other.as_deref() == Some(master.as_str()))
+        {
+            found.push(warning(
+                "cluster-votes",
+                format!(
+                    "votes {} and {} are both on master {master} (the slots are not laid out \
+                     evenly, or there are fewer masters than votes): its failure costs both",
+                    first + 1,
+                    vote + 1
+                ),
+                true,
+            ));
+        }
+    }
+    let host = |master: &str| {
+        master
+            .rsplit_once(':')
+            .map_or(master, |(host, _)| host)
+            .to_owned()
+    };
+    let mut hosts: Vec<String> = cluster
+        .votes
+        .iter()
+        .filter_map(|(_, master)| master.as_deref().map(host))
+        .collect();
+    hosts.sort();
+    let shared = hosts.windows(2).filter(|pair| pair[0] == pair[1]).count();
+    if shared > 0 {
+        hosts.dedup();
+        found.push(warning(
+            "cluster-votes",
+            format!(
+                "the votes' masters run on {} host(s) for {} votes ({}): masters on one machine \
+                 fail together",
+                hosts.len(),
+                cluster.votes.len(),
+                hosts.join(", ")
+            ),
+            false,
+        ));
+    }
+    if cluster.votes.len() > 1 && cluster.full_coverage != Some(false) {
+        found.push(warning(
+            "cluster-coverage",
+            "cluster-require-full-coverage is yes (or unreadable): from when the cluster sees a \
+             master fail until its replica takes over, every master refuses every key, and all \
+             the votes fail together; set it to no"
+                .to_owned(),
+            false,
+        ));
+    }
+    found
+}
+
+impl ClusterReport {
+    fn json(&self) -> Value {
+        let shards: Vec<Value> = self
+            .shards
+            .iter()
+            .map(|shard| {
+                let epochs = shard.read.as_ref().map_or_else(
+                    |why| json!({"error": why}),
+                    |epochs| {
+                        json!({
+                            "identity": epochs.identity,
+                            "own": epochs.own,
+                            "foreign": epochs.foreign,
+                            "fresh": epochs.fresh,
+                        })
+                    },
+                );
+                json!({
+                    "master": shard.master,
+                    "slots": shard.ranges,
+                    "replicas": shard.replicas,
+                    "epochs": epochs,
+                })
+            })
+            .collect();
+        let votes: Vec<Value> = self
+            .votes
+            .iter()
+            .map(|(slot, master)| json!({"slot": slot.get(), "tag": slot.tag(), "master": master}))
+            .collect();
+        json!({"shards": shards, "unserved_slots": self.unserved, "votes": votes,
+               "full_coverage": self.full_coverage})
+    }
 }
 
 /// The URLs of the nodes named in `only` (`host:port`, as `nodes check` labels them; every

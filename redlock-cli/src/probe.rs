@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use redis::{Connection, ErrorKind, RedisError};
-use redlock_core::{Epoch, SitOutCause};
+use redlock_core::{Epoch, Keyspace, SitOutCause};
 use redlock_redis::NodeAddr;
 
 use crate::cli::Global;
@@ -52,6 +52,16 @@ impl Probe {
     ) -> Result<T, String> {
         command
             .query(&mut self.connection)
+            .map_err(|err| describe(node, &err))
+    }
+
+    /// Runs a pipeline; errors are described without the URL.
+    pub(crate) fn query_pipe<T: redis::FromRedisValue>(
+        &mut self,
+        node: &NodeAddr,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, String> {
+        pipe.query(&mut self.connection)
             .map_err(|err| describe(node, &err))
     }
 
@@ -154,25 +164,37 @@ pub(crate) enum Eligibility {
 }
 
 impl Eligibility {
-    /// Reads it: `GET` and `PTTL` of `redlock:epoch` and `TIME` on the node, judged by the
+    /// Reads it on a standalone node: `GET` and `PTTL` of `redlock:epoch` and `TIME` on the node, judged by the
     /// engine's own rule ([`Epoch::refuses_for_ms`], the acquire script's check).
     pub(crate) fn read(
         probe: &mut Probe,
         node: &NodeAddr,
         max_ttl: Duration,
     ) -> Result<Self, String> {
-        let value: Option<Vec<u8>> =
-            probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_KEY))?;
+        Self::read_for(probe, node, max_ttl, Keyspace::Standalone, b"")
+    }
+
+    /// [`read`](Self::read) for lock key `key` of a node of `keyspace`: on a cluster, the
+    /// epoch of the key's slot (on the master `probe` reaches).
+    pub(crate) fn read_for(
+        probe: &mut Probe,
+        node: &NodeAddr,
+        max_ttl: Duration,
+        keyspace: Keyspace,
+        key: &[u8],
+    ) -> Result<Self, String> {
+        let epoch_key = keyspace.epoch_key(key);
+        let value: Option<Vec<u8>> = probe.query(node, redis::cmd("GET").arg(&*epoch_key))?;
         let Some(value) = value else {
             return Ok(Self::Unknown);
         };
         // The claim of a node without scripts tells its age by its TTL (read before the time).
-        let pttl: i64 = probe.query(node, redis::cmd("PTTL").arg(redlock_core::EPOCH_KEY))?;
+        let pttl: i64 = probe.query(node, redis::cmd("PTTL").arg(&*epoch_key))?;
         let now = probe.time_ms(node)?;
         let Some(epoch) = Epoch::read(&value, Some(pttl), now) else {
             return Ok(Self::Unknown);
         };
-        let (changed, recorded) = Self::stamp(probe, node)?;
+        let (changed, recorded) = Self::stamp(probe, node, &keyspace.epoch_id_key(key))?;
         if let Some(cause) = changed {
             return Ok(Self::NewIdentity { cause });
         }
@@ -195,9 +217,9 @@ impl Eligibility {
     fn stamp(
         probe: &mut Probe,
         node: &NodeAddr,
+        id_key: &[u8],
     ) -> Result<(Option<SitOutCause>, Option<SitOutCause>), String> {
-        let stamped: Option<Vec<u8>> =
-            probe.query(node, redis::cmd("GET").arg(redlock_core::EPOCH_ID_KEY))?;
+        let stamped: Option<Vec<u8>> = probe.query(node, redis::cmd("GET").arg(id_key))?;
         let recorded = stamped
             .as_deref()
             .and_then(|stamped| redlock_core::split_stamp(stamped).1);

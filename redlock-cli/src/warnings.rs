@@ -214,16 +214,6 @@ pub(crate) fn warnings(
                 ),
             );
         }
-        if facts.cluster {
-            warn(
-                "cluster",
-                "cluster mode is enabled: this URL is a whole cluster, one vote per lock; each \
-                 restart-aware acquisition runs the checked script on its slot's master, a \
-                 lock's resources must share a {hash tag}, and a promoted replica sits out \
-                 --max-ttl for its slots; list each cluster once"
-                    .to_owned(),
-            );
-        }
         if let Some(first) = same_server(&run_ids, index) {
             let short: String = run_ids[index].unwrap_or_default().chars().take(8).collect();
             warn(
@@ -413,12 +403,10 @@ mod tests {
         replica.role = Some("slave".to_owned());
         let mut cluster = clean("c");
         cluster.cluster = true;
+        // A cluster node's warnings are its shards' (`nodes check`), not cluster mode itself.
         assert_eq!(
             kinds(vec![clean("a"), replica, cluster]),
-            [
-                ("10.0.0.1:6379".to_owned(), "replica"),
-                ("10.0.0.2:6379".to_owned(), "cluster")
-            ]
+            [("10.0.0.1:6379".to_owned(), "replica")]
         );
 
         assert_eq!(

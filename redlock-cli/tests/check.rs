@@ -1,5 +1,6 @@
 //! `redlock nodes check` warnings, each against real redis-servers configured that way: eviction,
-//! a clock far from the others', a replica, cluster mode, two URLs for one server, persistence,
+//! a clock far from the others', a replica, a cluster's shards and votes, two URLs for one
+//! server, persistence,
 //! a user denied `INFO`;
 //! `--strict` turns any warning into exit 69, and a clean setup prints none.
 
@@ -10,7 +11,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use redlock_tests::{RedisServer, ServerOptions};
+use redlock_tests::{RedisCluster, RedisServer, ServerOptions};
 
 use common::{json, stderr, stdout};
 
@@ -182,27 +183,109 @@ fn a_replica_warns() {
 }
 
 #[test]
-fn cluster_mode_warns() {
+fn a_cluster_node_without_slots_warns_that_no_master_serves_them() {
     let clustered = durable().args(["--cluster-enabled", "yes"]).start();
     let (a, b) = (durable().start(), durable().start());
     let urls = urls(&[&a, &b, &clustered]);
     let output = check(&urls, &[]);
-    // A cluster node with no slots cannot even serve the epoch key: it fails a check, too.
-    assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
-        stdout(&output).contains("cluster mode is enabled"),
+        stdout(&output).contains("16384 slots are served by no master"),
         "{}",
         stdout(&output)
     );
-    let report = json(&check(&urls, &["--json"]));
-    let kinds: Vec<&str> = report["warnings"]
+    assert_eq!(warnings(&urls, &[]), [pair("cluster-slots", 2)]);
+    assert_eq!(check(&urls, &["--strict"]).status.code(), Some(69));
+}
+
+/// A real 3-master cluster with a replica each: `nodes check` shows each master's slots,
+/// replicas, identity and slot epochs (none yet, then every slot its own after a trust), and
+/// with `--cluster-votes 0=3` which master serves each vote; the warnings are those that still
+/// apply (votes on one host, full coverage). `--cluster-votes` on a standalone server fails
+/// its check.
+#[test]
+fn a_cluster_node_shows_its_shards_and_where_its_votes_land() {
+    let cluster = RedisCluster::try_start_with(3, 1, &durable()).expect("a cluster");
+    let urls = [cluster.masters()[1].url()];
+    // `CLUSTER SLOTS` lists a replica once it has replicated anything: a write to each
+    // master, and a while for the offsets to reach the other masters' gossip.
+    for (index, master) in cluster.masters().iter().enumerate() {
+        let slot = redlock_core::Slot::new(cluster.slots_of(index).0).expect("a slot");
+        master.set(format!("{{{}}}warm", slot.tag()), "up");
+    }
+    let started = std::time::Instant::now();
+    let (output, text) = loop {
+        let output = check(&urls, &[]);
+        let text = stdout(&output);
+        if !text.contains("no replica") || started.elapsed() > Duration::from_secs(60) {
+            break (output, text);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    for master in 0..3 {
+        let replica = cluster.replicas_of(master)[0].addr();
+        let line = text
+            .lines()
+            .find(|line| line.contains(&format!("master {}:", cluster.masters()[master].addr())))
+            .unwrap_or_else(|| panic!("master {master} is shown: {text}"));
+        let (first, last) = cluster.slots_of(master);
+        assert!(line.contains(&format!("({first}-{last})")), "{line}");
+        assert!(line.contains(&format!("replicas {replica}")), "{line}");
+        assert!(line.contains("none yet"), "{line}");
+    }
+    assert!(
+        warnings(&urls, &[]).is_empty(),
+        "a cluster alone draws no warning"
+    );
+
+    let voted = ["--cluster-votes", "0=3"];
+    let trusted = Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env("REDLOCK_NODES", urls.join(","))
+        .args(["nodes", "trust"])
+        .args(voted)
+        .output()
+        .expect("run redlock");
+    assert!(trusted.status.success(), "{}", stderr(&trusted));
+    let report = json(&check(&urls, &[&voted[..], &["--json"]].concat()));
+    let shards = report["nodes"][0]["cluster"]["shards"]
         .as_array()
-        .expect("warnings")
-        .iter()
-        .map(|w| w["kind"].as_str().expect("kind"))
+        .expect("shards");
+    assert_eq!(shards.len(), 3, "{report}");
+    for shard in shards {
+        assert_eq!(shard["epochs"]["fresh"], 0, "{report}");
+        assert_eq!(shard["epochs"]["foreign"], 0, "{report}");
+        assert!(shard["epochs"]["own"].as_u64() > Some(5000), "{report}");
+    }
+    let votes = report["nodes"][0]["cluster"]["votes"]
+        .as_array()
+        .expect("votes");
+    for (vote, placed) in votes.iter().enumerate() {
+        assert_eq!(
+            placed["master"],
+            cluster.masters()[vote].addr().to_string(),
+            "{report}"
+        );
+    }
+    let mut kinds: Vec<String> = warnings(&urls, &voted)
+        .into_iter()
+        .map(|(_, kind)| kind)
         .collect();
-    assert_eq!(kinds, ["cluster"], "{report}");
-    assert_eq!(report["warnings"][0]["node"], report["nodes"][2]["node"]);
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        ["cluster-coverage", "cluster-votes"],
+        "one host, full coverage"
+    );
+
+    let standalone = durable().start();
+    let output = check(&[standalone.url()], &voted);
+    assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("does not run in cluster mode"),
+        "{}",
+        stdout(&output)
+    );
 }
 
 #[test]

@@ -271,3 +271,80 @@ fn status_reads_fence_counters_old_and_new() {
     );
     assert_eq!(fences(1), [Some(123); 3], "{report}");
 }
+
+/// `status` on a cluster node reads each key on its slot's master (the plain URL's server
+/// would answer `MOVED`), with its slot's epoch; with `--cluster-votes 0=3` it shows each vote,
+/// its key in the vote's slot, held by the token `acquire` printed. With `--fenced`, the fence
+/// counter is read under its cluster name.
+#[test]
+fn status_reads_a_cluster_node_key_by_key_and_vote_by_vote() {
+    let cluster = redlock_tests::RedisCluster::start(3, 0);
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_redlock"))
+            .env("REDLOCK_NODES", cluster.masters()[0].url())
+            .env_remove("REDLOCK_MAX_TTL")
+            .args(args)
+            .output()
+            .expect("run redlock")
+    };
+    let trusted = run(&["nodes", "trust"]);
+    assert!(trusted.status.success(), "{}", stderr(&trusted));
+    // Keys on every master: without routing, two of three would be `MOVED`.
+    let resources: Vec<String> = (0..12).map(|i| format!("job-{i}")).collect();
+    let mut args = vec!["status", "--json"];
+    args.extend(resources.iter().map(String::as_str));
+    let output = run(&args);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = json(&output);
+    for resource in report["resources"].as_array().expect("resources") {
+        let node = &resource["nodes"][0];
+        assert_eq!(node["reachable"], true, "{report}");
+        assert_eq!(node["eligibility"], "trusted", "{report}");
+    }
+
+    let voted = ["--cluster-votes", "0=3"];
+    let output = run(&[&voted[..], &["acquire", "deploy", "--ttl", "30s"]].concat());
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let token = stdout(&output).trim().to_owned();
+    let short: String = token.chars().take(8).collect();
+    let report = json(&run(&[&voted[..], &["status", "deploy", "--json"]].concat()));
+    let nodes = report["resources"][0]["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "{report}");
+    for (vote, node) in nodes.iter().enumerate() {
+        assert!(
+            node["node"]
+                .as_str()
+                .is_some_and(|label| label.ends_with(&format!("(vote {} of 3)", vote + 1))),
+            "{report}"
+        );
+        assert_eq!(node["holder"], format!("{short}…"), "{report}");
+        // Trusted by `nodes trust` without votes: every slot, so every vote's too.
+        assert_eq!(node["eligibility"], "trusted", "{report}");
+    }
+    assert_eq!(report["resources"][0]["quorum_holder"], format!("{short}…"));
+    // Without the votes, the plain key is free: the votes' keys carry their slots' tags.
+    let report = json(&run(&["status", "deploy", "--json"]));
+    assert!(
+        report["resources"][0]["nodes"][0]["holder"].is_null(),
+        "{report}"
+    );
+
+    let output = run(&[
+        "run",
+        "--fenced",
+        "ledger",
+        "--",
+        env!("CARGO_BIN_EXE_redlock"),
+        "status",
+        "ledger",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let inner = json(&output);
+    assert!(
+        inner["resources"][0]["nodes"][0]["fence"]
+            .as_u64()
+            .is_some(),
+        "the fence under its cluster name: {inner}"
+    );
+}

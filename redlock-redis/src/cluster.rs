@@ -21,13 +21,17 @@ use redlock_core::{Keyspace, NodeErrorKind, Op, Reply, SLOT_COUNT, Slot, Transmi
 
 use crate::Answers;
 
-/// Which master serves each slot, as one master answered `CLUSTER SLOTS`.
+/// Which master serves each slot, as one master answered `CLUSTER SLOTS`. Public (hidden) for
+/// the `redlock` command, which shows a cluster node's shards; not a stable API.
+#[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SlotMap {
+pub struct SlotMap {
     /// Each master's `host:port`, as the cluster announces it.
     masters: Vec<(String, u16)>,
     /// The replicas' `host:port`: where else to ask for the map when no master answers.
     replicas: Vec<(String, u16)>,
+    /// Per replica, the index of its master in `masters`.
+    replica_of: Vec<usize>,
     /// The node id of every master and replica (its `host:port` where the reply gives none):
     /// what tells that two node URLs lead to one cluster.
     ids: Vec<String>,
@@ -39,13 +43,14 @@ impl SlotMap {
     /// Reads a `CLUSTER SLOTS` reply: `[start, end, [host, port, id, …], replicas…]` per range.
     /// A node announced without a host (empty, or `?`) is reached at `seed_host`, the host the
     /// answer came from. `None` when the reply has another shape.
-    pub(crate) fn parse(reply: &Value, seed_host: &str) -> Option<Self> {
+    pub fn parse(reply: &Value, seed_host: &str) -> Option<Self> {
         let Value::Array(ranges) = reply else {
             return None;
         };
         let mut map = Self {
             masters: Vec::new(),
             replicas: Vec::new(),
+            replica_of: Vec::new(),
             ids: Vec::new(),
             owner: vec![None; usize::from(SLOT_COUNT)],
         };
@@ -70,6 +75,7 @@ impl SlotMap {
                 if !map.ids.contains(&id) {
                     map.ids.push(id);
                     map.replicas.push((host, port));
+                    map.replica_of.push(index);
                 }
             }
             let index = u16::try_from(index).ok()?;
@@ -83,27 +89,36 @@ impl SlotMap {
     }
 
     /// The replicas, as `(host, port)`.
-    pub(crate) fn replicas(&self) -> &[(String, u16)] {
+    pub fn replicas(&self) -> &[(String, u16)] {
         &self.replicas
     }
 
+    /// The replicas of master `master`, as `(host, port)`.
+    pub fn replicas_of(&self, master: usize) -> impl Iterator<Item = &(String, u16)> + '_ {
+        self.replicas
+            .iter()
+            .zip(&self.replica_of)
+            .filter(move |(_, of)| **of == master)
+            .map(|(replica, _)| replica)
+    }
+
     /// Whether a master serves every slot.
-    pub(crate) fn is_complete(&self) -> bool {
+    pub fn is_complete(&self) -> bool {
         self.owner.iter().all(Option::is_some)
     }
 
     /// Every master, as `(host, port)`; a master's index is its place here.
-    pub(crate) fn masters(&self) -> &[(String, u16)] {
+    pub fn masters(&self) -> &[(String, u16)] {
         &self.masters
     }
 
     /// The master that serves `slot`, if any does.
-    pub(crate) fn master_of(&self, slot: Slot) -> Option<usize> {
+    pub fn master_of(&self, slot: Slot) -> Option<usize> {
         self.owner[usize::from(slot.get())].map(usize::from)
     }
 
     /// The slots master `master` serves.
-    pub(crate) fn slots_of(&self, master: usize) -> impl Iterator<Item = Slot> + '_ {
+    pub fn slots_of(&self, master: usize) -> impl Iterator<Item = Slot> + '_ {
         Slot::all().filter(move |&slot| self.master_of(slot) == Some(master))
     }
 }

@@ -75,6 +75,8 @@ pub use builder::{Builder, DEFAULT_IO_TIMEOUT};
 #[doc(hidden)]
 pub use builder::{FromSettings, Settings};
 pub(crate) use clock::Clock;
+#[doc(hidden)]
+pub use cluster::SlotMap;
 pub(crate) use deployment::Deployment;
 #[cfg(feature = "blocking")]
 pub(crate) use dialect::detect as detect_dialect;

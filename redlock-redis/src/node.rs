@@ -127,7 +127,7 @@ impl NodeAddr {
     /// The master at `host:port` of the cluster this node's URL leads to, reached as the URL
     /// says: same user, password, database and TLS settings (the certificate must name the
     /// announced host). Labelled by its own address.
-    pub(crate) fn for_master(&self, host: &str, port: u16) -> redis::RedisResult<Self> {
+    pub fn for_master(&self, host: &str, port: u16) -> redis::RedisResult<Self> {
         let info = self.client.get_connection_info();
         let addr = match info.addr() {
             redis::ConnectionAddr::Tcp(..) => redis::ConnectionAddr::Tcp(host.to_owned(), port),
