@@ -79,6 +79,13 @@ impl World {
     }
 }
 
+/// Retries that pause 3 s between rounds, without jitter: a waiter stays paused until told.
+fn paused() -> RetryPolicy {
+    RetryPolicy::default()
+        .delay(Duration::from_secs(3))
+        .jitter(Duration::ZERO)
+}
+
 fn count(events: &[(LockId, LockEvent)], f: impl Fn(&LockEvent) -> bool) -> usize {
     events.iter().filter(|(_, e)| f(e)).count()
 }
@@ -314,14 +321,7 @@ fn a_detached_lock_stays_on_the_nodes_and_goes_quiet() {
 
 #[test]
 fn a_paused_lock_listens_and_a_notice_starts_its_next_round() {
-    let config = Config::builder(3)
-        .retry(
-            RetryPolicy::default()
-                .delay(Duration::from_secs(3))
-                .jitter(Duration::ZERO),
-        )
-        .build()
-        .expect("valid");
+    let config = Config::builder(3).retry(paused()).build().expect("valid");
     let mut w = World::with(config, 3);
     for node in &mut w.nodes {
         node.put(b"a".to_vec(), b"other".to_vec());
@@ -540,11 +540,7 @@ fn a_node_with_a_key_slot_gets_every_key_in_that_slot_and_its_release_wakes_a_wa
     let config = Config::builder(3)
         .key_slot(1, slots[0])
         .key_slot(2, slots[1])
-        .retry(
-            RetryPolicy::default()
-                .delay(Duration::from_secs(3))
-                .jitter(Duration::ZERO),
-        )
+        .retry(paused())
         .build()
         .expect("valid");
     let mut w = World::with(config, 3);

@@ -45,7 +45,7 @@ pub(super) fn sole_vote<L: std::fmt::Debug>(result: Result<L, Error>) -> Vote {
 }
 
 /// The error text of a failed acquisition (empty when it succeeded).
-fn failure_text<L>(result: &Result<L, Error>) -> String {
+pub(super) fn failure_text<L>(result: &Result<L, Error>) -> String {
     result
         .as_ref()
         .err()

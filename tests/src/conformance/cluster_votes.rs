@@ -8,7 +8,7 @@ use redlock_core::{LockRequest, NodeErrorKind, Slot, Vote, vote_slots};
 use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
-use super::cluster::{build, once};
+use super::cluster::{build, failure_text, once};
 use super::cluster_failover::{is_master, sees_as_master};
 use super::scenarios::{eventually, scripting_denied};
 use crate::{CLUSTER_NODE_TIMEOUT, RedisCluster, ServerOptions, Servers};
@@ -137,11 +137,7 @@ pub fn a_cluster_vote_needs_a_cluster_and_one_claim<A: Adapter>() {
     };
     let client: A = build(&standalone.urls(), &voted);
     let result = client.try_lock("lone", TTL);
-    let text = result
-        .as_ref()
-        .err()
-        .map(Error::to_string)
-        .unwrap_or_default();
+    let text = failure_text(&result);
     match result {
         Err(Error::Unavailable(detail)) => {
             assert_eq!(detail.nodes.len(), 3, "three votes: {detail}");
@@ -200,11 +196,7 @@ pub fn a_cluster_vote_needs_a_cluster_and_one_claim<A: Adapter>() {
         })
         .collect();
     let result = twice.try_lock("claimed", TTL);
-    let text = result
-        .as_ref()
-        .err()
-        .map(Error::to_string)
-        .unwrap_or_default();
+    let text = failure_text(&result);
     match result {
         Ok(lock) => {
             // The votes claimed it: three votes of four, the plain URL refused.
