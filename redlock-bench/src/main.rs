@@ -7,7 +7,8 @@
 //! `redlock-async-std`, `redlock-blocking` and `rslock`. Each scenario — sequential latency,
 //! 64-way throughput, 8-way contention on one key — is repeated with the contenders
 //! alternating, so that load drifting on a shared machine hits them all alike; the memory
-//! scenario runs `redlock-tokio` in a child process of its own. It prints Markdown tables
+//! scenario runs `redlock-tokio` in a child process of its own, and the cluster scenario runs
+//! `redlock-tokio` on a local 3-master cluster against 3 standalone nodes. It prints Markdown tables
 //! (median, min–max, ratio to the tokio raw floor, ratio to the floor on the same runtime or
 //! threads) and writes `bench.json`, `latency.svg` and `throughput.svg`.
 //!
@@ -28,6 +29,7 @@
 mod args;
 mod chart;
 mod clients;
+mod cluster;
 mod contender;
 mod exec;
 mod machine;

@@ -29,6 +29,8 @@ pub(crate) struct Report {
     pub(crate) contention: Section<ContentionRun>,
     /// Scenario (d).
     pub(crate) memory: MemoryRun,
+    /// Scenario (e), when `redlock-tokio` multi-thread is measured.
+    pub(crate) cluster: Option<crate::cluster::ClusterSection>,
     /// Mutual-exclusion violations over every contention run: must be 0.
     pub(crate) violations: u64,
 }
@@ -293,6 +295,25 @@ impl<R: Measured> Section<R> {
             })
             .collect();
         Self { what, results }
+    }
+}
+
+impl<R: Measured> Section<R> {
+    /// Per group of runs, the median (min–max) of every metric shown as a spread, in table
+    /// order.
+    pub(crate) fn summaries<K>(groups: &[(K, Vec<R>)]) -> Vec<Vec<(&'static str, Spread)>> {
+        groups
+            .iter()
+            .map(|(_, runs)| {
+                R::METRICS
+                    .iter()
+                    .filter(|metric| metric.shown == Shown::Spread)
+                    .filter_map(|metric| {
+                        Some((metric.key, Spread::of(runs.iter().filter_map(metric.get))?))
+                    })
+                    .collect()
+            })
+            .collect()
     }
 }
 

@@ -84,6 +84,10 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
     );
     let memory = memory::measure(&plan, &urls)?;
     drop(servers);
+    let cluster = match plan.contenders.contains(&Contender::TokioMt) {
+        true => Some(crate::cluster::measure(&plan, &options)?),
+        false => None,
+    };
 
     let window = plan.duration.as_secs_f64();
     let contention = Section::new(
@@ -129,6 +133,7 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
         ),
         contention,
         memory,
+        cluster,
     };
 
     println!("{}", table::render(&report));

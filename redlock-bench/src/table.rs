@@ -24,6 +24,9 @@ pub(crate) fn render(report: &Report) -> String {
     out += &section("(b) Throughput, own keys", &report.throughput);
     out += &section("(c) Contention on one key", &report.contention);
     out += &memory(&report.memory);
+    if let Some(section) = &report.cluster {
+        out += &cluster(section);
+    }
     let _ = writeln!(
         out,
         "\nMutual exclusion: {} violation(s) over every contention run (must be 0).",
@@ -104,6 +107,40 @@ fn memory(run: &MemoryRun) -> String {
         "\nHeap allocations per cycle (whole process): {:.1} ({:.0} bytes requested).",
         run.allocs_per_cycle, run.bytes_per_cycle
     );
+    out
+}
+
+/// Scenario (e)'s table: per deployment, latency and throughput with the servers' CPU.
+fn cluster(section: &crate::cluster::ClusterSection) -> String {
+    let mut out = format!("\n### (e) A cluster node\n\n{}\n\n", section.what);
+    out += "| deployment | cycle p50 µs ↓ | ×standalone | server µs/cycle ↓ | per master | \
+            cycles/s ↑ | ×standalone | server µs/cycle ↓ | per master |\n";
+    out += "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    let masters = crate::cluster::MASTERS as f64;
+    let cells = |summary: &[(&'static str, Spread, Option<f64>)], first: &str| {
+        let find = |key: &str| summary.iter().find(|(k, _, _)| *k == key);
+        let first = find(first);
+        let cpu = find("server_cpu_us_per_cycle");
+        let dash = || "–".to_owned();
+        [
+            first.map_or_else(dash, |(_, s, _)| spread(s)),
+            first
+                .and_then(|(_, _, ratio)| *ratio)
+                .map_or_else(dash, |r| format!("{r:.2}")),
+            cpu.map_or_else(dash, |(_, s, _)| spread(s)),
+            cpu.map_or_else(dash, |(_, s, _)| number(s.median / masters)),
+        ]
+        .join(" | ")
+    };
+    for (latency, throughput) in section.latency.iter().zip(&section.throughput) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            latency.label,
+            cells(&latency.summary, "cycle_p50_us"),
+            cells(&throughput.summary, "cycles_per_sec")
+        );
+    }
     out
 }
 

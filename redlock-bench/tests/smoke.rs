@@ -90,12 +90,32 @@ fn smoke_run_reports_every_scenario_and_no_violation() {
             .is_some_and(|n| n > 0)
     );
     assert!(report["memory"]["allocs_per_cycle"].as_f64().is_some());
+    // Scenario (e): each deployment ran both scenarios, and every throughput lock was granted.
+    let cluster = &report["cluster"];
+    for scenario in ["latency", "throughput"] {
+        let deployments: Vec<&str> = cluster[scenario]
+            .as_array()
+            .unwrap_or_else(|| panic!("cluster {scenario}: {cluster}"))
+            .iter()
+            .map(|entry| entry["deployment"].as_str().expect("a name"))
+            .collect();
+        assert_eq!(
+            deployments,
+            ["standalone-3", "cluster-1-vote", "cluster-3-votes"],
+            "{cluster}"
+        );
+    }
+    for entry in cluster["throughput"].as_array().expect("throughput") {
+        let run = &entry["runs"][0];
+        assert!(run["cycles"].as_u64().is_some_and(|n| n > 0), "{entry}");
+        assert_eq!(run["failures"], 0, "{entry}");
+    }
 
     for chart in ["latency.svg", "throughput.svg"] {
         let svg = std::fs::read_to_string(out.path().join(chart)).expect("a chart");
         assert!(svg.contains("<svg"), "{chart} is an SVG");
     }
-    for heading in ["(a)", "(b)", "(c)", "(d)", "violation", "×own floor"] {
+    for heading in ["(a)", "(b)", "(c)", "(d)", "(e)", "violation", "×own floor"] {
         assert!(stdout.contains(heading), "the tables show {heading}");
     }
 }
