@@ -162,7 +162,8 @@ impl RedisCluster {
 
     /// Moves `slot` with every key in it from `from` to `to` the legacy way, as
     /// `redis-cli --cluster reshard` does: `SETSLOT IMPORTING` on `to`, `SETSLOT MIGRATING` on
-    /// `from`, `MIGRATE` of its keys, then `SETSLOT NODE` on `to`, `from` and every other master.
+    /// `from`, `MIGRATE` of its keys, then `SETSLOT NODE` on `to`, `from` and every other node
+    /// that takes it (masters).
     pub fn migrate_slot(
         &self,
         slot: u16,
@@ -201,14 +202,16 @@ impl RedisCluster {
                     .arg(keys),
             )?;
         }
-        let others = self
-            .masters
-            .iter()
-            .filter(|node| node.port() != from.port() && node.port() != to.port());
-        for node in [to, from].into_iter().chain(others) {
-            if node.is_running() {
-                let _: () = run(node, &set_slot("NODE", &to_id))?;
-            }
+        let _: () = run(to, &set_slot("NODE", &to_id))?;
+        let _: () = run(from, &set_slot("NODE", &to_id))?;
+        // The other masters learn it at once; a replica refuses `SETSLOT` (after failovers
+        // the nodes formed as masters may be replicas), and gossip tells it anyway.
+        for node in self.nodes().filter(|node| {
+            node.is_running() && node.port() != from.port() && node.port() != to.port()
+        }) {
+            let _: redis::RedisResult<()> = node
+                .try_client()
+                .and_then(|mut conn| set_slot("NODE", &to_id).query(&mut conn));
         }
         Ok(())
     }

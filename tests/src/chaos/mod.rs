@@ -39,6 +39,10 @@
 //! own [`Tally`]. Every run also has to be busy (checked by the test): sections written by every
 //! adapter, every entry used, extensions and cancellations seen, every fault kind injected.
 //!
+//! [`cluster_run`] is the same idea on a cluster node lending 3 votes: planned failovers,
+//! slot migrations with held keys and a master's `kill -9`, under `redlock-blocking` and
+//! `redlock-tokio` clients.
+//!
 //! The restart-empty scenario of the Redis page is [`restart_scenario`]: with an immediate
 //! restart the recorder must catch the double holding (negative control); delayed past the TTL
 //! it must not.
@@ -54,6 +58,7 @@ mod adapter;
 mod async_client;
 mod blocking_client;
 mod bounds;
+mod cluster;
 mod config;
 mod counter;
 mod faults;
@@ -68,6 +73,7 @@ mod workload;
 
 pub use adapter::AdapterKind;
 pub use bounds::{Call, CallBounds, CallStat, CallTimes, SLACK, SLACK_FACTOR};
+pub use cluster::{ClusterChaosReport, ClusterFault, cluster_run};
 pub use config::{ChaosConfig, DEFAULT_SECONDS, SECONDS_ENV, SEED_ENV};
 pub use faults::{FaultConfig, FaultCounts, FaultKind};
 pub use links::Links;

@@ -320,7 +320,7 @@ fn replica_get(replica: &RedisServer, key: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Whether `observer`'s `CLUSTER NODES` lists `node` as a master.
-pub(super) fn sees_as_master(observer: &RedisServer, node: &RedisServer) -> bool {
+pub fn sees_as_master(observer: &RedisServer, node: &RedisServer) -> bool {
     let listing: redis::RedisResult<String> = redis::cmd("CLUSTER")
         .arg("NODES")
         .query(&mut observer.client());
@@ -336,7 +336,7 @@ pub(super) fn sees_as_master(observer: &RedisServer, node: &RedisServer) -> bool
 }
 
 /// Whether `server` says it is a master.
-pub(super) fn is_master(server: &RedisServer) -> bool {
+pub fn is_master(server: &RedisServer) -> bool {
     server
         .try_client()
         .and_then(|mut conn| redis::cmd("ROLE").query::<redis::Value>(&mut conn))
