@@ -51,6 +51,8 @@ pub struct Builder<C> {
     seeds: Vec<(usize, Vec<String>)>,
     /// Cluster nodes that lend each lock several votes, by position.
     votes: Vec<(usize, usize)>,
+    /// Where the client reaches the nodes a cluster announces.
+    addresses: Option<crate::node::AddressMap>,
     client: PhantomData<fn() -> C>,
 }
 
@@ -81,6 +83,7 @@ impl<C: FromSettings> Builder<C> {
             never_swapped: Vec::new(),
             seeds: Vec::new(),
             votes: Vec::new(),
+            addresses: None,
             #[cfg(feature = "tls")]
             tls: None,
             client: PhantomData,
@@ -216,6 +219,20 @@ impl<C: FromSettings> Builder<C> {
         self
     }
 
+    /// Where this client reaches the masters and replicas a cluster node's cluster announces
+    /// (`CLUSTER SLOTS`): `map(host, port)` gives the address to dial instead, for NAT and
+    /// container setups whose nodes announce addresses this client cannot reach (a cluster in
+    /// Docker announcing its internal IPs, say). Without it, the announced address is dialled.
+    /// The node URLs and seeds themselves are dialled as given; the masters keep the URL's
+    /// user, password and TLS settings (a certificate must name the host dialled).
+    pub fn cluster_addresses(
+        mut self,
+        map: impl Fn(&str, u16) -> (String, u16) + Send + Sync + 'static,
+    ) -> Self {
+        self.addresses = Some(crate::node::AddressMap(std::sync::Arc::new(map)));
+        self
+    }
+
     /// Checks the settings and the URLs and makes the client; connects to nothing yet.
     pub fn build(self) -> Result<C, Error> {
         // The engine's settings are checked first, with a node per vote (bad votes are named
@@ -241,6 +258,12 @@ impl<C: FromSettings> Builder<C> {
         let mut nodes = NodeAddr::parse_all_with(&self.urls, self.tls.as_ref())?;
         #[cfg(not(feature = "tls"))]
         let mut nodes = NodeAddr::parse_all(&self.urls)?;
+        if let Some(map) = &self.addresses {
+            nodes = nodes
+                .into_iter()
+                .map(|node| node.with_addresses(map.clone()))
+                .collect();
+        }
         for &index in &self.never_swapped {
             let count = nodes.len();
             let Some(node) = nodes.get_mut(index) else {

@@ -19,6 +19,20 @@ pub struct NodeAddr {
     /// Which of the votes a cluster lends a lock this node is
     /// ([`Builder::cluster_votes`](crate::Builder::cluster_votes)), if it is one.
     vote: Option<ClusterVote>,
+    /// How the client reaches the masters and replicas a cluster announces
+    /// ([`Builder::cluster_addresses`](crate::Builder::cluster_addresses)).
+    addresses: Option<AddressMap>,
+}
+
+/// Where the client reaches a cluster's node announced at `host:port`: for NAT and container
+/// setups, where the announced address is not the one this client can reach.
+#[derive(Clone)]
+pub(crate) struct AddressMap(pub(crate) Arc<dyn Fn(&str, u16) -> (String, u16) + Send + Sync>);
+
+impl fmt::Debug for AddressMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AddressMap(..)")
+    }
 }
 
 /// One of the votes a cluster node lends a lock: vote `vote` (from 0) of `votes`, the first of
@@ -76,6 +90,7 @@ impl NodeAddr {
             swapdb_never_runs: false,
             seeds: Arc::new([]),
             vote: None,
+            addresses: None,
         })
     }
 
@@ -128,6 +143,11 @@ impl NodeAddr {
     /// says: same user, password, database and TLS settings (the certificate must name the
     /// announced host). Labelled by its own address.
     pub fn for_master(&self, host: &str, port: u16) -> redis::RedisResult<Self> {
+        let (host, port) = match &self.addresses {
+            Some(map) => (map.0)(host, port),
+            None => (host.to_owned(), port),
+        };
+        let host = host.as_str();
         let info = self.client.get_connection_info();
         let addr = match info.addr() {
             redis::ConnectionAddr::Tcp(..) => redis::ConnectionAddr::Tcp(host.to_owned(), port),
@@ -156,6 +176,7 @@ impl NodeAddr {
             swapdb_never_runs: self.swapdb_never_runs,
             seeds: Arc::new([]),
             vote: None,
+            addresses: self.addresses.clone(),
         })
     }
 
@@ -197,6 +218,12 @@ impl NodeAddr {
     pub(crate) fn voting_as(mut self, vote: ClusterVote) -> Self {
         self.label = format!("{} (vote {} of {})", self.label, vote.vote + 1, vote.votes).into();
         self.vote = Some(vote);
+        self
+    }
+
+    /// This node, reaching its cluster's announced nodes through `map`.
+    pub(crate) fn with_addresses(mut self, map: AddressMap) -> Self {
+        self.addresses = Some(map);
         self
     }
 

@@ -36,6 +36,8 @@ pub struct Options {
     pub cluster_seeds: Vec<(usize, Vec<String>)>,
     /// Cluster nodes that lend each lock several votes: (position, votes).
     pub cluster_votes: Vec<(usize, usize)>,
+    /// Dial every node a cluster announces at this host (same port), whatever it announces.
+    pub cluster_host: Option<String>,
 }
 
 impl Options {
@@ -162,6 +164,9 @@ pub fn transport<C: redlock_redis::FromSettings>(
     }
     for &(node, votes) in &options.cluster_votes {
         builder = builder.cluster_votes(node, votes);
+    }
+    if let Some(host) = options.cluster_host.clone() {
+        builder = builder.cluster_addresses(move |_, port| (host.clone(), port));
     }
     builder.swapdb_never_runs_on(options.swapdb_never_runs_on.iter().copied())
 }

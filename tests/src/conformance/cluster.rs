@@ -458,3 +458,65 @@ impl Drop for Refuser {
         }
     }
 }
+
+/// A cluster that announces endpoints this client cannot reach (here host names under
+/// `.invalid`, which never resolve, as a cluster in containers announces its internal names):
+/// without a map every vote for a key on another master fails; with `cluster_addresses`
+/// mapping them to the reachable host, the lock is granted there.
+pub fn a_cluster_node_reaches_announced_addresses_through_its_map<A: Adapter>() {
+    let cluster = RedisCluster::start(3, 0);
+    for (index, master) in cluster.masters().iter().enumerate() {
+        for (name, value) in [
+            (
+                "cluster-announce-hostname",
+                format!("master-{index}.invalid"),
+            ),
+            ("cluster-preferred-endpoint-type", "hostname".to_owned()),
+        ] {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(name)
+                .arg(&value)
+                .query(&mut master.client())
+                .unwrap_or_else(|err| panic!("CONFIG SET {name}: {err}"));
+        }
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let slots: redis::RedisResult<Vec<Vec<redis::Value>>> = redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query(&mut cluster.masters()[1].client());
+            slots.is_ok_and(|ranges| {
+                ranges.iter().all(|range| match range.get(2) {
+                    Some(redis::Value::Array(master)) => matches!(
+                        master.first(),
+                        Some(redis::Value::BulkString(host)) if host.ends_with(b".invalid")
+                    ),
+                    _ => false,
+                })
+            })
+        }),
+        "every master is announced by its host name"
+    );
+    let resource = &one_per_master(&cluster, "announced")[0];
+    let options = Options {
+        restart_aware: Some(false),
+        io_timeout: Some(Duration::from_millis(500)),
+        ..once()
+    };
+    let unmapped: A = build(&[cluster.masters()[1].url()], &options);
+    match sole_vote(unmapped.try_lock(resource, TTL)) {
+        Vote::Failed(NodeErrorKind::Connection | NodeErrorKind::Timeout) | Vote::TimedOut => {}
+        other => panic!("{}: an unreachable master voted: {other:?}", A::NAME),
+    }
+    let mapped: A = build(
+        &[cluster.masters()[1].url()],
+        &Options {
+            cluster_host: Some("127.0.0.1".to_owned()),
+            ..options
+        },
+    );
+    let lock = mapped.lock(resource, TTL).expect("granted through the map");
+    assert_eq!(cluster.masters()[0].get(resource), Some(lock.token()));
+    assert_eq!(lock.release().released(), 1);
+}

@@ -966,7 +966,8 @@ macro_rules! conformance_tests {
             a_cluster_node_follows_a_moved_slot,
             a_cluster_node_asks_its_other_seeds_when_its_url_is_down,
             a_cluster_lock_user_with_the_documented_acl_runs_every_operation,
-            a_release_on_one_master_wakes_a_waiter_on_another);
+            a_release_on_one_master_wakes_a_waiter_on_another,
+            a_cluster_node_reaches_announced_addresses_through_its_map);
         $crate::conformance_tests!(@cluster_failover $adapter;
             a_promoted_replica_sits_out_for_its_slots,
             a_cluster_failover_and_failback_under_open_connections_sits_out,
