@@ -27,7 +27,10 @@ pub struct NodeAddr {
 /// Where the client reaches a cluster's node announced at `host:port`: for NAT and container
 /// setups, where the announced address is not the one this client can reach.
 #[derive(Clone)]
-pub(crate) struct AddressMap(pub(crate) Arc<dyn Fn(&str, u16) -> (String, u16) + Send + Sync>);
+pub(crate) struct AddressMap(pub(crate) Arc<MapFn>);
+
+/// `(host, port)` announced → `(host, port)` to dial.
+pub(crate) type MapFn = dyn Fn(&str, u16) -> (String, u16) + Send + Sync;
 
 impl fmt::Debug for AddressMap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
