@@ -974,7 +974,8 @@ macro_rules! conformance_tests {
             a_cluster_slot_migrated_with_a_held_key_keeps_exclusion);
         $crate::conformance_tests!(@cluster_votes $adapter;
             a_cluster_lends_votes_on_distinct_masters_and_a_lock_survives_a_failover,
-            a_cluster_vote_needs_a_cluster_and_one_claim);
+            a_cluster_vote_needs_a_cluster_and_one_claim,
+            a_cluster_vote_release_wakes_a_waiter);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             a_refused_transaction_part_is_an_error_vote,
