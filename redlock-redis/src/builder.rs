@@ -220,7 +220,7 @@ impl<C: FromSettings> Builder<C> {
     }
 
     /// Where this client reaches the masters and replicas a cluster node's cluster announces
-    /// (`CLUSTER SLOTS`): `map(host, port)` gives the address to dial instead, for NAT and
+    /// (`CLUSTER SHARDS`): `map(host, port)` gives the address to dial instead, for NAT and
     /// container setups whose nodes announce addresses this client cannot reach (a cluster in
     /// Docker announcing its internal IPs, say). Without it, the announced address is dialled.
     /// The node URLs and seeds themselves are dialled as given; the masters keep the URL's

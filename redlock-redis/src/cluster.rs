@@ -1,5 +1,5 @@
 //! A cluster node's routing, shared by both drivers and free of I/O: the slot map a seed
-//! answers (`CLUSTER SLOTS`), which master each request goes to, and how a batch's answers come
+//! answers (`CLUSTER SHARDS`, or `CLUSTER SLOTS` on Redis 6), which master each request goes to, and how a batch's answers come
 //! back together in order.
 //!
 //! A node URL whose server runs in cluster mode is one node of the lock (one vote), whose keys
@@ -21,7 +21,7 @@ use redlock_core::{Keyspace, NodeErrorKind, Op, Reply, SLOT_COUNT, Slot, Transmi
 
 use crate::Answers;
 
-/// Which master serves each slot, as one master answered `CLUSTER SLOTS`. Public (hidden) for
+/// Which master serves each slot, as one node answered `CLUSTER SHARDS` or `CLUSTER SLOTS`. Public (hidden) for
 /// the `redlock` command, which shows a cluster node's shards; not a stable API.
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +83,87 @@ impl SlotMap {
             let end = Slot::new(u16::try_from(*end).ok()?)?.get();
             for slot in start..=end {
                 map.owner[usize::from(slot)] = Some(index);
+            }
+        }
+        Some(map)
+    }
+
+    /// Reads a `CLUSTER SHARDS` reply (Redis 7, Valkey 7.2 and later), a map per shard as
+    /// RESP3 answers it or a flat `[key, value, …]` array as RESP2 does: its `slots` (start,
+    /// end, …) and its `nodes`, each with its `id`, `role`, `health`, its preferred `endpoint`
+    /// (its IP, or its host name with `cluster-preferred-endpoint-type hostname`; empty or `?`
+    /// reads as `seed_host`) and `port`, or `tls-port` for a TLS client (`tls`) where the node
+    /// has one. A shard without slots lends only its node ids; a replica whose health is
+    /// `fail` is left out. `None` when the reply has another shape.
+    pub fn parse_shards(reply: &Value, seed_host: &str, tls: bool) -> Option<Self> {
+        let Value::Array(shards) = reply else {
+            return None;
+        };
+        let mut map = Self {
+            masters: Vec::new(),
+            replicas: Vec::new(),
+            replica_of: Vec::new(),
+            ids: Vec::new(),
+            owner: vec![None; usize::from(SLOT_COUNT)],
+        };
+        for shard in shards {
+            let shard = fields(shard)?;
+            let field = |name: &str| shard.iter().find(|(key, _)| key == name).map(|(_, v)| *v);
+            let Some(Value::Array(bounds)) = field("slots") else {
+                return None;
+            };
+            let Some(Value::Array(nodes)) = field("nodes") else {
+                return None;
+            };
+            let mut master = None;
+            let mut replicas = Vec::new();
+            for node in nodes {
+                let node = fields(node)?;
+                let get = |name: &str| node.iter().find(|(key, _)| key == name).map(|(_, v)| *v);
+                let id = get("id").and_then(text)?;
+                if !map.ids.contains(&id) {
+                    map.ids.push(id);
+                }
+                let port = match (tls, get("tls-port"), get("port")) {
+                    (true, Some(Value::Int(port)), _) | (_, _, Some(Value::Int(port))) => *port,
+                    _ => return None,
+                };
+                let host = match get("endpoint").and_then(text) {
+                    Some(host) if !host.is_empty() && host != "?" => host,
+                    _ => seed_host.to_owned(),
+                };
+                let address = (host, u16::try_from(port).ok()?);
+                match get("role").and_then(text).as_deref() {
+                    Some("master") => master = Some(address),
+                    _ if get("health").and_then(text).as_deref() == Some("fail") => {}
+                    _ => replicas.push(address),
+                }
+            }
+            if bounds.is_empty() {
+                continue;
+            }
+            let Some(master) = master else { continue };
+            let index = match map.masters.iter().position(|m| *m == master) {
+                Some(index) => index,
+                None => {
+                    map.masters.push(master);
+                    map.masters.len() - 1
+                }
+            };
+            for replica in replicas {
+                map.replicas.push(replica);
+                map.replica_of.push(index);
+            }
+            let index = u16::try_from(index).ok()?;
+            for pair in bounds.chunks(2) {
+                let [Value::Int(start), Value::Int(end)] = pair else {
+                    return None;
+                };
+                let start = Slot::new(u16::try_from(*start).ok()?)?.get();
+                let end = Slot::new(u16::try_from(*end).ok()?)?.get();
+                for slot in start..=end {
+                    map.owner[usize::from(slot)] = Some(index);
+                }
             }
         }
         Some(map)
@@ -186,7 +267,7 @@ impl Clusters {
 /// Why a cluster node has no slot map.
 #[derive(Debug)]
 pub(crate) enum Unmapped {
-    /// No master answered `CLUSTER SLOTS` (or its answer was not a map).
+    /// No node answered `CLUSTER SHARDS` or `CLUSTER SLOTS` (or its answer was not a map).
     Redis(redis::RedisError),
     /// Another node of this client leads to the same cluster ([`Clusters::claim`]).
     SameCluster { other: usize },
@@ -220,6 +301,50 @@ impl Unmapped {
                 crate::BatchReplies::refused(batch, NodeErrorKind::SameCluster)
             }
         }
+    }
+}
+
+/// The map a node answered `CLUSTER SHARDS` with (`Ok(None)`: the server has no such command,
+/// or answered another shape — ask `CLUSTER SLOTS`), or the transport error.
+pub(crate) fn from_shards(
+    reply: redis::RedisResult<Value>,
+    seed_host: &str,
+    tls: bool,
+) -> redis::RedisResult<Option<SlotMap>> {
+    match reply {
+        Ok(reply) => Ok(SlotMap::parse_shards(&reply, seed_host, tls)),
+        // A server error (an unknown subcommand on Redis 6): the older command.
+        Err(err) if err.code().is_some() => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// The map a node answered `CLUSTER SLOTS` with.
+pub(crate) fn from_slots(
+    reply: redis::RedisResult<Value>,
+    seed_host: &str,
+) -> redis::RedisResult<SlotMap> {
+    SlotMap::parse(&reply?, seed_host).ok_or_else(|| {
+        (
+            redis::ErrorKind::Parse,
+            "CLUSTER SLOTS answered an unknown shape",
+        )
+            .into()
+    })
+}
+
+/// A map's fields as RESP3 answers them, or a flat `[key, value, …]` array's as RESP2 does.
+fn fields(value: &Value) -> Option<Vec<(String, &Value)>> {
+    match value {
+        Value::Map(pairs) => pairs
+            .iter()
+            .map(|(key, value)| Some((text(key)?, value)))
+            .collect(),
+        Value::Array(flat) if flat.len() % 2 == 0 => flat
+            .chunks(2)
+            .map(|pair| Some((text(&pair[0])?, &pair[1])))
+            .collect(),
+        _ => None,
     }
 }
 
@@ -403,6 +528,108 @@ pub(crate) fn trust_answer(map: &SlotMap, results: &[redis::RedisResult<()>]) ->
 mod tests {
     use super::*;
     use redlock_core::{LockId, Start};
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    /// A node of a `CLUSTER SHARDS` reply, as RESP2 answers it (a flat array).
+    fn shard_node(id: &str, endpoint: &str, port: i64, role: &str, health: &str) -> Value {
+        Value::Array(vec![
+            bulk("id"),
+            bulk(id),
+            bulk("port"),
+            Value::Int(port),
+            bulk("tls-port"),
+            Value::Int(port + 1000),
+            bulk("ip"),
+            bulk("10.0.0.1"),
+            bulk("endpoint"),
+            bulk(endpoint),
+            bulk("role"),
+            bulk(role),
+            bulk("replication-offset"),
+            Value::Int(1),
+            bulk("health"),
+            bulk(health),
+        ])
+    }
+
+    #[test]
+    fn a_shards_reply_reads_as_slots_masters_replicas_and_ids() {
+        let shards = Value::Array(vec![
+            Value::Array(vec![
+                bulk("slots"),
+                Value::Array(vec![
+                    Value::Int(0),
+                    Value::Int(99),
+                    Value::Int(200),
+                    Value::Int(16383),
+                ]),
+                bulk("nodes"),
+                Value::Array(vec![
+                    shard_node("r1", "replica-1.example", 7001, "replica", "online"),
+                    shard_node("m1", "master-1.example", 7000, "master", "online"),
+                    shard_node("r2", "10.0.0.5", 7002, "replica", "fail"),
+                ]),
+            ]),
+            // RESP3 answers maps; a shard may have a master with an unknown endpoint.
+            Value::Map(vec![
+                (
+                    bulk("slots"),
+                    Value::Array(vec![Value::Int(100), Value::Int(199)]),
+                ),
+                (
+                    bulk("nodes"),
+                    Value::Array(vec![shard_node("m2", "?", 7100, "master", "online")]),
+                ),
+            ]),
+            // A master without slots lends its id only.
+            Value::Array(vec![
+                bulk("slots"),
+                Value::Array(vec![]),
+                bulk("nodes"),
+                Value::Array(vec![shard_node("m3", "10.0.0.7", 7200, "master", "online")]),
+            ]),
+        ]);
+        let map = SlotMap::parse_shards(&shards, "seed.example", false).expect("parses");
+        assert_eq!(
+            map.masters(),
+            [
+                ("master-1.example".to_owned(), 7000),
+                ("seed.example".to_owned(), 7100)
+            ]
+        );
+        assert_eq!(map.master_of(Slot::new(0).expect("slot")), Some(0));
+        assert_eq!(map.master_of(Slot::new(150).expect("slot")), Some(1));
+        assert_eq!(map.master_of(Slot::new(16383).expect("slot")), Some(0));
+        assert!(map.is_complete());
+        assert_eq!(
+            map.replicas_of(0).cloned().collect::<Vec<_>>(),
+            [("replica-1.example".to_owned(), 7001)],
+            "the failed replica is left out"
+        );
+        assert_eq!(map.ids, ["r1", "m1", "r2", "m2", "m3"]);
+        let tls = SlotMap::parse_shards(&shards, "seed.example", true).expect("parses");
+        assert_eq!(
+            tls.masters()[0],
+            ("master-1.example".to_owned(), 8000),
+            "the TLS port"
+        );
+        assert_eq!(
+            SlotMap::parse_shards(&slots_reply(&[(0, 16383, "a", 1)]), "s", false),
+            None
+        );
+        // An unknown subcommand (Redis 6) asks for the older command; a transport error stays one.
+        let unknown = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "ERR",
+            "unknown subcommand 'SHARDS'".to_owned(),
+        ));
+        assert_eq!(from_shards(Err(unknown), "s", false).ok(), Some(None));
+        let broken = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(from_shards(Err(broken), "s", false).is_err());
+    }
 
     fn slots_reply(ranges: &[(i64, i64, &str, i64)]) -> Value {
         Value::Array(

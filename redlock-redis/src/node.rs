@@ -198,6 +198,15 @@ impl NodeAddr {
         }
     }
 
+    /// Whether the URL is `rediss://` (a cluster's masters are then reached on their TLS
+    /// port).
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(
+            self.client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        )
+    }
+
     /// `host:port`, never with credentials.
     pub fn label(&self) -> &Arc<str> {
         &self.label

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::cluster::{
-    Clusters, Gathered, Routes, SlotMap, Unmapped, identity, identity_read, trust_answer,
-    trust_commands,
+    Clusters, Gathered, Routes, SlotMap, Unmapped, from_shards, from_slots, identity,
+    identity_read, trust_answer, trust_commands,
 };
 use crate::{
     Answers, BatchReplies, NodeAddr, Tracking, detect_dialect_async, resp3_client, run_batch_async,
@@ -335,7 +335,7 @@ impl Node {
         trust_answer(&view.map, &futures_util::future::join_all(stamps).await)
     }
 
-    /// Learns the cluster's slot map (`CLUSTER SLOTS`) from this node (on the connection given,
+    /// Learns the cluster's slot map (`CLUSTER SHARDS`) from this node (on the connection given,
     /// or its own, as `ask` says), else from its other seeds, else from any master or replica known so far;
     /// keeps the masters'
     /// connections that stay. Refused when another node of the client leads to this cluster.
@@ -351,7 +351,7 @@ impl Node {
             Ask::Others => None,
         };
         if let Some(mut conn) = own {
-            answer = slot_map(&mut conn, self.addr.host()).await;
+            answer = slot_map(&mut conn, &self.addr).await;
             if let Err(err) = &answer
                 && err.code().is_none()
             {
@@ -379,7 +379,7 @@ impl Node {
                 let Ok(connected) = node.connection().await else {
                     continue;
                 };
-                answer = slot_map(&mut connected.conn.clone(), node.addr.host()).await;
+                answer = slot_map(&mut connected.conn.clone(), &node.addr).await;
                 if answer.is_ok() {
                     break;
                 }
@@ -427,14 +427,16 @@ enum Ask {
     Others,
 }
 
-/// A cluster's slot map, as the node at `host` answers `CLUSTER SLOTS` on `conn`.
-async fn slot_map(conn: &mut MultiplexedConnection, host: &str) -> redis::RedisResult<SlotMap> {
-    let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
-    SlotMap::parse(&reply, host).ok_or_else(|| {
-        (
-            redis::ErrorKind::Parse,
-            "CLUSTER SLOTS answered an unknown shape",
-        )
-            .into()
-    })
+/// A cluster's slot map, as the node `node` answers on `conn`: `CLUSTER SHARDS`, or
+/// `CLUSTER SLOTS` where the server has no `SHARDS` (Redis 6).
+async fn slot_map(
+    conn: &mut MultiplexedConnection,
+    node: &NodeAddr,
+) -> redis::RedisResult<SlotMap> {
+    let shards = redis::cmd("CLUSTER").arg("SHARDS").query_async(conn).await;
+    if let Some(map) = from_shards(shards, node.host(), node.is_tls())? {
+        return Ok(map);
+    }
+    let slots = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await;
+    from_slots(slots, node.host())
 }

@@ -6,8 +6,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cluster::{
-    Clusters, Gathered, Routes, SlotMap, Unmapped, identity, identity_read, trust_answer,
-    trust_commands,
+    Clusters, Gathered, Routes, SlotMap, Unmapped, from_shards, from_slots, identity,
+    identity_read, trust_answer, trust_commands,
 };
 use crate::{
     BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, speaks_no_resp3,
@@ -256,7 +256,7 @@ impl Connection {
         trust_commands(slots, identity.as_deref()).query::<()>(conn)
     }
 
-    /// Learns the cluster's slot map (`CLUSTER SLOTS`) from this node (unless `ask_this` is
+    /// Learns the cluster's slot map (`CLUSTER SHARDS`) from this node (unless `ask_this` is
     /// false: its URL just failed to answer), else from its other seeds, else from any master or replica known so far; keeps the masters' connections that stay. Refused when another
     /// node of the client leads to this cluster.
     fn learn(&mut self, ask_this: bool) -> Result<(), Unmapped> {
@@ -326,25 +326,24 @@ impl Connection {
         Ok(())
     }
 
-    /// This node's answer to `CLUSTER SLOTS`; a connection whose transport broke is dropped.
+    /// This node's answer to `CLUSTER SHARDS` (or `CLUSTER SLOTS` where the server has no
+    /// `SHARDS`); a connection whose transport broke is dropped.
     fn slots(&mut self) -> redis::RedisResult<SlotMap> {
-        let host = self.addr.host().to_owned();
+        let (host, tls) = (self.addr.host().to_owned(), self.addr.is_tls());
         let conn = &mut self.connect()?.conn;
-        let reply = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query::<redis::Value>(conn);
-        if let Err(err) = &reply
+        let shards = redis::cmd("CLUSTER").arg("SHARDS").query(conn);
+        let answer = match from_shards(shards, &host, tls) {
+            Ok(Some(map)) => Ok(map),
+            Ok(None) => from_slots(redis::cmd("CLUSTER").arg("SLOTS").query(conn), &host),
+            Err(err) => Err(err),
+        };
+        if let Err(err) = &answer
             && err.code().is_none()
+            && err.kind() != redis::ErrorKind::Parse
         {
             self.forget();
         }
-        SlotMap::parse(&reply?, &host).ok_or_else(|| {
-            (
-                redis::ErrorKind::Parse,
-                "CLUSTER SLOTS answered an unknown shape",
-            )
-                .into()
-        })
+        answer
     }
 
     /// Drops the connection; its watch vouches for nothing any more.
