@@ -16,6 +16,9 @@
 //! | `redlock_node_errors_total` | counter | `node`, `kind` (`connection`, `timeout`, `auth`, …) | failed requests per node |
 //! | `redlock_node_sit_outs_total` | counter | `node`, `cause` ([`SitOutCause::word`](redlock_core::SitOutCause::word)) | refusals to vote, by why the node's memory is young |
 //! | `redlock_waiting_locks` | gauge | — | locks of this process waiting for a release notice |
+//! | `redlock_master_request_seconds` | histogram | `node` (the cluster node), `master` (`host:port`) | on a cluster node, one request's round trip to the master of its slot |
+//! | `redlock_master_errors_total` | counter | `node`, `master`, `kind` | on a cluster node, failed requests per master (`cluster`: moved, down or failing over) |
+//! | `redlock_master_sit_outs_total` | counter | `node`, `master`, `cause` | on a cluster node, refusals to vote per master (a promoted replica, an imported slot) |
 //!
 //! Node labels are `host:port`, never a URL (no password). The same facts are in the `tracing`
 //! events (`acquired` with `attempts`, `not acquired` with `reason` and `attempts`, `released`
@@ -123,6 +126,36 @@ pub(crate) fn node_reply(node: &str, latency: Duration, reply: &Reply) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (node, latency, reply);
+}
+
+/// On cluster node `node`, one request to master `master` answered (or failed) after
+/// `latency`: the per-master view of [`node_reply`], which counts the cluster node's answer.
+#[inline]
+pub(crate) fn master_reply(node: &str, master: &str, latency: Duration, reply: &Reply) {
+    #[cfg(feature = "metrics")]
+    {
+        let labels = || [("node", node.to_owned()), ("master", master.to_owned())];
+        metrics::histogram!("redlock_master_request_seconds", &labels())
+            .record(latency.as_secs_f64());
+        if let Reply::Error(kind) = reply {
+            let [node, master] = labels();
+            metrics::counter!(
+                "redlock_master_errors_total",
+                node.0 => node.1, master.0 => master.1, "kind" => error_kind(*kind)
+            )
+            .increment(1);
+        }
+        if let Reply::Ineligible { cause, .. } = reply {
+            let [node, master] = labels();
+            metrics::counter!(
+                "redlock_master_sit_outs_total",
+                node.0 => node.1, master.0 => master.1, "cause" => cause.word()
+            )
+            .increment(1);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (node, master, latency, reply);
 }
 
 /// A lock started (`true`) or stopped (`false`) waiting for a release notice.

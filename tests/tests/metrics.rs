@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::{CompositeKey, MetricKind};
-use redlock_tests::Servers;
+use redlock_tests::{RedisCluster, Servers};
 
 /// The recorder's view: `name{label=value,…}` → value.
 fn read(snapshotter: &Snapshotter) -> HashMap<String, DebugValue> {
@@ -152,4 +152,47 @@ fn every_metric_moves_with_its_event() {
         Some(DebugValue::Gauge(value)) => assert_eq!(value.into_inner(), 0.0, "no lock waits now"),
         other => panic!("waiting gauge: {other:?}"),
     }
+
+    // A cluster node: per master, its slot's requests and sit-outs, labelled by both.
+    let cluster = RedisCluster::start(3, 0);
+    let seed = cluster.masters()[1].url();
+    let on_master_0 = (0..)
+        .map(|i| format!("metric-{i}"))
+        .find(|key| cluster.master_of(key.as_bytes()) == 0)
+        .expect("a key on master 0");
+    let client = redlock_blocking::Redlock::builder([&seed])
+        .retry(redlock_blocking::RetryPolicy::once())
+        .build()
+        .expect("client");
+    assert!(
+        client
+            .try_lock(on_master_0.as_str(), Duration::from_secs(10))
+            .is_err(),
+        "a fresh slot sits out"
+    );
+    client.trust_nodes().expect("trust every slot");
+    client
+        .lock(on_master_0.as_str(), Duration::from_secs(10))
+        .expect("lock")
+        .release();
+    let metrics = read(&snapshotter);
+    let labels = format!(
+        "master={},node={}",
+        cluster.masters()[0].addr(),
+        cluster.masters()[1].addr()
+    );
+    assert!(
+        samples(
+            &metrics,
+            &format!("histogram:redlock_master_request_seconds{{{labels}}}")
+        ) >= 3,
+        "the sit-out, the lock and the release on master 0"
+    );
+    assert_eq!(
+        counter(
+            &metrics,
+            &format!("redlock_master_sit_outs_total{{cause=no-epoch,{labels}}}")
+        ),
+        1
+    );
 }

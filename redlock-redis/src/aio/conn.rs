@@ -290,7 +290,20 @@ impl Node {
             let sends = routes.per_master.iter().map(|(master, requests)| {
                 let node = view.masters[*master].clone();
                 let transmits: Vec<Transmit> = requests.iter().map(|&i| batch[i].clone()).collect();
-                async move { node.replies(&transmits).await.answers }
+                let label = self.addr.label();
+                async move {
+                    let sent = Instant::now();
+                    let answers = node.replies(&transmits).await.answers;
+                    for (_, reply) in &answers {
+                        crate::telemetry::master_reply(
+                            label,
+                            node.addr.label(),
+                            sent.elapsed(),
+                            reply,
+                        );
+                    }
+                    answers
+                }
             });
             let trust = async {
                 match routes.trusts.is_empty() {

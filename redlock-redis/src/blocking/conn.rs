@@ -224,7 +224,17 @@ impl Connection {
             let routes = Routes::plan(&view.map, batch, pending.iter().copied());
             for (master, requests) in &routes.per_master {
                 let transmits: Vec<Transmit> = requests.iter().map(|&i| batch[i].clone()).collect();
-                let answers = view.masters[*master].execute(&transmits).answers;
+                let sent = std::time::Instant::now();
+                let master = &mut view.masters[*master];
+                let answers = master.execute(&transmits).answers;
+                for (_, reply) in &answers {
+                    crate::telemetry::master_reply(
+                        self.addr.label(),
+                        master.addr.label(),
+                        sent.elapsed(),
+                        reply,
+                    );
+                }
                 gathered.set_all(requests, &answers);
             }
             if !routes.trusts.is_empty() {
