@@ -122,6 +122,7 @@ pub(crate) struct Global {
 impl Global {
     /// `--cluster-votes`, parsed: `(position, votes)`.
     pub(crate) fn votes(&self) -> Result<Vec<(usize, usize)>, crate::Failure> {
+        let max = redlock_core::MAX_CLUSTER_VOTES;
         self.cluster_votes
             .iter()
             .map(|given| {
@@ -130,11 +131,15 @@ impl Global {
                     .and_then(|(node, votes)| {
                         Some((node.trim().parse().ok()?, votes.trim().parse().ok()?))
                     })
+                    .filter(|&(node, votes): &(usize, usize)| {
+                        node < self.nodes.len() && (1..=max).contains(&votes)
+                    })
                     .ok_or_else(|| {
                         (
                             crate::USAGE,
                             format!(
-                                "--cluster-votes {given:?}: give POSITION=VOTES, e.g. 0=3 (the \
+                                "--cluster-votes {given:?}: give POSITION=VOTES, a position in \
+                                 the --node list (from 0) and 1 to {max} votes, e.g. 0=3 (the \
                                  first --node lends each lock 3 votes)"
                             ),
                         )

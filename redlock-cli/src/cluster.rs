@@ -227,7 +227,9 @@ impl Epochs {
     /// One phrase for people.
     pub(crate) fn describe(&self) -> String {
         let identity = match &self.identity {
-            Some(identity) => format!("identity {}…", &identity[..identity.len().min(8)]),
+            Some(identity) => {
+                format!("identity {}…", identity.chars().take(8).collect::<String>())
+            }
             None => "identity unknown (INFO denied)".to_owned(),
         };
         format!(

@@ -107,8 +107,16 @@ pub(crate) fn clusters(
     mut builder: redlock_blocking::RedlockBuilder,
     global: &Global,
 ) -> Result<redlock_blocking::RedlockBuilder, Failure> {
-    for (node, url) in global.seeds()? {
-        builder = builder.cluster_seeds(node, [url]);
+    let seeds = global.seeds()?;
+    let mut nodes: Vec<usize> = seeds.iter().map(|(node, _)| *node).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for node in nodes {
+        let urls = seeds
+            .iter()
+            .filter(|(of, _)| *of == node)
+            .map(|(_, url)| url);
+        builder = builder.cluster_seeds(node, urls);
     }
     for (node, votes) in global.votes()? {
         builder = builder.cluster_votes(node, votes);

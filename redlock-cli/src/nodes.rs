@@ -624,6 +624,17 @@ fn advice(count: usize) -> Option<String> {
 /// Trusts every node, or the ones `args` names, and prints each one's answer (never a password:
 /// nodes are `host:port`).
 pub(crate) fn trust(global: &Global, args: &TrustArgs) -> Result<ExitCode, Failure> {
+    let cluster_flags = !global.cluster_votes.is_empty() || !global.cluster_seeds.is_empty();
+    if !args.only.is_empty() && cluster_flags {
+        // Their positions count in the whole --node list, which naming nodes narrows.
+        return Err((
+            crate::USAGE,
+            "naming the nodes to trust cannot be combined with --cluster-votes or --cluster-seed \
+             (their positions count in the whole --node list): trust every node, or give only \
+             the nodes to trust with --node"
+                .to_owned(),
+        ));
+    }
     let mut chosen = global.clone();
     chosen.nodes = chosen_nodes(global, &args.only)?;
     let redlock = client(&chosen, Duration::ZERO)?;

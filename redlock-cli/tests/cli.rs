@@ -778,3 +778,56 @@ fn the_readme_cli_block_runs_as_written() {
         assert_eq!(nodes.count_with_key(key), 0, "{key} released");
     }
 }
+
+/// Cluster flags that cannot mean anything are usage errors before any node is reached: votes
+/// outside 1 to 64 or past the node list, a seed without a position (never echoing its URL,
+/// which may hold a password), and `nodes trust NODE…` with positions that count in the whole
+/// list.
+#[test]
+fn bad_cluster_flags_are_exit_64_and_never_show_a_seed_url() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_redlock"))
+            .env("REDLOCK_NODES", "redis://127.0.0.1:1,redis://127.0.0.1:2")
+            .env_remove("REDLOCK_MAX_TTL")
+            .stdin(Stdio::null())
+            .args(args)
+            .output()
+            .expect("run redlock")
+    };
+    for (args, expected) in [
+        (
+            &["--cluster-votes", "0=0", "nodes", "check"][..],
+            "1 to 64 votes",
+        ),
+        (
+            &["--cluster-votes", "2=3", "status", "x"][..],
+            "a position in the --node list",
+        ),
+        (
+            &[
+                "--cluster-seed",
+                "redis://:hunter2@10.0.0.1:6379",
+                "acquire",
+                "x",
+                "--ttl",
+                "1s",
+            ][..],
+            "--cluster-seed #0: give POSITION=URL",
+        ),
+        (
+            &["--cluster-votes", "0=3", "nodes", "trust", "127.0.0.1:1"][..],
+            "naming the nodes to trust cannot be combined",
+        ),
+    ] {
+        let output = run(args);
+        assert_eq!(
+            output.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        let said = format!("{}{}", stdout(&output), stderr(&output));
+        assert!(said.contains(expected), "{args:?}: {said}");
+        assert!(!said.contains("hunter2"), "{args:?}: {said}");
+    }
+}

@@ -80,6 +80,10 @@ pub enum NodeErrorKind {
     /// The node was given several votes over one cluster, and its URL leads to a server that
     /// does not run in cluster mode: one server never casts several votes. Nothing was sent.
     NotACluster,
+    /// The node is one of several votes over one cluster, and its slot is served by the master
+    /// of an earlier vote's slot (after a resharding, with fewer masters than votes, or an
+    /// uneven layout): one master never casts two votes. Nothing was sent.
+    SharedMaster,
 }
 
 impl NodeErrorKind {
@@ -126,6 +130,7 @@ impl NodeErrorKind {
             Self::Cluster => "cluster: the key's slot was not served (moved, down or failing over)",
             Self::SameCluster => "same cluster as another node: list each cluster once",
             Self::NotACluster => "not a cluster: only a cluster node lends several votes",
+            Self::SharedMaster => "shared master: an earlier vote of this cluster is on its master",
             Self::CrossSlot => "cross-slot: on a cluster, the lock's keys need a common {hash tag}",
         }
     }

@@ -210,7 +210,13 @@ impl<C: FromSettings> Builder<C> {
     /// each vote's slot is served). Every lock's i-th vote lives in slot i, so a lock of
     /// several resources is one transaction per vote, whatever their hash tags. Each vote is a
     /// node of the client of its own (its own connections, labelled `host:port (vote 2 of
-    /// 3)`), listed in place of the node. A server that does not run in cluster mode refuses
+    /// 3)`), listed in place of the node. A vote whose slot the cluster serves from the master
+    /// of an earlier vote's slot refuses every request (`shared master`): one master never
+    /// casts two votes.
+    ///
+    /// **Every client of a lock must lend it the same votes**: the votes' keys carry their
+    /// slots' tags, so a client with another vote count (or none) uses other keys, and both
+    /// could hold the lock at once — as with two key prefixes. A server that does not run in cluster mode refuses
     /// every request of such a node (`not a cluster`); `votes` outside 1 to
     /// [`MAX_CLUSTER_VOTES`](redlock_core::MAX_CLUSTER_VOTES), a position past the list, or a
     /// node named twice are errors at [`build`](Self::build).
@@ -332,7 +338,9 @@ fn spread_votes(
     mut config: ConfigBuilder,
 ) -> Result<(Vec<NodeAddr>, ConfigBuilder), Error> {
     if votes.is_empty() {
-        return Ok((nodes, config));
+        // The engine counts exactly the nodes listed, whatever `config` was told.
+        let count = nodes.len();
+        return Ok((nodes, config.nodes(count)));
     }
     let count = nodes.len();
     let mut per_node: Vec<Option<usize>> = vec![None; count];

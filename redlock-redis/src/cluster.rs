@@ -17,9 +17,10 @@
 //! and never lets a request of the batch go unanswered.
 
 use redis::Value;
-use redlock_core::{Keyspace, NodeErrorKind, Op, Reply, SLOT_COUNT, Slot, Transmit};
+use redlock_core::{Keyspace, NodeErrorKind, Op, Reply, SLOT_COUNT, Slot, Transmit, vote_slots};
 
 use crate::Answers;
+use crate::node::ClusterVote;
 
 /// Which master serves each slot, as one node answered `CLUSTER SHARDS` or `CLUSTER SLOTS`. Public (hidden) for
 /// the `redlock` command, which shows a cluster node's shards; not a stable API.
@@ -133,9 +134,11 @@ impl SlotMap {
                     _ => seed_host.to_owned(),
                 };
                 let address = (host, u16::try_from(port).ok()?);
+                let failed = get("health").and_then(text).as_deref() == Some("fail");
                 match get("role").and_then(text).as_deref() {
-                    Some("master") => master = Some(address),
-                    _ if get("health").and_then(text).as_deref() == Some("fail") => {}
+                    // A failed master (the old one, beside its promoted replica) never wins.
+                    Some("master") if !failed || master.is_none() => master = Some(address),
+                    _ if failed => {}
                     _ => replicas.push(address),
                 }
             }
@@ -302,6 +305,16 @@ impl Unmapped {
             }
         }
     }
+}
+
+/// The earlier vote of the same cluster whose slot `map` serves from the master of `vote`'s
+/// slot, if any: that vote must refuse, or a lock would count one master twice.
+pub(crate) fn shares_master(map: &SlotMap, vote: ClusterVote) -> Option<usize> {
+    let slots: Vec<Slot> = vote_slots(vote.votes).collect();
+    let mine = map.master_of(*slots.get(vote.vote)?)?;
+    slots[..vote.vote]
+        .iter()
+        .position(|slot| map.master_of(*slot) == Some(mine))
 }
 
 /// The map a node answered `CLUSTER SHARDS` with (`Ok(None)`: the server has no such command,
@@ -553,6 +566,34 @@ mod tests {
             bulk("health"),
             bulk(health),
         ])
+    }
+
+    #[test]
+    fn a_vote_on_an_earlier_votes_master_is_named() {
+        let two = SlotMap::parse(
+            &slots_reply(&[(0, 8191, "a", 1), (8192, 16383, "b", 2)]),
+            "s",
+        )
+        .expect("parses");
+        let vote = |vote| ClusterVote {
+            first: 0,
+            vote,
+            votes: 3,
+        };
+        // 2730 on a; 8192 and 13653 on b: the third vote shares the second's master.
+        assert_eq!(shares_master(&two, vote(0)), None);
+        assert_eq!(shares_master(&two, vote(1)), None);
+        assert_eq!(shares_master(&two, vote(2)), Some(1));
+        let three = SlotMap::parse(
+            &slots_reply(&[
+                (0, 5460, "a", 1),
+                (5461, 10922, "b", 2),
+                (10923, 16383, "c", 3),
+            ]),
+            "s",
+        )
+        .expect("parses");
+        assert!((0..3).all(|v| shares_master(&three, vote(v)).is_none()));
     }
 
     #[test]

@@ -92,6 +92,7 @@ impl fmt::Display for LockFailure {
             (NodeErrorKind::CrossSlot, CROSS_SLOT_REMEDY),
             (NodeErrorKind::SameCluster, SAME_CLUSTER_REMEDY),
             (NodeErrorKind::NotACluster, NOT_A_CLUSTER_REMEDY),
+            (NodeErrorKind::SharedMaster, SHARED_MASTER_REMEDY),
         ] {
             if self.nodes.iter().any(|n| n.result == Vote::Failed(kind)) {
                 f.write_str(remedy)?;
@@ -114,10 +115,16 @@ const CLUSTER_REMEDY: &str = "; a cluster node did not serve the key's slot (its
     failed over or is down, even after the client learnt the slot map again): it votes again \
     once the cluster serves the slot";
 
-/// What to do about two node URLs that lead to one cluster.
+/// What to do about a standalone server given several votes.
 const NOT_A_CLUSTER_REMEDY: &str = "; `cluster_votes` names a node whose server does not run \
     in cluster mode, and a standalone server is one vote: give it one vote, or list a cluster";
 
+/// What to do about two votes of one cluster on one master.
+const SHARED_MASTER_REMEDY: &str = "; two votes of one cluster are on one master (a resharding, \
+    or fewer masters than votes), and a master is one vote: move the votes' slots to masters of \
+    their own (`redlock nodes check` shows where each lands), or lend fewer votes";
+
+/// What to do about two node URLs that lead to one cluster.
 const SAME_CLUSTER_REMEDY: &str = "; two node URLs lead to one cluster (they share a master), \
     and a cluster is one vote: list each cluster once";
 

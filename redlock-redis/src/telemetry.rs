@@ -194,6 +194,7 @@ fn error_kind(kind: redlock_core::NodeErrorKind) -> &'static str {
         NodeErrorKind::CrossSlot => "cross_slot",
         NodeErrorKind::SameCluster => "same_cluster",
         NodeErrorKind::NotACluster => "not_a_cluster",
+        NodeErrorKind::SharedMaster => "shared_master",
         // `Other`, and kinds a later engine adds.
         _ => "other",
     }

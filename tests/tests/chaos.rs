@@ -224,8 +224,9 @@ fn restart_delayed_past_ttl_is_safe() {
 #[test]
 fn cluster_chaos_run() {
     let config = ChaosConfig::from_env();
-    // Half the main run's length: one cluster, fewer kinds of fault.
-    let duration = config.duration / 2;
+    // Half the main run's length (one cluster, fewer kinds of fault), at least 20 s: every
+    // kind of fault must find its turn.
+    let duration = (config.duration / 2).max(Duration::from_secs(20));
     let report = chaos::cluster_run(config.seed, duration);
     println!("[cluster chaos] {report}");
     let violations = report.violations();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::{
     Clusters, Gathered, Routes, SlotMap, Unmapped, from_shards, from_slots, identity,
-    identity_read, trust_answer, trust_commands,
+    identity_read, shares_master, trust_answer, trust_commands,
 };
 use crate::{
     Answers, BatchReplies, NodeAddr, Tracking, detect_dialect_async, resp3_client, run_batch_async,
@@ -285,6 +285,13 @@ impl Node {
                         break;
                     }
                 }
+            }
+            if let Some(vote) = self.addr.vote()
+                && let Some(other) = shares_master(&view.map, vote)
+            {
+                tracing::warn!(node = %self.addr.label(), other, "an earlier vote's master");
+                gathered.settle(Reply::Error(NodeErrorKind::SharedMaster));
+                break;
             }
             let routes = Routes::plan(&view.map, batch, pending.iter().copied());
             let sends = routes.per_master.iter().map(|(master, requests)| {

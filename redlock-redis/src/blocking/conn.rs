@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::{
     Clusters, Gathered, Routes, SlotMap, Unmapped, from_shards, from_slots, identity,
-    identity_read, trust_answer, trust_commands,
+    identity_read, shares_master, trust_answer, trust_commands,
 };
 use crate::{
     BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, speaks_no_resp3,
@@ -221,6 +221,13 @@ impl Connection {
                 }
             }
             let Some(view) = &mut self.cluster else { break };
+            if let Some(vote) = self.addr.vote()
+                && let Some(other) = shares_master(&view.map, vote)
+            {
+                tracing::warn!(node = %self.addr.label(), other, "an earlier vote's master");
+                gathered.settle(Reply::Error(NodeErrorKind::SharedMaster));
+                break;
+            }
             let routes = Routes::plan(&view.map, batch, pending.iter().copied());
             for (master, requests) in &routes.per_master {
                 let transmits: Vec<Transmit> = requests.iter().map(|&i| batch[i].clone()).collect();

@@ -367,22 +367,24 @@ fn kill(cluster: &mut RedisCluster, rng: &mut TestRng) -> bool {
         return false;
     }
     let first_is_master = crate::conformance::cluster_failover::is_master(first);
-    let victim = if first_is_master { first } else { second };
-    let cut: redis::RedisResult<redis::Value> = victim.try_client().and_then(|mut conn| {
-        redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("replica")
-            .query(&mut conn)
-    });
-    if cut.is_err() {
-        return false;
-    }
     let (victim, partner) = match first_is_master {
         true => (Side::Master, Side::Replica),
         false => (Side::Replica, Side::Master),
     };
+    // The replica stops first, then loses its stream: it cannot reconnect in between.
     partner.of(cluster, shard).pause();
+    let cut: redis::RedisResult<redis::Value> =
+        victim.of(cluster, shard).try_client().and_then(|mut conn| {
+            redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("replica")
+                .query(&mut conn)
+        });
+    if cut.is_err() {
+        partner.of(cluster, shard).resume();
+        return false;
+    }
     thread::sleep(Duration::from_millis(300));
     victim.of(cluster, shard).kill();
     partner.of(cluster, shard).resume();

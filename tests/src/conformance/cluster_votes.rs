@@ -28,8 +28,8 @@ fn vote_key(votes: usize, vote: usize, key: &str) -> (Slot, String) {
 /// granted. The cluster runs with `cluster-require-full-coverage no`: with the default `yes`,
 /// every master refuses every key (`CLUSTERDOWN`) from the moment the cluster sees a master
 /// fail until its replica takes over, and the votes fail together in that window. Negative
-/// control: the same cluster as one vote loses a lock whose slot was on that master — its
-/// extension fails.
+/// control: the same cluster as one vote cannot extend a lock whose slot was on that master
+/// while it is down.
 pub fn a_cluster_lends_votes_on_distinct_masters_and_a_lock_survives_a_failover<A: Adapter>() {
     if scripting_denied() {
         // Restart-aware acquisitions on a cluster need the checked script (see
@@ -93,6 +93,13 @@ pub fn a_cluster_lends_votes_on_distinct_masters_and_a_lock_survives_a_failover<
             A::NAME
         )
     });
+    // Negative control: the same cluster as one vote cannot extend a lock on that master
+    // while it is down — its only vote is gone.
+    assert!(
+        single_lock.extend(6 * TTL).is_err(),
+        "{}: a single-vote lock on the dead master cannot be extended",
+        A::NAME
+    );
     let replica = &cluster.replicas_of(0)[0];
     assert!(
         eventually(CLUSTER_NODE_TIMEOUT * 10, || {
@@ -116,12 +123,6 @@ pub fn a_cluster_lends_votes_on_distinct_masters_and_a_lock_survives_a_failover<
     );
     let after = rival.try_lock(invoice, TTL);
     assert!(after.is_err(), "still held: {after:?}");
-    // Negative control: the promoted replica sits out its slots; one vote, no quorum.
-    assert!(
-        single_lock.extend(6 * TTL).is_err(),
-        "{}: a lock on a single-vote cluster is lost with its master",
-        A::NAME
-    );
     assert!(lock.is_valid());
 }
 
@@ -272,4 +273,59 @@ pub fn a_cluster_vote_release_wakes_a_waiter<A: Adapter>() {
         );
         assert_eq!(lock.release().released(), 3);
     });
+}
+
+/// Votes that land on one master count it once: on a 2-master cluster lending 3 votes, the
+/// third vote's slot (13653) is served by the second's master, so the third vote refuses every
+/// request (`shared master`, nothing sent) and a lock is granted by the two others.
+pub fn a_cluster_vote_on_an_earlier_votes_master_refuses<A: Adapter>() {
+    let cluster = RedisCluster::start(2, 0);
+    let seed = [cluster.masters()[0].url()];
+    let voted = Options {
+        cluster_votes: vec![(0, 3)],
+        restart_aware: Some(false),
+        ..once()
+    };
+    let all: A = build(
+        &seed,
+        &Options {
+            quorum: Some(3),
+            ..voted.clone()
+        },
+    );
+    let result = all.try_lock("shared", TTL);
+    let text = failure_text(&result);
+    match result {
+        Err(Error::Unavailable(detail)) => {
+            assert_eq!(
+                detail.nodes[2].result,
+                Vote::Failed(NodeErrorKind::SharedMaster),
+                "{detail}"
+            );
+        }
+        other => panic!("{}: one master counted twice: {other:?}", A::NAME),
+    }
+    assert!(
+        text.contains("move the votes' slots to masters of their own"),
+        "{text}"
+    );
+    let client: A = build(&seed, &voted);
+    let lock = client
+        .lock("shared", TTL)
+        .expect("two votes on two masters");
+    for vote in 0..2 {
+        let (_, key) = vote_key(3, vote, "shared");
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                cluster.masters()[vote].get(key.as_bytes()) == Some(lock.token())
+            }),
+            "vote {vote} holds {key}"
+        );
+    }
+    let (_, third) = vote_key(3, 2, "shared");
+    assert_eq!(
+        cluster.masters()[1].get(third.as_bytes()),
+        None,
+        "never sent"
+    );
 }

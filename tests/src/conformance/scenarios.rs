@@ -975,7 +975,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cluster_votes $adapter;
             a_cluster_lends_votes_on_distinct_masters_and_a_lock_survives_a_failover,
             a_cluster_vote_needs_a_cluster_and_one_claim,
-            a_cluster_vote_release_wakes_a_waiter);
+            a_cluster_vote_release_wakes_a_waiter,
+            a_cluster_vote_on_an_earlier_votes_master_refuses);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             a_refused_transaction_part_is_an_error_vote,
