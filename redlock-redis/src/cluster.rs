@@ -41,6 +41,17 @@ pub struct SlotMap {
 }
 
 impl SlotMap {
+    /// A map of no master and no slot served.
+    fn empty() -> Self {
+        Self {
+            masters: Vec::new(),
+            replicas: Vec::new(),
+            replica_of: Vec::new(),
+            ids: Vec::new(),
+            owner: vec![None; usize::from(SLOT_COUNT)],
+        }
+    }
+
     /// Reads a `CLUSTER SLOTS` reply: `[start, end, [host, port, id, …], replicas…]` per range.
     /// A node announced without a host (empty, or `?`) is reached at `seed_host`, the host the
     /// answer came from. `None` when the reply has another shape.
@@ -48,13 +59,7 @@ impl SlotMap {
         let Value::Array(ranges) = reply else {
             return None;
         };
-        let mut map = Self {
-            masters: Vec::new(),
-            replicas: Vec::new(),
-            replica_of: Vec::new(),
-            ids: Vec::new(),
-            owner: vec![None; usize::from(SLOT_COUNT)],
-        };
+        let mut map = Self::empty();
         for range in ranges {
             let Value::Array(fields) = range else {
                 return None;
@@ -100,13 +105,7 @@ impl SlotMap {
         let Value::Array(shards) = reply else {
             return None;
         };
-        let mut map = Self {
-            masters: Vec::new(),
-            replicas: Vec::new(),
-            replica_of: Vec::new(),
-            ids: Vec::new(),
-            owner: vec![None; usize::from(SLOT_COUNT)],
-        };
+        let mut map = Self::empty();
         for shard in shards {
             let shard = fields(shard)?;
             let field = |name: &str| shard.iter().find(|(key, _)| key == name).map(|(_, v)| *v);
