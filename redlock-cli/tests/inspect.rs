@@ -348,3 +348,37 @@ fn status_reads_a_cluster_node_key_by_key_and_vote_by_vote() {
         "the fence under its cluster name: {inner}"
     );
 }
+
+/// A user denied `INFO` still gets a cluster node's status, vote by vote: the node is a
+/// cluster because it answers its slot map.
+#[test]
+fn status_of_a_cluster_node_for_a_user_denied_info() {
+    let options = ServerOptions::new().args([
+        "--user",
+        "noinfo",
+        "on",
+        ">noinfo-pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-info",
+    ]);
+    let cluster = redlock_tests::RedisCluster::try_start_with(3, 0, &options).expect("a cluster");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env(
+            "REDLOCK_NODES",
+            format!("redis://noinfo:noinfo-pw@{}/", cluster.masters()[0].addr()),
+        )
+        .env_remove("REDLOCK_MAX_TTL")
+        .args(["--cluster-votes", "0=3", "status", "deploy", "--json"])
+        .output()
+        .expect("run redlock");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = json(&output);
+    let nodes = report["resources"][0]["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "{report}");
+    assert!(
+        nodes.iter().all(|node| node["reachable"] == true),
+        "{report}"
+    );
+}

@@ -230,7 +230,8 @@ impl<C: FromSettings> Builder<C> {
     /// container setups whose nodes announce addresses this client cannot reach (a cluster in
     /// Docker announcing its internal IPs, say). Without it, the announced address is dialled.
     /// The node URLs and seeds themselves are dialled as given; the masters keep the URL's
-    /// user, password and TLS settings (a certificate must name the host dialled).
+    /// user, password and TLS settings (a certificate must name the host dialled). Where a
+    /// node announces no endpoint (`?`), the map sees the host its map was read from.
     pub fn cluster_addresses(
         mut self,
         map: impl Fn(&str, u16) -> (String, u16) + Send + Sync + 'static,
