@@ -339,7 +339,9 @@ fn check_node(
     };
     let mut facts = Facts::read(&mut probe, node, &info, reference);
     facts.info_denied = denied;
-    let result = check_rest(&mut probe, node, &info, max_ttl, facts.cluster, votes);
+    // A user denied INFO: a cluster is what answers its slot map.
+    let cluster = facts.cluster || (denied && ClusterView::read(&mut probe, node).is_ok());
+    let result = check_rest(&mut probe, node, &info, max_ttl, cluster, votes);
     (Some(facts), result)
 }
 

@@ -349,8 +349,8 @@ fn status_reads_a_cluster_node_key_by_key_and_vote_by_vote() {
     );
 }
 
-/// A user denied `INFO` still gets a cluster node's status, vote by vote: the node is a
-/// cluster because it answers its slot map.
+/// A user denied `INFO` still gets a cluster node's status, vote by vote, and its shards in
+/// `nodes check`: the node is a cluster because it answers its slot map.
 #[test]
 fn status_of_a_cluster_node_for_a_user_denied_info() {
     let options = ServerOptions::new().args([
@@ -381,4 +381,20 @@ fn status_of_a_cluster_node_for_a_user_denied_info() {
         nodes.iter().all(|node| node["reachable"] == true),
         "{report}"
     );
+    // And `nodes check` shows its shards.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env(
+            "REDLOCK_NODES",
+            format!("redis://noinfo:noinfo-pw@{}/", cluster.masters()[0].addr()),
+        )
+        .env_remove("REDLOCK_MAX_TTL")
+        .args(["--cluster-votes", "0=3", "nodes", "check", "--json"])
+        .output()
+        .expect("run redlock");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = json(&output);
+    let shards = report["nodes"][0]["cluster"]["shards"]
+        .as_array()
+        .expect("shards");
+    assert_eq!(shards.len(), 3, "{report}");
 }
