@@ -47,13 +47,22 @@ pub(crate) struct Epochs {
     pub(crate) fresh: usize,
 }
 
+/// Whether the node `probe` reaches runs in cluster mode: `cluster_enabled:1` in its `INFO`
+/// (`info`, `None` where the user is denied `INFO`), else whether it answers a slot map.
+pub(crate) fn is_cluster(probe: &mut Probe, node: &NodeAddr, info: Option<&str>) -> bool {
+    match info {
+        Some(info) => crate::warnings::info_field(info, "cluster_enabled") == Some("1"),
+        None => ClusterView::read(probe, node).is_ok(),
+    }
+}
+
 impl ClusterView {
     /// Reads the slot map on the node's own connection.
     pub(crate) fn read(probe: &mut Probe, node: &NodeAddr) -> Result<Self, String> {
         let reply: redis::Value = probe
             .query(node, redis::cmd("CLUSTER").arg("SLOTS"))
             .map_err(|why| format!("CLUSTER SLOTS: {why}"))?;
-        let map = SlotMap::parse(&reply, node_host(node))
+        let map = SlotMap::parse(&reply, node.host())
             .ok_or_else(|| "CLUSTER SLOTS answered an unknown shape".to_owned())?;
         let masters = map
             .masters()
@@ -123,14 +132,6 @@ impl ClusterView {
                 (slot, master)
             })
             .collect()
-    }
-}
-
-/// The host a node URL names (where a map's nodes announced without a host are reached).
-fn node_host(node: &NodeAddr) -> &str {
-    match node.client().get_connection_info().addr() {
-        redis::ConnectionAddr::Tcp(host, _) | redis::ConnectionAddr::TcpTls { host, .. } => host,
-        _ => "",
     }
 }
 

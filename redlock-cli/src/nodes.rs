@@ -339,8 +339,7 @@ fn check_node(
     };
     let mut facts = Facts::read(&mut probe, node, &info, reference);
     facts.info_denied = denied;
-    // A user denied INFO: a cluster is what answers its slot map.
-    let cluster = facts.cluster || (denied && ClusterView::read(&mut probe, node).is_ok());
+    let cluster = cluster::is_cluster(&mut probe, node, (!denied).then_some(info.as_str()));
     let result = check_rest(&mut probe, node, &info, max_ttl, cluster, votes);
     (Some(facts), result)
 }

@@ -98,14 +98,8 @@ fn targets(global: &Global) -> Result<Vec<Target>, Failure> {
 fn read_node(target: &Target, keys: &[Vec<u8>], global: &Global) -> Result<Vec<Holding>, String> {
     let node = &target.addr;
     let mut probe = Probe::connect(node)?;
-    // A user denied INFO: a cluster is what answers the slot map (the lock user's ACL allows
-    // `CLUSTER SLOTS`), anything else reads as a standalone node.
     let info: Option<String> = probe.query(node, redis::cmd("INFO").arg("cluster")).ok();
-    let cluster = match info {
-        Some(info) => crate::warnings::info_field(&info, "cluster_enabled") == Some("1"),
-        None => ClusterView::read(&mut probe, node).is_ok(),
-    };
-    if !cluster {
+    if !crate::cluster::is_cluster(&mut probe, node, info.as_deref()) {
         if target.key_slot.is_some() {
             return Err(
                 "--cluster-votes names this node, but it does not run in cluster mode".to_owned(),

@@ -364,15 +364,19 @@ fn status_of_a_cluster_node_for_a_user_denied_info() {
         "-info",
     ]);
     let cluster = redlock_tests::RedisCluster::try_start_with(3, 0, &options).expect("a cluster");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_redlock"))
-        .env(
-            "REDLOCK_NODES",
-            format!("redis://noinfo:noinfo-pw@{}/", cluster.masters()[0].addr()),
-        )
-        .env_remove("REDLOCK_MAX_TTL")
-        .args(["--cluster-votes", "0=3", "status", "deploy", "--json"])
-        .output()
-        .expect("run redlock");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_redlock"))
+            .env(
+                "REDLOCK_NODES",
+                format!("redis://noinfo:noinfo-pw@{}/", cluster.masters()[0].addr()),
+            )
+            .env_remove("REDLOCK_MAX_TTL")
+            .args(["--cluster-votes", "0=3"])
+            .args(args)
+            .output()
+            .expect("run redlock")
+    };
+    let output = run(&["status", "deploy", "--json"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let report = json(&output);
     let nodes = report["resources"][0]["nodes"].as_array().expect("nodes");
@@ -382,15 +386,7 @@ fn status_of_a_cluster_node_for_a_user_denied_info() {
         "{report}"
     );
     // And `nodes check` shows its shards.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_redlock"))
-        .env(
-            "REDLOCK_NODES",
-            format!("redis://noinfo:noinfo-pw@{}/", cluster.masters()[0].addr()),
-        )
-        .env_remove("REDLOCK_MAX_TTL")
-        .args(["--cluster-votes", "0=3", "nodes", "check", "--json"])
-        .output()
-        .expect("run redlock");
+    let output = run(&["nodes", "check", "--json"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let report = json(&output);
     let shards = report["nodes"][0]["cluster"]["shards"]

@@ -189,7 +189,7 @@ impl NodeAddr {
     }
 
     /// The host the URL names (empty for a Unix socket).
-    pub(crate) fn host(&self) -> &str {
+    pub fn host(&self) -> &str {
         match self.client.get_connection_info().addr() {
             redis::ConnectionAddr::Tcp(host, _) | redis::ConnectionAddr::TcpTls { host, .. } => {
                 host
