@@ -57,21 +57,46 @@ impl RedisCluster {
 
     /// Starts `masters` masters and `replicas` replicas of each with `options` (in cluster mode,
     /// whatever the options say), and forms the cluster.
+    ///
+    /// Where [`MIX_ENV`](crate::MIX_ENV) names servers and `options` no binary, master `m` runs
+    /// entry `m` of the mix and its replicas run their master's: a cluster in the middle of a
+    /// rolling upgrade. The mix's `#no-scripting` marks are left out: one cluster has one ACL
+    /// configuration, and a cluster whose masters disagree on who may run scripts is no upgrade.
     pub fn try_start_with(
         masters: usize,
         replicas: usize,
         options: &ServerOptions,
     ) -> Result<Self, HarnessError> {
-        if masters == 0 || masters > SLOTS {
+        let each: Vec<ServerOptions> = (0..masters)
+            .map(|master| options.mixed_binary(master))
+            .collect();
+        Self::try_start_each(&each, replicas)
+    }
+
+    /// Starts one master per entry of `masters` with its options (a cluster of mixed versions,
+    /// say), `replicas` replicas of each with its master's options, all in cluster mode, and
+    /// forms the cluster.
+    pub fn try_start_each(
+        masters: &[ServerOptions],
+        replicas: usize,
+    ) -> Result<Self, HarnessError> {
+        let count = masters.len();
+        if count == 0 || count > SLOTS {
             return Err(HarnessError::Cluster(format!(
-                "a cluster has 1 to {SLOTS} masters, not {masters}"
+                "a cluster has 1 to {SLOTS} masters, not {count}"
             )));
         }
-        let each: Vec<ServerOptions> = (0..masters * (1 + replicas))
-            .map(|_| cluster_mode(options))
+        let each: Vec<ServerOptions> = masters
+            .iter()
+            .chain(
+                masters
+                    .iter()
+                    .flat_map(|master| std::iter::repeat_n(master, replicas)),
+            )
+            .map(cluster_mode)
             .collect::<Result<_, _>>()?;
         let mut servers = server::start_each(&each)?;
-        let replicas_of = servers.split_off(masters);
+        let replicas_of = servers.split_off(count);
         let cluster = Self {
             masters: servers,
             replicas: replicas_of,

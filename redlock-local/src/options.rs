@@ -154,6 +154,16 @@ impl ServerOptions {
         options
     }
 
+    /// The options of server `index` of a set with one ACL configuration (a cluster): the
+    /// binary of [`mixed`](Self::mixed), never its `#no-scripting` mark.
+    pub(crate) fn mixed_binary(&self, index: usize) -> Self {
+        let mixed = self.mixed(index);
+        match mixed.binary {
+            Some(binary) if self.binary.is_none() => self.clone().binary(binary),
+            _ => self.clone(),
+        }
+    }
+
     /// Sets `maxmemory` in bytes (policy stays `noeviction`, so `maxmemory(1)` makes every write
     /// fail with `OOM`).
     pub fn maxmemory(mut self, bytes: u64) -> Self {

@@ -977,6 +977,8 @@ macro_rules! conformance_tests {
             a_cluster_vote_needs_a_cluster_and_one_claim,
             a_cluster_vote_release_wakes_a_waiter,
             a_cluster_vote_on_an_earlier_votes_master_refuses);
+        $crate::conformance_tests!(@cluster_versions $adapter;
+            a_mixed_version_cluster_speaks_each_masters_dialect);
         $crate::conformance_tests!(@errors $adapter;
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             a_refused_transaction_part_is_an_error_vote,
@@ -1060,6 +1062,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::cluster_votes::$case::<$adapter>();
+            }
+        )+
+    };
+    (@cluster_versions $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::cluster_versions::$case::<$adapter>();
             }
         )+
     };

@@ -210,7 +210,7 @@ pub fn a_heard_eviction_votes_for_a_deaf_connection<A: Adapter>() {
 
 /// Calls of `command` the node ran so far (`INFO commandstats`, which counts calls before its
 /// own).
-fn calls(server: &RedisServer, command: &str) -> u64 {
+pub(super) fn calls(server: &RedisServer, command: &str) -> u64 {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut server.client())
