@@ -80,7 +80,8 @@ echo "== the cluster scenarios on a cluster in a rolling upgrade: masters on Red
 step "cluster scenarios on mixed versions" env \
   REDLOCK_MIX="$(command -v redis-server),$VALKEY9_SERVER,$VALKEY9_SERVER#no-scripting" \
   cargo test -p redlock-tests --no-fail-fast --test conformance_tokio \
-  -- a_cluster_node_ a_cluster_vote_ a_cluster_lock_user a_release_on_one_master_
+  -- a_cluster_node_ a_cluster_vote_ a_cluster_setup_ a_cluster_lock_user \
+  a_release_on_one_master_
 
 if ((${#failed[@]})); then
   summary="$(printf '%s, ' "${failed[@]}")"

@@ -457,6 +457,8 @@ pub enum RedisForm<'a> {
         spec: &'a LockSpec,
         /// The TTL in milliseconds.
         ttl_ms: u64,
+        /// Where the fence counters live: on a cluster, in the lock keys' slot.
+        keyspace: Keyspace,
     },
     /// A fence commit on a node that runs no script, as a transaction: `ZADD f GT fence fence`
     /// and `PEXPIRE f retention` per fence counter, then `GET` of each lock key. The counters are
@@ -467,6 +469,8 @@ pub enum RedisForm<'a> {
         spec: &'a LockSpec,
         /// The fence.
         fence: u64,
+        /// Where the fence counters live: on a cluster, in the lock keys' slot.
+        keyspace: Keyspace,
     },
     /// `MSET epoch 0 identity ""`: marks the node trusted ([`EPOCH_KEY`]), as [`TRUST_SCRIPT`]
     /// does, on a node that runs no script, and empties the identity the epoch was stamped with
@@ -661,8 +665,9 @@ pub enum Arg<'a> {
     Number(u64),
     /// The release channel of this key: [`RELEASED_CHANNEL_PREFIX`] then the key.
     Channel(&'a [u8]),
-    /// The fence counter of this key: [`FENCE_KEY_PREFIX`] then the key.
-    Fence(&'a [u8]),
+    /// The fence counter of this key in this keyspace ([`Keyspace::fence_key`]):
+    /// [`FENCE_KEY_PREFIX`] then the key, on a cluster with the key's slot tag between them.
+    Fence(Keyspace, &'a [u8]),
 }
 
 impl<'a> RedisForm<'a> {
@@ -735,7 +740,11 @@ impl<'a> RedisForm<'a> {
                 .into_iter()
                 .for_each(f);
             }
-            Self::FencedSet { spec, ttl_ms } => match part {
+            Self::FencedSet {
+                spec,
+                ttl_ms,
+                keyspace,
+            } => match part {
                 0 if spec.len() == 1 => {
                     let key = spec.keys().next().unwrap_or_default();
                     Self::Set {
@@ -748,14 +757,18 @@ impl<'a> RedisForm<'a> {
                 0 => Self::MSetEx { spec, ttl_ms }.for_each_arg(0, f),
                 part if part <= spec.len() => {
                     if let Some(key) = spec.keys().nth(part - 1) {
-                        [Bytes(b"ZSCORE"), Fence(key), Bytes(FENCE_MEMBER)]
+                        [Bytes(b"ZSCORE"), Fence(keyspace, key), Bytes(FENCE_MEMBER)]
                             .into_iter()
                             .for_each(f);
                     }
                 }
                 _ => f(Bytes(b"TIME")),
             },
-            Self::CommitFenceEach { spec, fence } => {
+            Self::CommitFenceEach {
+                spec,
+                fence,
+                keyspace,
+            } => {
                 let n = spec.len();
                 if part < 2 * n {
                     let Some(key) = spec.keys().nth(part / 2) else {
@@ -764,7 +777,7 @@ impl<'a> RedisForm<'a> {
                     if part.is_multiple_of(2) {
                         [
                             Bytes(b"ZADD"),
-                            Fence(key),
+                            Fence(keyspace, key),
                             Bytes(b"GT"),
                             Number(fence),
                             Bytes(FENCE_MEMBER),
@@ -772,9 +785,13 @@ impl<'a> RedisForm<'a> {
                         .into_iter()
                         .for_each(f);
                     } else {
-                        [Bytes(b"PEXPIRE"), Fence(key), Number(FENCE_RETENTION_MS)]
-                            .into_iter()
-                            .for_each(f);
+                        [
+                            Bytes(b"PEXPIRE"),
+                            Fence(keyspace, key),
+                            Number(FENCE_RETENTION_MS),
+                        ]
+                        .into_iter()
+                        .for_each(f);
                     }
                 } else if let Some(key) = spec.keys().nth(part - 2 * n) {
                     [Bytes(b"GET"), Bytes(key)].into_iter().for_each(f);
@@ -1023,12 +1040,14 @@ impl Command {
                 Some(RedisForm::FencedSet {
                     spec: &self.spec,
                     ttl_ms: self.ttl_ms,
+                    keyspace: dialect.keyspace,
                 })
             }
             Op::CommitFence if !dialect.scripts => {
                 self.extras.fence.map(|fence| RedisForm::CommitFenceEach {
                     spec: &self.spec,
                     fence,
+                    keyspace: dialect.keyspace,
                 })
             }
             // Without scripts, an extension that may not set the TTL exactly raises it only.
@@ -1040,12 +1059,6 @@ impl Command {
             _ => None,
         };
         match (native, self.scripts_form(max_ttl_ms, dialect)) {
-            // The native fenced forms name the counters the standalone way.
-            (Some(RedisForm::FencedSet { .. } | RedisForm::CommitFenceEach { .. }), _)
-                if cluster =>
-            {
-                RedisForm::OnCluster
-            }
             (Some(form), _) => form,
             (None, RedisForm::Script { .. }) if !dialect.scripts => RedisForm::Unsupported,
             (None, form) => form,
@@ -1362,15 +1375,35 @@ mod tests {
         }
         assert_eq!(fence_keys.len(), 4, "{fence_keys:?}");
         assert!(fence_keys.iter().all(|k| Slot::of(k) == Slot::of(b"a")));
-        // Vouched (no restart check), a node without scripts would take the native fenced
-        // transaction, which names the counters the standalone way.
-        assert!(matches!(
-            fenced.redis_form_vouched(&Dialect {
-                scripts: false,
-                ..cluster
-            }),
-            RedisForm::OnCluster
-        ));
+        // Vouched (no restart check), a node without scripts takes the native fenced
+        // transaction, and its commit, with every counter in the lock key's slot.
+        let no_scripts_cluster = Dialect {
+            scripts: false,
+            ..cluster
+        };
+        let fence = format!("redlock:fence:{{{}}}a", Slot::of(b"a").tag());
+        assert_eq!(
+            encoded(&fenced.redis_form_vouched(&no_scripts_cluster)),
+            format!(
+                "*1 $5 MULTI *6 $3 SET $1 a $3 tok $2 NX $2 PX $4 1500 \
+                 *3 $6 ZSCORE ${} {fence} $5 fence *1 $4 TIME *1 $4 EXEC ",
+                fence.len()
+            )
+        );
+        let commit = command(
+            Op::CommitFence,
+            &["a"],
+            Extras {
+                fence: Some(7),
+                ..Extras::default()
+            },
+        );
+        let encoded_commit = encoded(&commit.redis_form_on(&no_scripts_cluster));
+        assert!(
+            encoded_commit.contains(&format!("ZADD ${} {fence} $2 GT $1 7", fence.len()))
+                && encoded_commit.contains(&format!("PEXPIRE ${} {fence}", fence.len())),
+            "{encoded_commit}"
+        );
         for cmd in [&two, &release, &checked] {
             for form in [
                 cmd.redis_form_on(&cluster),

@@ -646,14 +646,14 @@ impl FakeNode {
                 form.answer(&parts)
             }
             // MULTI; SET NX PX (or MSETEX); ZSCORE per fence counter; TIME; EXEC.
-            RedisForm::FencedSet { spec, ttl_ms } => {
+            RedisForm::FencedSet { spec, ttl_ms, .. } => {
                 let keys: Vec<Vec<u8>> = spec.keys().map(<[u8]>::to_vec).collect();
                 let fences: Vec<Vec<u8>> = keys.iter().map(|k| fence_key(k)).collect();
                 self.acquire_fenced(now, &keys, &fences, token, ttl_ms)
             }
             // MULTI; ZADD GT and PEXPIRE per fence counter; GET per key; EXEC: the counters
             // are raised whoever holds the keys.
-            RedisForm::CommitFenceEach { spec, fence } => {
+            RedisForm::CommitFenceEach { spec, fence, .. } => {
                 let keys: Vec<Vec<u8>> = spec.keys().map(<[u8]>::to_vec).collect();
                 let fences: Vec<Vec<u8>> = keys.iter().map(|k| fence_key(k)).collect();
                 self.raise_fences(now, &fences, fence, crate::FENCE_RETENTION_MS);

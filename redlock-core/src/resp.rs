@@ -74,7 +74,7 @@ pub fn encode_form(form: &RedisForm<'_>, out: &mut Vec<u8>) {
             Arg::Bytes(bytes) => bulk(out, bytes),
             Arg::Number(n) => bulk(out, itoa(n, &mut [0; 20])),
             Arg::Channel(key) => bulk(out, &crate::command::released_channel(key)),
-            Arg::Fence(key) => bulk(out, &[crate::command::FENCE_KEY_PREFIX, key].concat()),
+            Arg::Fence(keyspace, key) => bulk(out, &keyspace.fence_key(key)),
         });
     }
     if transaction {

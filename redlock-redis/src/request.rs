@@ -85,7 +85,7 @@ fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
             Arg::Bytes(bytes) => bytes.len(),
             Arg::Number(_) => NUMBER,
             Arg::Channel(key) => RELEASED_CHANNEL_PREFIX.len() + key.len(),
-            Arg::Fence(key) => FENCE_KEY_PREFIX.len() + key.len(),
+            Arg::Fence(_, key) => FENCE_KEY_PREFIX.len() + key.len(),
         };
     });
     let mut cmd = redis::Cmd::with_capacity(count, size);
@@ -94,7 +94,7 @@ fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
             Arg::Bytes(bytes) => cmd.arg(bytes),
             Arg::Number(n) => cmd.arg(n),
             Arg::Channel(key) => cmd.arg(released_channel(key)),
-            Arg::Fence(key) => cmd.arg([FENCE_KEY_PREFIX, key].concat()),
+            Arg::Fence(keyspace, key) => cmd.arg(keyspace.fence_key(key)),
         };
     });
     cmd

@@ -977,6 +977,11 @@ macro_rules! conformance_tests {
             a_cluster_vote_needs_a_cluster_and_one_claim,
             a_cluster_vote_release_wakes_a_waiter,
             a_cluster_vote_on_an_earlier_votes_master_refuses);
+        $crate::conformance_tests!(@cluster_setups $adapter;
+            a_cluster_setup_beside_two_nodes_locks_extends_and_releases,
+            a_cluster_setup_of_three_votes_locks_extends_and_releases,
+            a_cluster_setup_beside_two_nodes_hands_over_and_fences,
+            a_cluster_setup_of_three_votes_hands_over_and_fences);
         $crate::conformance_tests!(@cluster_versions $adapter;
             a_mixed_version_cluster_speaks_each_masters_dialect);
         $crate::conformance_tests!(@errors $adapter;
@@ -1062,6 +1067,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::cluster_votes::$case::<$adapter>();
+            }
+        )+
+    };
+    (@cluster_setups $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::cluster_setups::$case::<$adapter>();
             }
         )+
     };
