@@ -305,22 +305,24 @@ fn hands_over_and_fences<A: Adapter>(setup: Setup) {
     deployment.assert_nothing_left();
 }
 
-/// [`locks_extends_and_releases`] on a cluster node beside two standalone nodes.
+/// Lock, rival, extension, release, expiry, several resources and mutual exclusion on a
+/// cluster node beside two standalone nodes.
 pub fn a_cluster_setup_beside_two_nodes_locks_extends_and_releases<A: Adapter>() {
     locks_extends_and_releases::<A>(Setup::BesideTwo);
 }
 
-/// [`locks_extends_and_releases`] on one cluster lending three votes.
+/// Lock, rival, extension, release, expiry, several resources and mutual exclusion on one
+/// cluster lending three votes.
 pub fn a_cluster_setup_of_three_votes_locks_extends_and_releases<A: Adapter>() {
     locks_extends_and_releases::<A>(Setup::ThreeVotes);
 }
 
-/// [`hands_over_and_fences`] on a cluster node beside two standalone nodes.
+/// Hand-over by token and fencing tokens on a cluster node beside two standalone nodes.
 pub fn a_cluster_setup_beside_two_nodes_hands_over_and_fences<A: Adapter>() {
     hands_over_and_fences::<A>(Setup::BesideTwo);
 }
 
-/// [`hands_over_and_fences`] on one cluster lending three votes.
+/// Hand-over by token and fencing tokens on one cluster lending three votes.
 pub fn a_cluster_setup_of_three_votes_hands_over_and_fences<A: Adapter>() {
     hands_over_and_fences::<A>(Setup::ThreeVotes);
 }
