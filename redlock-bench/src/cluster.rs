@@ -77,6 +77,9 @@ pub(crate) struct ClusterSection {
     pub(crate) what: String,
     pub(crate) latency: Vec<DeploymentEntry<LatencyRun>>,
     pub(crate) throughput: Vec<DeploymentEntry<ThroughputRun>>,
+    /// Per deployment, the scripts its masters ran per sequential cycle (warm-up included),
+    /// over the repetitions: how often an acquisition proves the node's memory by script.
+    pub(crate) scripts_per_cycle: Vec<(&'static str, Option<Spread>)>,
 }
 
 /// One deployment in one scenario.
@@ -106,6 +109,7 @@ pub(crate) fn measure(plan: &Plan, options: &ServerOptions) -> Result<ClusterSec
         Deployment::ALL.iter().map(|d| (*d, Vec::new())).collect();
     let mut throughput: Vec<(Deployment, Vec<ThroughputRun>)> =
         Deployment::ALL.iter().map(|d| (*d, Vec::new())).collect();
+    let mut scripts: Vec<Vec<f64>> = Deployment::ALL.iter().map(|_| Vec::new()).collect();
     for rep in 0..plan.reps {
         for step in 0..Deployment::ALL.len() {
             let index = (step + usize::try_from(rep).unwrap_or(0)) % Deployment::ALL.len();
@@ -113,6 +117,7 @@ pub(crate) fn measure(plan: &Plan, options: &ServerOptions) -> Result<ClusterSec
             let (urls, masters) = deployments(deployment);
             let id = deployment.id();
             let started = std::time::Instant::now();
+            let scripts_before = server_cpu::total_scripts(masters);
             latency[index].1.push(measured(plan, masters, || {
                 deployment.run(
                     &Latency {
@@ -123,6 +128,15 @@ pub(crate) fn measure(plan: &Plan, options: &ServerOptions) -> Result<ClusterSec
                     urls,
                 )
             }));
+            // The trust before the run stamps epochs with `SET`s, never by script.
+            if let (Some(before), Some(after)) =
+                (scripts_before, server_cpu::total_scripts(masters))
+            {
+                let cycles = u64::from(plan.cycles) + u64::from(plan.warmup);
+                if cycles > 0 {
+                    scripts[index].push(after.saturating_sub(before) as f64 / cycles as f64);
+                }
+            }
             throughput[index].1.push(measured(plan, masters, || {
                 deployment.run(
                     &Throughput {
@@ -154,6 +168,11 @@ pub(crate) fn measure(plan: &Plan, options: &ServerOptions) -> Result<ClusterSec
         ),
         latency: summarise(latency),
         throughput: summarise(throughput),
+        scripts_per_cycle: Deployment::ALL
+            .iter()
+            .zip(scripts)
+            .map(|(deployment, values)| (deployment.id(), Spread::of(values)))
+            .collect(),
     })
 }
 

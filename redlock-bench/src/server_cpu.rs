@@ -19,6 +19,39 @@ fn node_seconds(url: &str) -> Option<f64> {
     parse(&info)
 }
 
+/// The scripts the nodes ran so far (`EVALSHA` and `EVAL` calls in `INFO commandstats`),
+/// summed; `None` if any node could not be read. Over a run of a cluster node, the checked
+/// acquisitions and the releases by script: a vouched acquisition is a plain `SET`.
+pub(crate) fn total_scripts(urls: &[String]) -> Option<u64> {
+    urls.iter().map(|url| node_scripts(url)).sum()
+}
+
+fn node_scripts(url: &str) -> Option<u64> {
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(std::time::Duration::from_secs(5))
+        .ok()?;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .ok()?;
+    Some(script_calls(&stats))
+}
+
+/// `EVALSHA` plus `EVAL` calls of an `INFO commandstats` answer (0 for a command never called).
+fn script_calls(stats: &str) -> u64 {
+    ["cmdstat_evalsha:calls=", "cmdstat_eval:calls="]
+        .iter()
+        .filter_map(|prefix| {
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix(prefix))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|calls| calls.parse::<u64>().ok())
+        })
+        .sum()
+}
+
 /// `used_cpu_sys + used_cpu_user` of an `INFO cpu` answer.
 fn parse(info: &str) -> Option<f64> {
     let field = |name: &str| -> Option<f64> {
@@ -54,5 +87,10 @@ mod tests {
         assert_eq!(parse("# CPU\r\nused_cpu_sys:1.0\r\n"), None);
         assert_eq!(per_cycle_us(0.5, 400_000, 100_000), Some(1.0));
         assert_eq!(per_cycle_us(0.5, 0, 0), None);
+        let stats = "# Commandstats\r\ncmdstat_set:calls=9,usec=1\r\n\
+                     cmdstat_evalsha:calls=40,usec=300,usec_per_call=7.5\r\n\
+                     cmdstat_eval:calls=2,usec=30\r\n";
+        assert_eq!(script_calls(stats), 42);
+        assert_eq!(script_calls("# Commandstats\r\ncmdstat_set:calls=9\r\n"), 0);
     }
 }
