@@ -55,6 +55,12 @@ pub(crate) struct Args {
     /// compare-and-delete; on Redis with the release script.
     #[arg(long, value_enum, default_value_t = Server::Redis)]
     pub(crate) server: Server,
+    /// How the nodes are configured: `stock` (the server's defaults: `SWAPDB` runs, so every
+    /// acquisition on a proven connection is sealed against a swap in a `MULTI`), or `plain`
+    /// (`SWAPDB` renamed away, no memory limit: the acquisition is a plain `SET NX PX`, the
+    /// floor's own command).
+    #[arg(long, value_enum, default_value_t = NodeConfig::Stock)]
+    pub(crate) node_config: NodeConfig,
     /// Internal: run the memory scenario in this process and print its JSON (the parent starts
     /// it, so that its RSS is not the parent's).
     #[arg(long, hide = true)]
@@ -71,6 +77,42 @@ pub(crate) enum Server {
     Redis,
     /// valkey-server 9.1 or later.
     Valkey,
+}
+
+/// How the nodes are configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum NodeConfig {
+    /// The server's defaults.
+    Stock,
+    /// `SWAPDB` renamed away (`--rename-command SWAPDB ""`), `maxmemory` 0 (nothing evicted).
+    Plain,
+}
+
+impl NodeConfig {
+    /// `options` with this configuration.
+    pub(crate) fn apply(
+        self,
+        options: redlock_local::ServerOptions,
+    ) -> redlock_local::ServerOptions {
+        match self {
+            Self::Stock => options,
+            Self::Plain => options.args(["--rename-command", "SWAPDB", ""]),
+        }
+    }
+
+    /// What the report says of it.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Self::Stock => {
+                "stock configuration (`SWAPDB` runs: a proven connection seals each \
+                 acquisition in a `MULTI`)"
+            }
+            Self::Plain => {
+                "`SWAPDB` renamed away, no memory limit (`--node-config plain`: an acquisition \
+                 on a proven connection is a plain `SET NX PX`)"
+            }
+        }
+    }
 }
 
 /// The environment variable naming the valkey-server of `--server valkey`.

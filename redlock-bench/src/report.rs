@@ -46,6 +46,8 @@ pub(crate) struct Meta {
     pub(crate) load_at_end: String,
     /// Redis nodes.
     pub(crate) nodes: usize,
+    /// How they were configured ([`NodeConfig::describe`](crate::args::NodeConfig::describe)).
+    pub(crate) node_config: &'static str,
     /// Repetitions of (a)–(c) per contender.
     pub(crate) reps: u32,
     /// Whether this was the smoke mode (numbers mean nothing).

@@ -53,10 +53,10 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
     );
     fs::create_dir_all(&plan.out_dir)
         .map_err(|err| format!("cannot create {}: {err}", plan.out_dir.display()))?;
-    let options = match &binary {
+    let options = args.node_config.apply(match &binary {
         Some(path) => ServerOptions::new().binary(path),
         None => ServerOptions::new(),
-    };
+    });
     let servers = Servers::try_start_with(NODES, &options)
         .map_err(|err| format!("cannot start {NODES} local redis-servers: {err}"))?;
     let urls = servers.urls();
@@ -106,6 +106,7 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
             machine,
             load_at_end: machine::load_average(),
             nodes: NODES,
+            node_config: args.node_config.describe(),
             reps: plan.reps,
             smoke: plan.smoke,
             latency_cycles: plan.cycles,

@@ -17,8 +17,9 @@ pub(crate) fn render(report: &Report) -> String {
         "Each cell: median (min–max) over {} run(s). ×raw = median ÷ the median of the raw \
          floor on tokio multi-thread; ×own floor = median ÷ the median of the raw floor on the \
          same runtime or threads, from the same run (raw floor (async-std) for redlock-async-std, \
-         raw floor (threads) for redlock-blocking; for the tokio rows ×raw is that ratio).\n",
-        meta.reps
+         raw floor (threads) for redlock-blocking; for the tokio rows ×raw is that ratio). \
+         Nodes: {}.\n",
+        meta.reps, meta.node_config
     );
     out += &section("(a) Sequential latency", &report.latency);
     out += &section("(b) Throughput, own keys", &report.throughput);
