@@ -93,6 +93,7 @@ impl fmt::Display for LockFailure {
             (NodeErrorKind::SameCluster, SAME_CLUSTER_REMEDY),
             (NodeErrorKind::NotACluster, NOT_A_CLUSTER_REMEDY),
             (NodeErrorKind::SharedMaster, SHARED_MASTER_REMEDY),
+            (NodeErrorKind::NoSafeForm, NO_SAFE_FORM_REMEDY),
         ] {
             if self.nodes.iter().any(|n| n.result == Vote::Failed(kind)) {
                 f.write_str(remedy)?;
@@ -123,6 +124,13 @@ const NOT_A_CLUSTER_REMEDY: &str = "; `cluster_votes` names a node whose server 
 const SHARED_MASTER_REMEDY: &str = "; two votes of one cluster are on one master (a resharding, \
     or fewer masters than votes), and a master is one vote: move the votes' slots to masters of \
     their own (`redlock nodes check` shows where each lands), or lend fewer votes";
+
+/// What a node without scripts cannot do, and the way out.
+const NO_SAFE_FORM_REMEDY: &str = "; a node that runs no script (its user is denied \
+    @scripting, or the server has no Lua) has no safe native form for this request (the \
+    README's Server dialects table says what works without scripts; on a cluster node a \
+    restart-aware acquisition never does: a cluster node's connections never prove its \
+    memory); allow the lock user `EVAL`, `EVALSHA` and `SCRIPT`";
 
 /// What to do about two node URLs that lead to one cluster.
 const SAME_CLUSTER_REMEDY: &str = "; two node URLs lead to one cluster (they share a master), \
@@ -329,6 +337,22 @@ mod tests {
             "{debug}"
         );
         assert!(format!("{:?}", Error::Stopped).ends_with("\n\nStopped"));
+        let scriptless = AcquireFailure {
+            reason: FailureReason::Unavailable,
+            votes: vec![
+                Vote::Failed(NodeErrorKind::NoSafeForm),
+                Vote::Failed(NodeErrorKind::NoSafeForm),
+                Vote::Granted,
+            ],
+            attempts: 1,
+        };
+        let text = Error::acquire_failed(&labels, &scriptless).to_string();
+        assert_eq!(
+            text.matches("allow the lock user `EVAL`").count(),
+            1,
+            "the remedy once, after the list: {text}"
+        );
+        assert!(!err.to_string().contains("EVALSHA"), "no remedy without it");
         assert_eq!(
             err.to_string(),
             "lock is held by another client: 3 rounds; 127.0.0.1:1 held by another, 127.0.0.1:2 timed out, \

@@ -68,12 +68,21 @@ pub fn a_cluster_node_votes_for_keys_on_every_master<A: Adapter>() {
     let resources = one_per_master(&cluster, "job");
     let client: A = build(&[cluster.masters()[1].url()], &once());
     let first = Slot::of(resources[0].as_bytes());
-    match sole_vote(client.try_lock(&resources[0], TTL)) {
+    let fresh = client.try_lock(&resources[0], TTL);
+    let text = failure_text(&fresh);
+    match sole_vote(fresh) {
         Vote::Ineligible {
             cause: SitOutCause::NoEpoch,
             ..
         } => {}
-        Vote::Failed(NodeErrorKind::NoSafeForm) if scripting_denied() => return,
+        Vote::Failed(NodeErrorKind::NoSafeForm) if scripting_denied() => {
+            assert!(
+                text.contains("a cluster node's connections never prove its memory"),
+                "{}: the error says what to do: {text}",
+                A::NAME
+            );
+            return;
+        }
         other => panic!("{}: a fresh slot sits out, got {other:?}", A::NAME),
     }
     assert!(
