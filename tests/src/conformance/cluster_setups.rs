@@ -6,7 +6,6 @@
 //! under contention, with no lock key left behind.
 
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
@@ -14,7 +13,7 @@ use redlock_core::{LockRequest, RetryPolicy, Vote, vote_slots};
 use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
-use super::scenarios::{eventually, scripting_denied};
+use super::scenarios::{count_under_lock, eventually, scripting_denied};
 use crate::{RedisCluster, RedisServer, Servers};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -224,31 +223,16 @@ fn excludes_under_contention<A: Adapter>(deployment: &Deployment, redlock: A) {
     const WORKERS: usize = 8;
     const SECTIONS: usize = 25;
     let counter = RedisServer::start();
-    let retry = RetryPolicy::default()
-        .unlimited()
-        .delay(Duration::from_millis(1))
-        .jitter(Duration::from_millis(10))
-        .deadline(Duration::from_secs(120));
-    let redlock = Arc::new(redlock);
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|_| {
-            let redlock = redlock.clone();
-            let mut conn = counter.client();
-            thread::spawn(move || {
-                for _ in 0..SECTIONS {
-                    let request = LockRequest::new("counter", TTL).retry(retry);
-                    let lock = redlock.acquire(request).expect("lock within the deadline");
-                    let value: Option<u64> = conn.get("count").expect("get");
-                    let _: () = conn.set("count", value.unwrap_or(0) + 1).expect("set");
-                    lock.release();
-                }
-            })
-        })
-        .collect();
-    for worker in workers {
-        worker.join().expect("worker");
-    }
-    let count: u64 = counter.client().get("count").expect("get");
+    let count = count_under_lock(&Arc::new(redlock), &counter, WORKERS, SECTIONS, |redlock| {
+        let retry = RetryPolicy::default()
+            .unlimited()
+            .delay(Duration::from_millis(1))
+            .jitter(Duration::from_millis(10))
+            .deadline(Duration::from_secs(120));
+        redlock
+            .acquire(LockRequest::new("counter", TTL).retry(retry))
+            .expect("lock within the deadline")
+    });
     assert_eq!(count, (WORKERS * SECTIONS) as u64);
     deployment.assert_nothing_left();
 }

@@ -481,18 +481,35 @@ pub fn mutual_exclusion_counter<A: Adapter>() {
         ..Options::default()
     };
     let redlock = Arc::new(client::<A>(&nodes, &options));
-    let workers: Vec<_> = (0..WORKERS)
+    let count = count_under_lock(&redlock, &counter, WORKERS, SECTIONS, |redlock| {
+        redlock
+            .lock("counter", TTL)
+            .expect("lock within the deadline")
+    });
+    assert_eq!(count, (WORKERS * SECTIONS) as u64);
+    assert_eq!(total_keys(&nodes), 0);
+}
+
+/// `workers` threads each run `sections` critical sections — a non-atomic `GET`/`SET`
+/// increment of `count` on `counter` — under the lock `lock` takes, and release it: the count
+/// they leave.
+pub(super) fn count_under_lock<A: Adapter>(
+    redlock: &Arc<A>,
+    counter: &RedisServer,
+    workers: usize,
+    sections: usize,
+    lock: fn(&A) -> A::Lock,
+) -> u64 {
+    let workers: Vec<_> = (0..workers)
         .map(|_| {
             let redlock = redlock.clone();
             let mut conn = counter.client();
             thread::spawn(move || {
-                for _ in 0..SECTIONS {
-                    let lock = redlock
-                        .lock("counter", TTL)
-                        .expect("lock within the deadline");
+                for _ in 0..sections {
+                    let held = lock(&redlock);
                     let value: Option<u64> = conn.get("count").expect("get");
                     let _: () = conn.set("count", value.unwrap_or(0) + 1).expect("set");
-                    lock.release();
+                    held.release();
                 }
             })
         })
@@ -500,9 +517,7 @@ pub fn mutual_exclusion_counter<A: Adapter>() {
     for worker in workers {
         worker.join().expect("worker");
     }
-    let count: u64 = counter.client().get("count").expect("get");
-    assert_eq!(count, (WORKERS * SECTIONS) as u64);
-    assert_eq!(total_keys(&nodes), 0);
+    counter.client().get("count").expect("get")
 }
 
 /// Scenario 12: a dropped, unreleased lock and an abandoned acquisition leave no key behind (long before
