@@ -11,12 +11,16 @@ pub(crate) fn total_seconds(urls: &[String]) -> Option<f64> {
 }
 
 fn node_seconds(url: &str) -> Option<f64> {
+    parse(&info(url, "cpu")?)
+}
+
+/// `INFO section` of the node at `url`; `None` if it cannot be read.
+fn info(url: &str, section: &str) -> Option<String> {
     let client = redis::Client::open(url).ok()?;
     let mut conn = client
         .get_connection_with_timeout(std::time::Duration::from_secs(5))
         .ok()?;
-    let info: String = redis::cmd("INFO").arg("cpu").query(&mut conn).ok()?;
-    parse(&info)
+    redis::cmd("INFO").arg(section).query(&mut conn).ok()
 }
 
 /// The scripts the nodes ran so far (`EVALSHA` and `EVAL` calls in `INFO commandstats`),
@@ -27,15 +31,7 @@ pub(crate) fn total_scripts(urls: &[String]) -> Option<u64> {
 }
 
 fn node_scripts(url: &str) -> Option<u64> {
-    let client = redis::Client::open(url).ok()?;
-    let mut conn = client
-        .get_connection_with_timeout(std::time::Duration::from_secs(5))
-        .ok()?;
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut conn)
-        .ok()?;
-    Some(script_calls(&stats))
+    Some(script_calls(&info(url, "commandstats")?))
 }
 
 /// `EVALSHA` plus `EVAL` calls of an `INFO commandstats` answer (0 for a command never called).

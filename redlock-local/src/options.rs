@@ -137,15 +137,8 @@ impl ServerOptions {
     /// The options of server `index` of a set started with these: as they are, unless
     /// [`MIX_ENV`] names servers and these name no binary.
     pub(crate) fn mixed(&self, index: usize) -> Self {
-        let mix = env::var(MIX_ENV).unwrap_or_default();
-        let entries: Vec<&str> = mix.split(',').filter(|e| !e.trim().is_empty()).collect();
-        if self.binary.is_some() || entries.is_empty() {
+        let Some((binary, deny)) = self.mix_entry(index) else {
             return self.clone();
-        }
-        let entry = entries[index % entries.len()].trim();
-        let (binary, deny) = match entry.strip_suffix("#no-scripting") {
-            Some(binary) => (binary, true),
-            None => (entry, false),
         };
         let mut options = self.clone().binary(binary);
         if self.deny_scripting.is_none() {
@@ -157,11 +150,29 @@ impl ServerOptions {
     /// The options of server `index` of a set with one ACL configuration (a cluster): the
     /// binary of [`mixed`](Self::mixed), never its `#no-scripting` mark.
     pub(crate) fn mixed_binary(&self, index: usize) -> Self {
-        let mixed = self.mixed(index);
-        match mixed.binary {
-            Some(binary) if self.binary.is_none() => self.clone().binary(binary),
-            _ => self.clone(),
+        match self.mix_entry(index) {
+            Some((binary, _)) => self.clone().binary(binary),
+            None => self.clone(),
         }
+    }
+
+    /// Entry `index` (modulo its length) of [`MIX_ENV`]: a binary, and whether it is marked
+    /// `#no-scripting`; `None` when these options name a binary or the variable names none.
+    fn mix_entry(&self, index: usize) -> Option<(String, bool)> {
+        if self.binary.is_some() {
+            return None;
+        }
+        let mix = env::var(MIX_ENV).unwrap_or_default();
+        let entries: Vec<&str> = mix
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .collect();
+        let entry = entries.get(index % entries.len().max(1))?;
+        Some(match entry.strip_suffix("#no-scripting") {
+            Some(binary) => (binary.to_owned(), true),
+            None => ((*entry).to_owned(), false),
+        })
     }
 
     /// Sets `maxmemory` in bytes (policy stays `noeviction`, so `maxmemory(1)` makes every write
