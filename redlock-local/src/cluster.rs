@@ -186,24 +186,16 @@ impl RedisCluster {
     }
 
     /// Moves `slot` with every key in it from `from` to `to` the legacy way, as
-    /// `redis-cli --cluster reshard` does: `SETSLOT IMPORTING` on `to`, `SETSLOT MIGRATING` on
-    /// `from`, `MIGRATE` of its keys, then `SETSLOT NODE` on `to`, `from` and every other node
-    /// that takes it (masters).
+    /// `redis-cli --cluster reshard` does: [`begin_migration`](Self::begin_migration),
+    /// [`migrate_keys`](Self::migrate_keys) until the slot is empty on `from`, then
+    /// [`end_migration`](Self::end_migration).
     pub fn migrate_slot(
         &self,
         slot: u16,
         from: &RedisServer,
         to: &RedisServer,
     ) -> Result<(), HarnessError> {
-        let from_id: String = run(from, redis::cmd("CLUSTER").arg("MYID"))?;
-        let to_id: String = run(to, redis::cmd("CLUSTER").arg("MYID"))?;
-        let set_slot = |state: &str, id: &str| {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
-            cmd
-        };
-        let _: () = run(to, &set_slot("IMPORTING", &from_id))?;
-        let _: () = run(from, &set_slot("MIGRATING", &to_id))?;
+        self.begin_migration(slot, from, to)?;
         loop {
             let keys: Vec<Vec<u8>> = run(
                 from,
@@ -215,20 +207,59 @@ impl RedisCluster {
             if keys.is_empty() {
                 break;
             }
-            let _: redis::Value = run(
-                from,
-                redis::cmd("MIGRATE")
-                    .arg("127.0.0.1")
-                    .arg(to.port())
-                    .arg("")
-                    .arg(0)
-                    .arg(10_000)
-                    .arg("KEYS")
-                    .arg(keys),
-            )?;
+            self.migrate_keys(from, to, &keys)?;
         }
-        let _: () = run(to, &set_slot("NODE", &to_id))?;
-        let _: () = run(from, &set_slot("NODE", &to_id))?;
+        self.end_migration(slot, from, to)
+    }
+
+    /// The first step of a legacy migration of `slot` from `from` to `to`: `SETSLOT IMPORTING`
+    /// on `to`, then `SETSLOT MIGRATING` on `from`. From then on `from` answers `ASK` for a key
+    /// of the slot it does not hold, and `to` serves such a key to a command after `ASKING`.
+    pub fn begin_migration(
+        &self,
+        slot: u16,
+        from: &RedisServer,
+        to: &RedisServer,
+    ) -> Result<(), HarnessError> {
+        let from_id: String = run(from, redis::cmd("CLUSTER").arg("MYID"))?;
+        let to_id: String = run(to, redis::cmd("CLUSTER").arg("MYID"))?;
+        let _: () = run(to, &set_slot(slot, "IMPORTING", &from_id))?;
+        let _: () = run(from, &set_slot(slot, "MIGRATING", &to_id))?;
+        Ok(())
+    }
+
+    /// Moves `keys` (with their TTLs) from `from` to `to` with `MIGRATE`, mid-migration.
+    pub fn migrate_keys(
+        &self,
+        from: &RedisServer,
+        to: &RedisServer,
+        keys: &[Vec<u8>],
+    ) -> Result<(), HarnessError> {
+        let _: redis::Value = run(
+            from,
+            redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(to.port())
+                .arg("")
+                .arg(0)
+                .arg(10_000)
+                .arg("KEYS")
+                .arg(keys),
+        )?;
+        Ok(())
+    }
+
+    /// The last step of a legacy migration of `slot` to `to`: `SETSLOT NODE` on `to`, `from`
+    /// and every other node that takes it (masters).
+    pub fn end_migration(
+        &self,
+        slot: u16,
+        from: &RedisServer,
+        to: &RedisServer,
+    ) -> Result<(), HarnessError> {
+        let to_id: String = run(to, redis::cmd("CLUSTER").arg("MYID"))?;
+        let _: () = run(to, &set_slot(slot, "NODE", &to_id))?;
+        let _: () = run(from, &set_slot(slot, "NODE", &to_id))?;
         // The other masters learn it at once; a replica refuses `SETSLOT` (after failovers
         // the nodes formed as masters may be replicas), and gossip tells it anyway.
         for node in self.nodes().filter(|node| {
@@ -236,7 +267,7 @@ impl RedisCluster {
         }) {
             let _: redis::RedisResult<()> = node
                 .try_client()
-                .and_then(|mut conn| set_slot("NODE", &to_id).query(&mut conn));
+                .and_then(|mut conn| set_slot(slot, "NODE", &to_id).query(&mut conn));
         }
         Ok(())
     }
@@ -433,6 +464,13 @@ fn slot_range(index: usize, count: usize) -> (usize, usize) {
 
 fn to_slot(slot: usize) -> u16 {
     u16::try_from(slot).unwrap_or(u16::MAX)
+}
+
+/// `CLUSTER SETSLOT slot state id`.
+fn set_slot(slot: u16, state: &str, id: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+    cmd
 }
 
 fn run<T: FromRedisValue>(node: &RedisServer, cmd: &redis::Cmd) -> Result<T, HarnessError> {

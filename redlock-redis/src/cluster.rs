@@ -5,9 +5,10 @@
 //! A node URL whose server runs in cluster mode is one node of the lock (one vote), whose keys
 //! live on several masters. The driver keeps one connection per master (untracked: on a cluster
 //! every restart-aware acquisition runs its checked script against its own slot's epoch), sends
-//! each request to the master of its keys' slot, and after a cluster error (`MOVED`, `ASK`,
-//! `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`) refreshes the map and sends those requests once
-//! more. Not the `redis` crate's cluster connection: it follows `MOVED` silently and hands
+//! each request to the master of its keys' slot, follows an `ASK` once to the importing master
+//! it names (after `ASKING`, the map unchanged: see [`crate::asking`]), and after any other
+//! cluster error (`MOVED`, `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`, or an `ASK` again) refreshes
+//! the map and sends those requests once more. Not the `redis` crate's cluster connection: it follows `MOVED` silently and hands
 //! pushes over without the master they came from, where this client needs to know which master
 //! answered and to count the cluster as one vote.
 //!
@@ -410,6 +411,9 @@ impl Routes {
 /// The answers of a batch being routed, one slot per request in batch order.
 pub(crate) struct Gathered {
     replies: Vec<Option<Reply>>,
+    /// Requests a master redirected with `ASK`, and to which master (`host:port`), not yet
+    /// followed.
+    asked: Vec<(usize, String)>,
 }
 
 impl Gathered {
@@ -417,7 +421,34 @@ impl Gathered {
     pub(crate) fn new(len: usize) -> Self {
         Self {
             replies: vec![None; len],
+            asked: Vec::new(),
         }
+    }
+
+    /// A master's answers ([`Gathered::set_all`]) and its `ASK` redirections, to follow
+    /// before anything is sent again ([`Gathered::take_asked`]).
+    pub(crate) fn set_replies(&mut self, indexes: &[usize], replies: &crate::BatchReplies) {
+        self.set_all(indexes, &replies.answers);
+        for (at, to) in &replies.asked {
+            if let Some(&index) = indexes.get(*at) {
+                self.asked.push((index, to.clone()));
+            }
+        }
+    }
+
+    /// The `ASK` redirections so far, per importing master (`host:port`) its requests'
+    /// indexes in batch order: each goes to that master once, after `ASKING`, the slot map
+    /// unchanged. A request whose follow-up answers a cluster error again is
+    /// [`misrouted`](Gathered::misrouted).
+    pub(crate) fn take_asked(&mut self) -> Vec<(String, Vec<usize>)> {
+        let mut targets: Vec<(String, Vec<usize>)> = Vec::new();
+        for (index, to) in std::mem::take(&mut self.asked) {
+            match targets.iter_mut().find(|(target, _)| *target == to) {
+                Some((_, indexes)) => indexes.push(index),
+                None => targets.push((to, vec![index])),
+            }
+        }
+        targets
     }
 
     /// Request `index` answered `reply`.
@@ -891,5 +922,37 @@ mod tests {
         // A request no answer reached is a cluster error, never a vote.
         let answers = Gathered::new(1).answers(&batch[..1]);
         assert_eq!(answers[0].1, Reply::Error(NodeErrorKind::Cluster));
+    }
+
+    #[test]
+    fn asked_requests_go_to_their_importing_master_once_grouped_in_batch_order() {
+        let batch = acquisitions(&["a", "b", "c", "d"]);
+        let mut gathered = Gathered::new(batch.len());
+        let answers = |indexes: &[usize]| -> Answers {
+            indexes
+                .iter()
+                .map(|&i| (batch[i].id, Reply::Error(NodeErrorKind::Cluster)))
+                .collect()
+        };
+        // One master got requests 1 and 3, another 0 and 2; the `ASK`s name two targets.
+        let mut first = crate::BatchReplies::answered(answers(&[1, 3]));
+        first.asked = vec![(0, "127.0.0.1:7002".into()), (1, "127.0.0.1:7001".into())];
+        let mut second = crate::BatchReplies::answered(answers(&[0, 2]));
+        second.asked = vec![(1, "127.0.0.1:7002".into())];
+        gathered.set_replies(&[1, 3], &first);
+        gathered.set_replies(&[0, 2], &second);
+        assert_eq!(
+            gathered.take_asked(),
+            [
+                ("127.0.0.1:7002".to_owned(), vec![1, 2]),
+                ("127.0.0.1:7001".to_owned(), vec![3]),
+            ]
+        );
+        assert!(gathered.take_asked().is_empty(), "each followed once");
+        // Until the follow-up answers, an asked request is misrouted like any cluster error.
+        assert_eq!(gathered.misrouted(), [0, 1, 2, 3]);
+        let followed: Answers = [1, 2].iter().map(|&i| (batch[i].id, Reply::Ok)).collect();
+        gathered.set_all(&[1, 2], &followed);
+        assert_eq!(gathered.misrouted(), [0, 3]);
     }
 }

@@ -40,6 +40,7 @@
 )]
 
 mod answer;
+mod asking;
 #[macro_use]
 mod entry_points;
 mod builder;

@@ -8,6 +8,7 @@ use redlock_core::{
     released_channel,
 };
 
+use crate::asking::{Wire, ask_target};
 use crate::memory::Tracking;
 use crate::reply::{map_error, map_result, needs_new_connection};
 
@@ -171,6 +172,9 @@ pub(crate) struct BatchReplies {
     /// keeps each node's requests in order (a new connection could let a release overtake a
     /// `SET` still on its way on the old one).
     pub rebuild: bool,
+    /// The requests (by index into the batch) a cluster master redirected with `ASK`, and to
+    /// which master (`host:port` as announced); empty on every other node.
+    pub asked: Vec<(usize, String)>,
 }
 
 impl BatchReplies {
@@ -193,6 +197,7 @@ impl BatchReplies {
             answers,
             reconnect: false,
             rebuild: false,
+            asked: Vec::new(),
         }
     }
 
@@ -209,6 +214,7 @@ impl BatchReplies {
             answers: batch.iter().map(|t| (t.id, reply)).collect(),
             reconnect,
             rebuild: false,
+            asked: Vec::new(),
         }
     }
 
@@ -248,10 +254,19 @@ struct Reading<'a> {
     lookups: Vec<(usize, usize)>,
     reconnect: bool,
     rebuild: bool,
+    /// Whether every command goes after an `ASKING` (see [`crate::asking`]).
+    asking: bool,
+    /// Requests answered `ASK`, and the master each was sent to.
+    asked: Vec<(usize, String)>,
 }
 
 impl<'a> Reading<'a> {
-    fn new(batch: &'a [Transmit], dialect: &Dialect, tracking: Option<&'a Tracking>) -> Self {
+    fn new(
+        batch: &'a [Transmit],
+        dialect: &Dialect,
+        tracking: Option<&'a Tracking>,
+        asking: bool,
+    ) -> Self {
         // Every push read so far reaches the watch first: a connection that already heard of
         // a flush proves now instead of sending a vouched `SET` bound to be refused.
         let plan = {
@@ -270,6 +285,8 @@ impl<'a> Reading<'a> {
             lookups: Vec::new(),
             reconnect: false,
             rebuild: false,
+            asking,
+            asked: Vec::new(),
         }
     }
 
@@ -283,19 +300,47 @@ impl<'a> Reading<'a> {
         self.plan.wire_len(self.batch)
     }
 
-    /// The one command of a batch that is a single command, if it is.
+    /// The one command of a batch that is a single command, if it is (never after `ASKING`:
+    /// that is two commands).
     fn single(&self) -> Option<RedisForm<'a>> {
-        (self.wire_len() == 1 && self.batch.len() == 1 && self.plan.reads().is_empty())
-            .then(|| self.form(0))
+        (!self.asking
+            && self.wire_len() == 1
+            && self.batch.len() == 1
+            && self.plan.reads().is_empty())
+        .then(|| self.form(0))
     }
 
-    /// Every part of every request, packed as one write; `None` when nothing is to be sent.
+    /// `pipe` as it goes to this node: after `ASKING`s when the batch follows an `ASK`.
+    fn wire(&self, pipe: redis::Pipeline) -> Wire {
+        match self.asking {
+            true => Wire::asking(&pipe),
+            false => Wire::plain(pipe),
+        }
+    }
+
+    /// The batch's pipeline on the wire; `None` when nothing is to be sent or it is
+    /// [`Reading::single`].
+    fn main_wire(&self) -> Option<Wire> {
+        (self.wire_len() > 0 && self.single().is_none()).then(|| self.wire(self.pipeline()))
+    }
+
+    /// Every part of every request, packed as one write, and how many replies come back;
+    /// `None` when nothing is to be sent.
     #[cfg(feature = "blocking")]
-    fn packed(&self) -> Option<Vec<u8>> {
-        match (self.wire_len(), self.single()) {
-            (0, _) => None,
-            (_, Some(form)) => Some(part_cmd(&form, 0).get_packed_command()),
-            _ => Some(self.pipeline().get_packed_pipeline()),
+    fn packed(&self, wire: Option<&Wire>) -> Option<(Vec<u8>, usize)> {
+        match (wire, self.single()) {
+            (Some(wire), _) => Some((wire.pipe.get_packed_pipeline(), wire.len())),
+            (None, Some(form)) => Some((part_cmd(&form, 0).get_packed_command(), 1)),
+            (None, None) => None,
+        }
+    }
+
+    /// Notes where request `index` was redirected, if `result` is an `ASK`.
+    fn note_ask(&mut self, index: usize, result: &Result<redis::Value, redis::RedisError>) {
+        if let Some(to) = ask_target(result)
+            && self.asked.iter().all(|(asked, _)| *asked != index)
+        {
+            self.asked.push((index, to.to_owned()));
         }
     }
 
@@ -365,6 +410,7 @@ impl<'a> Reading<'a> {
                     self.again.push(index);
                     continue;
                 }
+                self.note_ask(index, &result);
                 note_failure(&result, &mut self.reconnect, &mut self.rebuild);
                 let reply = map_result(result);
                 let decisive = part < form.decisive_parts();
@@ -397,6 +443,7 @@ impl<'a> Reading<'a> {
             let Some(result) = results.next() else {
                 return false;
             };
+            self.note_ask(index, &result);
             note_failure(&result, &mut self.reconnect, &mut self.rebuild);
             if let reply @ Reply::Error(_) = map_result(result) {
                 failed.get_or_insert(reply);
@@ -458,13 +505,36 @@ impl<'a> Reading<'a> {
         true
     }
 
-    /// Request `index`'s script, to run again on its own.
+    /// Request `index`'s script, to run again on its own (loading it on `NOSCRIPT`); `None`
+    /// after an `ASK` (see [`Reading::asked_rerun`]).
     fn rerun_request(&self, index: usize) -> Option<Request> {
-        Request::of(&self.form(index))
+        match self.asking {
+            true => None,
+            false => Request::of(&self.form(index)),
+        }
+    }
+
+    /// Request `index`'s script to run again on its own after an `ASK`: `SCRIPT LOAD`, then
+    /// the call after `ASKING` (the script loader of the `redis` crate sends no `ASKING`);
+    /// its answer is the last reply ([`last`]).
+    fn asked_rerun(&self, index: usize) -> Option<Wire> {
+        let form = self.form(index);
+        let RedisForm::Script { script, .. } = form else {
+            return None;
+        };
+        if !self.asking {
+            return None;
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
+        pipe.add_command(part_cmd(&form, 0));
+        Some(Wire::asking(&pipe))
     }
 
     /// The answer of request `index`, run again on its own.
     fn rerun(&mut self, index: usize, result: Result<redis::Value, redis::RedisError>) {
+        self.note_ask(index, &result);
         note_failure(&result, &mut self.reconnect, &mut self.rebuild);
         self.parts[index] = smallvec::smallvec![map_result(result)];
     }
@@ -562,6 +632,7 @@ impl<'a> Reading<'a> {
             answers,
             reconnect: self.reconnect,
             rebuild: self.rebuild,
+            asked: self.asked,
         }
     }
 }
@@ -698,9 +769,11 @@ pub(crate) fn run_batch(
     dialect: &Dialect,
     tracking: Option<&Tracking>,
     read_timeout: std::time::Duration,
+    asking: bool,
 ) -> BatchReplies {
-    let mut reading = Reading::new(batch, dialect, tracking);
-    if let Some(packed) = reading.packed() {
+    let mut reading = Reading::new(batch, dialect, tracking, asking);
+    let wire = reading.main_wire();
+    if let Some((packed, wire_len)) = reading.packed(wire.as_ref()) {
         if let Err(err) = conn.send_packed_command(&packed) {
             // Part of the write may have gone out: the stream is not to be trusted.
             let mut replies = BatchReplies::failed(batch, &err);
@@ -708,8 +781,8 @@ pub(crate) fn run_batch(
             return replies;
         }
         let mut gave_up = false;
-        let mut results = Vec::with_capacity(reading.wire_len());
-        for _ in 0..reading.wire_len() {
+        let mut results = Vec::with_capacity(wire_len);
+        for _ in 0..wire_len {
             let result = recv_reply(conn);
             if let Err(err) = &result
                 && err.is_timeout()
@@ -723,23 +796,33 @@ pub(crate) fn run_batch(
         if gave_up {
             let _ = conn.set_read_timeout(Some(read_timeout));
         }
-        reading.read(results);
+        match &wire {
+            Some(wire) => reading.read(wire.own(results)),
+            None => reading.read(results),
+        }
     }
     if let Some(pipe) = reading.stamp_pipeline() {
-        let values = pipe.query::<Vec<redis::Value>>(conn);
-        reading.stamped(values);
+        let wire = reading.wire(pipe);
+        reading.stamped(wire.own_values(wire.pipe.query(conn)));
     }
     for index in std::mem::take(&mut reading.again) {
         if let Some(request) = reading.rerun_request(index) {
             let result = request.run(conn);
             reading.rerun(index, result);
+        } else if let Some(wire) = reading.asked_rerun(index) {
+            reading.rerun(index, last(wire.own_values(wire.pipe.query(conn))));
         }
     }
     if let Some(pipe) = reading.lookup_pipeline() {
-        let values = pipe.query::<Vec<redis::Value>>(conn);
-        reading.looked_up(values);
+        let wire = reading.wire(pipe);
+        reading.looked_up(wire.own_values(wire.pipe.query(conn)));
     }
     reading.finish()
+}
+
+/// The last reply of a pipeline run for it (an asked rerun's call), or its error.
+fn last(values: redis::RedisResult<Vec<redis::Value>>) -> redis::RedisResult<redis::Value> {
+    values.map(|values| values.into_iter().last().unwrap_or(redis::Value::Nil))
 }
 
 /// The next reply on a blocking connection, past any push (a RESP3 connection may carry them
@@ -761,20 +844,17 @@ pub(crate) async fn run_batch_async<C: redis::aio::ConnectionLike>(
     batch: &[Transmit],
     dialect: &Dialect,
     tracking: Option<&Tracking>,
+    asking: bool,
 ) -> BatchReplies {
-    let mut reading = Reading::new(batch, dialect, tracking);
-    match (reading.wire_len(), reading.single()) {
-        (0, _) => {}
-        (_, Some(form)) => {
+    let mut reading = Reading::new(batch, dialect, tracking, asking);
+    match (reading.main_wire(), reading.single()) {
+        (None, None) => {}
+        (None, Some(form)) => {
             let result = part_cmd(&form, 0).query_async(conn).await;
             reading.read([result]);
         }
-        (wire_len, _) => match reading
-            .pipeline()
-            .query_async::<Vec<redis::Value>>(conn)
-            .await
-        {
-            Ok(values) if values.len() == wire_len => reading.read(values.into_iter().map(Ok)),
+        (Some(wire), _) => match wire.pipe.query_async::<Vec<redis::Value>>(conn).await {
+            Ok(values) if values.len() == wire.len() => reading.read(wire.own(values).map(Ok)),
             // Not one answer per command: the connection cannot be trusted any more.
             Ok(_) => {
                 let mut replies =
@@ -786,18 +866,23 @@ pub(crate) async fn run_batch_async<C: redis::aio::ConnectionLike>(
         },
     }
     if let Some(pipe) = reading.stamp_pipeline() {
-        let values = pipe.query_async::<Vec<redis::Value>>(conn).await;
-        reading.stamped(values);
+        let wire = reading.wire(pipe);
+        reading.stamped(wire.own_values(wire.pipe.query_async(conn).await));
     }
     for index in std::mem::take(&mut reading.again) {
         if let Some(request) = reading.rerun_request(index) {
             let result = request.run_async(conn).await;
             reading.rerun(index, result);
+        } else if let Some(wire) = reading.asked_rerun(index) {
+            reading.rerun(
+                index,
+                last(wire.own_values(wire.pipe.query_async(conn).await)),
+            );
         }
     }
     if let Some(pipe) = reading.lookup_pipeline() {
-        let values = pipe.query_async::<Vec<redis::Value>>(conn).await;
-        reading.looked_up(values);
+        let wire = reading.wire(pipe);
+        reading.looked_up(wire.own_values(wire.pipe.query_async(conn).await));
     }
     reading.finish()
 }

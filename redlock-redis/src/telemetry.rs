@@ -128,10 +128,23 @@ pub(crate) fn node_reply(node: &str, latency: Duration, reply: &Reply) {
     let _ = (node, latency, reply);
 }
 
+/// On cluster node `node`, the requests sent to master `master` at `sent` answered (or failed)
+/// with `answers`: each counted by [`master_reply`].
+pub(crate) fn master_replies(
+    node: &str,
+    master: &str,
+    sent: std::time::Instant,
+    answers: &crate::Answers,
+) {
+    for (_, reply) in answers {
+        master_reply(node, master, sent.elapsed(), reply);
+    }
+}
+
 /// On cluster node `node`, one request to master `master` answered (or failed) after
 /// `latency`: the per-master view of [`node_reply`], which counts the cluster node's answer.
 #[inline]
-pub(crate) fn master_reply(node: &str, master: &str, latency: Duration, reply: &Reply) {
+fn master_reply(node: &str, master: &str, latency: Duration, reply: &Reply) {
     #[cfg(feature = "metrics")]
     {
         let labels = || [("node", node.to_owned()), ("master", master.to_owned())];

@@ -228,7 +228,7 @@ impl Node {
                 mut conn,
                 dialect,
                 tracking,
-            }) => run_batch_async(&mut conn, batch, &dialect, tracking.as_ref()).await,
+            }) => run_batch_async(&mut conn, batch, &dialect, tracking.as_ref(), false).await,
             // A cluster node whose URL does not answer: its other seeds may.
             Err(err) if self.routes && !self.addr.seeds().is_empty() => {
                 match self.learn(Ask::Others).await {
@@ -255,9 +255,9 @@ impl Node {
             .clone()
     }
 
-    /// Runs `batch` on a cluster: each request on its slot's master, all masters at once; the
-    /// requests never sent or answered with a cluster error go once more after the map is
-    /// learnt again (see [`Gathered::misrouted`]).
+    /// Runs `batch` on a cluster: each request on its slot's master, all masters at once, an
+    /// `ASK` followed to the importing master; the requests never sent or answered with a
+    /// cluster error go once more after the map is learnt again (see [`Gathered::misrouted`]).
     async fn run_on_cluster(&self, mut view: Arc<ClusterView>, batch: &[Transmit]) -> Answers {
         let mut gathered = Gathered::new(batch.len());
         let mut pending: Vec<usize> = (0..batch.len()).collect();
@@ -298,19 +298,7 @@ impl Node {
                 let node = view.masters[*master].clone();
                 let transmits: Vec<Transmit> = requests.iter().map(|&i| batch[i].clone()).collect();
                 let label = self.addr.label();
-                async move {
-                    let sent = Instant::now();
-                    let answers = node.replies(&transmits).await.answers;
-                    for (_, reply) in &answers {
-                        crate::telemetry::master_reply(
-                            label,
-                            node.addr.label(),
-                            sent.elapsed(),
-                            reply,
-                        );
-                    }
-                    answers
-                }
+                async move { node.as_master_of(label, &transmits, false).await }
             });
             let trust = async {
                 match routes.trusts.is_empty() {
@@ -320,14 +308,15 @@ impl Node {
             };
             let (answers, trusted) =
                 futures_util::future::join(futures_util::future::join_all(sends), trust).await;
-            for ((_, requests), answers) in routes.per_master.iter().zip(&answers) {
-                gathered.set_all(requests, answers);
+            for ((_, requests), replies) in routes.per_master.iter().zip(&answers) {
+                gathered.set_replies(requests, replies);
             }
             if let Some(reply) = trusted {
                 for &index in &routes.trusts {
                     gathered.set(index, reply);
                 }
             }
+            self.follow_asks(&view, batch, &mut gathered).await;
             pending = gathered.misrouted();
             if pending.is_empty() {
                 break;
@@ -337,6 +326,69 @@ impl Node {
             view.stale.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         gathered.answers(batch)
+    }
+
+    /// Sends each request a master redirected with `ASK` to the importing master it named,
+    /// after `ASKING` (see [`crate::asking`]), all importing masters at once.
+    async fn follow_asks(&self, view: &ClusterView, batch: &[Transmit], gathered: &mut Gathered) {
+        let follows = gathered.take_asked().into_iter().map(|(to, requests)| {
+            let node = self.importing(view, &to);
+            let transmits: Vec<Transmit> = requests.iter().map(|&i| batch[i].clone()).collect();
+            let label = self.addr.label();
+            async move {
+                let replies = match node {
+                    Some(node) => node.as_master_of(label, &transmits, true).await,
+                    None => BatchReplies::refused(&transmits, NodeErrorKind::Cluster),
+                };
+                (requests, replies)
+            }
+        });
+        for (requests, replies) in futures_util::future::join_all(follows).await {
+            gathered.set_all(&requests, &replies.answers);
+        }
+    }
+
+    /// The master an `ASK` named (`host:port` as announced): the map's, or a connection of its
+    /// own for one the map does not know yet. `None` when the address does not parse.
+    fn importing(&self, view: &ClusterView, to: &str) -> Option<Arc<Node>> {
+        let (host, port) = crate::asking::host_and_port(to)?;
+        let addr = self.addr.for_master(host, port).ok()?;
+        let known = view
+            .masters
+            .iter()
+            .find(|master| master.addr.label() == addr.label());
+        Some(match known {
+            Some(master) => master.clone(),
+            None => Arc::new(self.master(addr)),
+        })
+    }
+
+    /// Runs `batch` on this master of cluster node `node` (each command after `ASKING` when
+    /// `asking`: it follows an `ASK`), counting each reply as the cluster node's.
+    async fn as_master_of(&self, node: &str, batch: &[Transmit], asking: bool) -> BatchReplies {
+        let sent = Instant::now();
+        let replies = match asking {
+            true => self.asked(batch).await,
+            false => self.replies(batch).await,
+        };
+        crate::telemetry::master_replies(node, self.addr.label(), sent, &replies.answers);
+        replies
+    }
+
+    /// Runs `batch` on this master after an `ASK`: each command after `ASKING`.
+    async fn asked(&self, batch: &[Transmit]) -> BatchReplies {
+        let replies = match self.connection().await {
+            Ok(Connected {
+                mut conn,
+                dialect,
+                tracking,
+            }) => run_batch_async(&mut conn, batch, &dialect, tracking.as_ref(), true).await,
+            Err(err) => BatchReplies::failed(batch, &err),
+        };
+        if replies.reconnect || replies.rebuild {
+            self.forget_connection();
+        }
+        replies
     }
 
     /// Trusts every slot of the cluster: each master stamps the slots it serves as trusted,

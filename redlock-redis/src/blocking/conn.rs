@@ -179,6 +179,7 @@ impl Connection {
                 &c.dialect,
                 c.tracking.as_ref(),
                 io_timeout,
+                false,
             ),
             // A cluster node whose URL does not answer: its other seeds may.
             Err(err) if routes && seeded => match self.learn(false) {
@@ -194,9 +195,9 @@ impl Connection {
         replies
     }
 
-    /// Runs `batch` on a cluster: each request on its slot's master; the requests never sent
-    /// or answered with a cluster error go once more after the map is learnt again (see
-    /// [`Gathered::misrouted`]).
+    /// Runs `batch` on a cluster: each request on its slot's master, an `ASK` followed to the
+    /// importing master; the requests never sent or answered with a cluster error go once more
+    /// after the map is learnt again (see [`Gathered::misrouted`]).
     fn run_on_cluster(&mut self, batch: &[Transmit]) -> crate::Answers {
         let mut gathered = Gathered::new(batch.len());
         let mut pending: Vec<usize> = (0..batch.len()).collect();
@@ -231,18 +232,9 @@ impl Connection {
             let routes = Routes::plan(&view.map, batch, pending.iter().copied());
             for (master, requests) in &routes.per_master {
                 let transmits: Vec<Transmit> = requests.iter().map(|&i| batch[i].clone()).collect();
-                let sent = std::time::Instant::now();
                 let master = &mut view.masters[*master];
-                let answers = master.execute(&transmits).answers;
-                for (_, reply) in &answers {
-                    crate::telemetry::master_reply(
-                        self.addr.label(),
-                        master.addr.label(),
-                        sent.elapsed(),
-                        reply,
-                    );
-                }
-                gathered.set_all(requests, &answers);
+                let replies = master.as_master_of(self.addr.label(), &transmits, false);
+                gathered.set_replies(requests, &replies);
             }
             if !routes.trusts.is_empty() {
                 let results: Vec<_> = (0..view.masters.len())
@@ -253,6 +245,7 @@ impl Connection {
                     gathered.set(index, reply);
                 }
             }
+            self.follow_asks(batch, &mut gathered);
             pending = gathered.misrouted();
             if pending.is_empty() {
                 break;
@@ -264,6 +257,68 @@ impl Connection {
             view.stale = true;
         }
         gathered.answers(batch)
+    }
+
+    /// Sends each request a master redirected with `ASK` to the importing master it named,
+    /// after `ASKING` (see [`crate::asking`]): the map's master, or a connection of its own
+    /// for one the map does not know yet.
+    fn follow_asks(&mut self, batch: &[Transmit], gathered: &mut Gathered) {
+        for (to, requests) in gathered.take_asked() {
+            let transmits: Vec<Transmit> = requests.iter().map(|&i| batch[i].clone()).collect();
+            let addr = crate::asking::host_and_port(&to)
+                .and_then(|(host, port)| self.addr.for_master(host, port).ok());
+            let Some(addr) = addr else {
+                let refused = BatchReplies::refused(&transmits, NodeErrorKind::Cluster);
+                gathered.set_all(&requests, &refused.answers);
+                continue;
+            };
+            let known = self.cluster.as_mut().and_then(|view| {
+                let label = addr.label();
+                view.masters.iter_mut().find(|m| m.addr.label() == label)
+            });
+            let mut unknown;
+            let master = match known {
+                Some(master) => master,
+                None => {
+                    unknown = self.master(addr);
+                    &mut unknown
+                }
+            };
+            let replies = master.as_master_of(self.addr.label(), &transmits, true);
+            gathered.set_all(&requests, &replies.answers);
+        }
+    }
+
+    /// Runs `batch` on this master of cluster node `node` (each command after `ASKING` when
+    /// `asking`: it follows an `ASK`), counting each reply as the cluster node's.
+    fn as_master_of(&mut self, node: &str, batch: &[Transmit], asking: bool) -> BatchReplies {
+        let sent = Instant::now();
+        let replies = match asking {
+            true => self.execute_asked(batch),
+            false => self.execute(batch),
+        };
+        crate::telemetry::master_replies(node, self.addr.label(), sent, &replies.answers);
+        replies
+    }
+
+    /// Runs `batch` on this master after an `ASK`: each command after `ASKING`.
+    fn execute_asked(&mut self, batch: &[Transmit]) -> BatchReplies {
+        let io_timeout = self.io_timeout;
+        let replies = match self.connect() {
+            Ok(c) => run_batch(
+                &mut c.conn,
+                batch,
+                &c.dialect,
+                c.tracking.as_ref(),
+                io_timeout,
+                true,
+            ),
+            Err(err) => BatchReplies::failed(batch, &err),
+        };
+        if replies.reconnect {
+            self.forget();
+        }
+        replies
     }
 
     /// Stamps `slots` trusted on this master, with its identity.

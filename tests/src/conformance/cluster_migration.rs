@@ -1,0 +1,143 @@
+//! A cluster node in the middle of a legacy slot migration (`SETSLOT MIGRATING`/`IMPORTING`,
+//! some keys moved by `MIGRATE`), against a real local cluster: the source master answers `ASK`
+//! for the slot's keys it no longer holds, and the client follows it to the importing master.
+
+use std::time::Duration;
+
+use redlock_core::Vote;
+
+use super::adapter::{Adapter, HeldLock, Options};
+use super::cluster::{build, once, sole_vote};
+use crate::{RedisCluster, RedisServer};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// A slot of master 0 half-way through its move to master 2: a held key moved, another held
+/// key still on the source, a fresh key in neither. Following `ASK`, a plain acquisition of the
+/// fresh key is granted on the importing master; the rival is refused for both held keys (the
+/// moved one by the importing master, never an error vote); the holder extends and releases
+/// its moved key there. A restart-aware acquisition in the slot is an error vote (its key and
+/// its slot's epoch are split between two masters, which `TRYAGAIN`), never a grant. After the
+/// migration ends, the slot's keys are locked on the new master through `MOVED`.
+/// Without following `ASK`, the fresh key, the extension and the release are error votes.
+pub fn a_cluster_slot_mid_migration_is_followed_through_ask<A: Adapter>() {
+    let cluster = RedisCluster::start(3, 0);
+    let (from, to) = (&cluster.masters()[0], &cluster.masters()[2]);
+    // One hash tag: every key below shares one slot, served by master 0.
+    let tag = (0..)
+        .map(|i| format!("{{asked-{i}}}"))
+        .find(|tag| cluster.master_of(tag.as_bytes()) == 0)
+        .expect("some tag lands on master 0");
+    let [moved, kept, fresh, after] =
+        ["moved", "kept", "fresh", "after"].map(|k| format!("{tag}{k}"));
+    let plain = Options {
+        restart_aware: Some(false),
+        ..once()
+    };
+    // Both clients learn the map from master 1, which takes no part in the migration.
+    let seed = [cluster.masters()[1].url()];
+    let holder: A = build(&seed, &plain);
+    let rival: A = build(&seed, &plain);
+    let checked: A = build(
+        &seed,
+        &Options {
+            restart_aware: Some(true),
+            ..once()
+        },
+    );
+    let mut moved_lock = holder.lock(&moved, TTL).expect("granted by master 0");
+    let kept_lock = holder.lock(&kept, TTL).expect("granted by master 0");
+
+    let slot = cluster.keyslot(tag.as_bytes());
+    cluster
+        .begin_migration(slot, from, to)
+        .expect("SETSLOT IMPORTING and MIGRATING");
+    cluster
+        .migrate_keys(from, to, &[moved.clone().into_bytes()])
+        .expect("MIGRATE of the held key");
+    assert_eq!(
+        importing(to, "GET", &moved),
+        Some(moved_lock.token()),
+        "the key moved"
+    );
+    assert!(
+        sends_on(from, &moved),
+        "the source sends the moved key's commands on with ASK"
+    );
+
+    assert_eq!(
+        sole_vote(rival.try_lock(&moved, TTL)),
+        Vote::Refused,
+        "{}: the importing master refuses the moved key",
+        A::NAME
+    );
+    assert_eq!(
+        sole_vote(rival.try_lock(&kept, TTL)),
+        Vote::Refused,
+        "{}: the source refuses the key it still holds",
+        A::NAME
+    );
+    let fresh_lock = rival
+        .try_lock(&fresh, TTL)
+        .unwrap_or_else(|err| panic!("{}: the fresh key through ASK: {err}", A::NAME));
+    assert_eq!(
+        importing(to, "GET", &fresh),
+        Some(fresh_lock.token()),
+        "on the importing master"
+    );
+    assert!(sends_on(from, &fresh), "never on the source");
+    let outcome = checked.try_lock(&format!("{tag}checked"), TTL);
+    assert!(
+        matches!(sole_vote(outcome), Vote::Failed(_)),
+        "{}: a restart-aware acquisition mid-migration is an error vote",
+        A::NAME
+    );
+
+    moved_lock
+        .extend(2 * TTL)
+        .unwrap_or_else(|err| panic!("{}: extending the moved key through ASK: {err}", A::NAME));
+    let pttl: i64 = importing(to, "PTTL", &moved).expect("PTTL");
+    assert!(
+        pttl > i64::try_from(TTL.as_millis()).unwrap_or(i64::MAX),
+        "the extension reached it ({pttl} ms)"
+    );
+    assert_eq!(moved_lock.release().released(), 1, "released through ASK");
+    assert_eq!(
+        importing::<Vec<u8>>(to, "GET", &moved),
+        None,
+        "gone from the importing master"
+    );
+    assert_eq!(fresh_lock.release().released(), 1);
+    assert_eq!(kept_lock.release().released(), 1, "released on the source");
+
+    cluster.end_migration(slot, from, to).expect("SETSLOT NODE");
+    let lock = holder
+        .lock(&after, TTL)
+        .expect("granted by the new master after MOVED");
+    assert_eq!(to.get(&after), Some(lock.token()));
+    assert_eq!(lock.release().released(), 1);
+}
+
+/// `command key` on the importing master `server`, after `ASKING` (without it, the master
+/// sends the key's commands back to the source with `MOVED`).
+fn importing<T: redis::FromRedisValue>(
+    server: &RedisServer,
+    command: &str,
+    key: &str,
+) -> Option<T> {
+    let (_, value): ((), Option<T>) = redis::pipe()
+        .cmd("ASKING")
+        .cmd(command)
+        .arg(key)
+        .query(&mut server.client())
+        .unwrap_or_else(|err| panic!("ASKING, {command} {key} on {}: {err}", server.addr()));
+    value
+}
+
+/// Whether the migration's source `server` answers `ASK` for `key`: it does not hold the key.
+fn sends_on(server: &RedisServer, key: &str) -> bool {
+    let answer = redis::cmd("GET")
+        .arg(key)
+        .query::<Option<Vec<u8>>>(&mut server.client());
+    answer.is_err_and(|err| err.code() == Some("ASK"))
+}
