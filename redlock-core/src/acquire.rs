@@ -325,7 +325,7 @@ impl Acquire {
                     spec: self.spec.clone(),
                     ttl: self.ttl.duration(),
                     valid_until,
-                    votes: self.round.answers.clone(),
+                    votes: self.round.answers.to_vec(),
                     attempts: self.attempts,
                     fence,
                 })));
@@ -449,7 +449,7 @@ impl Acquire {
     fn lose_round(&mut self, now: Instant, reason: FailureReason) {
         self.last_failure = Some(AcquireFailure {
             reason,
-            votes: self.round.answers.clone(),
+            votes: self.round.answers.to_vec(),
             attempts: self.attempts,
         });
         let retry_at = if self.retry.allows(self.attempts + 1) {

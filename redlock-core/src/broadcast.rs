@@ -68,6 +68,6 @@ impl<A: NodeAnswer> Broadcast<A> {
             return Output::Wait(self.round.deadline);
         }
         self.done = true;
-        Output::Done(self.round.answers.clone())
+        Output::Done(self.round.answers.to_vec())
     }
 }

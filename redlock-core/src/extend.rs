@@ -181,7 +181,7 @@ impl Extend {
                 Some(valid_until) => ExtendOutcome::Extended {
                     valid_until,
                     ttl: self.ttl.duration(),
-                    votes: self.round.answers.clone(),
+                    votes: self.round.answers.to_vec(),
                 },
                 None => self.failed(ExtendFailure::TooSlow),
             },
@@ -195,7 +195,7 @@ impl Extend {
     fn failed(&self, reason: ExtendFailure) -> ExtendOutcome {
         ExtendOutcome::NotExtended {
             reason,
-            votes: self.round.answers.clone(),
+            votes: self.round.answers.to_vec(),
         }
     }
 }

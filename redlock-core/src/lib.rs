@@ -222,6 +222,7 @@ mod spec;
 #[cfg(feature = "proptest")]
 pub mod strategies;
 mod token;
+mod transmits;
 mod trust;
 mod validity;
 
@@ -279,6 +280,7 @@ pub use sit_out::{SitOutCause, split_stamp, stamp_change};
 pub use slot::{MAX_CLUSTER_VOTES, SLOT_COUNT, Slot, TAG_ALPHABET, crc16, hash_tag, vote_slots};
 pub use spec::{LockSpec, MAX_KEY_LEN, MAX_RESOURCES};
 pub use token::{MAX_TOKEN_LEN, TOKEN_ENTROPY_BYTES, Token};
+pub use transmits::{IntoIter as TransmitsIntoIter, Transmits};
 #[cfg(any(test, feature = "testing"))]
 pub use trust::Trust;
 pub use validity::{Drift, MAX_TTL};

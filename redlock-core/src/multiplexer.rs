@@ -18,6 +18,7 @@ use crate::release::ReleaseReport;
 use crate::renewal::LossCause;
 use crate::reply::Reply;
 use crate::request::LockRequest;
+use crate::transmits::Transmits;
 use crate::validity::Ttl;
 
 /// How long a release channel stays subscribed after its last waiter left: a client that locks
@@ -59,7 +60,7 @@ pub struct Batch {
     /// Index of the node.
     pub node: usize,
     /// The requests, in the order they must run.
-    pub transmits: Vec<Transmit>,
+    pub transmits: Transmits,
 }
 
 /// What a subscriber connection to release notices must do (on every node).
@@ -488,7 +489,7 @@ impl<R: CryptoRng> Multiplexer<R> {
             if node.queued.is_empty() {
                 continue;
             }
-            let mut transmits = Vec::new();
+            let mut transmits = Transmits::new();
             // One pass over the queue, in order; what stays goes round to the back (the queue
             // keeps its buffer).
             for _ in 0..node.queued.len() {

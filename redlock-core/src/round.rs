@@ -6,6 +6,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use smallvec::{SmallVec, smallvec};
+
 use crate::command::{Command, Extras, Op};
 use crate::id::{Origin, RequestId};
 use crate::output::Transmit;
@@ -101,6 +103,13 @@ impl NodeAnswer for NodeRelease {
     }
 }
 
+/// How many nodes a round keeps inline: a deployment of up to this many nodes (the usual 3 or
+/// 5) runs its rounds without allocating; a larger one allocates each round's per-node state.
+const INLINE_NODES: usize = 5;
+
+/// One value per node, inline up to [`INLINE_NODES`].
+pub(crate) type PerNode<T> = SmallVec<[T; INLINE_NODES]>;
+
 /// A batch of one command per node.
 #[derive(Debug, Clone)]
 pub(crate) struct Round<A> {
@@ -112,12 +121,12 @@ pub(crate) struct Round<A> {
     extras: Extras,
     pub(crate) started: Instant,
     pub(crate) deadline: Instant,
-    pub(crate) answers: Vec<A>,
+    pub(crate) answers: PerNode<A>,
     /// What each node's fenced acquire reported: the largest of its fence counters and its
     /// clock (only for fenced acquires that granted).
-    pub(crate) fences: Vec<Option<u64>>,
+    pub(crate) fences: PerNode<Option<u64>>,
     /// Nodes this round does not ask (a fence commit asks only the nodes that granted).
-    skip: Vec<bool>,
+    skip: PerNode<bool>,
     sent: usize,
     /// Per node, the slot whose tag goes before its keys (one of several votes over one
     /// cluster), when any node has one.
@@ -144,9 +153,9 @@ impl<A: NodeAnswer> Round<A> {
             extras: Extras::default(),
             started: now,
             deadline,
-            answers: vec![A::PENDING; nodes],
-            fences: vec![None; nodes],
-            skip: vec![false; nodes],
+            answers: smallvec![A::PENDING; nodes],
+            fences: smallvec![None; nodes],
+            skip: smallvec![false; nodes],
             sent: 0,
         }
     }
@@ -316,7 +325,7 @@ mod tests {
         assert!(!round.record(deadline, ids[1], Reply::Ok), "late");
         round.expire(deadline);
         assert_eq!(
-            round.answers,
+            round.answers[..],
             [Vote::Granted, Vote::TimedOut, Vote::TimedOut]
         );
     }

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use smallvec::{SmallVec, smallvec};
+
 use crate::error::ConfigError;
 use crate::token::Token;
 
@@ -20,11 +22,15 @@ pub struct LockSpec(Arc<Inner>);
 struct Inner {
     token: Token,
     prefix_len: usize,
-    /// All keys, back to back.
-    keys: Vec<u8>,
+    /// All keys, back to back (inline up to [`INLINE_KEY_BYTES`]: a lock of one short key
+    /// allocates nothing beside its `Arc`).
+    keys: SmallVec<[u8; INLINE_KEY_BYTES]>,
     /// Where each key ends in `keys`.
-    ends: Vec<usize>,
+    ends: SmallVec<[usize; 1]>,
 }
+
+/// How many bytes of keys a lock keeps inline.
+const INLINE_KEY_BYTES: usize = 64;
 
 /// Whether `prefix ++ resource` is the epoch key, its identity key or a fence counter's key.
 fn is_reserved(prefix: &[u8], resource: &[u8]) -> bool {
@@ -39,8 +45,8 @@ impl LockSpec {
         I: IntoIterator<Item = R>,
         R: AsRef<[u8]>,
     {
-        let mut keys = Vec::new();
-        let mut ends = Vec::with_capacity(1);
+        let mut keys = SmallVec::new();
+        let mut ends = SmallVec::new();
         for (index, resource) in resources.into_iter().enumerate() {
             let resource = resource.as_ref();
             if index == MAX_RESOURCES {
@@ -90,8 +96,8 @@ impl LockSpec {
 
     /// The node's epoch key alone (for the trust command), under a placeholder token.
     pub(crate) fn epoch() -> Self {
-        let keys = crate::command::EPOCH_KEY.to_vec();
-        let ends = vec![keys.len()];
+        let keys = SmallVec::from_slice(crate::command::EPOCH_KEY);
+        let ends = smallvec![keys.len()];
         Self(Arc::new(Inner {
             token: Token::trust(),
             prefix_len: 0,
@@ -118,8 +124,8 @@ impl LockSpec {
     pub fn in_slot(&self, slot: crate::Slot) -> Self {
         let tag = slot.tag().as_bytes();
         let added = tag.len() + 2;
-        let mut keys = Vec::with_capacity(self.0.keys.len() + added * self.0.ends.len());
-        let mut ends = Vec::with_capacity(self.0.ends.len());
+        let mut keys = SmallVec::with_capacity(self.0.keys.len() + added * self.0.ends.len());
+        let mut ends = SmallVec::with_capacity(self.0.ends.len());
         for key in self.keys() {
             keys.push(b'{');
             keys.extend_from_slice(tag);

@@ -389,7 +389,7 @@ impl<'s> Client<'s> {
                 client: self.id,
                 number,
                 node: batch.node,
-                transmits: batch.transmits,
+                transmits: batch.transmits.into_iter().collect(),
                 server: sent.as_ref().map(|sent| sent.server),
                 plan: sent.map(|sent| sent.batch),
             });
