@@ -345,7 +345,8 @@ pub(crate) enum NodesCmd {
     /// latency, and its restart-aware voting state. Exit 69 if any check fails. Then warn, one
     /// line each, about what can put a held lock at risk: eviction (maxmemory with a policy
     /// other than noeviction), a clock far from the others', a replica or cluster mode, two URLs
-    /// that reach the same server, and persistence settings that matter to restart-aware voting.
+    /// that reach the same server, and persistence settings that matter to restart-aware voting;
+    /// and, where the user may run no script, which locks are error votes there.
     #[command(
         after_help = "Examples:\n  redlock nodes check --json\n  redlock nodes check --strict   # exit 69 on any warning of a risk to a held lock"
     )]

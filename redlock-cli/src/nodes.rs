@@ -46,6 +46,16 @@ struct Report {
     seal: Seal,
     /// A cluster node's shards, and where its votes land.
     cluster: Option<ClusterReport>,
+    /// What runs where scripts do not (`None`: scripts run).
+    no_scripts: Option<Natives>,
+}
+
+/// The native commands of a node whose user may run no script: they stand in for the scripts
+/// (the README's "No scripting" table).
+#[derive(Debug, Clone, Copy)]
+struct Natives {
+    /// `MSETEX` (Valkey ≥ 9.1): a lock of several keys without the acquire script.
+    msetex: bool,
 }
 
 /// What `nodes check` found on a cluster node.
@@ -130,6 +140,14 @@ impl Seal {
 }
 
 impl Report {
+    /// Whether scripts run, for the node's line.
+    fn scripts_text(&self) -> &'static str {
+        match self.no_scripts {
+            None => "scripts ok",
+            Some(_) => "scripts denied (native commands stand in)",
+        }
+    }
+
     /// The identity for people: both ids shortened (the database and eviction count as they
     /// are), and how it compares with the epoch's.
     fn identity_text(&self) -> String {
@@ -192,6 +210,9 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
         {
             warnings.extend(cluster_warnings(&node.label, cluster));
         }
+        if let Ok(report) = &node.result {
+            warnings.extend(no_scripts_warning(&node.label, report));
+        }
     }
     // A cluster node with votes counts as its votes.
     let extra: usize = votes.iter().map(|(_, votes)| votes.saturating_sub(1)).sum();
@@ -219,16 +240,18 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
             for node in &checked {
                 let line = match &node.result {
                     Ok(r) if r.cluster.is_some() => format!(
-                        "ok  {} {}, login ok, scripts ok, {:?} round trip, a cluster node: {}",
+                        "ok  {} {}, login ok, {}, {:?} round trip, a cluster node: {}",
                         r.server,
                         r.version,
+                        r.scripts_text(),
                         r.latency,
                         r.seal.describe()
                     ),
                     Ok(r) => format!(
-                        "ok  {} {}, login ok, scripts ok, {:?} round trip, {}, {}, {}",
+                        "ok  {} {}, login ok, {}, {:?} round trip, {}, {}, {}",
                         r.server,
                         r.version,
+                        r.scripts_text(),
                         r.latency,
                         r.eligibility.map(Eligibility::describe).unwrap_or_default(),
                         r.identity_text(),
@@ -284,6 +307,7 @@ pub(crate) fn check(global: &Global, args: &CheckArgs) -> Result<ExitCode, Failu
                         "stamped_identity": r.stamped,
                         "stamp_cause": r.stamp_cause.map(SitOutCause::word),
                         "vouched": r.seal.word(),
+                        "scripts": r.no_scripts.is_none(),
                         "cluster": r.cluster.as_ref().map(ClusterReport::json),
                     }),
                     Err(why) => json!({"node": node.label, "ok": false, "error": why}),
@@ -360,14 +384,15 @@ fn check_rest(
         }
         _ => ("redis".to_owned(), field("redis_version")),
     };
-    let one: i64 = probe
-        .query(node, redis::cmd("EVAL").arg("return 1").arg(0))
-        .map_err(|why| format!("scripts do not run (EVAL): {why}"))?;
-    if one != 1 {
-        return Err(format!("scripts do not run: EVAL answered {one}"));
-    }
+    let no_scripts = match probe.query::<i64>(node, redis::cmd("EVAL").arg("return 1").arg(0)) {
+        Ok(1) => None,
+        Ok(one) => return Err(format!("scripts do not run: EVAL answered {one}")),
+        Err(why) => Some(natives(probe, node, &why)?),
+    };
     if cluster {
-        return check_cluster(probe, node, server, version, votes);
+        let mut report = check_cluster(probe, node, server, version, votes)?;
+        report.no_scripts = no_scripts;
+        return Ok(report);
     }
     if votes.is_some() {
         return Err(
@@ -402,7 +427,33 @@ fn check_rest(
             .as_deref()
             .and_then(|stamped| redlock_core::split_stamp(stamped).1),
         cluster: None,
+        no_scripts,
     })
+}
+
+/// What stands in for the scripts on a node where `EVAL` failed (`why`): a native
+/// compare-and-delete (`DELIFEQ`, Valkey ≥ 9.0; `DELEX`, Redis ≥ 8.4), without which no release
+/// can run there (a failed check), and `MSETEX`.
+fn natives(probe: &mut Probe, node: &NodeAddr, why: &str) -> Result<Natives, String> {
+    let found: Vec<redis::Value> = probe
+        .query(
+            node,
+            redis::cmd("COMMAND")
+                .arg("INFO")
+                .arg("DELIFEQ")
+                .arg("DELEX")
+                .arg("MSETEX"),
+        )
+        .map_err(|_| format!("scripts do not run (EVAL): {why}"))?;
+    let has = |at: usize| !matches!(found.get(at), None | Some(redis::Value::Nil));
+    if !has(0) && !has(1) {
+        return Err(format!(
+            "scripts do not run (EVAL: {why}), and this server has no native compare-and-delete \
+             (DELIFEQ: Valkey 9.0 or later; DELEX: Redis 8.4 or later): no lock can be released \
+             here; allow the lock user @scripting (an ACL rule), or use a server that has one"
+        ));
+    }
+    Ok(Natives { msetex: has(2) })
 }
 
 /// The rest of a cluster node's check: its slot map, each master's slots, replicas, identity
@@ -430,6 +481,7 @@ fn check_cluster(
         stamped: None,
         stamp_cause: None,
         seal: Seal::Checked,
+        no_scripts: None,
         cluster: Some(ClusterReport {
             votes: votes
                 .map(|votes| view.vote_masters(votes))
@@ -438,6 +490,41 @@ fn check_cluster(
             unserved,
             full_coverage,
         }),
+    })
+}
+
+/// What a node whose user may run no script cannot do. On a cluster node: any restart-aware
+/// acquisition (its connections never prove the node's memory, and the per-acquisition check is
+/// a script). On a standalone node: a restart-aware acquisition where its connection cannot
+/// prove the memory (no RESP3 or `CLIENT TRACKING` for the user), and, without `MSETEX`, a lock
+/// of several keys. Not a risk to a held lock: those are error votes.
+fn no_scripts_warning(label: &str, report: &Report) -> Option<warnings::Warning> {
+    let natives = report.no_scripts?;
+    let message = match &report.cluster {
+        Some(_) => "scripts do not run for this user: every restart-aware acquisition on this \
+                    cluster node is an error vote (its memory check is a script there: a cluster \
+                    node's connections never prove its memory); allow the lock user @scripting, \
+                    or turn restart-aware voting off for locks on it (a master that lost its \
+                    memory then votes at once)"
+            .to_owned(),
+        None => format!(
+            "scripts do not run for this user: releases use the native compare-and-delete; a \
+             restart-aware acquisition needs the connection's memory proof (RESP3 and CLIENT \
+             TRACKING for this user), and is an error vote without it{}",
+            match natives.msetex {
+                true => "",
+                false => {
+                    "; a lock of several keys is an error vote here (it needs MSETEX, Valkey \
+                     9.1 or later)"
+                }
+            }
+        ),
+    };
+    Some(warnings::Warning {
+        node: label.to_owned(),
+        kind: "no-scripts",
+        message,
+        strict: false,
     })
 }
 

@@ -51,7 +51,7 @@ pub(crate) struct Warning {
     /// `host:port` of the node.
     pub(crate) node: String,
     /// A short name for programs: `eviction`, `clock`, `replica`, `cluster`, `same-server`,
-    /// `persistence`.
+    /// `persistence`, `no-scripts` (and a cluster node's `cluster-…` kinds).
     pub(crate) kind: &'static str,
     /// One line for people: the finding and what it means for the lock.
     pub(crate) message: String,

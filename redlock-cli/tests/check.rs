@@ -1,7 +1,7 @@
 //! `redlock nodes check` warnings, each against real redis-servers configured that way: eviction,
 //! a clock far from the others', a replica, a cluster's shards and votes, two URLs for one
 //! server, persistence,
-//! a user denied `INFO`;
+//! a user denied `INFO`, a user denied scripts;
 //! `--strict` turns any warning into exit 69, and a clean setup prints none.
 
 mod common;
@@ -196,6 +196,58 @@ fn a_cluster_node_without_slots_warns_that_no_master_serves_them() {
     );
     assert_eq!(warnings(&urls, &[]), [pair("cluster-slots", 2)]);
     assert_eq!(check(&urls, &["--strict"]).status.code(), Some(69));
+}
+
+/// A node whose user may run no script (an ACL without `@scripting`) passes its check where
+/// native commands stand in for the scripts (Valkey 9.1: `DELIFEQ`, `MSETEX`), with a warning of
+/// what is an error vote there — on a cluster node, every restart-aware acquisition. A server
+/// without a native compare-and-delete (Redis 7) fails its check: no lock could be released.
+#[test]
+fn a_user_denied_scripts_is_told_what_stands_in_and_what_cannot_run() {
+    let valkey = || {
+        durable()
+            .valkey9()
+            .expect("VALKEY9_SERVER names a Valkey 9.1 (scripts/ensure-valkey.sh 9.1)")
+            .deny_scripting(true)
+    };
+    let (a, b) = (durable().start(), durable().start());
+    let denied = valkey().start();
+    let nodes = urls(&[&a, &b, &denied]);
+    let output = check(&nodes, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("scripts denied (native commands stand in)")
+            && text.contains("releases use the native compare-and-delete")
+            && !text.contains("a lock of several keys is an error vote"),
+        "{text}"
+    );
+    assert_eq!(warnings(&nodes, &[]), [pair("no-scripts", 2)]);
+    assert_eq!(warnings(&nodes[..2], &[]), [], "the others run scripts");
+
+    let clustered = valkey().args(["--cluster-enabled", "yes"]).start();
+    let nodes = urls(&[&a, &b, &clustered]);
+    let output = check(&nodes, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stdout(&output)
+            .contains("every restart-aware acquisition on this cluster node is an error vote"),
+        "{}",
+        stdout(&output)
+    );
+    assert_eq!(
+        warnings(&nodes, &[]),
+        [pair("cluster-slots", 2), pair("no-scripts", 2)]
+    );
+
+    let redis = durable().deny_scripting(true).start();
+    let output = check(&urls(&[&a, &b, &redis]), &[]);
+    assert_eq!(output.status.code(), Some(69), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("no lock can be released here"),
+        "{}",
+        stdout(&output)
+    );
 }
 
 /// A real 3-master cluster with a replica each: `nodes check` shows each master's slots,
