@@ -28,6 +28,7 @@
 
 mod args;
 mod chart;
+mod client_cpu;
 mod clients;
 mod cluster;
 mod contender;

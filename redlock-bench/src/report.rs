@@ -176,6 +176,12 @@ impl Measured for LatencyRun {
             Some(r.allocs_per_cycle)
         }),
         spread(
+            "client_cpu_us_per_cycle",
+            "client CPU µs/cycle",
+            Better::Lower,
+            |r| r.client_cpu_us_per_cycle,
+        ),
+        spread(
             "server_cpu_us_per_cycle",
             "server µs/cycle",
             Better::Lower,

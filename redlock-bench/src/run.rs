@@ -120,7 +120,9 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, String> {
             format!(
                 "1 client, {} lock+release cycles per run after {} warm-up cycles, on an \
                  uncontended key. Acquire = the lock call alone. allocs/cycle = heap allocations \
-                 of the whole process per cycle.",
+                 of the whole process per cycle; client CPU = the bench process's CPU time \
+                 (user and system, every thread: the client, its driver and connections, the \
+                 runtime) per measured cycle.",
                 plan.cycles, plan.warmup
             ),
             latency,

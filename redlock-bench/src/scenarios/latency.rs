@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{Scenario, warm_up, warm_up_blocking};
+use crate::client_cpu;
 use crate::clients::{AsyncClient, BlockingClient};
 use crate::exec::Executor;
 use crate::memory::{self, HeapDelta};
@@ -48,6 +49,9 @@ pub(crate) struct LatencyRun {
     /// The servers' CPU per cycle, warm-up cycles included (`None`: not read).
     #[serde(default)]
     pub(crate) server_cpu_us_per_cycle: Option<f64>,
+    /// The bench process's CPU (every thread) per measured cycle (`None`: not read).
+    #[serde(default)]
+    pub(crate) client_cpu_us_per_cycle: Option<f64>,
 }
 
 impl crate::server_cpu::ServerCost for LatencyRun {
@@ -77,7 +81,7 @@ impl Samples {
         self.cycle.push(cycle);
     }
 
-    fn into_run(mut self, heap: HeapDelta) -> LatencyRun {
+    fn into_run(mut self, heap: HeapDelta, cpu_before: Option<Duration>) -> LatencyRun {
         self.acquire.sort_unstable();
         self.cycle.sort_unstable();
         let at = |sorted: &[Duration], p: f64| {
@@ -95,6 +99,7 @@ impl Samples {
             bytes_per_cycle: per_cycle(heap.bytes_allocated),
             curve_us: CURVE.iter().map(|p| at(&self.cycle, *p)).collect(),
             server_cpu_us_per_cycle: None,
+            client_cpu_us_per_cycle: client_cpu::per_cycle_us(cpu_before, cycles),
         }
     }
 }
@@ -108,6 +113,7 @@ impl Scenario for Latency {
             warm_up(&client, &this.key, this.warmup).await;
             let mut samples = Samples::with_capacity(this.cycles);
             let before = memory::heap();
+            let cpu = client_cpu::now();
             for _ in 0..this.cycles {
                 let start = Instant::now();
                 let held = client
@@ -118,7 +124,7 @@ impl Scenario for Latency {
                 client.unlock(held).await;
                 samples.record(acquired, start.elapsed());
             }
-            samples.into_run(before.until(memory::heap()))
+            samples.into_run(before.until(memory::heap()), cpu)
         };
         exec.join_tasks(vec![task])
             .pop()
@@ -129,6 +135,7 @@ impl Scenario for Latency {
         warm_up_blocking(client, &self.key, self.warmup);
         let mut samples = Samples::with_capacity(self.cycles);
         let before = memory::heap();
+        let cpu = client_cpu::now();
         for _ in 0..self.cycles {
             let start = Instant::now();
             let held = client
@@ -138,6 +145,6 @@ impl Scenario for Latency {
             client.unlock(held);
             samples.record(acquired, start.elapsed());
         }
-        samples.into_run(before.until(memory::heap()))
+        samples.into_run(before.until(memory::heap()), cpu)
     }
 }
