@@ -467,6 +467,8 @@ impl<'a> Reading<'a> {
         let Some(exec) = results.next() else {
             return false;
         };
+        // A server may queue every command and redirect the transaction at `EXEC` (Valkey 9).
+        self.note_ask(index, &exec);
         note_failure(&exec, &mut self.reconnect, &mut self.rebuild);
         match exec {
             Ok(redis::Value::Array(items))

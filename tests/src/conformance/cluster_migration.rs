@@ -101,6 +101,17 @@ pub fn a_cluster_slot_mid_migration_is_followed_through_ask<A: Adapter>() {
         pttl > i64::try_from(TTL.as_millis()).unwrap_or(i64::MAX),
         "the extension reached it ({pttl} ms)"
     );
+    // A shorter extension cannot set the TTL exactly: the extend script, or without scripts a
+    // `MULTI; PEXPIRE … GT; GET; EXEC` (one `ASKING` before its `MULTI`). It holds, and never
+    // shortens the key.
+    moved_lock
+        .extend(TTL / 2)
+        .unwrap_or_else(|err| panic!("{}: a shorter extension through ASK: {err}", A::NAME));
+    let kept: i64 = importing(to, "PTTL", &moved).expect("PTTL");
+    assert!(
+        kept > i64::try_from(TTL.as_millis()).unwrap_or(i64::MAX),
+        "never shortened ({kept} ms)"
+    );
     assert_eq!(moved_lock.release().released(), 1, "released through ASK");
     assert_eq!(
         importing::<Vec<u8>>(to, "GET", &moved),
