@@ -173,14 +173,7 @@ impl Connection {
             },
             // One server never casts several votes.
             Ok(_) if routes && voting => BatchReplies::refused(batch, NodeErrorKind::NotACluster),
-            Ok(c) => run_batch(
-                &mut c.conn,
-                batch,
-                &c.dialect,
-                c.tracking.as_ref(),
-                io_timeout,
-                false,
-            ),
+            Ok(c) => run_on(c, batch, io_timeout, false),
             // A cluster node whose URL does not answer: its other seeds may.
             Err(err) if routes && seeded => match self.learn(false) {
                 Ok(()) => return BatchReplies::answered(self.run_on_cluster(batch)),
@@ -305,14 +298,7 @@ impl Connection {
     fn execute_asked(&mut self, batch: &[Transmit]) -> BatchReplies {
         let io_timeout = self.io_timeout;
         let replies = match self.connect() {
-            Ok(c) => run_batch(
-                &mut c.conn,
-                batch,
-                &c.dialect,
-                c.tracking.as_ref(),
-                io_timeout,
-                true,
-            ),
+            Ok(c) => run_on(c, batch, io_timeout, true),
             Err(err) => BatchReplies::failed(batch, &err),
         };
         if replies.reconnect {
@@ -467,6 +453,24 @@ impl Connection {
         }
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
     }
+}
+
+/// Runs `batch` on the connection `c` ([`run_batch`]), each command after `ASKING` when
+/// `asking`.
+fn run_on(
+    c: &mut Connected,
+    batch: &[Transmit],
+    io_timeout: Duration,
+    asking: bool,
+) -> BatchReplies {
+    run_batch(
+        &mut c.conn,
+        batch,
+        &c.dialect,
+        c.tracking.as_ref(),
+        io_timeout,
+        asking,
+    )
 }
 
 /// Subscribes `conn` to its node's eviction events (heard before any later reply). Over RESP3
