@@ -15,13 +15,14 @@ use crate::stats::{CURVE, Spread};
 
 /// One colour per contender, in [`crate::contender::Contender::ALL`] order: each floor a pale
 /// shade of its adapter's colour (raw grey; async-std purple; blocking orange).
-const COLOURS: [RGBColor; 8] = [
+const COLOURS: [RGBColor; 9] = [
     RGBColor(90, 90, 90),
     RGBColor(197, 176, 213),
     RGBColor(255, 187, 120),
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
     RGBColor(255, 127, 14),
     RGBColor(214, 39, 40),
 ];

@@ -10,7 +10,7 @@ use clap::ValueEnum;
 
 use crate::clients::raw::{Multiplexed, RawClient};
 use crate::clients::raw_threads::NodeThreads;
-use crate::exec::{AsyncStdExec, Executor, TokioExec};
+use crate::exec::{AsyncStdExec, Executor, SmolExec, TokioExec};
 use crate::scenarios::Scenario;
 
 /// One way of taking the lock (or, for the raw floors, of sending its commands).
@@ -31,6 +31,8 @@ pub(crate) enum Contender {
     TokioMt,
     /// `redlock-async-std`.
     AsyncStd,
+    /// `redlock-smol`, on smol's global executor.
+    Smol,
     /// `redlock-blocking`: threads instead of tasks.
     Blocking,
     /// `rslock`, on a multi-thread tokio runtime.
@@ -39,13 +41,14 @@ pub(crate) enum Contender {
 
 impl Contender {
     /// Every contender, the floors first (the reference of `×raw` at the top).
-    pub(crate) const ALL: [Self; 8] = [
+    pub(crate) const ALL: [Self; 9] = [
         Self::Raw,
         Self::RawAsyncStd,
         Self::RawBlocking,
         Self::TokioCt,
         Self::TokioMt,
         Self::AsyncStd,
+        Self::Smol,
         Self::Blocking,
         Self::Rslock,
     ];
@@ -59,6 +62,7 @@ impl Contender {
             Self::TokioCt => "tokio-ct",
             Self::TokioMt => "tokio-mt",
             Self::AsyncStd => "async-std",
+            Self::Smol => "smol",
             Self::Blocking => "blocking",
             Self::Rslock => "rslock",
         }
@@ -73,6 +77,7 @@ impl Contender {
             Self::TokioCt => "redlock-tokio, current-thread",
             Self::TokioMt => "redlock-tokio, multi-thread",
             Self::AsyncStd => "redlock-async-std",
+            Self::Smol => "redlock-smol",
             Self::Blocking => "redlock-blocking (threads)",
             Self::Rslock => "rslock 0.10 (tokio mt)",
         }
@@ -84,12 +89,13 @@ impl Contender {
     }
 
     /// The floor on the same runtime or threads, for the `×own floor` ratio: `raw-async-std`
-    /// for async-std, `raw-blocking` for blocking, and each floor for itself. The tokio rows
+    /// for async-std and smol (both on async-io, the redis crate's smol connections; their
+    /// executors differ), `raw-blocking` for blocking, and each floor for itself. The tokio rows
     /// have none: their reference is `raw`, which `×raw` already is.
     pub(crate) fn own_floor(self) -> Option<Self> {
         match self {
             Self::Raw => Some(Self::Raw),
-            Self::RawAsyncStd | Self::AsyncStd => Some(Self::RawAsyncStd),
+            Self::RawAsyncStd | Self::AsyncStd | Self::Smol => Some(Self::RawAsyncStd),
             Self::RawBlocking | Self::Blocking => Some(Self::RawBlocking),
             Self::TokioCt | Self::TokioMt | Self::Rslock => None,
         }
@@ -125,6 +131,10 @@ impl Contender {
                 let client =
                     redlock_async_std::Redlock::new(urls).expect("redlock-async-std client");
                 scenario.run_async(&AsyncStdExec, &client)
+            }
+            Self::Smol => {
+                let client = redlock_smol::Redlock::new(urls).expect("redlock-smol client");
+                scenario.run_async(&SmolExec, &client)
             }
             Self::Blocking => {
                 let client = redlock_blocking::Redlock::new(urls).expect("redlock-blocking client");

@@ -136,3 +136,41 @@ impl Executor for AsyncStdExec {
         });
     }
 }
+
+/// smol's global executor (on async-io), which `redlock-smol`'s driver spawns on too.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SmolExec;
+
+impl Executor for SmolExec {
+    fn block_on<F: Future>(&self, future: F) -> F::Output {
+        smol::block_on(future)
+    }
+
+    fn join_tasks<F>(&self, tasks: Vec<F>) -> Vec<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        smol::block_on(async {
+            let handles: Vec<_> = tasks.into_iter().map(smol::spawn).collect();
+            let mut outputs = Vec::with_capacity(handles.len());
+            for handle in handles {
+                outputs.push(handle.await);
+            }
+            outputs
+        })
+    }
+
+    fn run_until<F>(&self, tasks: Vec<F>, deadline: Instant)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        smol::block_on(async {
+            let handles: Vec<_> = tasks.into_iter().map(smol::spawn).collect();
+            smol::Timer::at(deadline).await;
+            for handle in handles {
+                handle.cancel().await;
+            }
+        });
+    }
+}

@@ -6,13 +6,14 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const CONTENDERS: [&str; 8] = [
+const CONTENDERS: [&str; 9] = [
     "raw",
     "raw-async-std",
     "raw-blocking",
     "tokio-ct",
     "tokio-mt",
     "async-std",
+    "smol",
     "blocking",
     "rslock",
 ];
@@ -50,9 +51,10 @@ fn smoke_run_reports_every_scenario_and_no_violation() {
             let runs = entry["runs"].as_array().expect("runs");
             assert_eq!(runs.len(), 1, "{scenario}: smoke runs each contender once");
         }
-        // async-std and blocking are also compared with the floor on their own runtime/threads.
+        // async-std, smol and blocking are also compared with the floor on their own runtime/threads.
         for (contender, floor) in [
             ("async-std", "raw-async-std"),
+            ("smol", "raw-async-std"),
             ("blocking", "raw-blocking"),
             ("raw-async-std", "raw-async-std"),
             ("raw-blocking", "raw-blocking"),
