@@ -113,14 +113,9 @@ impl Executor for AsyncStdExec {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        async_std::task::block_on(async {
-            let handles: Vec<_> = tasks.into_iter().map(async_std::task::spawn).collect();
-            let mut outputs = Vec::with_capacity(handles.len());
-            for handle in handles {
-                outputs.push(handle.await);
-            }
-            outputs
-        })
+        async_std::task::block_on(in_order(
+            tasks.into_iter().map(async_std::task::spawn).collect(),
+        ))
     }
 
     fn run_until<F>(&self, tasks: Vec<F>, deadline: Instant)
@@ -151,14 +146,7 @@ impl Executor for SmolExec {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        smol::block_on(async {
-            let handles: Vec<_> = tasks.into_iter().map(smol::spawn).collect();
-            let mut outputs = Vec::with_capacity(handles.len());
-            for handle in handles {
-                outputs.push(handle.await);
-            }
-            outputs
-        })
+        smol::block_on(in_order(tasks.into_iter().map(smol::spawn).collect()))
     }
 
     fn run_until<F>(&self, tasks: Vec<F>, deadline: Instant)
@@ -173,4 +161,13 @@ impl Executor for SmolExec {
             }
         });
     }
+}
+
+/// Each spawned task's output, in the order the tasks were spawned.
+async fn in_order<H: Future>(handles: Vec<H>) -> Vec<H::Output> {
+    let mut outputs = Vec::with_capacity(handles.len());
+    for handle in handles {
+        outputs.push(handle.await);
+    }
+    outputs
 }
