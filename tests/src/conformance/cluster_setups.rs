@@ -189,6 +189,9 @@ fn locks_extends_and_releases<A: Adapter>(setup: Setup) {
         "keys expire"
     );
     let fresh = second.lock("res", TTL).expect("free after expiry");
+    // Every vote holds the fresh lock before the stale calls go out: the call returned on a
+    // quorum, and a stale release that overtook the last vote's SET would find no key there.
+    deployment.assert_held("res", &fresh.token());
     assert!(matches!(stale.extend(TTL), Err(Error::Lost(_))));
     let report = stale.release();
     assert_eq!((report.released(), report.held_by_other()), (0, VOTES));
