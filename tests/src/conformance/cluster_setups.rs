@@ -156,7 +156,13 @@ fn refusals<L: std::fmt::Debug>(result: Result<L, Error>) -> usize {
 /// exclusion under contention, on `setup`.
 fn locks_extends_and_releases<A: Adapter>(setup: Setup) {
     let deployment = Deployment::start(setup);
-    let first: A = deployment.client(&Options::default());
+    // Up to 2 s for each node's answer: the stale lock below lives 300 ms, whose default node
+    // timeout (30 ms) a loaded machine can miss (a vote would count as timed out, not as held
+    // by the other).
+    let first: A = deployment.client(&Options {
+        node_timeout: Some(Duration::from_secs(2)),
+        ..Options::default()
+    });
     let second: A = deployment.client(&once());
 
     let mut lock = first.lock("res", Duration::from_secs(2)).expect("lock");
@@ -194,7 +200,11 @@ fn locks_extends_and_releases<A: Adapter>(setup: Setup) {
     deployment.assert_held("res", &fresh.token());
     assert!(matches!(stale.extend(TTL), Err(Error::Lost(_))));
     let report = stale.release();
-    assert_eq!((report.released(), report.held_by_other()), (0, VOTES));
+    assert_eq!(
+        (report.released(), report.held_by_other()),
+        (0, VOTES),
+        "{report:?}"
+    );
     deployment.assert_held("res", &fresh.token());
     fresh.release();
 

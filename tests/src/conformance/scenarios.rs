@@ -245,7 +245,15 @@ pub fn flush_waits_for_the_requests_a_lock_left_behind<A: Adapter>() {
 /// held and leaves the other's keys; its extend is `Lost`.
 pub fn expired_lock_is_not_released_or_extended<A: Adapter>() {
     let nodes = Servers::start(5);
-    let first: A = client(&nodes, &Options::default());
+    // Up to 2 s for each node's answer (a 300 ms lock's default node timeout is 30 ms, which
+    // a loaded machine can miss: that node would count as timed out, not as held by the other).
+    let first: A = client(
+        &nodes,
+        &Options {
+            node_timeout: Some(Duration::from_secs(2)),
+            ..Options::default()
+        },
+    );
     let second: A = client(&nodes, &Options::default());
     let ttl = Duration::from_millis(300);
     let mut stale = first.lock("res", ttl).expect("lock");
