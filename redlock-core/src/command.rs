@@ -25,13 +25,15 @@ return 1
 ";
 
 /// Deletes each key that holds the token. `KEYS` = the keys, `ARGV[1]` = token, `ARGV[2]` = `1` to
-/// announce each deleted key on its release channel ([`released_channel`]), `0` not to. Answers
-/// 1 (deleted ours; none held by another), 0 (no key present), or -1 (a key is held by another
-/// token: that key is left alone, ours are still deleted).
+/// announce each deleted key on its release channel ([`released_channel`]), `2` to announce it
+/// on its sharded channel in the keys' slot, whose tag is `ARGV[3]` (a cluster node:
+/// [`Keyspace::released_channel`]), `0` not to. Answers 1 (deleted ours; none held by
+/// another), 0 (no key present), or -1 (a key is held by another token: that key is left
+/// alone, ours are still deleted).
 ///
-/// The announcement is a `PUBLISH` inside the script, so it costs no round trip, and almost
-/// nothing when nobody listens; it is made with `pcall`, so a server that refuses it (an ACL
-/// without `PUBLISH`) still releases.
+/// The announcement is a `PUBLISH` (`SPUBLISH` on a cluster) inside the script, so it costs no
+/// round trip, and almost nothing when nobody listens; it is made with `pcall`, so a server
+/// that refuses it (an ACL without `PUBLISH`) still releases.
 pub const RELEASE_SCRIPT: &str = "\
 local released, foreign = 0, 0
 for i = 1, #KEYS do
@@ -41,6 +43,8 @@ for i = 1, #KEYS do
     released = released + 1
     if ARGV[2] == '1' then
       redis.pcall('PUBLISH', 'redlock:released:' .. KEYS[i], '1')
+    elseif ARGV[2] == '2' then
+      redis.pcall('SPUBLISH', 'redlock:released:{' .. ARGV[3] .. '}' .. KEYS[i], '1')
     end
   elseif value then
     foreign = foreign + 1
@@ -412,7 +416,8 @@ pub enum RedisForm<'a> {
     /// only: the decision was the delete's. When the release announces itself, a
     /// `PUBLISH <release channel> 1` per key follows the deletes in the same pipeline (sent
     /// whether or not the delete found the key: a notice is only a hint; its answer, even an
-    /// error such as an ACL without `PUBLISH`, never changes the release's).
+    /// error such as an ACL without `PUBLISH`, never changes the release's); on a cluster,
+    /// `SPUBLISH` on the key's sharded channel ([`Keyspace::released_channel`]).
     DeleteEach {
         /// The keys, with the token.
         spec: &'a LockSpec,
@@ -420,6 +425,9 @@ pub enum RedisForm<'a> {
         how: DeleteIfEq,
         /// Whether each key's release channel hears of it ([`released_channel`]).
         notify: bool,
+        /// Where the release channels are: `PUBLISH` on a standalone node, `SPUBLISH` on a
+        /// cluster.
+        keyspace: Keyspace,
     },
     /// `SET key token IFEQ token PX ttl_ms` per key, in one pipeline: sets the TTL exactly, so
     /// only for an extension the engine marked safe ([`Command::sets_exact_ttl`]). Each answers
@@ -663,8 +671,10 @@ pub enum Arg<'a> {
     Bytes(&'a [u8]),
     /// A number, in decimal.
     Number(u64),
-    /// The release channel of this key: [`RELEASED_CHANNEL_PREFIX`] then the key.
-    Channel(&'a [u8]),
+    /// The release channel of this key in this keyspace ([`Keyspace::released_channel`]):
+    /// [`RELEASED_CHANNEL_PREFIX`] then the key, on a cluster with the key's slot tag between
+    /// them.
+    Channel(Keyspace, &'a [u8]),
     /// The fence counter of this key in this keyspace ([`Keyspace::fence_key`]):
     /// [`FENCE_KEY_PREFIX`] then the key, on a cluster with the key's slot tag between them.
     Fence(Keyspace, &'a [u8]),
@@ -700,11 +710,19 @@ impl<'a> RedisForm<'a> {
                     .into_iter()
                     .for_each(f);
             }
-            Self::DeleteEach { spec, how, .. } => {
+            Self::DeleteEach {
+                spec,
+                how,
+                keyspace,
+                ..
+            } => {
                 let Some(key) = spec.keys().nth(part) else {
                     if let Some(key) = spec.keys().nth(part - spec.len()) {
-                        f(Bytes(b"PUBLISH"));
-                        f(Channel(key));
+                        f(Bytes(match keyspace {
+                            Keyspace::Standalone => b"PUBLISH",
+                            Keyspace::Cluster => b"SPUBLISH",
+                        }));
+                        f(Channel(keyspace, key));
                         f(Bytes(b"1"));
                     }
                     return;
@@ -866,12 +884,14 @@ impl ScriptKeys<'_> {
     }
 }
 
-/// A script's `ARGV`: the token, then its numbers.
+/// A script's `ARGV`: the token, then its numbers, then (a release announced on a cluster)
+/// the keys' slot tag.
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptArgs<'a> {
     /// `ARGV[1]`.
     pub token: &'a [u8],
     numbers: [Option<u64>; 3],
+    tag: Option<&'static str>,
 }
 
 impl ScriptArgs<'_> {
@@ -880,9 +900,15 @@ impl ScriptArgs<'_> {
         self.numbers.iter().flatten().copied()
     }
 
+    /// The last argument, after the numbers, where there is one: the [`Slot::tag`] of the
+    /// keys' slot, for a release that announces itself on a cluster ([`RELEASE_SCRIPT`]).
+    pub fn tag(&self) -> Option<&'static str> {
+        self.tag
+    }
+
     /// How many arguments, the token included.
     pub fn len(&self) -> usize {
-        1 + self.numbers().count()
+        1 + self.numbers().count() + usize::from(self.tag.is_some())
     }
 
     /// Whether there are none (never: the token is always there).
@@ -1022,6 +1048,7 @@ impl Command {
                 spec: &self.spec,
                 how: dialect.delete_if_eq,
                 notify: self.extras.notify,
+                keyspace: dialect.keyspace,
             }),
             Op::ExpireIfEquals if dialect.set_if_eq && self.extras.exact_ttl => {
                 Some(RedisForm::SetIfEqEach {
@@ -1062,6 +1089,16 @@ impl Command {
             (Some(form), _) => form,
             (None, RedisForm::Script { .. }) if !dialect.scripts => RedisForm::Unsupported,
             (None, form) => form,
+        }
+    }
+
+    /// A release's `ARGV[2]` for [`RELEASE_SCRIPT`]: how it announces itself in `keyspace`
+    /// (`0` not at all, `1` on the release channel, `2` on the sharded one of a cluster).
+    fn announce(&self, keyspace: Keyspace) -> u64 {
+        match (self.extras.notify, keyspace) {
+            (false, _) => 0,
+            (true, Keyspace::Standalone) => 1,
+            (true, Keyspace::Cluster) => 2,
         }
     }
 
@@ -1108,7 +1145,7 @@ impl Command {
                 Script::Release,
                 false,
                 false,
-                [Some(u64::from(self.extras.notify)), None, None],
+                [Some(self.announce(dialect.keyspace)), None, None],
             ),
             Op::ExpireIfEquals => (
                 Script::Extend,
@@ -1133,7 +1170,12 @@ impl Command {
                 identity: self.op == Op::Trust,
                 fence,
             },
-            args: ScriptArgs { token, numbers },
+            args: ScriptArgs {
+                token,
+                numbers,
+                tag: (self.op == Op::DeleteIfEquals && self.announce(dialect.keyspace) == 2)
+                    .then(|| Slot::of(self.spec.keys().next().unwrap_or_default()).tag()),
+            },
         }
     }
 }
@@ -1147,6 +1189,70 @@ mod tests {
         let prefix = std::str::from_utf8(RELEASED_CHANNEL_PREFIX).expect("ascii");
         assert!(RELEASE_SCRIPT.contains(&format!("'PUBLISH', '{prefix}' .. KEYS[i]")));
         assert_eq!(released_channel(b"k"), b"redlock:released:k");
+    }
+
+    /// On a cluster node a release announces each key on its sharded channel, in the keys'
+    /// slot ([`Keyspace::released_channel`]), natively and by script alike; a standalone node
+    /// keeps `PUBLISH` on the channel every release has used.
+    #[test]
+    fn a_release_on_a_cluster_announces_on_the_keys_sharded_channel() {
+        let announced = Extras {
+            notify: true,
+            ..Extras::default()
+        };
+        let release = command(Op::DeleteIfEquals, &["{o}1", "{o}2"], announced);
+        let cluster = |dialect: Dialect| Dialect {
+            keyspace: Keyspace::Cluster,
+            ..dialect
+        };
+        let channel = |key: &str| {
+            String::from_utf8(Keyspace::Cluster.released_channel(key.as_bytes())).expect("ascii")
+        };
+        let publish = |key: &str| {
+            format!(
+                "*3 $8 SPUBLISH ${} {} $1 1 ",
+                channel(key).len(),
+                channel(key)
+            )
+        };
+        let deletes = "*3 $7 DELIFEQ $4 {o}1 $3 tok *3 $7 DELIFEQ $4 {o}2 $3 tok ";
+        assert_eq!(
+            encoded(&release.redis_form_on(&cluster(VALKEY_9_1))),
+            format!("{deletes}{}{}", publish("{o}1"), publish("{o}2"))
+        );
+        let RedisForm::Script { script, keys, args } =
+            release.redis_form_on(&cluster(Dialect::SCRIPTS))
+        else {
+            panic!("the release script");
+        };
+        assert_eq!(script, Script::Release);
+        assert_eq!(keys.len(), 2);
+        assert_eq!(args.numbers().collect::<Vec<_>>(), [2]);
+        let tag = args.tag().expect("the slot's tag");
+        assert_eq!(tag, Slot::of(b"o").tag());
+        assert_eq!(args.len(), 3);
+        // The script's channel for `ARGV[2] == '2'` is the keyspace's.
+        assert!(RELEASE_SCRIPT.contains(
+            "redis.pcall('SPUBLISH', 'redlock:released:{' .. ARGV[3] .. '}' .. KEYS[i], '1')"
+        ));
+        assert_eq!(channel("{o}1"), format!("redlock:released:{{{tag}}}{{o}}1"));
+        // Unannounced (a lost round's clean-up): nothing published, no tag.
+        let quiet = command(Op::DeleteIfEquals, &["a"], Extras::default());
+        let RedisForm::Script { args, .. } = quiet.redis_form_on(&cluster(Dialect::SCRIPTS)) else {
+            panic!("the release script");
+        };
+        assert_eq!(
+            (args.numbers().collect::<Vec<_>>(), args.tag()),
+            (vec![0], None)
+        );
+        // Standalone: `PUBLISH`, `ARGV[2] == '1'`, no tag.
+        let RedisForm::Script { args, .. } = release.redis_form_on(&Dialect::SCRIPTS) else {
+            panic!("the release script");
+        };
+        assert_eq!(
+            (args.numbers().collect::<Vec<_>>(), args.tag()),
+            (vec![1], None)
+        );
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub fn encode_form(form: &RedisForm<'_>, out: &mut Vec<u8>) {
         for number in args.numbers() {
             bulk(out, itoa(number, &mut [0; 20]));
         }
+        if let Some(tag) = args.tag() {
+            bulk(out, tag.as_bytes());
+        }
         return;
     }
     let transaction = form.is_transaction();
@@ -73,7 +76,7 @@ pub fn encode_form(form: &RedisForm<'_>, out: &mut Vec<u8>) {
         form.for_each_arg(part, |arg| match arg {
             Arg::Bytes(bytes) => bulk(out, bytes),
             Arg::Number(n) => bulk(out, itoa(n, &mut [0; 20])),
-            Arg::Channel(key) => bulk(out, &crate::command::released_channel(key)),
+            Arg::Channel(keyspace, key) => bulk(out, &keyspace.released_channel(key)),
             Arg::Fence(keyspace, key) => bulk(out, &keyspace.fence_key(key)),
         });
     }

@@ -233,8 +233,8 @@ fn endpoint(node: &Value, seed_host: &str) -> Option<(String, u16, String)> {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Clusters(std::sync::Arc<std::sync::Mutex<Vec<Claim>>>);
 
-/// A node, and the ids of every node its maps ever named.
-type Claim = (usize, Vec<String>);
+/// A node, the ids of every node its maps ever named, and its latest map.
+type Claim = (usize, Vec<String>, SlotMap);
 
 impl Clusters {
     /// Node `node` leads to the cluster of `map`: `Err(other)` if node `other` leads there too
@@ -246,13 +246,13 @@ impl Clusters {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let shared = known
             .iter()
-            .find(|(other, ids)| *other != node && ids.iter().any(|id| map.ids.contains(id)));
-        if let Some((other, _)) = shared {
+            .find(|(other, ids, _)| *other != node && ids.iter().any(|id| map.ids.contains(id)));
+        if let Some((other, ..)) = shared {
             return Err(*other);
         }
         // Kept across maps: a cluster whose masters all changed since is still the same one.
-        match known.iter_mut().find(|(other, _)| *other == node) {
-            Some((_, ids)) => {
+        match known.iter_mut().find(|(other, ..)| *other == node) {
+            Some((_, ids, latest)) => {
                 let new: Vec<String> = map
                     .ids
                     .iter()
@@ -260,10 +260,22 @@ impl Clusters {
                     .cloned()
                     .collect();
                 ids.extend(new);
+                latest.clone_from(map);
             }
-            None => known.push((node, map.ids.clone())),
+            None => known.push((node, map.ids.clone(), map.clone())),
         }
         Ok(())
+    }
+
+    /// The latest map node `node` claimed, if it leads to a cluster (a release-notice
+    /// subscriber starts from it).
+    pub(crate) fn map(&self, node: usize) -> Option<SlotMap> {
+        let known = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let claim = known.iter().find(|(other, ..)| *other == node);
+        claim.map(|(.., map)| map.clone())
     }
 }
 

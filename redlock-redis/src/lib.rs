@@ -57,6 +57,7 @@ mod memory;
 mod node;
 mod reply;
 mod request;
+mod shard_notices;
 mod subscribers;
 pub mod telemetry;
 #[cfg(feature = "tls")]

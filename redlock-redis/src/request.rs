@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 
 use redlock_core::{
-    Arg, Dialect, FENCE_KEY_PREFIX, NodeBatch, NodeErrorKind, PartValue, ProofRead,
+    Arg, Dialect, FENCE_KEY_PREFIX, Keyspace, NodeBatch, NodeErrorKind, PartValue, ProofRead,
     RELEASED_CHANNEL_PREFIX, RedisForm, Reply, RequestId, Script, SealRead, SealReplies, Transmit,
 };
 
@@ -76,6 +76,9 @@ fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
         for number in args.numbers() {
             cmd.arg(number);
         }
+        if let Some(tag) = args.tag() {
+            cmd.arg(tag);
+        }
         return cmd;
     }
     let (mut count, mut size) = (0, 0);
@@ -84,7 +87,8 @@ fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
         size += match arg {
             Arg::Bytes(bytes) => bytes.len(),
             Arg::Number(_) => NUMBER,
-            Arg::Channel(key) => RELEASED_CHANNEL_PREFIX.len() + key.len(),
+            // On a cluster, `{tag}` too: at most 5 bytes.
+            Arg::Channel(_, key) => RELEASED_CHANNEL_PREFIX.len() + key.len() + 5,
             Arg::Fence(_, key) => FENCE_KEY_PREFIX.len() + key.len(),
         };
     });
@@ -93,7 +97,10 @@ fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
         match arg {
             Arg::Bytes(bytes) => cmd.arg(bytes),
             Arg::Number(n) => cmd.arg(n),
-            Arg::Channel(key) => cmd.arg(Prefixed(RELEASED_CHANNEL_PREFIX, key)),
+            Arg::Channel(Keyspace::Standalone, key) => {
+                cmd.arg(Prefixed(RELEASED_CHANNEL_PREFIX, key))
+            }
+            Arg::Channel(keyspace, key) => cmd.arg(keyspace.released_channel(key)),
             Arg::Fence(keyspace, key) => cmd.arg(keyspace.fence_key(key)),
         };
     });
@@ -132,6 +139,9 @@ impl Request {
         invocation.arg(args.token);
         for number in args.numbers() {
             invocation.arg(number);
+        }
+        if let Some(tag) = args.tag() {
+            invocation.arg(tag);
         }
         Some(Self(invocation))
     }

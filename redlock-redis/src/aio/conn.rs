@@ -103,6 +103,13 @@ impl Node {
         self.io_timeout
     }
 
+    /// The slot map this node learnt last, if it leads to a cluster (`None` for a standalone
+    /// node, or a cluster node that never answered).
+    pub(crate) fn learnt_map(&self) -> Option<SlotMap> {
+        let owner = self.addr.cluster_owner(self.index);
+        self.routes.then(|| self.clusters.map(owner)).flatten()
+    }
+
     fn config(&self) -> AsyncConnectionConfig {
         // One attempt per request (the engine decides about retries), bounded by the I/O timeout.
         AsyncConnectionConfig::new()
@@ -501,7 +508,7 @@ enum Ask {
 
 /// A cluster's slot map, as the node `node` answers on `conn`: `CLUSTER SHARDS`, or
 /// `CLUSTER SLOTS` where the server has no `SHARDS` (Redis 6).
-async fn slot_map(
+pub(super) async fn slot_map(
     conn: &mut MultiplexedConnection,
     node: &NodeAddr,
 ) -> redis::RedisResult<SlotMap> {

@@ -11,6 +11,7 @@ mod driver;
 mod lock;
 mod notices;
 mod runtime;
+mod shard_notices;
 mod with_lock;
 
 pub use client::{Redlock, RedlockBuilder};

@@ -1,6 +1,6 @@
-//! Release notices: one subscriber connection per node, opened the first time a lock of the
-//! client waits for a key another holder has, following the channels the driver's multiplexer
-//! says. A notice only shortens a pause (the engine decides what to do with it); a dead
+//! Release notices: one subscriber connection per node (per master on a cluster node: see
+//! [`super::shard_notices`]), opened the first time a lock of the client waits for a key
+//! another holder has, following the channels the driver's multiplexer says. A notice only shortens a pause (the engine decides what to do with it); a dead
 //! subscriber connection only means waiting out the jittered pause. Nothing here decides
 //! whether a lock is held.
 
@@ -70,6 +70,13 @@ async fn follow<R: Runtime>(
     heard: UnboundedSender<Vec<u8>>,
 ) {
     let io_timeout = nodes[node].io_timeout();
+    if let Some(map) = nodes[node].learnt_map() {
+        let addr = nodes[node].addr().clone();
+        drop(nodes);
+        super::shard_notices::follow_shards::<R>(addr, io_timeout, map, channels, changes, heard)
+            .await;
+        return;
+    }
     let client = nodes[node].addr().client().clone();
     let connected = tokio::select! {
         connected = client.get_async_pubsub() => connected.ok(),

@@ -387,14 +387,8 @@ impl Connection {
     /// This node's answer to `CLUSTER SHARDS` (or `CLUSTER SLOTS` where the server has no
     /// `SHARDS`); a connection whose transport broke is dropped.
     fn slots(&mut self) -> redis::RedisResult<SlotMap> {
-        let (host, tls) = (self.addr.host().to_owned(), self.addr.is_tls());
-        let conn = &mut self.connect()?.conn;
-        let shards = redis::cmd("CLUSTER").arg("SHARDS").query(conn);
-        let answer = match from_shards(shards, &host, tls) {
-            Ok(Some(map)) => Ok(map),
-            Ok(None) => from_slots(redis::cmd("CLUSTER").arg("SLOTS").query(conn), &host),
-            Err(err) => Err(err),
-        };
+        let addr = self.addr.clone();
+        let answer = slot_map(&mut self.connect()?.conn, &addr);
         if let Err(err) = &answer
             && err.code().is_none()
             && err.kind() != redis::ErrorKind::Parse
@@ -452,6 +446,19 @@ impl Connection {
             subscribe(&mut conn, &tracking, self.addr.label())?;
         }
         Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
+    }
+}
+
+/// A cluster's slot map, as the node `node` answers on `conn`: `CLUSTER SHARDS`, or
+/// `CLUSTER SLOTS` where the server has no `SHARDS` (Redis 6).
+pub(super) fn slot_map(
+    conn: &mut redis::Connection,
+    node: &NodeAddr,
+) -> redis::RedisResult<SlotMap> {
+    let shards = redis::cmd("CLUSTER").arg("SHARDS").query(conn);
+    match from_shards(shards, node.host(), node.is_tls())? {
+        Some(map) => Ok(map),
+        None => from_slots(redis::cmd("CLUSTER").arg("SLOTS").query(conn), node.host()),
     }
 }
 

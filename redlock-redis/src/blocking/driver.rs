@@ -60,7 +60,7 @@ pub(crate) fn start(
             Worker::spawn(addr.clone(), io_timeout, memory_watch, place, tx.clone())
         })
         .collect();
-    let notices = Notices::new(nodes, io_timeout, tx.clone());
+    let notices = Notices::new(nodes, io_timeout, clusters, tx.clone());
     thread::Builder::new()
         .name("redlock-driver".into())
         .spawn(move || run(state, &rx, &tx, workers, notices))

@@ -9,6 +9,7 @@ mod conn;
 mod driver;
 mod lock;
 mod notices;
+mod shard_notices;
 mod watch;
 mod with_lock;
 

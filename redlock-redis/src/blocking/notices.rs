@@ -1,5 +1,6 @@
-//! Release notices: one subscriber thread (one connection) per node, started the first time a
-//! lock of the client waits for a key another holder has, following the channels the driver's
+//! Release notices: one subscriber thread per node (one connection; one per master on a
+//! cluster node: see [`super::shard_notices`]), started the first time a lock of the client
+//! waits for a key another holder has, following the channels the driver's
 //! multiplexer says. A notice goes into the driver's inbox. A notice only shortens a pause (the
 //! engine decides); a dead subscriber connection only means waiting out the jittered pause.
 //! Nothing here decides whether a lock is held.
@@ -8,6 +9,8 @@ use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread;
 use std::time::Duration;
 
+use super::shard_notices::follow_shards;
+use crate::cluster::Clusters;
 use crate::{NodeAddr, Subscribers};
 use redis::RedisResult;
 use redlock_core::Change;
@@ -17,23 +20,31 @@ use super::driver::Input;
 /// How often a subscriber thread with subscriptions looks up from its socket for new ones (a
 /// blocking connection cannot be woken otherwise). Channels linger after their last waiter, so
 /// a repeat contender rarely waits for this.
-const POLL: Duration = Duration::from_millis(2);
+pub(super) const POLL: Duration = Duration::from_millis(2);
 
 /// The subscriber threads of one driver.
 pub(crate) struct Notices {
     nodes: Vec<NodeAddr>,
     io_timeout: Duration,
+    /// The slot maps the nodes learnt: a cluster node's thread starts from its map.
+    clusters: Clusters,
     /// Each node's thread, by the queue of changes it follows (closed once it ended).
     subscribers: Subscribers<Sender<Change>>,
     driver: Sender<Input>,
 }
 
 impl Notices {
-    pub(crate) fn new(nodes: Vec<NodeAddr>, io_timeout: Duration, driver: Sender<Input>) -> Self {
+    pub(crate) fn new(
+        nodes: Vec<NodeAddr>,
+        io_timeout: Duration,
+        clusters: Clusters,
+        driver: Sender<Input>,
+    ) -> Self {
         let subscribers = Subscribers::new(nodes.len());
         Self {
             nodes,
             io_timeout,
+            clusters,
             subscribers,
             driver,
         }
@@ -43,14 +54,20 @@ impl Notices {
     pub(crate) fn apply(&mut self, change: &Change, channels: impl Fn() -> Vec<Vec<u8>>) {
         let send = |tx: &Sender<Change>, change| tx.send(change).is_ok();
         let (nodes, io_timeout, driver) = (&self.nodes, self.io_timeout, &self.driver);
+        let clusters = &self.clusters;
         self.subscribers.apply(change, channels, send, |node, channels| {
             let (tx, rx) = mpsc::channel();
-            let client = nodes[node].client().clone();
+            let addr = nodes[node].clone();
+            let map = clusters.map(addr.cluster_owner(node));
             let driver = driver.clone();
             thread::Builder::new()
                 .name(format!("redlock-notices-{}", nodes[node].label()))
                 .spawn(move || {
-                    if let Err(err) = follow(&client, io_timeout, channels, &rx, &driver) {
+                    if let Some(map) = map {
+                        follow_shards(&addr, io_timeout, map, channels, &rx, &driver);
+                        return;
+                    }
+                    if let Err(err) = follow(addr.client(), io_timeout, channels, &rx, &driver) {
                         tracing::debug!(node, %err, "release notices: subscriber connection lost; pauses run out");
                     }
                 })

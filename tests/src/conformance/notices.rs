@@ -46,6 +46,18 @@ pub(super) fn has_listener(server: &RedisServer, key: &str) -> bool {
     answer.is_ok_and(|counts| counts.get(&channel).is_some_and(|n| *n >= 1))
 }
 
+/// Whether `server` (a cluster master) has a subscriber on `key`'s sharded release channel
+/// (`SSUBSCRIBE`, in `key`'s slot).
+pub(super) fn has_shard_listener(server: &RedisServer, key: &str) -> bool {
+    let channel = redlock_core::Keyspace::Cluster.released_channel(key.as_bytes());
+    // A flat [channel, count] answer.
+    let answer: redis::RedisResult<HashMap<Vec<u8>, i64>> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(&channel)
+        .query(&mut server.client());
+    answer.is_ok_and(|counts| counts.get(&channel).is_some_and(|n| *n >= 1))
+}
+
 /// Waits until every node has a subscriber on `key`'s release channel (the waiter lost its
 /// first round and listens).
 fn wait_for_listener(nodes: &Servers, key: &str) {
@@ -56,6 +68,24 @@ fn wait_for_listener(nodes: &Servers, key: &str) {
             .all(|server| has_listener(server, key))
     });
     assert!(listening, "the waiter subscribed on every node");
+}
+
+/// The waiter's lock from `waited` (when its `lock` call returned, and what it returned),
+/// asserting that it came well within half its `pause` of `released_at`: woken by the release,
+/// not by its pause.
+pub(super) fn woken<A: Adapter>(
+    released_at: Instant,
+    waited: (Instant, Result<A::Lock, redlock_redis::Error>),
+    pause: Duration,
+) -> A::Lock {
+    let (acquired_at, lock) = waited;
+    let lock = lock.unwrap_or_else(|err| panic!("{}: the waiter failed: {err}", A::NAME));
+    assert!(
+        acquired_at.duration_since(released_at) < pause / 2,
+        "{}: woken by the release, not by its {pause:?} pause",
+        A::NAME
+    );
+    lock
 }
 
 /// A waiter with a 30 s pause takes the lock well within 15 s of the holder's release; an
@@ -92,13 +122,7 @@ pub fn a_release_wakes_a_waiter_long_before_its_pause_ends<A: Adapter>() {
         // A quorum answered in time (on a loaded machine a straggler may answer after the
         // release's deadline; its key goes all the same).
         assert!(report.released() >= 3, "{report:?}");
-        let (acquired_at, lock) = waiting.join().expect("waiter");
-        let lock = lock.unwrap_or_else(|err| panic!("{}: the waiter failed: {err}", A::NAME));
-        assert!(
-            acquired_at.duration_since(released_at) < pause / 2,
-            "{}: woken by the release, not by its {pause:?} pause",
-            A::NAME
-        );
+        let lock = woken::<A>(released_at, waiting.join().expect("waiter"), pause);
         lock.release();
     });
 }
