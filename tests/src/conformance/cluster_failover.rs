@@ -281,7 +281,7 @@ fn is_valkey_9(server: &RedisServer) -> bool {
 
 /// Sends `CLUSTER FAILOVER [how]` to replica `node`, and waits until it is a master and the
 /// cluster's last master (which stays through every scenario here) says so.
-fn fail_over(cluster: &RedisCluster, node: &RedisServer, how: Option<&str>) {
+pub(super) fn fail_over(cluster: &RedisCluster, node: &RedisServer, how: Option<&str>) {
     let mut cmd = redis::cmd("CLUSTER");
     cmd.arg("FAILOVER");
     if let Some(how) = how {

@@ -1,7 +1,7 @@
 //! A cluster node in the middle of a legacy slot migration (`SETSLOT MIGRATING`/`IMPORTING`,
 //! some keys moved by `MIGRATE`), against a real local cluster: the source master answers `ASK`
 //! for the slot's keys it no longer holds, and the client follows it to the importing master.
-//! After a migration, a waiter's release-notice subscription follows the slot.
+//! After a migration or a failover, a waiter's release-notice subscription follows the slot.
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +9,7 @@ use redlock_core::Vote;
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::cluster::{build, once, one_per_master, sole_vote};
+use super::cluster_failover::fail_over;
 use super::notices::{has_shard_listener, patient, woken};
 use super::scenarios::eventually;
 use crate::{RedisCluster, RedisServer};
@@ -135,18 +136,47 @@ pub fn a_cluster_slot_mid_migration_is_followed_through_ask<A: Adapter>() {
 /// A waiter's subscription follows its key's slot to another master. Master 0 serves the key
 /// when the waiter subscribes; the slot then moves to master 1 with the held key, master 0
 /// drops the subscription (`sunsubscribe`), and the waiter learns the map again and subscribes
-/// on master 1, where the holder's release (after `MOVED`) is announced. The waiter's pause is
-/// 30 s; it takes the lock well within 15 s of the release. Without subscribing again it would
-/// sleep out its pause.
+/// on master 1, where the holder's release (after `MOVED`) is announced. Without subscribing
+/// again the waiter would sleep out its pause.
 pub fn a_release_notice_follows_its_slot_to_another_master<A: Adapter>() {
     let cluster = RedisCluster::start(3, 0);
     let (from, to) = (&cluster.masters()[0], &cluster.masters()[1]);
     let resource = one_per_master(&cluster, "follow").swap_remove(0);
+    assert_notice_follows::<A>(&cluster, &resource, (from, to), || {
+        let slot = cluster.keyslot(resource.as_bytes());
+        cluster
+            .migrate_slot(slot, from, to)
+            .expect("the slot moves with its key");
+    });
+}
+
+/// A waiter's subscription follows a planned failover: master 0's replica takes over
+/// (`CLUSTER FAILOVER`) while the waiter listens on master 0; the demoted master drops the
+/// subscription (`sunsubscribe`), the waiter learns the map again and subscribes on the
+/// promoted replica, where the holder's release (after `MOVED`) is announced.
+pub fn a_release_notice_follows_a_failover<A: Adapter>() {
+    let cluster = RedisCluster::start(3, 1);
+    let resource = one_per_master(&cluster, "failed-over").swap_remove(0);
+    let (demoted, promoted) = (&cluster.masters()[0], &cluster.replicas_of(0)[0]);
+    assert_notice_follows::<A>(&cluster, &resource, (demoted, promoted), || {
+        fail_over(&cluster, promoted, None);
+    });
+}
+
+/// A holder holds `resource`, served by `from`, while a waiter (30 s pause) listens there;
+/// `moves` hands the slot to `to`. The waiter subscribes again on `to` (and `from` lets the
+/// channel go), and the holder's release wakes it well within 15 s. Both clients learn the map
+/// from master 2, which takes no part in the move.
+fn assert_notice_follows<A: Adapter>(
+    cluster: &RedisCluster,
+    resource: &str,
+    (from, to): (&RedisServer, &RedisServer),
+    moves: impl FnOnce(),
+) {
     let plain = Options {
         restart_aware: Some(false),
         ..Options::default()
     };
-    // Both learn the map from master 2, which takes no part in the migration.
     let seed = [cluster.masters()[2].url()];
     let holder: A = build(&seed, &plain);
     let pause = Duration::from_secs(30);
@@ -157,28 +187,33 @@ pub fn a_release_notice_follows_its_slot_to_another_master<A: Adapter>() {
             ..plain
         },
     );
-    let held = holder.lock(&resource, 6 * TTL).expect("lock");
+    let held = holder.lock(resource, 6 * TTL).expect("lock");
     std::thread::scope(|scope| {
         let waiting = scope.spawn(|| {
-            let lock = waiter.lock(&resource, TTL);
+            let lock = waiter.lock(resource, TTL);
             (Instant::now(), lock)
         });
         let subscribed = |server: &RedisServer| {
             eventually(Duration::from_secs(20), || {
-                has_shard_listener(server, &resource)
+                has_shard_listener(server, resource)
             })
         };
-        assert!(subscribed(from), "the waiter subscribed on master 0");
-        let slot = cluster.keyslot(resource.as_bytes());
-        cluster
-            .migrate_slot(slot, from, to)
-            .expect("the slot moves with its key");
-        assert!(subscribed(to), "the waiter subscribed again on master 1");
-        assert!(!has_shard_listener(from, &resource), "master 0 let it go");
+        assert!(subscribed(from), "the waiter subscribed on {}", from.addr());
+        moves();
+        assert!(
+            subscribed(to),
+            "the waiter subscribed again on {}",
+            to.addr()
+        );
+        assert!(
+            !has_shard_listener(from, resource),
+            "{} let it go",
+            from.addr()
+        );
         let released_at = Instant::now();
         assert_eq!(held.release().released(), 1);
         let lock = woken::<A>(released_at, waiting.join().expect("waiter"), pause);
-        assert_eq!(to.get(&resource), Some(lock.token()));
+        assert_eq!(to.get(resource), Some(lock.token()));
         assert_eq!(lock.release().released(), 1);
     });
 }

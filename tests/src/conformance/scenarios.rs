@@ -997,7 +997,8 @@ macro_rules! conformance_tests {
             a_cluster_slot_migrated_with_a_held_key_keeps_exclusion);
         $crate::conformance_tests!(@cluster_migration $adapter;
             a_cluster_slot_mid_migration_is_followed_through_ask,
-            a_release_notice_follows_its_slot_to_another_master);
+            a_release_notice_follows_its_slot_to_another_master,
+            a_release_notice_follows_a_failover);
         $crate::conformance_tests!(@cluster_votes $adapter;
             a_cluster_lends_votes_on_distinct_masters_and_a_lock_survives_a_failover,
             a_cluster_vote_needs_a_cluster_and_one_claim,
