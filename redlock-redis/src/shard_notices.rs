@@ -70,7 +70,7 @@ impl Heard {
 }
 
 /// One cluster node's subscriptions: the channels wanted, by the driver's names.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ShardPlan {
     wanted: BTreeSet<Vec<u8>>,
     /// Unsubscriptions sent and not yet confirmed, per channel: their confirmations are no

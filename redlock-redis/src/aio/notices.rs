@@ -1,8 +1,8 @@
 //! Release notices: one subscriber connection per node (per master on a cluster node: see
 //! [`super::shard_notices`]), opened the first time a lock of the client waits for a key
-//! another holder has, following the channels the driver's multiplexer says. A notice only shortens a pause (the engine decides what to do with it); a dead
-//! subscriber connection only means waiting out the jittered pause. Nothing here decides
-//! whether a lock is held.
+//! another holder has, following the channels the driver's multiplexer says. A notice only
+//! shortens a pause (the engine decides what to do with it); a dead subscriber connection only
+//! means waiting out the jittered pause. Nothing here decides whether a lock is held.
 
 use std::sync::Arc;
 use std::time::Instant;

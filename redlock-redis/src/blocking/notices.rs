@@ -1,9 +1,9 @@
 //! Release notices: one subscriber thread per node (one connection; one per master on a
 //! cluster node: see [`super::shard_notices`]), started the first time a lock of the client
-//! waits for a key another holder has, following the channels the driver's
-//! multiplexer says. A notice goes into the driver's inbox. A notice only shortens a pause (the
-//! engine decides); a dead subscriber connection only means waiting out the jittered pause.
-//! Nothing here decides whether a lock is held.
+//! waits for a key another holder has, following the channels the driver's multiplexer says.
+//! A notice goes into the driver's inbox. A notice only shortens a pause (the engine decides);
+//! a dead subscriber connection only means waiting out the jittered pause. Nothing here
+//! decides whether a lock is held.
 
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread;
