@@ -241,8 +241,8 @@ pub fn a_cluster_vote_release_wakes_a_waiter<A: Adapter>() {
     };
     let resource = "voted-notice";
     // The waiter listens on every vote's channel: the third's names its tagged key.
-    let (_, tagged) = vote_key(3, 2, resource);
-    super::cluster::assert_release_wakes_waiter::<A>(&cluster, &voted, resource, &tagged, 3);
+    let keys: Vec<String> = (0..3).map(|vote| vote_key(3, vote, resource).1).collect();
+    super::cluster::assert_release_wakes_waiter::<A>(&cluster, &voted, resource, &keys[2], &keys);
 }
 
 /// Votes that land on one master count it once: on a 2-master cluster lending 3 votes, the
