@@ -35,8 +35,7 @@ cd "$(dirname "$0")/.."
 crates=(redlock-core redlock-redis redlock-tokio redlock-smol redlock-async-std
   redlock-blocking redlock-local redlock-cli)
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
-target_dir="$(cargo metadata --format-version 1 --no-deps |
-  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+target_dir="$(scripts/target-dir.sh)"
 [ -n "$version" ] && [ -n "$target_dir" ] || { echo "package-check: no version or target dir" >&2; exit 1; }
 
 # Stale results of an earlier run must not pass for this one. Cargo verifies a crate that

@@ -36,8 +36,7 @@ step "cargo test --workspace" cargo test --workspace --no-fail-fast "$@"
 echo "== the examples, each on local redis-servers it starts"
 # Built as the workspace run above built them (`cargo run -p <crate>` would build every adapter
 # again with that crate's features alone, about a minute of CI), then run by path.
-examples_dir="$(cargo metadata --format-version 1 --no-deps |
-  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/debug/examples"
+examples_dir="$(scripts/target-dir.sh)/debug/examples" || exit
 step "build the examples" cargo build -q --workspace --examples
 for example in cron_job web_handler graceful_shutdown tcp_lock blocking_cron_job smol_cron_job; do
   step "example $example" env -u REDLOCK_NODES "$examples_dir/$example"
