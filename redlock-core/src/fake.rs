@@ -183,6 +183,11 @@ impl FakeNode {
         self.keys.insert(key.into(), (token.into(), Duration::MAX));
     }
 
+    /// Deletes `key` whatever it holds (another holder lets go, in a test); the epoch stays.
+    pub fn remove(&mut self, key: &[u8]) {
+        self.keys.remove(key);
+    }
+
     /// The token under `key`, whatever its expiry (for tests that keep time still).
     pub fn token(&self, key: &[u8]) -> Option<&[u8]> {
         self.keys.get(key).map(|(token, _)| &token[..])

@@ -142,7 +142,10 @@ struct Channel {
 /// - **One FIFO per node.** Every request a lifecycle wants sent is queued on its node. At most
 ///   one request per lock is in flight on a node, so a lock's release can never overtake its own
 ///   acquire there (a late `SET` would otherwise leave the key for its TTL); requests of other
-///   locks behind it are not held up.
+///   locks behind it are not held up. A request that never left the queue is dropped when a
+///   newer one of its lock makes it pointless (a newer extension; a newer round, which also
+///   drops the clean-up of the round it replaces), so a slow node's queue stays a few requests
+///   per lock however fast the lock's rounds and renewals run elsewhere.
 /// - **One write per node.** [`poll_transmit`](Multiplexer::poll_transmit) hands out, per node,
 ///   everything that may go now as one [`Batch`] (one pipeline, one round trip), across locks.
 /// - **No stalled queue.** A request queued behind another of its lock goes out in the first
@@ -617,6 +620,9 @@ impl<R: CryptoRng> Multiplexer<R> {
                                 t.id.origin().lock() != lock || t.command.op() != Op::ExpireIfEquals
                             });
                         }
+                        if transmit.command.op() == Op::SetIfAbsent {
+                            supersede_unsent_round(&mut node.queued, transmit.id.origin().lock());
+                        }
                         node.queued.push_back(transmit);
                     }
                 }
@@ -795,6 +801,28 @@ fn expired() -> LockEvent {
 
 fn empty_report() -> ReleaseReport {
     ReleaseReport { nodes: Vec::new() }
+}
+
+/// Drops a lost round of lock `lock` that never left `queued`: its `SET` (a newer round's
+/// supersedes it) and the releases queued after it, which clean up keys that `SET` never
+/// wrote. A release queued before it stays: it cleans up a round whose `SET` was sent. So a
+/// node slower than the rounds keeps at most one round and one clean-up of a lock queued,
+/// however many rounds are lost while it answers.
+fn supersede_unsent_round(queued: &mut VecDeque<Transmit>, lock: u64) {
+    let Some(at) = queued
+        .iter()
+        .position(|t| t.id.origin().lock() == lock && t.command.op() == Op::SetIfAbsent)
+    else {
+        return;
+    };
+    let mut index = 0;
+    queued.retain(|t| {
+        let keep = index < at
+            || t.id.origin().lock() != lock
+            || !matches!(t.command.op(), Op::SetIfAbsent | Op::DeleteIfEquals);
+        index += 1;
+        keep
+    });
 }
 
 #[cfg(test)]

@@ -592,3 +592,74 @@ fn a_node_with_a_key_slot_gets_every_key_in_that_slot_and_its_release_wakes_a_wa
     let wake = w.mux.poll_timeout().expect("the woken round is scheduled");
     assert!(wake.at < w.now + Duration::from_secs(1), "{wake:?}");
 }
+
+#[test]
+fn a_slow_node_queues_one_round_of_a_lock_however_many_rounds_are_lost_meanwhile() {
+    let config = Config::builder(3)
+        .retry(
+            RetryPolicy::default()
+                .delay(Duration::from_millis(10))
+                .jitter(Duration::ZERO),
+        )
+        .build()
+        .expect("valid");
+    let mut w = World::with(config, 3);
+    for node in &mut w.nodes[..2] {
+        node.put(b"a".to_vec(), b"someone-else".to_vec());
+    }
+    let a = LockId::new(1);
+    w.mux
+        .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
+        .expect("valid");
+    // Nodes 0 and 1 refuse every round at once; node 2 answers nothing while 40 rounds are
+    // lost. Only its first round's SET ever left the queue.
+    for _ in 0..40 {
+        w.send();
+        while w.wire.iter().any(|t| t.id.node() != 2) {
+            w.answer(|t| t.id.node() != 2);
+            w.send();
+        }
+        assert!(w.events().is_empty(), "still trying");
+        w.tick();
+    }
+    let queued = &w.mux.nodes[2].queued;
+    assert!(
+        queued.len() <= 3,
+        "the slow node keeps the first round's clean-up and the newest round, got {} queued",
+        queued.len()
+    );
+    assert_eq!(
+        queued.front().map(|t| t.command.op()),
+        Some(Op::DeleteIfEquals),
+        "the clean-up of the SET that was sent stays first"
+    );
+    assert_eq!(
+        queued
+            .iter()
+            .filter(|t| t.command.op() == Op::SetIfAbsent)
+            .count(),
+        1,
+        "one round's SET waits"
+    );
+    // The holder lets go and node 2 catches up: the lock is won, and node 2 holds the winning
+    // token only (the first round's key was cleaned up before the newest round's SET ran).
+    for node in &mut w.nodes[..2] {
+        node.remove(b"a");
+    }
+    let mut acquired = None;
+    for _ in 0..10 {
+        w.settle();
+        if let Some(lease) = w.events().into_iter().find_map(|(_, e)| match e {
+            LockEvent::Acquired(lease) => Some(lease),
+            _ => None,
+        }) {
+            acquired = Some(lease);
+            break;
+        }
+        w.tick();
+    }
+    let lease = acquired.expect("acquired once the holder let go");
+    for node in &w.nodes {
+        assert_eq!(node.token(b"a"), Some(lease.token().as_bytes()));
+    }
+}
