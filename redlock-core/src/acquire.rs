@@ -443,9 +443,9 @@ impl Acquire {
         self.round.answers.len().saturating_sub(sitting_out) >= self.quorum
     }
 
-    /// Records a lost round, queues its release on every node, and schedules the next round if
-    /// the policy allows one that can start before the deadline, and a quorum could still form
-    /// by then.
+    /// Records a lost round, queues its release on every node that may hold one of its keys,
+    /// and schedules the next round if the policy allows one that can start before the
+    /// deadline, and a quorum could still form by then.
     fn lose_round(&mut self, now: Instant, reason: FailureReason) {
         self.last_failure = Some(AcquireFailure {
             reason,
@@ -485,6 +485,16 @@ impl Acquire {
         });
         self.cleanup
             .restart(self.batches, Op::DeleteIfEquals, now, settle_by);
+        // A node that refused (its `SET NX` set nothing: the keys were held) holds no key of
+        // this round's token, so its release would delete nothing and, announced, wake every
+        // waiter for a lock that is no freer. Every other answer is released: a grant, a
+        // failure, a timeout, and a sit-out (a vouched reply voided by a push may have set the
+        // key).
+        for (node, vote) in self.round.answers.iter().enumerate() {
+            if *vote == Vote::Refused {
+                self.cleanup.leave_out(node, NodeRelease::Absent);
+            }
+        }
         self.phase = Phase::CleaningUp(retry_at);
         self.woken = false;
     }
@@ -556,13 +566,18 @@ mod tests {
             (failure.reason, failure.attempts),
             (FailureReason::Contended, 3)
         );
-        // 3 rounds × (5 sets + 5 releases), releases right after each lost round.
-        let ops: Vec<Op> = sent.iter().map(|(_, c)| c.op()).collect();
-        for round in ops.chunks(10) {
-            assert_eq!(&round[..5], [Op::SetIfAbsent; 5]);
-            assert_eq!(&round[5..], [Op::DeleteIfEquals; 5]);
+        // 3 rounds × (5 sets + 2 releases), releases right after each lost round, on the two
+        // nodes that granted: the three that refused hold no key of ours.
+        let ops: Vec<(usize, Op)> = sent.iter().map(|(id, c)| (id.node(), c.op())).collect();
+        for round in ops.chunks(7) {
+            let sets: Vec<(usize, Op)> = (0..5).map(|node| (node, Op::SetIfAbsent)).collect();
+            assert_eq!(&round[..5], sets);
+            assert_eq!(
+                &round[5..],
+                [(3, Op::DeleteIfEquals), (4, Op::DeleteIfEquals)]
+            );
         }
-        assert_eq!(ops.len(), 30);
+        assert_eq!(ops.len(), 21);
         // Two pauses of 200..=300 ms; none after the last round.
         assert!(
             took >= Duration::from_millis(400) && took <= Duration::from_millis(600),

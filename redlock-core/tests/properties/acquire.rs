@@ -90,9 +90,12 @@ pub(crate) struct Acquired {
 enum Phase {
     Start,
     Collecting(Batch),
+    /// A lost round's release going out, to every node but those that refused (`refused`:
+    /// they hold no key of the round, and are never asked).
     CleaningUp {
         batch: u32,
         seen: Vec<bool>,
+        refused: Vec<bool>,
     },
     /// After a lost round's release went out at `since`: pausing before the next round, or,
     /// after the last round, waiting for the release's answers (`release`). Either way the
@@ -244,6 +247,7 @@ impl<'a> Reading<'a> {
     /// A round opens at the first poll or once a pause is over, within the attempts and the
     /// overall deadline, under a batch id above every earlier one, with the request's TTL.
     fn open_round(&mut self, at: At, id: RequestId, command: &Command) -> Outcome<()> {
+        self.settle_refused(at)?;
         let x = self.x;
         match &self.phase {
             Phase::Start => prop_assert_eq!(at, x.start, "the first round opens at the first poll"),
@@ -309,24 +313,28 @@ impl<'a> Reading<'a> {
         let (x, node) = (self.x, id.node());
         match &mut self.phase {
             Phase::Collecting(round) => {
-                self.last_loss = Some(give_up(round, at, x)?);
+                let loss = give_up(round, at, x)?;
                 prop_assert!(
                     id.batch() > round.batch,
                     "the release has a batch of its own"
                 );
                 self.last_batch = id.batch();
-                let mut seen = vec![false; x.nodes];
+                let refused: Vec<bool> = loss.1.iter().map(|v| *v == Vote::Refused).collect();
+                prop_assert!(!refused[node], "node {node} refused and was released");
+                let mut seen = refused.clone();
                 seen[node] = true;
+                self.last_loss = Some(loss);
                 self.phase = Phase::CleaningUp {
                     batch: id.batch(),
                     seen,
+                    refused,
                 };
             }
-            Phase::CleaningUp { batch, seen } if *batch == id.batch() => {
+            Phase::CleaningUp { batch, seen, .. } if *batch == id.batch() => {
                 prop_assert!(same_drain, "a release went out in separate drains");
                 prop_assert!(
                     !std::mem::replace(&mut seen[node], true),
-                    "node {node} released twice"
+                    "node {node} released twice or refused"
                 );
             }
             _ => {
@@ -339,16 +347,24 @@ impl<'a> Reading<'a> {
         Ok(())
     }
 
-    /// Once the release has gone to every node, the pause begins (after the last round: the
-    /// wait for the release's answers).
+    /// Once the release has gone to every node that did not refuse, the pause begins (after the
+    /// last round: the wait for the release's answers, of which the refusing nodes' count as
+    /// given: nothing of the round is there).
     fn pause_once_released(&mut self, at: At) {
         let x = self.x;
-        if let Phase::CleaningUp { batch, seen } = &self.phase
+        if let Phase::CleaningUp {
+            batch,
+            seen,
+            refused,
+        } = &self.phase
             && seen.iter().all(|s| *s)
         {
             let mut release =
                 Batch::new(*batch, Op::DeleteIfEquals, at, at + x.node_timeout, x.nodes);
             release.sent.fill(true);
+            for (answer, _) in release.answers.iter_mut().zip(refused).filter(|(_, r)| **r) {
+                *answer = Some((Reply::Int(0), Source::Node { foreign: true }));
+            }
             self.phase = Phase::Pausing {
                 since: at,
                 until: None,
@@ -356,6 +372,26 @@ impl<'a> Reading<'a> {
                 waited_when_settled: false,
             };
         }
+    }
+
+    /// A round that every node refused is given up without a release (no node holds a key of
+    /// it): once its last refusal is in, the pause begins with nothing to release. Called before
+    /// each record that can follow such a round: a wait, a new round, the outcome.
+    fn settle_refused(&mut self, at: At) -> Outcome<()> {
+        let x = self.x;
+        if let Phase::Collecting(round) = &self.phase
+            && round.all_sent()
+            && round.votes(at).iter().all(|v| *v == Vote::Refused)
+        {
+            self.last_loss = Some(give_up(round, at, x)?);
+            self.phase = Phase::CleaningUp {
+                batch: round.batch,
+                seen: vec![true; x.nodes],
+                refused: vec![true; x.nodes],
+            };
+            self.pause_once_released(at);
+        }
+        Ok(())
     }
 
     /// A reply counts towards the round being collected or the release being awaited.
@@ -370,6 +406,7 @@ impl<'a> Reading<'a> {
     /// A wait: on an open round, until no later than its deadline, or after a release, for one
     /// fixed instant.
     fn wait(&mut self, at: At, until: At) -> Outcome<()> {
+        self.settle_refused(at)?;
         let x = self.x;
         match &mut self.phase {
             Phase::Collecting(round) => {
@@ -415,6 +452,9 @@ impl<'a> Reading<'a> {
 
     /// The outcome comes within the time bound and says what the reading says it must.
     fn done(&mut self, at: At, outcome: &AcquireOutcome) -> Outcome<()> {
+        if matches!(outcome, AcquireOutcome::Failed(_)) {
+            self.settle_refused(at)?;
+        }
         let x = self.x;
         prop_assert!(
             at - x.start <= x.time_bound(),
