@@ -297,6 +297,17 @@ fn failover_flip_flops_ageless() {
     );
 }
 
+/// Negative control: the same on nodes whose epoch a previous release wrote (no identity
+/// stamped): a failover before the first proof is adopted, and caught.
+#[test]
+fn failover_flip_flops_legacy() {
+    let found = sim::hunt(&Scenario::failover_flip_flops_legacy(), 250);
+    assert!(
+        found.is_some(),
+        "the checker missed a failed-over node adopting its new identity"
+    );
+}
+
 /// Another database swapped in under open, proven connections, right away and often
 /// (scenario 6 of issue 21): each vouched acquisition is sealed, and the stamp it reads names
 /// the other database.

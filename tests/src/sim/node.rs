@@ -63,6 +63,17 @@ impl Node {
         }
     }
 
+    /// The node trusted as this release trusts one (`true`: its epoch stamped with its
+    /// identity), or as a previous release left it (`false`: an epoch without an identity,
+    /// which adopts whatever identity the node has when it is first proved — a failover
+    /// before that included; README, *restart-aware voting*).
+    pub(crate) fn stamped(mut self, stamped: bool) -> Self {
+        if stamped {
+            self.store.trust();
+        }
+        self
+    }
+
     /// The node with its scripts comparing its identity with its epoch's (`false`: as before
     /// the identity, a negative control).
     pub(crate) fn with_identity_check(mut self, check: bool) -> Self {

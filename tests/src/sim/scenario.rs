@@ -197,6 +197,10 @@ pub struct Scenario {
     /// Whether the nodes' checked scripts compare their identity with the one their epoch was
     /// stamped with (`false`: as before the identity, a negative control).
     pub identity_check: bool,
+    /// Whether the nodes start with an epoch a previous release wrote, without an identity
+    /// (`true`: it adopts the identity the node has when first proved, a negative control of
+    /// failovers before that), rather than trusted and stamped by this release.
+    pub legacy_epochs: bool,
     /// Whether the engine refuses votes of nodes that lost their memory (restart-aware voting),
     /// with the scenario's [`max_ttl`](Scenario::max_ttl) as the longest TTL in use.
     pub restart_aware: bool,
@@ -270,6 +274,7 @@ impl Scenario {
             tracked: Tracked::Off,
             loss: MemoryLoss::Crash,
             identity_check: true,
+            legacy_epochs: false,
             restart_aware: true,
             fenced: false,
             fence_fault: None,
@@ -754,6 +759,18 @@ impl Scenario {
         }
     }
 
+    /// Outside the model (negative control): [`Scenario::failover_flip_flops`] on nodes whose
+    /// epoch a previous release wrote, without an identity: a node that fails over before its
+    /// first proof adopts the interim master's identity, and the one after it, and votes at
+    /// once (the README lists it among what goes unseen).
+    pub fn failover_flip_flops_legacy() -> Self {
+        Self {
+            name: "failover_flip_flops_legacy",
+            legacy_epochs: true,
+            ..Self::failover_flip_flops()
+        }
+    }
+
     /// Inside the model: fenced locks under lossy networks, delayed restarts, pauses of correct
     /// clients and node wall clocks up to 200 ms apart; every holder writes its fence through a
     /// fenced store. Fences of successive holders must strictly increase and no store may accept
@@ -1027,6 +1044,9 @@ impl Scenario {
         }
         if !self.identity_check && self.loss == MemoryLoss::Snapshot && self.crashes.per_node > 0 {
             broken.push("identity: a node restarted from a snapshot keeps voting".into());
+        }
+        if self.legacy_epochs && self.loss == MemoryLoss::Flip && self.crashes.per_node > 0 {
+            broken.push("identity: an unstamped epoch adopts a failed-over node's identity".into());
         }
         if self.tracked == Tracked::Ageless
             && self.loss == MemoryLoss::Flip

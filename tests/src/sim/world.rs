@@ -147,6 +147,7 @@ impl<'s> World<'s> {
                     scenario.dialect,
                 )
                 .with_identity_check(scenario.identity_check)
+                .stamped(!scenario.legacy_epochs)
                 .evicting(scenario.loss == MemoryLoss::LoneEviction)
             })
             .collect();
