@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Server CPU per command form, per server: what each form of the lock's commands costs the node.
 
-    scripts/server-cpu.py /usr/bin/redis-server "$(scripts/ensure-valkey.sh 9.1)"
+    scripts/server-cpu.py [--instructions] /usr/bin/redis-server "$(scripts/ensure-valkey.sh 9.1)"
 
 For each server binary it starts one server on a free loopback port (no persistence), and for
 each form sends N of it pipelined (batches of 100 commands) over one RESP2 connection, reading
@@ -9,9 +9,17 @@ each form sends N of it pipelined (batches of 100 commands) over one RESP2 conne
 form (one command, or the several of a `MULTI`), whatever the client's speed. Keys are set up
 unmeasured where a form needs them. Forms a server does not have are reported as `-`. Never
 touches a server it did not start; stops each by its pid.
+
+With `--instructions` each server runs under `valgrind --tool=callgrind` instead, and the table
+reports the server's user-space instructions per form (counted from zero around the form's
+commands) and their ratio to `SET k t NX PX`: repeatable on a busy machine, where the CPU times
+scatter by a factor of two, but blind to the kernel's share (the socket reads and writes, one
+per batch of 100 commands).
 """
 
+import glob
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,6 +27,8 @@ import tempfile
 import time
 
 N = 100_000
+# Under callgrind a server runs some 50 times slower: fewer commands per form, still exact.
+N_INSTRUCTIONS = 20_000
 BATCH = 100
 TTL = "10000"
 
@@ -147,9 +157,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def forms(conn, sha):
-    """(name, setup commands, measured commands) per form."""
-    keys = [f"k{i}" for i in range(N)]
+def forms(sha, n):
+    """(name, setup commands, measured commands) per form, `n` of each."""
+    keys = [f"k{i}" for i in range(n)]
     setup = [("SET", k, "t", "PX", TTL) for k in keys]
     yield "SET k t NX PX", [], [("SET", k, "t", "NX", "PX", TTL) for k in keys]
     yield "checked acquire script, trusted node", [("SET", "redlock:epoch", "0")], [
@@ -158,8 +168,10 @@ def forms(conn, sha):
     yield "checked acquire script, old epoch", [("SET", "redlock:epoch", "1")], [
         ("EVALSHA", sha["checked"], 3, k, "redlock:epoch", "redlock:epoch:id", "t", TTL, "60000", "0")
         for k in keys]
-    yield "GET redlock:epoch", [], [("GET", "redlock:epoch")] * N
+    yield "GET redlock:epoch", [], [("GET", "redlock:epoch")] * n
     stamps = [("SET", "redlock:epoch", "0"), ("SET", "redlock:epoch:id", "a" * 40 + ":" + "b" * 40 + ":0:0")]
+    yield "MULTI, SET k t NX PX, EXEC (the transaction alone: any atomic seal's floor)", [], [
+        [("MULTI",), ("SET", k, "t", "NX", "PX", TTL), ("EXEC",)] for k in keys]
     yield "sealed SET: MULTI, SET k t NX PX, MGET epoch id, EXEC", stamps, [
         [("MULTI",), ("SET", k, "t", "NX", "PX", TTL), ("MGET", "redlock:epoch", "redlock:epoch:id"),
          ("EXEC",)] for k in keys]
@@ -177,38 +189,78 @@ def forms(conn, sha):
     yield "SET k t IFEQ t PX ttl", setup, [
         ("SET", k, "t", "IFEQ", "t", "PX", "20000") for k in keys]
     yield "MSETEX 2 k1 t k2 t NX PX ttl (per lock of 2 keys)", [], [
-        ("MSETEX", 2, f"a{i}", "t", f"b{i}", "t", "NX", "PX", TTL) for i in range(N)]
+        ("MSETEX", 2, f"a{i}", "t", f"b{i}", "t", "NX", "PX", TTL) for i in range(n)]
 
 
-def measure(binary):
+class Instructions:
+    """Counts a callgrind-run server's instructions: zeroed before a form, dumped after."""
+
+    def __init__(self, pid, out):
+        self.pid, self.out = pid, out
+
+    def _control(self, flag):
+        subprocess.run(["callgrind_control", flag, str(self.pid)], check=True,
+                       stdout=subprocess.DEVNULL)
+
+    def start(self):
+        self._control("-z")
+
+    def stop(self):
+        for old in glob.glob(self.out + ".*"):
+            os.remove(old)
+        self._control("-d")
+        for _ in range(200):
+            dumps = glob.glob(self.out + ".*")
+            if dumps:
+                for line in open(dumps[0], encoding="utf-8"):
+                    if line.startswith("totals:"):
+                        return int(line.split()[1])
+            time.sleep(0.05)
+        raise RuntimeError(f"callgrind wrote no dump for pid {self.pid}")
+
+
+def measure(binary, instructions):
+    if not shutil.which(binary):
+        raise SystemExit(f"server-cpu.py: no server binary {binary!r} (give paths to redis-server "
+                         "or valkey-server)")
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="server-cpu-")
-    server = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", workdir]
+    out = os.path.join(workdir, "callgrind.out")
+    if instructions:
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + command
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    counter = Instructions(server.pid, out) if instructions else None
     try:
-        for _ in range(100):
+        for _ in range(400):
             try:
                 conn = Conn(port)
                 conn.call("PING")
                 break
             except OSError:
                 time.sleep(0.05)
+        else:
+            raise RuntimeError(f"{binary} did not answer on port {port}")
         version = conn.call("INFO", "server").decode()
         name = "valkey" if "valkey_version" in version else "redis"
         sha = {n: conn.call("SCRIPT", "LOAD", s).decode()
                for n, s in (("release", RELEASE), ("extend", EXTEND), ("checked", CHECKED))}
         results = []
-        for form, setup, measured in forms(conn, sha):
+        n = N_INSTRUCTIONS if instructions else N
+        for form, setup, measured in forms(sha, n):
             conn.call("FLUSHALL")
             conn.pipeline(setup)
             # A form of several commands (a list) is sent as they are, and costs per form.
             commands = [c for m in measured for c in (m if isinstance(m, list) else [m])]
-            before = conn.cpu()
-            errors = conn.pipeline(commands)
-            after = conn.cpu()
-            cost = (after - before) * 1e6 / len(measured)
+            if counter:
+                counter.start()
+                errors = conn.pipeline(commands)
+                cost = counter.stop() / len(measured)
+            else:
+                before = conn.cpu()
+                errors = conn.pipeline(commands)
+                cost = (conn.cpu() - before) * 1e6 / len(measured)
             results.append((form, None if errors == len(commands) else cost))
         return name, results
     finally:
@@ -217,15 +269,23 @@ def measure(binary):
 
 
 def main():
-    binaries = sys.argv[1:] or ["redis-server"]
-    columns = [measure(b) for b in binaries]
-    print("| form | " + " | ".join(f"µs server CPU, {name}" for name, _ in columns) + " |")
+    args = sys.argv[1:]
+    instructions = "--instructions" in args
+    binaries = [a for a in args if a != "--instructions"] or ["redis-server"]
+    columns = [measure(b, instructions) for b in binaries]
+    unit = "instructions (× `SET k t NX PX`)" if instructions else "µs server CPU"
+    print("| form | " + " | ".join(f"{unit}, {name}" for name, _ in columns) + " |")
     print("|---|" + "---:|" * len(columns))
     for i, (form, _) in enumerate(columns[0][1]):
         cells = []
         for _, results in columns:
-            cost = results[i][1]
-            cells.append("–" if cost is None else f"{cost:.2f}")
+            cost, base = results[i][1], results[0][1]
+            if cost is None:
+                cells.append("–")
+            elif instructions:
+                cells.append(f"{cost:,.0f} ({cost / base:.2f}×)")
+            else:
+                cells.append(f"{cost:.2f}")
         print(f"| {form} | " + " | ".join(cells) + " |")
 
 
