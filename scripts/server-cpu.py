@@ -243,7 +243,9 @@ def measure(binary, instructions):
         else:
             raise RuntimeError(f"{binary} did not answer on port {port}")
         version = conn.call("INFO", "server").decode()
-        name = "valkey" if "valkey_version" in version else "redis"
+        fields = dict(line.split(":", 1) for line in version.splitlines() if ":" in line)
+        name = (f"Valkey {fields['valkey_version']}" if "valkey_version" in fields
+                else f"Redis {fields.get('redis_version', '?')}")
         sha = {n: conn.call("SCRIPT", "LOAD", s).decode()
                for n, s in (("release", RELEASE), ("extend", EXTEND), ("checked", CHECKED))}
         results = []
