@@ -4,8 +4,9 @@
 //! Steps 1 to 4 of the Redlock description. Each round starts at the `now` of the poll that opens
 //! it (`t0`), sends one request to every node before asking to wait, and is decided as soon as
 //! the outcome is certain. A won round yields a [`Lease`] valid until `t0 + ttl − drift`; a lost
-//! round releases on **all** nodes (a request that timed out may still have set its key), then
-//! pauses `delay + U[0, jitter]` and tries again, as the [`RetryPolicy`] allows.
+//! round releases on every node that may hold one of its keys (a request that timed out may still
+//! have set its key; a node that refused a round's own token did not), then pauses
+//! `delay + U[0, jitter]` and tries again, as the [`RetryPolicy`] allows.
 
 #![cfg_attr(not(any(test, feature = "testing")), allow(unreachable_pub))]
 
@@ -489,10 +490,13 @@ impl Acquire {
         // this round's token, so its release would delete nothing and, announced, wake every
         // waiter for a lock that is no freer. Every other answer is released: a grant, a
         // failure, a timeout, and a sit-out (a vouched reply voided by a push may have set the
-        // key).
-        for (node, vote) in self.round.answers.iter().enumerate() {
-            if *vote == Vote::Refused {
-                self.cleanup.leave_out(node, NodeRelease::Absent);
+        // key). Only where each round has a token of its own: a caller's token is every round's,
+        // and a refusal may be an earlier round's key under it, whose release failed.
+        if self.base_token.is_some() {
+            for (node, vote) in self.round.answers.iter().enumerate() {
+                if *vote == Vote::Refused {
+                    self.cleanup.leave_out(node, NodeRelease::Absent);
+                }
             }
         }
         self.phase = Phase::CleaningUp(retry_at);
@@ -548,6 +552,38 @@ mod tests {
         };
         assert_eq!(took, Duration::ZERO);
         assert_eq!(lease.votes()[0], Vote::Pending);
+    }
+
+    #[test]
+    fn a_caller_token_refused_by_its_own_leftover_key_is_released_there() {
+        // Node 4 still holds the caller's token from an earlier round whose release failed:
+        // its `SET NX` refuses the round, and the round's release (same token) removes it.
+        let policy = RetryPolicy::once();
+        let (config, mut nodes, t0) = setup(policy);
+        for node in &mut nodes[..3] {
+            node.put(b"r".to_vec(), b"someone-else".to_vec());
+        }
+        nodes[4].put(b"r".to_vec(), b"mine".to_vec());
+        let mut machine = acquire(&config, &LockRequest::new("r", TTL).token("mine"), t0);
+        let (outcome, _, sent) = drive(&mut machine, &mut nodes, &[Link::Up; 5], t0);
+        assert!(matches!(outcome, AcquireOutcome::Failed(_)), "{outcome:?}");
+        let released: Vec<usize> = sent
+            .iter()
+            .filter(|(_, c)| c.op() == Op::DeleteIfEquals)
+            .map(|(id, _)| id.node())
+            .collect();
+        assert_eq!(
+            released,
+            [0, 1, 2, 3, 4],
+            "a caller's token is released everywhere"
+        );
+        assert_eq!(nodes[4].token(b"r"), None, "the leftover key is gone");
+        assert_eq!(nodes[3].token(b"r"), None, "the round's own key is gone");
+        assert!(
+            nodes[..3]
+                .iter()
+                .all(|n| n.token(b"r") == Some(&b"someone-else"[..]))
+        );
     }
 
     #[test]
