@@ -378,11 +378,13 @@ impl<R: CryptoRng> Multiplexer<R> {
         }
         slot.silent = true;
         // Requests still queued never left: dropping them changes nothing on the nodes (a
-        // resumption's unsent extensions never lengthen a key; an acquisition's clean-up goes
-        // to every node anyway).
+        // resumption's unsent extensions never lengthen a key; an unsent `SET` writes nothing).
+        // A queued release stays: it may clean up an earlier round's key under that round's
+        // own token, which the acquisition's final release (the current round's) would miss.
         let origin = slot.lifecycle.id();
         for node in &mut self.nodes {
-            node.queued.retain(|t| t.id.origin().lock() != origin);
+            node.queued
+                .retain(|t| t.id.origin().lock() != origin || t.command.op() == Op::DeleteIfEquals);
         }
         slot.lifecycle.release(now);
         self.drive(now, id);

@@ -663,3 +663,44 @@ fn a_slow_node_queues_one_round_of_a_lock_however_many_rounds_are_lost_meanwhile
         assert_eq!(node.token(b"a"), Some(lease.token().as_bytes()));
     }
 }
+
+#[test]
+fn an_abandoned_acquisition_still_cleans_up_an_earlier_rounds_key_on_a_slow_node() {
+    let config = Config::builder(3)
+        .retry(
+            RetryPolicy::default()
+                .delay(Duration::from_millis(10))
+                .jitter(Duration::ZERO),
+        )
+        .build()
+        .expect("valid");
+    let mut w = World::with(config, 3);
+    for node in &mut w.nodes[..2] {
+        node.put(b"a".to_vec(), b"someone-else".to_vec());
+    }
+    let a = LockId::new(1);
+    w.mux
+        .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
+        .expect("valid");
+    // Round 1 is lost on nodes 0 and 1 while node 2 has not run its SET yet; round 2 starts.
+    w.send();
+    w.answer(|t| t.id.node() != 2);
+    w.send();
+    w.tick();
+    w.send();
+    assert_eq!(
+        w.mux.nodes[2]
+            .queued
+            .iter()
+            .map(|t| t.command.op())
+            .collect::<Vec<_>>(),
+        [Op::DeleteIfEquals, Op::SetIfAbsent],
+        "round 1's clean-up and round 2's SET wait behind round 1's SET on node 2"
+    );
+    w.mux.abandon(w.now, a);
+    // Node 2 runs round 1's SET (granted: its key is round 1's token), then the clean-up.
+    w.settle();
+    assert!(w.events().is_empty());
+    assert_eq!(w.nodes[2].token(b"a"), None, "round 1's key is cleaned up");
+    assert!(w.mux.is_idle());
+}
