@@ -593,8 +593,9 @@ fn a_node_with_a_key_slot_gets_every_key_in_that_slot_and_its_release_wakes_a_wa
     assert!(wake.at < w.now + Duration::from_secs(1), "{wake:?}");
 }
 
-#[test]
-fn a_slow_node_queues_one_round_of_a_lock_however_many_rounds_are_lost_meanwhile() {
+/// Three nodes, retries 10 ms apart; nodes 0 and 1 hold "a" for someone else, so they refuse
+/// every round of lock 1, which starts acquiring "a".
+fn refused_by_two_of_three() -> (World, LockId) {
     let config = Config::builder(3)
         .retry(
             RetryPolicy::default()
@@ -611,6 +612,12 @@ fn a_slow_node_queues_one_round_of_a_lock_however_many_rounds_are_lost_meanwhile
     w.mux
         .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
         .expect("valid");
+    (w, a)
+}
+
+#[test]
+fn a_slow_node_queues_one_round_of_a_lock_however_many_rounds_are_lost_meanwhile() {
+    let (mut w, _) = refused_by_two_of_three();
     // Nodes 0 and 1 refuse every round at once; node 2 answers nothing while 40 rounds are
     // lost. Only its first round's SET ever left the queue.
     for _ in 0..40 {
@@ -666,22 +673,7 @@ fn a_slow_node_queues_one_round_of_a_lock_however_many_rounds_are_lost_meanwhile
 
 #[test]
 fn an_abandoned_acquisition_still_cleans_up_an_earlier_rounds_key_on_a_slow_node() {
-    let config = Config::builder(3)
-        .retry(
-            RetryPolicy::default()
-                .delay(Duration::from_millis(10))
-                .jitter(Duration::ZERO),
-        )
-        .build()
-        .expect("valid");
-    let mut w = World::with(config, 3);
-    for node in &mut w.nodes[..2] {
-        node.put(b"a".to_vec(), b"someone-else".to_vec());
-    }
-    let a = LockId::new(1);
-    w.mux
-        .start(w.now, a, Start::Acquire, &LockRequest::new("a", TTL))
-        .expect("valid");
+    let (mut w, a) = refused_by_two_of_three();
     // Round 1 is lost on nodes 0 and 1 while node 2 has not run its SET yet; round 2 starts.
     w.send();
     w.answer(|t| t.id.node() != 2);
