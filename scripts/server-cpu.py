@@ -8,7 +8,7 @@ each form sends N of it pipelined (batches of 100 commands) over one RESP2 conne
 `used_cpu_sys + used_cpu_user` from `INFO cpu` before and after: microseconds of server CPU per
 form (one command, or the several of a `MULTI`), whatever the client's speed. Keys are set up
 unmeasured where a form needs them. Forms a server does not have are reported as `-`. Never
-touches a server it did not start; stops each by its pid.
+touches a server it did not start; stops each by its pid and removes its directory.
 
 With `--instructions` each server runs under `valgrind --tool=callgrind` instead, and the table
 reports the server's user-space instructions per form (counted from zero around the form's
@@ -268,6 +268,8 @@ def measure(binary, instructions):
     finally:
         server.terminate()
         server.wait()
+        # The server's directory (its callgrind dumps, under --instructions) goes with it.
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main():
