@@ -43,6 +43,9 @@ pub struct RedisCluster {
     /// Replica `r` of master `m` at `m * replicas_per_master + r`.
     replicas: Vec<RedisServer>,
     replicas_per_master: usize,
+    /// Masters that joined after the cluster formed ([`join_master`](Self::join_master)),
+    /// serving no slot until one moves there.
+    joined: Vec<RedisServer>,
 }
 
 impl RedisCluster {
@@ -101,6 +104,7 @@ impl RedisCluster {
             masters: servers,
             replicas: replicas_of,
             replicas_per_master: replicas,
+            joined: Vec::new(),
         };
         cluster.form()?;
         Ok(cluster)
@@ -109,6 +113,43 @@ impl RedisCluster {
     /// The masters, master 0 owning the first slots.
     pub fn masters(&self) -> &[RedisServer] {
         &self.masters
+    }
+
+    /// Starts a master with `options` (in cluster mode, whatever they say), makes it meet the
+    /// cluster, and waits until every node knows it and says `cluster_state:ok` — a scale-out's
+    /// first step: it serves no
+    /// slot until one moves there ([`migrate_slot`](Self::migrate_slot)). It is not one of
+    /// [`masters`](Self::masters) (their slot ranges stay as formed). Under
+    /// [`MIX_ENV`](crate::MIX_ENV) it runs the mix's entry after the masters'.
+    pub fn join_master(&mut self, options: &ServerOptions) -> Result<&RedisServer, HarnessError> {
+        self.try_join(options)?;
+        Ok(&self.joined[self.joined.len() - 1])
+    }
+
+    /// The masters that joined after the cluster formed, in the order they joined.
+    pub fn joined(&self) -> &[RedisServer] {
+        &self.joined
+    }
+
+    fn try_join(&mut self, options: &ServerOptions) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        let place = self.masters.len() + self.joined.len();
+        let mut started_one = server::start_each(&[cluster_mode(&options.mixed_binary(place))?])?;
+        let joined = started_one.pop().ok_or_else(|| {
+            HarnessError::Cluster("no server started for the joining master".to_owned())
+        })?;
+        let _: () = run(
+            &self.masters[0],
+            redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(joined.port())
+                .arg(bus_port(&joined)?),
+        )?;
+        self.joined.push(joined);
+        self.wait_for_full_mesh(started, "every node to know the joining master")?;
+        // Until gossip tells it who serves every slot, the new master answers `CLUSTERDOWN`.
+        self.wait_for_state_ok(started)
     }
 
     /// Kills master `master` (SIGKILL, like a crash): after [`CLUSTER_NODE_TIMEOUT`] its
@@ -338,15 +379,7 @@ impl RedisCluster {
                     .arg(bus_port(node)?),
             )?;
         }
-        let total = self.nodes().count();
-        self.wait_for(started, "every node to know every other", |node| {
-            let nodes: String = run(node, redis::cmd("CLUSTER").arg("NODES"))?;
-            Ok(nodes
-                .lines()
-                .filter(|line| !line.contains("handshake"))
-                .count()
-                == total)
-        })?;
+        self.wait_for_full_mesh(started, "every node to know every other")?;
         for (index, replica) in self.replicas.iter().enumerate() {
             let master = &self.masters[index / self.replicas_per_master.max(1)];
             let id: String = run(master, redis::cmd("CLUSTER").arg("MYID"))?;
@@ -361,10 +394,7 @@ impl RedisCluster {
             };
             Ok(nodes.lines().filter(|line| is_replica(line)).count() == replicas)
         })?;
-        self.wait_for(started, "cluster_state:ok on every node", |node| {
-            let info: String = run(node, redis::cmd("CLUSTER").arg("INFO"))?;
-            Ok(info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384"))
-        })?;
+        self.wait_for_state_ok(started)?;
         for replica in &self.replicas {
             self.wait_for(started, "every replica's link to its master", |_| {
                 let info: String = run(replica, redis::cmd("INFO").arg("replication"))?;
@@ -374,8 +404,32 @@ impl RedisCluster {
         Ok(())
     }
 
+    /// Waits until every node knows every other (no handshake left), or fails naming `what`.
+    fn wait_for_full_mesh(&self, started: Instant, what: &str) -> Result<(), HarnessError> {
+        let total = self.nodes().count();
+        self.wait_for(started, what, |node| {
+            let nodes: String = run(node, redis::cmd("CLUSTER").arg("NODES"))?;
+            Ok(nodes
+                .lines()
+                .filter(|line| !line.contains("handshake"))
+                .count()
+                == total)
+        })
+    }
+
+    /// Waits until every node says `cluster_state:ok` with every slot served.
+    fn wait_for_state_ok(&self, started: Instant) -> Result<(), HarnessError> {
+        self.wait_for(started, "cluster_state:ok on every node", |node| {
+            let info: String = run(node, redis::cmd("CLUSTER").arg("INFO"))?;
+            Ok(info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384"))
+        })
+    }
+
     fn nodes(&self) -> impl Iterator<Item = &RedisServer> {
-        self.masters.iter().chain(&self.replicas)
+        self.masters
+            .iter()
+            .chain(&self.replicas)
+            .chain(&self.joined)
     }
 
     /// Polls `ready` on every node until all say yes, or fails naming `what` after the timeout

@@ -13,6 +13,12 @@
 
 use redis::{Pipeline, Value};
 
+/// How many masters that an `ASK` named and the slot map does not know a cluster node keeps a
+/// connection to until it learns the map again (the oldest goes first): a master added to the
+/// cluster after the map was learnt and importing a slot, as a scale-out does, gets one
+/// connection rather than one per batch, and `ASK`s naming ever new addresses keep no more.
+pub(crate) const IMPORTING_KEPT: usize = 8;
+
 /// A pipeline as it goes on the wire, and which of its commands are an added `ASKING` (none
 /// when the node did not answer `ASK`: no allocation then).
 pub(crate) struct Wire {

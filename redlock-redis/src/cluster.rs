@@ -6,7 +6,8 @@
 //! live on several masters. The driver keeps one connection per master (untracked: on a cluster
 //! every restart-aware acquisition runs its checked script against its own slot's epoch), sends
 //! each request to the master of its keys' slot, follows an `ASK` once to the importing master
-//! it names (after `ASKING`, the map unchanged: see [`crate::asking`]), and after any other
+//! it names (after `ASKING`, the map unchanged: see [`crate::asking`]; a master the map does not
+//! know yet keeps its connection with the map, [`crate::asking::IMPORTING_KEPT`]), and after any other
 //! cluster error (`MOVED`, `CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`, or an `ASK` again) refreshes
 //! the map and sends those requests once more. Not the `redis` crate's cluster connection: it follows `MOVED` silently and hands
 //! pushes over without the master they came from, where this client needs to know which master

@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::asking::IMPORTING_KEPT;
 use crate::cluster::{
     Clusters, Gathered, Routes, SlotMap, Unmapped, from_shards, from_slots, identity,
     identity_read, shares_master, trust_answer, trust_commands,
@@ -50,6 +51,10 @@ pub(crate) struct Node {
 struct ClusterView {
     map: SlotMap,
     masters: Vec<Arc<Node>>,
+    /// Masters an `ASK` named that the map does not know (a master added after the map was
+    /// learnt, taking a slot mid-migration), at most [`IMPORTING_KEPT`]: each batch that follows
+    /// an `ASK` there reuses its connection until the map is learnt again.
+    importing: Mutex<Vec<Arc<Node>>>,
     /// A master stopped answering: learn the map again before the next batch.
     stale: std::sync::atomic::AtomicBool,
 }
@@ -355,19 +360,33 @@ impl Node {
         }
     }
 
-    /// The master an `ASK` named (`host:port` as announced): the map's, or a connection of its
-    /// own for one the map does not know yet. `None` when the address does not parse.
+    /// The master an `ASK` named (`host:port` as announced): the map's, or one the map does
+    /// not know yet, kept with the map ([`ClusterView::importing`]). `None` when the address
+    /// does not parse.
     fn importing(&self, view: &ClusterView, to: &str) -> Option<Arc<Node>> {
         let (host, port) = crate::asking::host_and_port(to)?;
         let addr = self.addr.for_master(host, port).ok()?;
-        let known = view
+        let label = addr.label();
+        if let Some(master) = view
             .masters
             .iter()
-            .find(|master| master.addr.label() == addr.label());
-        Some(match known {
-            Some(master) => master.clone(),
-            None => Arc::new(self.master(addr)),
-        })
+            .find(|master| master.addr.label() == label)
+        {
+            return Some(master.clone());
+        }
+        let mut importing = view
+            .importing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(master) = importing.iter().find(|master| master.addr.label() == label) {
+            return Some(master.clone());
+        }
+        let master = Arc::new(self.master(addr));
+        if importing.len() == IMPORTING_KEPT {
+            importing.remove(0);
+        }
+        importing.push(master.clone());
+        Some(master)
     }
 
     /// Runs `batch` on this master of cluster node `node` (each command after `ASKING` when
@@ -474,12 +493,20 @@ impl Node {
         let mut masters = Vec::with_capacity(map.masters().len());
         for (host, port) in map.masters() {
             let addr = self.addr.for_master(host, *port)?;
-            let kept = previous
-                .iter()
-                .flat_map(|view| view.masters.iter())
-                .find(|master| master.addr.label() == addr.label());
+            // A master the last map served, or one an `ASK` led to (it now serves slots).
+            let kept = previous.iter().find_map(|view| {
+                let importing = view
+                    .importing
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                view.masters
+                    .iter()
+                    .chain(importing.iter())
+                    .find(|master| master.addr.label() == addr.label())
+                    .cloned()
+            });
             masters.push(match kept {
-                Some(master) => master.clone(),
+                Some(master) => master,
                 None => Arc::new(self.master(addr)),
             });
         }
@@ -487,6 +514,7 @@ impl Node {
         let view = Arc::new(ClusterView {
             map,
             masters,
+            importing: Mutex::new(Vec::new()),
             stale: false.into(),
         });
         *self.cluster.lock().unwrap_or_else(PoisonError::into_inner) = Some(view.clone());

@@ -5,6 +5,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::asking::IMPORTING_KEPT;
 use crate::cluster::{
     Clusters, Gathered, Routes, SlotMap, Unmapped, from_shards, from_slots, identity,
     identity_read, shares_master, trust_answer, trust_commands,
@@ -86,8 +87,34 @@ struct Connection {
 struct ClusterView {
     map: SlotMap,
     masters: Vec<Connection>,
+    /// Masters an `ASK` named that the map does not know (a master added after the map was
+    /// learnt, taking a slot mid-migration), at most [`IMPORTING_KEPT`]: each batch that follows
+    /// an `ASK` there reuses its connection until the map is learnt again.
+    importing: Vec<Connection>,
     /// A master stopped answering: learn the map again before the next batch.
     stale: bool,
+}
+
+impl ClusterView {
+    /// The master an `ASK` named: the map's or a kept one with `named`'s address, else
+    /// `named`, kept from now on (the oldest kept one goes when [`IMPORTING_KEPT`] are).
+    fn importing_master(&mut self, named: Connection) -> &mut Connection {
+        let label = named.addr.label();
+        if let Some(at) = self.masters.iter().position(|m| m.addr.label() == label) {
+            return &mut self.masters[at];
+        }
+        let at = match self.importing.iter().position(|m| m.addr.label() == label) {
+            Some(at) => at,
+            None => {
+                if self.importing.len() == IMPORTING_KEPT {
+                    self.importing.remove(0);
+                }
+                self.importing.push(named);
+                self.importing.len() - 1
+            }
+        };
+        &mut self.importing[at]
+    }
 }
 
 type Connected = crate::Connected<redis::Connection>;
@@ -253,31 +280,25 @@ impl Connection {
     }
 
     /// Sends each request a master redirected with `ASK` to the importing master it named,
-    /// after `ASKING` (see [`crate::asking`]): the map's master, or a connection of its own
-    /// for one the map does not know yet.
+    /// after `ASKING` (see [`crate::asking`]): the map's master, or one the map does not know
+    /// yet, kept with the map ([`ClusterView::importing`]).
     fn follow_asks(&mut self, batch: &[Transmit], gathered: &mut Gathered) {
         for (to, requests) in gathered.take_asked() {
             let transmits: Vec<Transmit> = requests.iter().map(|&i| batch[i].clone()).collect();
             let addr = crate::asking::host_and_port(&to)
                 .and_then(|(host, port)| self.addr.for_master(host, port).ok());
-            let Some(addr) = addr else {
+            let (Some(addr), Some(_)) = (addr, self.cluster.as_ref()) else {
                 let refused = BatchReplies::refused(&transmits, NodeErrorKind::Cluster);
                 gathered.set_all(&requests, &refused.answers);
                 continue;
             };
-            let known = self.cluster.as_mut().and_then(|view| {
-                let label = addr.label();
-                view.masters.iter_mut().find(|m| m.addr.label() == label)
-            });
-            let mut unknown;
-            let master = match known {
-                Some(master) => master,
-                None => {
-                    unknown = self.master(addr);
-                    &mut unknown
-                }
+            let unknown = self.master(addr);
+            let label = self.addr.label();
+            let Some(view) = self.cluster.as_mut() else {
+                continue;
             };
-            let replies = master.as_master_of(self.addr.label(), &transmits, true);
+            let master = view.importing_master(unknown);
+            let replies = master.as_master_of(label, &transmits, true);
             gathered.set_all(&requests, &replies.answers);
         }
     }
@@ -357,10 +378,15 @@ impl Connection {
         {
             return Err(Unmapped::SameCluster { other });
         }
+        // The last map's masters, and those an `ASK` led to (they may serve slots now).
         let mut previous = self
             .cluster
             .take()
-            .map(|view| view.masters)
+            .map(|view| {
+                let mut masters = view.masters;
+                masters.extend(view.importing);
+                masters
+            })
             .unwrap_or_default();
         let mut masters = Vec::with_capacity(map.masters().len());
         for (host, port) in map.masters() {
@@ -379,6 +405,7 @@ impl Connection {
         self.cluster = Some(ClusterView {
             map,
             masters,
+            importing: Vec::new(),
             stale: false,
         });
         Ok(())

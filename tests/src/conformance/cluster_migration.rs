@@ -133,6 +133,71 @@ pub fn a_cluster_slot_mid_migration_is_followed_through_ask<A: Adapter>() {
     assert_eq!(lock.release().released(), 1);
 }
 
+/// A scale-out: a master joins after the client learnt the slot map and imports a slot of
+/// master 0. Each lock in that slot follows an `ASK` to a master the map does not know; they
+/// all go over one connection to it (kept with the map), not one connection per batch.
+/// Without keeping it, the joined master counts a connection per lock and release.
+pub fn an_ask_to_a_master_the_map_does_not_know_reuses_one_connection<A: Adapter>() {
+    const LOCKS: usize = 6;
+    let mut cluster = RedisCluster::start(3, 0);
+    let tag = (0..)
+        .map(|i| format!("{{joined-{i}}}"))
+        .find(|tag| cluster.master_of(tag.as_bytes()) == 0)
+        .expect("some tag lands on master 0");
+    let plain = Options {
+        restart_aware: Some(false),
+        ..once()
+    };
+    let client: A = build(&[cluster.masters()[1].url()], &plain);
+    let warm = client
+        .lock(&format!("{tag}warm"), TTL)
+        .expect("granted by master 0: the client learns the map");
+    assert_eq!(warm.release().released(), 1);
+
+    cluster
+        .join_master(&crate::ServerOptions::new())
+        .expect("a master joins the cluster");
+    let joined = &cluster.joined()[0];
+    let slot = cluster.keyslot(tag.as_bytes());
+    cluster
+        .begin_migration(slot, &cluster.masters()[0], joined)
+        .expect("SETSLOT IMPORTING and MIGRATING");
+    // One connection of the test's own, kept open: it reads the count and the keys.
+    let mut observer = joined.client();
+    let received = |observer: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(observer)
+            .expect("INFO stats");
+        info.lines()
+            .find_map(|line| line.strip_prefix("total_connections_received:"))
+            .and_then(|count| count.trim().parse().ok())
+            .expect("total_connections_received")
+    };
+    let before = received(&mut observer);
+    for i in 0..LOCKS {
+        let key = format!("{tag}fresh-{i}");
+        let lock = client
+            .try_lock(&key, TTL)
+            .unwrap_or_else(|err| panic!("{}: {key} through ASK: {err}", A::NAME));
+        let (_, held): ((), Option<Vec<u8>>) = redis::pipe()
+            .cmd("ASKING")
+            .cmd("GET")
+            .arg(&key)
+            .query(&mut observer)
+            .expect("ASKING, GET on the joined master");
+        assert_eq!(held, Some(lock.token()), "on the joined master");
+        assert_eq!(lock.release().released(), 1, "released through ASK");
+    }
+    let opened = received(&mut observer) - before;
+    assert!(
+        opened <= 1,
+        "{}: {opened} connections to the joined master for {LOCKS} locks and releases through \
+         ASK (one is kept)",
+        A::NAME
+    );
+}
+
 /// A waiter's subscription follows its key's slot to another master. Master 0 serves the key
 /// when the waiter subscribes; the slot then moves to master 1 with the held key, master 0
 /// drops the subscription (`sunsubscribe`), and the waiter learns the map again and subscribes

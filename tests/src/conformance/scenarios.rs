@@ -997,6 +997,7 @@ macro_rules! conformance_tests {
             a_cluster_slot_migrated_with_a_held_key_keeps_exclusion);
         $crate::conformance_tests!(@cluster_migration $adapter;
             a_cluster_slot_mid_migration_is_followed_through_ask,
+            an_ask_to_a_master_the_map_does_not_know_reuses_one_connection,
             a_release_notice_follows_its_slot_to_another_master,
             a_release_notice_follows_a_failover);
         $crate::conformance_tests!(@cluster_votes $adapter;
