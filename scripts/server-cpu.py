@@ -172,7 +172,10 @@ def forms(sha, n):
     stamps = [("SET", "redlock:epoch", "0"), ("SET", "redlock:epoch:id", "a" * 40 + ":" + "b" * 40 + ":0:0")]
     yield "MULTI, SET k t NX PX, EXEC (the transaction alone: any atomic seal's floor)", [], [
         [("MULTI",), ("SET", k, "t", "NX", "PX", TTL), ("EXEC",)] for k in keys]
-    yield "sealed SET: MULTI, SET k t NX PX, MGET epoch id, EXEC", stamps, [
+    marker = "redlock:epoch:m:16045690984833335023"
+    yield "sealed SET: MULTI, SET k t NX PX, EXISTS marker, EXEC", stamps + [("SET", marker, "1")], [
+        [("MULTI",), ("SET", k, "t", "NX", "PX", TTL), ("EXISTS", marker), ("EXEC",)] for k in keys]
+    yield "sealed SET with the stamps (no scripts): MULTI, SET k t NX PX, MGET epoch id, EXEC", stamps, [
         [("MULTI",), ("SET", k, "t", "NX", "PX", TTL), ("MGET", "redlock:epoch", "redlock:epoch:id"),
          ("EXEC",)] for k in keys]
     yield "sealed SET on an evicting node: … INFO stats …", stamps, [

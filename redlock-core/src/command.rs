@@ -103,6 +103,17 @@ pub const EPOCH_KEY: &[u8] = b"redlock:epoch";
 /// may have been evicted, and the node sits out. No lock may use this key.
 pub const EPOCH_ID_KEY: &[u8] = b"redlock:epoch:id";
 
+/// The prefix of a proof's marker: a proving acquisition's checked script, once it finds the
+/// node may vote, sets `redlock:epoch:m:<nonce>` (a random number of the proof's own) for the
+/// longest TTL in use, in the database it read. A proven connection's vouched acquisitions on a
+/// node that can swap databases then read `EXISTS` of it in their `MULTI` (the seal,
+/// [`SealRead::Marker`](crate::SealRead::Marker)): no other database holds that name, so a
+/// database swapped in since the proof — another deployment's, one trusted at the same index,
+/// one restamped by anyone — answers 0. Locks may not use keys under it. With Redis ACLs,
+/// allow `redlock:epoch:m:*`; where the node refuses it, the seal reads the epoch and its
+/// stamp instead.
+pub const EPOCH_MARKER_PREFIX: &[u8] = b"redlock:epoch:m:";
+
 /// The Lua that reads the node's memory identity (see [`EPOCH_ID_KEY`]): `identity(db)` answers
 /// `run_id:master_replid:db:evicted_keys`, or nil where `INFO` is denied or says none of them
 /// (the node then votes under the epoch alone, and stamps no identity: two clients of which
@@ -148,6 +159,9 @@ end
 /// recorded). `now` is the node's time in ms if the caller read it already (read here only
 /// when the epoch is not `0`); `db` the database the client selected. `why(was, id)` names the
 /// first of `run_id`, `master_replid` and database that differs, else the eviction count.
+/// `mark(max_ttl)`, called once the node may vote, writes the proof's marker
+/// ([`EPOCH_MARKER_PREFIX`] and `ARGV[5]`, when given) for `max_ttl` ms, in the database the
+/// check just read: where the node refuses the write (an ACL, `maxmemory`), nothing happens.
 macro_rules! restart_check_lua {
     () => {
         concat!(
@@ -196,6 +210,11 @@ local function young(e, max_ttl, now, db)
   if left > 0 then return left, cause end
   return nil
 end
+local function mark(max_ttl)
+  if ARGV[5] then
+    redis.pcall('SET', 'redlock:epoch:m:' .. ARGV[5], 1, 'PX', max_ttl)
+  end
+end
 "
         )
     };
@@ -206,7 +225,8 @@ end
 /// changed, [`EPOCH_ID_KEY`]) and refuses to vote while the node's memory is younger than the
 /// longest TTL in use. `KEYS` = the lock keys, then the epoch key and its identity key;
 /// `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = the longest TTL in use, in ms,
-/// `ARGV[4]` = the database the client selected.
+/// `ARGV[4]` = the database the client selected, and for a proving acquisition `ARGV[5]` = its
+/// marker's nonce ([`EPOCH_MARKER_PREFIX`]).
 /// Answers 1 (set), 0 (taken), or `{−m, why}`: not eligible for `m` ms more (nothing set), for
 /// the cause [`SitOutCause::word`](crate::SitOutCause::word) names (empty: not recorded). An
 /// epoch of 0 means trusted (and spares the node its `TIME` call, not its `INFO`); one key is
@@ -217,6 +237,7 @@ pub const ACQUIRE_CHECKED_SCRIPT: &str = concat!(
 local n = #KEYS - 2
 local left, cause = young(n + 1, tonumber(ARGV[3]), nil, ARGV[4])
 if left then return {-left, cause} end
+mark(ARGV[3])
 if n == 1 then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
   return 0
@@ -257,7 +278,8 @@ pub const FENCE_RETENTION_MS: u64 = 3_600_000;
 /// A fenced acquire: [`ACQUIRE_CHECKED_SCRIPT`] (its eligibility check skipped when `ARGV[3]`
 /// is 0) that on success also reads the keys' fence counters. `KEYS` = the `n` lock keys, the
 /// epoch key and its identity key, then the `n` fence keys; `ARGV` = token, TTL in ms, longest
-/// TTL in use in ms (or 0), the database the client selected. Answers 0 (taken), `{−m, why}`
+/// TTL in use in ms (or 0), the database the client selected, and when proving the marker's
+/// nonce (as [`ACQUIRE_CHECKED_SCRIPT`]). Answers 0 (taken), `{−m, why}`
 /// (not eligible for `m` ms more, as [`ACQUIRE_CHECKED_SCRIPT`]), or `v + 1` where `v` is the largest of the fence counters and
 /// the node's `TIME` in ms (set).
 pub const ACQUIRE_FENCED_SCRIPT: &str = concat!(
@@ -271,6 +293,7 @@ local max_ttl = tonumber(ARGV[3])
 if max_ttl > 0 then
   local left, cause = young(n + 1, max_ttl, now, ARGV[4])
   if left then return {-left, cause} end
+  mark(max_ttl)
 end
 for i = 1, n do
   if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
@@ -681,6 +704,23 @@ pub enum Arg<'a> {
 }
 
 impl<'a> RedisForm<'a> {
+    /// This form as a proving acquisition sends it: a restart-checked script
+    /// ([`ACQUIRE_CHECKED_SCRIPT`], [`ACQUIRE_FENCED_SCRIPT`]) writes the marker of `nonce`
+    /// ([`EPOCH_MARKER_PREFIX`]) once the node may vote. Any other form as it is.
+    pub(crate) fn marked(self, nonce: u64) -> Self {
+        match self {
+            Self::Script {
+                script: script @ (Script::AcquireChecked | Script::AcquireFenced),
+                keys,
+                mut args,
+            } if args.numbers[..3].iter().all(Option::is_some) => {
+                args.numbers[3] = Some(nonce);
+                Self::Script { script, keys, args }
+            }
+            form => form,
+        }
+    }
+
     /// Calls `f` with each argument of part `part` (`0..parts()`) of a native form, the
     /// command name first; a script form or an unsupported one has none (a script is sent by
     /// `EVAL`/`EVALSHA` from [`Script`], which each transport spells its own way).
@@ -884,13 +924,14 @@ impl ScriptKeys<'_> {
     }
 }
 
-/// A script's `ARGV`: the token, then its numbers, then (a release announced on a cluster)
-/// the keys' slot tag.
+/// A script's `ARGV`: the token, then its numbers (for a proving acquisition the last is its
+/// proof's [marker](EPOCH_MARKER_PREFIX) nonce), then (a release announced on a cluster) the
+/// keys' slot tag.
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptArgs<'a> {
     /// `ARGV[1]`.
     pub token: &'a [u8],
-    numbers: [Option<u64>; 3],
+    numbers: [Option<u64>; 4],
     tag: Option<&'static str>,
 }
 
@@ -1120,13 +1161,13 @@ impl Command {
                 Script::AcquireFenced,
                 true,
                 true,
-                [Some(self.ttl_ms), Some(max_ttl_ms.unwrap_or(0)), db],
+                [Some(self.ttl_ms), Some(max_ttl_ms.unwrap_or(0)), db, None],
             ),
             Op::SetIfAbsent if max_ttl_ms.is_some() => (
                 Script::AcquireChecked,
                 true,
                 false,
-                [Some(self.ttl_ms), max_ttl_ms, db],
+                [Some(self.ttl_ms), max_ttl_ms, db, None],
             ),
             Op::SetIfAbsent if self.spec.len() == 1 => {
                 return RedisForm::Set {
@@ -1139,26 +1180,26 @@ impl Command {
                 Script::Acquire,
                 false,
                 false,
-                [Some(self.ttl_ms), None, None],
+                [Some(self.ttl_ms), None, None, None],
             ),
             Op::DeleteIfEquals => (
                 Script::Release,
                 false,
                 false,
-                [Some(self.announce(dialect.keyspace)), None, None],
+                [Some(self.announce(dialect.keyspace)), None, None, None],
             ),
             Op::ExpireIfEquals => (
                 Script::Extend,
                 false,
                 false,
-                [Some(self.ttl_ms), None, None],
+                [Some(self.ttl_ms), None, None, None],
             ),
-            Op::Trust => (Script::Trust, false, false, [db, None, None]),
+            Op::Trust => (Script::Trust, false, false, [db, None, None, None]),
             Op::CommitFence => (
                 Script::CommitFence,
                 false,
                 true,
-                [self.extras.fence, Some(FENCE_RETENTION_MS), None],
+                [self.extras.fence, Some(FENCE_RETENTION_MS), None, None],
             ),
         };
         RedisForm::Script {

@@ -439,15 +439,21 @@ impl FakeNode {
                 let locks = keys.get(..keys.len().checked_sub(2)?)?;
                 match self.young(now, number(1)?) {
                     Some(young) => young,
-                    None => self.acquire(now, locks, token, number(0)?),
+                    None => {
+                        self.mark(now, number(3), number(1)?);
+                        self.acquire(now, locks, token, number(0)?)
+                    }
                 }
             }
             Script::AcquireFenced => {
                 let n = keys.len().checked_sub(2)? / 2;
                 let (locks, fences) = (keys.get(..n)?, keys.get(n + 2..)?);
                 let max_ttl = number(1)?;
-                if let Some(young) = (max_ttl > 0).then(|| self.young(now, max_ttl)).flatten() {
-                    return Some(young);
+                if max_ttl > 0 {
+                    if let Some(young) = self.young(now, max_ttl) {
+                        return Some(young);
+                    }
+                    self.mark(now, number(3), max_ttl);
                 }
                 self.acquire_fenced(now, locks, fences, token, number(0)?)
             }
@@ -569,6 +575,20 @@ impl FakeNode {
             fence_key(key),
             (value.to_string().into_bytes(), Duration::MAX),
         );
+    }
+
+    /// A checked script's marker write ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)),
+    /// once the node may vote: the marker of `nonce` (`ARGV[5]`, when given) for `ttl_ms`.
+    fn mark(&mut self, now: Duration, nonce: Option<u64>, ttl_ms: u64) {
+        if let Some(nonce) = nonce {
+            let key = crate::identity::MarkerKey::of(nonce);
+            self.set(key.as_bytes(), b"1", now, ttl_ms);
+        }
+    }
+
+    /// Whether `key` exists at `now` (`EXISTS`): a seal's read of its proof's marker.
+    pub fn exists(&self, now: Duration, key: &[u8]) -> bool {
+        self.alive(key, now).is_some()
     }
 
     fn set(&mut self, key: &[u8], token: &[u8], now: Duration, ttl_ms: u64) {

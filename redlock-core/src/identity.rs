@@ -84,6 +84,11 @@ fn field<'i>(info: &'i [u8], name: &[u8]) -> Option<&'i [u8]> {
 /// A read inside a sealed acquisition's `MULTI`, after the acquisition itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SealRead {
+    /// `EXISTS` of the marker the connection's proof wrote
+    /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)): whether the acquisition ran in
+    /// the database the proof read. Its arguments come from
+    /// [`NodeBatch::seal_args`](crate::NodeBatch::seal_args).
+    Marker,
     /// `MGET` of [`EPOCH_KEY`](crate::EPOCH_KEY) and [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY):
     /// the epoch the connection proved, and the identity the database was stamped with.
     Stamps,
@@ -95,9 +100,11 @@ pub enum SealRead {
 }
 
 impl SealRead {
-    /// The command's arguments.
+    /// The command's arguments; the marker's name follows `EXISTS` for [`SealRead::Marker`]
+    /// ([`NodeBatch::seal_args`](crate::NodeBatch::seal_args) gives them whole).
     pub fn args(self) -> &'static [&'static [u8]] {
         match self {
+            Self::Marker => &[b"EXISTS"],
             Self::Stamps => &[b"MGET", EPOCH_KEY, EPOCH_ID_KEY],
             Self::ClaimTtl => &[b"PTTL", EPOCH_KEY],
             Self::Evictions => &[b"INFO", b"stats"],
@@ -109,6 +116,8 @@ impl SealRead {
 /// failed), for [`NodeBatch::handle_seal`](crate::NodeBatch::handle_seal).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SealReplies<'a> {
+    /// Whether the proof's marker exists ([`SealRead::Marker`]: `EXISTS` answered 1).
+    pub marker: Option<bool>,
     /// The epoch's value ([`SealRead::Stamps`]).
     pub epoch: Option<&'a [u8]>,
     /// The identity the database was stamped with ([`SealRead::Stamps`]).
@@ -152,19 +161,68 @@ fn number(value: &[u8]) -> Option<u64> {
 }
 
 /// What a proven connection's vouched acquisitions read with their `SET`, atomically: the
-/// epoch and the stamp, a claim's `PTTL`, and on a node that evicts the eviction count.
+/// proof's marker; or the epoch and the stamp, a claim's `PTTL`, and on a node that evicts
+/// the eviction count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Seal {
     /// Whether the node evicts: `INFO stats` goes in too.
     pub(crate) evictions: bool,
     /// The epoch the connection proved.
     pub(crate) epoch: SealEpoch,
+    /// The nonce of the marker the proof's checked script wrote, where the seal reads it
+    /// alone: a node that runs scripts and does not evict.
+    pub(crate) marker: Option<u64>,
+}
+
+/// A proof's marker key, `redlock:epoch:m:<nonce>`
+/// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)), kept without an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct MarkerKey {
+    bytes: [u8; 36],
+    len: u8,
+}
+
+impl MarkerKey {
+    /// The marker of `nonce`, as the checked scripts name it.
+    pub(crate) fn of(nonce: u64) -> Self {
+        let prefix = crate::EPOCH_MARKER_PREFIX;
+        let mut bytes = [0; 36];
+        bytes[..prefix.len()].copy_from_slice(prefix);
+        let mut len = prefix.len();
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = nonce;
+        loop {
+            at -= 1;
+            // A digit: below 10 by construction.
+            digits[at] = b'0' + u8::try_from(n % 10).unwrap_or(0);
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let digits = &digits[at..];
+        bytes[len..len + digits.len()].copy_from_slice(digits);
+        len += digits.len();
+        Self {
+            bytes,
+            len: u8::try_from(len).unwrap_or(36),
+        }
+    }
+
+    /// The key's name.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
 }
 
 impl Seal {
     /// The reads, in the order they go after the acquisition.
     pub(crate) fn reads(self) -> &'static [SealRead] {
-        use SealRead::{ClaimTtl, Evictions, Stamps};
+        use SealRead::{ClaimTtl, Evictions, Marker, Stamps};
+        if self.marker.is_some() {
+            return &[Marker];
+        }
         let claim = matches!(self.epoch, SealEpoch::Claim { .. });
         match (claim, self.evictions) {
             (false, false) => &[Stamps],
@@ -175,15 +233,20 @@ impl Seal {
     }
 }
 
-/// Whether a sealed acquisition ran in the memory its connection proved: the epoch is the one
-/// proven (the same number; a claim no younger), the stamp names `database`, and where the
-/// node's eviction count was read, it is the count the stamp holds. `None` when it did;
+/// Whether a sealed acquisition ran in the memory its connection proved: the proof's marker
+/// exists, where the seal reads it; otherwise the epoch is the one proven (the same number; a
+/// claim no younger), the stamp names `database`, and where the node's eviction count was
+/// read, it is the count the stamp holds. `None` when it did;
 /// otherwise what differs (anything unreadable, or another epoch: [`SitOutCause::Changed`]).
 pub(crate) fn seal_breach(
     seal: Seal,
     replies: SealReplies<'_>,
     database: u32,
 ) -> Option<SitOutCause> {
+    // The marker alone: only the database the proof read holds it.
+    if seal.marker.is_some() {
+        return (replies.marker != Some(true)).then_some(SitOutCause::SwappedDatabase);
+    }
     let epoch_held = match seal.epoch {
         SealEpoch::Number(n) => replies.epoch.and_then(number) == Some(n),
         SealEpoch::Claim { pttl } => {
@@ -290,6 +353,7 @@ mod tests {
         let plain = Seal {
             evictions: false,
             epoch: SealEpoch::Number(1_700),
+            marker: None,
         };
         assert_eq!(seal_breach(plain, read(b"1700", &stamped), 2), None);
         // A stamp with the cause of the sit-out that made it reads as its identity.
@@ -336,6 +400,7 @@ mod tests {
         let claim = Seal {
             evictions: false,
             epoch: SealEpoch::of(Some(EPOCH_CLAIM), Some(1_000)),
+            marker: None,
         };
         let ttl = |pttl| {
             let replies = SealReplies {
@@ -350,6 +415,7 @@ mod tests {
         let unknown = Seal {
             evictions: false,
             epoch: SealEpoch::of(Some(b"x"), None),
+            marker: None,
         };
         assert_eq!(seal_breach(unknown, read(b"x", &stamped), 2), Some(Changed));
     }
@@ -359,11 +425,13 @@ mod tests {
         let number = Seal {
             evictions: false,
             epoch: SealEpoch::Number(5),
+            marker: None,
         };
         assert_eq!(number.reads(), &[SealRead::Stamps]);
         let claim = Seal {
             evictions: true,
             epoch: SealEpoch::Claim { pttl: 5 },
+            marker: None,
         };
         assert_eq!(
             claim.reads(),
@@ -372,6 +440,44 @@ mod tests {
         assert_eq!(
             SealRead::Stamps.args(),
             &[&b"MGET"[..], EPOCH_KEY, EPOCH_ID_KEY]
+        );
+        // With a marker, it alone (the node evicts nothing and runs scripts).
+        let marked = Seal {
+            marker: Some(7),
+            ..number
+        };
+        assert_eq!(marked.reads(), &[SealRead::Marker]);
+    }
+
+    /// A seal that reads the proof's marker holds exactly when `EXISTS` found it: another
+    /// database (no marker of this proof), an expired or refused marker, or an unread reply is
+    /// a breach, whatever the epoch and stamp say.
+    #[test]
+    fn a_marked_seal_holds_only_where_its_marker_exists() {
+        let stamped = format!("{}:{}:2:5", "a".repeat(40), "b".repeat(40)).into_bytes();
+        let marked = Seal {
+            evictions: false,
+            epoch: SealEpoch::Number(1_700),
+            marker: Some(42),
+        };
+        let with = |marker| SealReplies {
+            marker,
+            ..read(b"1700", &stamped)
+        };
+        assert_eq!(seal_breach(marked, with(Some(true)), 2), None);
+        let swapped = Some(SitOutCause::SwappedDatabase);
+        assert_eq!(seal_breach(marked, with(Some(false)), 2), swapped);
+        assert_eq!(seal_breach(marked, with(None), 2), swapped);
+        assert_eq!(seal_breach(marked, SealReplies::default(), 2), swapped);
+    }
+
+    #[test]
+    fn a_marker_key_is_the_prefix_and_the_nonce_in_decimal() {
+        assert_eq!(MarkerKey::of(0).as_bytes(), b"redlock:epoch:m:0");
+        assert_eq!(MarkerKey::of(1234).as_bytes(), b"redlock:epoch:m:1234");
+        assert_eq!(
+            MarkerKey::of(u64::MAX).as_bytes(),
+            b"redlock:epoch:m:18446744073709551615"
         );
     }
 }

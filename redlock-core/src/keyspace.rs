@@ -18,7 +18,9 @@
 
 use std::borrow::Cow;
 
-use crate::command::{EPOCH_ID_KEY, EPOCH_KEY, FENCE_KEY_PREFIX, RELEASED_CHANNEL_PREFIX};
+use crate::command::{
+    EPOCH_ID_KEY, EPOCH_KEY, EPOCH_MARKER_PREFIX, FENCE_KEY_PREFIX, RELEASED_CHANNEL_PREFIX,
+};
 use crate::slot::Slot;
 
 /// The prefix of a cluster slot's epoch: the epoch of slot `s` is `redlock:epoch:{tag}`. Lock
@@ -91,6 +93,7 @@ pub(crate) fn is_reserved(key: impl Iterator<Item = u8> + Clone) -> bool {
     };
     is(EPOCH_KEY)
         || is(EPOCH_ID_KEY)
+        || starts(EPOCH_MARKER_PREFIX)
         || starts(FENCE_KEY_PREFIX)
         || starts(SLOT_EPOCH_PREFIX)
         || starts(SLOT_EPOCH_ID_PREFIX)
@@ -200,6 +203,7 @@ mod tests {
         let reserved = |key: &[u8]| is_reserved(key.iter().copied());
         assert!(reserved(b"redlock:epoch") && reserved(b"redlock:epoch:id"));
         assert!(reserved(b"redlock:fence:x") && reserved(b"redlock:epoch:{q}"));
+        assert!(reserved(b"redlock:epoch:m:5") && reserved(b"redlock:epoch:m:"));
         assert!(!reserved(b"redlock:epoch:x") && !reserved(b"redlock:epoc"));
         assert!(!reserved(b"redlock:released:x") && !reserved(b"invoice:42"));
     }

@@ -129,7 +129,9 @@
 //! which both change, so the script stamps a new epoch then, as for a missing one. A database
 //! swapped in carries another number, and an eviction (a lock key dropped while the epoch
 //! stays) moves the count: the same. A proven connection, which no push tells of either, seals
-//! its acquisitions on nodes where they can happen ([`SealRead`]). `TIME` is the
+//! its acquisitions on nodes where they can happen ([`SealRead`]): each reads, atomically with
+//! its `SET`, the marker its proof's script wrote ([`EPOCH_MARKER_PREFIX`]: no other database
+//! holds it), or where there is none the epoch and its stamp. `TIME` is the
 //! node's wall clock: a forward jump shortens the wait as it shortens key TTLs in Redis itself
 //! (outside the model either way), a backward jump lengthens it.
 //!
@@ -231,9 +233,10 @@ pub use acquire::Acquire;
 pub use acquire::{AcquireFailure, AcquireOutcome};
 pub use command::{
     ACQUIRE_CHECKED_SCRIPT, ACQUIRE_FENCED_SCRIPT, ACQUIRE_SCRIPT, Arg, COMMIT_FENCE_SCRIPT,
-    Command, EPOCH_ID_KEY, EPOCH_KEY, EXTEND_NEVER_SHORTENS, EXTEND_SCRIPT, FENCE_KEY_PREFIX,
-    FENCE_MEMBER, FENCE_RETENTION_MS, Op, RELEASE_SCRIPT, RELEASED_CHANNEL_PREFIX, RedisForm,
-    Script, ScriptArgs, ScriptKeys, TRUST_SCRIPT, released_channel,
+    Command, EPOCH_ID_KEY, EPOCH_KEY, EPOCH_MARKER_PREFIX, EXTEND_NEVER_SHORTENS, EXTEND_SCRIPT,
+    FENCE_KEY_PREFIX, FENCE_MEMBER, FENCE_RETENTION_MS, Op, RELEASE_SCRIPT,
+    RELEASED_CHANNEL_PREFIX, RedisForm, Script, ScriptArgs, ScriptKeys, TRUST_SCRIPT,
+    released_channel,
 };
 pub use config::{
     Config, ConfigBuilder, DEFAULT_MAX_TTL, MAX_CLOCK_BOUND, MAX_DRIFT_FLOOR, MAX_KEY_PREFIX,

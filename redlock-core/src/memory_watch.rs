@@ -87,6 +87,10 @@ pub struct MemoryWatch {
     notifications_denied: bool,
     /// Why the last proof ended, for the refusals of replies it voids (`None`: changed).
     ended_by: Option<SitOutCause>,
+    /// Whether a seal found its proof's marker missing: a database swapped in, or a node that
+    /// keeps no marker (an ACL that denies it, `maxmemory`). The connection's later proofs
+    /// write none, and their seals read the epoch and its stamp.
+    unmarked: bool,
 }
 
 /// A proof that holds: the node's memory was old enough for `ttl` when the watch had seen
@@ -385,8 +389,24 @@ impl MemoryWatch {
     /// database swapped in, or an eviction since the stamp): the proof ends, and the next
     /// acquisition proves again (and the checked script, seeing the identity changed, stamps a
     /// new epoch).
-    pub(crate) fn handle_broken_seal(&mut self, cause: SitOutCause) {
+    /// Why the proof the watch had when it had seen `seen` ended, if it ended since (a push,
+    /// the connection's end, a broken seal).
+    pub(crate) fn ended_since(&self, seen: u64) -> Option<SitOutCause> {
+        (self.seen != seen).then(|| self.ended_by.unwrap_or(SitOutCause::Changed))
+    }
+
+    /// A seal that read the proof's marker (`marked`) leaves markers off on this connection.
+    pub(crate) fn handle_broken_seal(&mut self, cause: SitOutCause, marked: bool) {
+        self.unmarked |= marked;
         self.end_proof(cause);
+    }
+
+    /// Whether this connection's proofs write a marker for their seals to read
+    /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)): until a seal found one missing,
+    /// and never under a [`WatchFault`] (whose acquisitions go unsealed, and whose proofs read
+    /// and write exactly what they did before markers).
+    pub(crate) fn marks(&self) -> bool {
+        !self.unmarked && self.fault.is_none()
     }
 }
 

@@ -12,7 +12,8 @@ use crate::command::{Command, EPOCH_ID_KEY, EPOCH_KEY, Op, RedisForm};
 use crate::dialect::Dialect;
 use crate::epoch::{EPOCH_CLAIM, Epoch};
 use crate::identity::{
-    Seal, SealEpoch, SealRead, SealReplies, evicts, node_identity, notifies_evictions, seal_breach,
+    MarkerKey, Seal, SealEpoch, SealRead, SealReplies, evicts, node_identity, notifies_evictions,
+    seal_breach,
 };
 use crate::memory_watch::{MemoryCheck, MemoryWatch, refusal};
 use crate::output::Transmit;
@@ -47,6 +48,12 @@ pub enum ProofRead {
     /// that runs no script: a missing epoch is claimed, by the node's own clock. Its reply
     /// (whether it wrote) goes to [`NodeBatch::handle_claim`].
     Claim,
+    /// `EXISTS redlock:epoch:m:0`, on a proof that writes a marker
+    /// ([`NodeBatch::mark`]): whether this user may touch the markers
+    /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX); an ACL may deny them). Where it
+    /// may not, the connection's seals read the epoch and its stamp. Its reply goes to
+    /// [`NodeBatch::handle_markable`].
+    Markable,
     /// `CONFIG GET notify-keyspace-events`, on a connection subscribed to its node's eviction
     /// events ([`eviction_channel`](crate::eviction_channel)): whether the node publishes them
     /// ([`notifies_evictions`](crate::notifies_evictions)). Where it does, the connection hears
@@ -121,6 +128,7 @@ impl ProofRead {
             Self::Info => &[b"INFO", b"server", b"replication", b"stats", b"memory"],
             Self::Claim => &[b"SET", EPOCH_KEY, EPOCH_CLAIM, b"NX", b"PX", CLAIM_TTL],
             Self::Notifications => &[b"CONFIG", b"GET", b"notify-keyspace-events"],
+            Self::Markable => &[b"EXISTS", b"redlock:epoch:m:0"],
         }
     }
 }
@@ -137,6 +145,19 @@ const PROVE_BY_SCRIPT: &[ProofRead] = &[
 ];
 const PROVE_BY_SCRIPT_NOLOOP: &[ProofRead] =
     &[ProofRead::Notifications, ProofRead::Epoch, ProofRead::Info];
+const PROVE_BY_SCRIPT_MARKED: &[ProofRead] = &[
+    ProofRead::Notifications,
+    ProofRead::Caching,
+    ProofRead::Epoch,
+    ProofRead::Info,
+    ProofRead::Markable,
+];
+const PROVE_BY_SCRIPT_NOLOOP_MARKED: &[ProofRead] = &[
+    ProofRead::Notifications,
+    ProofRead::Epoch,
+    ProofRead::Info,
+    ProofRead::Markable,
+];
 const PROVE_NATIVELY: &[ProofRead] = &[
     ProofRead::Notifications,
     ProofRead::Caching,
@@ -189,6 +210,8 @@ struct Proof {
     /// What the node said: it publishes its evictions (`Ok(true)`), it does not or said
     /// something else (`Ok(false)`), or the read failed.
     notifications: Result<bool, NodeErrorKind>,
+    /// Whether this user may touch the proof's marker ([`ProofRead::Markable`]); unread, no.
+    markable: bool,
 }
 
 /// What a native proof's reads say.
@@ -207,10 +230,11 @@ struct NativeReads {
 
 impl Proof {
     /// What the connection's vouched acquisitions read with their `SET` once this proof holds:
-    /// nothing where the node can neither swap databases nor evict; the stamp, and on a node
-    /// that evicts (or does not say) its eviction count, otherwise. Nothing either where the
+    /// nothing where the node can neither swap databases nor evict; the marker of `nonce` where
+    /// the node runs scripts, can swap and does not evict; the stamp, and on a node that evicts
+    /// (or does not say) its eviction count, otherwise. Nothing either where the
     /// node's identity is unknown: no stamp to read, it votes under its epoch alone.
-    fn seal(&self, dialect: &Dialect) -> Option<Seal> {
+    fn seal(&self, dialect: &Dialect, nonce: Option<u64>) -> Option<Seal> {
         self.identity.as_ref()?;
         // A connection that hears every eviction needs no eviction count.
         let evictions = self.evicts != Some(false) && self.notifications != Ok(true);
@@ -219,6 +243,9 @@ impl Proof {
         (dialect.swapdb || evictions).then_some(Seal {
             evictions,
             epoch: SealEpoch::of(value, pttl),
+            // The checked script wrote the marker where the node let it vote; an evicting
+            // node's seal reads the stamp's eviction count anyway.
+            marker: nonce.filter(|_| !self.native && !evictions && self.markable),
         })
     }
 
@@ -259,12 +286,15 @@ impl Proof {
 /// node's [`Dialect`] and the connection's watch (none when the connection is not tracked), and
 /// then only carries bytes:
 ///
-/// 1. it writes [`NodeBatch::reads`] (each as [`ProofRead::args`]), then every request's
-///    [`NodeBatch::form`], all in one pipeline;
+/// 1. on a batch that proves (its [`NodeBatch::reads`] are not empty) it names the proof's
+///    marker with a fresh random number ([`NodeBatch::mark`]); it writes the reads (each as
+///    [`ProofRead::args`]), then every request's [`NodeBatch::form`] (a sealed one in a
+///    `MULTI` with its [`NodeBatch::seal_args`]), all in one pipeline;
 /// 2. it hands the reads' replies to [`NodeBatch::handle_caching`],
 ///    [`NodeBatch::handle_epoch`], [`NodeBatch::handle_pttl`], [`NodeBatch::handle_time`],
-///    [`NodeBatch::handle_stamped`], [`NodeBatch::handle_info`] and
-///    [`NodeBatch::handle_claim`], and every push it read before the replies to the watch;
+///    [`NodeBatch::handle_stamped`], [`NodeBatch::handle_info`], [`NodeBatch::handle_claim`]
+///    and [`NodeBatch::handle_markable`], a sealed request's reads to
+///    [`NodeBatch::handle_seal`], and every push it read before the replies to the watch;
 /// 3. it sends [`NodeBatch::stamps`], if any, on the same connection right away (a node that
 ///    runs no script stamps its epoch and identity in these separate writes);
 /// 4. it makes each request's answer of its parts ([`RedisForm::answer`]) and lets
@@ -288,6 +318,12 @@ pub struct NodeBatch {
     seal_breach: SmallVec<[Option<SitOutCause>; 1]>,
     /// Whether the batch writes the epoch itself (a trust): the proof ends with it.
     trusts: bool,
+    /// Whether a proof here writes a marker ([`MemoryWatch::marks`], a node that runs scripts).
+    marks: bool,
+    /// The nonce of this batch's proof marker ([`NodeBatch::mark`]).
+    nonce: Option<u64>,
+    /// Per request: the marker its seal reads, if it reads one.
+    markers: SmallVec<[Option<MarkerKey>; 1]>,
     /// When the batch went out, on the driver's clock: a proof counts from then.
     sent_at: Instant,
 }
@@ -356,14 +392,35 @@ impl NodeBatch {
             claimed: false,
             asks_notifications: watch.is_some_and(MemoryWatch::asks_notifications),
             notifications: Err(UNANSWERED),
+            markable: false,
         });
         let trusts = transmits.iter().any(|t| t.command.op() == Op::Trust);
+        let markers = checks
+            .iter()
+            .map(|check| match check {
+                Some((
+                    MemoryCheck::Vouched {
+                        seal:
+                            Some(Seal {
+                                marker: Some(nonce),
+                                ..
+                            }),
+                        ..
+                    },
+                    _,
+                )) => Some(MarkerKey::of(*nonce)),
+                _ => None,
+            })
+            .collect();
         Self {
             dialect: *dialect,
             checks,
             proof,
             seal_breach,
             trusts,
+            marks: dialect.scripts && dialect.swapdb && watch.is_some_and(MemoryWatch::marks),
+            nonce: None,
+            markers,
             sent_at: now,
         }
     }
@@ -373,11 +430,14 @@ impl NodeBatch {
         match &self.proof {
             None => &[],
             Some(proof) => {
-                let reads = match (proof.native, proof.opts_in) {
-                    (true, true) => PROVE_NATIVELY,
-                    (true, false) => PROVE_NATIVELY_NOLOOP,
-                    (false, true) => PROVE_BY_SCRIPT,
-                    (false, false) => PROVE_BY_SCRIPT_NOLOOP,
+                let marked = self.nonce.is_some();
+                let reads = match (proof.native, proof.opts_in, marked) {
+                    (true, true, _) => PROVE_NATIVELY,
+                    (true, false, _) => PROVE_NATIVELY_NOLOOP,
+                    (false, true, false) => PROVE_BY_SCRIPT,
+                    (false, false, false) => PROVE_BY_SCRIPT_NOLOOP,
+                    (false, true, true) => PROVE_BY_SCRIPT_MARKED,
+                    (false, false, true) => PROVE_BY_SCRIPT_NOLOOP_MARKED,
                 };
                 // Each list starts with the notifications' read.
                 if proof.asks_notifications {
@@ -386,6 +446,19 @@ impl NodeBatch {
                     &reads[1..]
                 }
             }
+        }
+    }
+
+    /// Names this batch's proof marker: `nonce`, a random number of its own (the driver draws
+    /// it from the operating system's entropy for each proving batch, before writing anything).
+    /// A proving acquisition's checked script then writes the marker
+    /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)) in the database it reads, and the
+    /// connection's vouched acquisitions read `EXISTS` of it alone ([`SealRead::Marker`]) —
+    /// where the node runs scripts, can swap and does not evict. Without it (or on a batch that
+    /// does not prove), nothing changes: seals read the epoch and its stamp.
+    pub fn mark(&mut self, nonce: u64) {
+        if self.marks && self.proof.is_some() {
+            self.nonce = Some(nonce);
         }
     }
 
@@ -399,6 +472,10 @@ impl NodeBatch {
             Some((MemoryCheck::Prove { .. }, _)) if !self.dialect.scripts => {
                 command.redis_form_vouched(&self.dialect)
             }
+            Some((MemoryCheck::Prove { .. }, _)) => match self.nonce {
+                Some(nonce) => command.redis_form_on(&self.dialect).marked(nonce),
+                None => command.redis_form_on(&self.dialect),
+            },
             _ => command.redis_form_on(&self.dialect),
         }
     }
@@ -446,6 +523,18 @@ impl NodeBatch {
         }
     }
 
+    /// The arguments of request `index`'s seal read `read` (one of [`seal_reads`](Self::seal_reads)):
+    /// [`SealRead::args`], and for [`SealRead::Marker`] the marker's name after `EXISTS`.
+    pub fn seal_args(&self, index: usize, read: SealRead) -> SmallVec<[&[u8]; 3]> {
+        let mut args: SmallVec<[&[u8]; 3]> = SmallVec::from_slice(read.args());
+        if read == SealRead::Marker
+            && let Some(Some(marker)) = self.markers.get(index)
+        {
+            args.push(marker.as_bytes());
+        }
+        args
+    }
+
     /// What request `index`'s [seal reads](Self::seal_reads) answered inside its `EXEC`.
     /// Unless they show the memory the connection proved — its epoch, a stamp of this database
     /// and, where read, the eviction count stamped — the request's answer is a refusal to vote
@@ -460,6 +549,14 @@ impl NodeBatch {
             && let Some(breach) = self.seal_breach.get_mut(index)
         {
             *breach = seal_breach(*seal, replies, self.dialect.database);
+        }
+    }
+
+    /// The reply to [`ProofRead::Markable`]: `Ok` when the node answered `EXISTS` (this user
+    /// may touch the markers), else why not.
+    pub fn handle_markable(&mut self, read: Result<(), NodeErrorKind>) {
+        if let Some(proof) = &mut self.proof {
+            proof.markable = read.is_ok();
         }
     }
 
@@ -588,7 +685,7 @@ impl NodeBatch {
         let seal = self
             .proof
             .as_ref()
-            .and_then(|proof| proof.seal(&self.dialect));
+            .and_then(|proof| proof.seal(&self.dialect, self.nonce));
         for (index, (check, answer)) in self.checks.iter().zip(answers.iter_mut()).enumerate() {
             let (Some((check, max_ttl)), Some(watch)) = (check, watch.as_deref_mut()) else {
                 continue;
@@ -601,13 +698,26 @@ impl NodeBatch {
                         let read = self.seal_breach.get(index).copied();
                         read.unwrap_or(Some(SitOutCause::Changed))
                     });
+                    let marked = seal.is_some_and(|seal| seal.marker.is_some());
                     match (*answer, breach) {
+                        // A node that refuses this user the marker (an ACL) refuses the whole
+                        // transaction: the connection's next proofs write none.
+                        (Reply::Error(NodeErrorKind::NoPermission), _) if marked => {
+                            watch.handle_broken_seal(SitOutCause::Changed, true);
+                            *answer
+                        }
                         (Reply::Error(_), _) => *answer,
                         (_, None) => watch.vouched_reply(seen, *answer, *max_ttl),
                         // Another database, or an eviction: the node's memory is not the one
                         // proven (its key, if it set one, is released as any failed lock's).
                         (_, Some(cause)) => {
-                            watch.handle_broken_seal(cause);
+                            // A missing marker says only that the memory changed: where a push
+                            // said how (an eviction the acquisition set off, say), that names it.
+                            let cause = match watch.ended_since(seen) {
+                                Some(pushed) if marked => pushed,
+                                _ => cause,
+                            };
+                            watch.handle_broken_seal(cause, marked);
                             refusal(*max_ttl, cause)
                         }
                     }
@@ -717,6 +827,7 @@ mod tests {
                 ProofRead::Info => batch.handle_info(None),
                 ProofRead::Claim => batch.handle_claim(false),
                 ProofRead::Notifications => batch.handle_notifications(Ok(None)),
+                ProofRead::Markable => batch.handle_markable(Ok(())),
             }
         }
         batch.finish(Some(watch), answers);
@@ -1117,14 +1228,39 @@ mod tests {
         transmit: &Transmit,
         at: std::time::Instant,
     ) -> Reply {
+        on_node_marked(node, watch, transmit, at, None)
+    }
+
+    /// The batch `transmit` would go out in next on a node with scripts, under `watch`.
+    fn next_batch(watch: &MemoryWatch, transmit: &Transmit) -> NodeBatch {
+        NodeBatch::new(
+            std::slice::from_ref(transmit),
+            &Dialect::SCRIPTS,
+            Some(watch),
+            now(),
+        )
+    }
+
+    /// [`on_node`], a proving batch marked with `nonce` ([`NodeBatch::mark`]) where given.
+    fn on_node_marked(
+        node: &mut crate::fake::FakeNode,
+        watch: &mut MemoryWatch,
+        transmit: &Transmit,
+        at: std::time::Instant,
+        nonce: Option<u64>,
+    ) -> Reply {
         let transmits = std::slice::from_ref(transmit);
         let mut batch = NodeBatch::new(transmits, &Dialect::SCRIPTS, Some(watch), at);
+        if let Some(nonce) = nonce {
+            batch.mark(nonce);
+        }
         let node_now = at - now();
         for read in batch.reads() {
             match read {
                 ProofRead::Caching => batch.handle_caching(Ok(())),
                 ProofRead::Epoch => batch.handle_epoch(Ok(node.epoch_value().as_deref())),
                 ProofRead::Info => batch.handle_info(Some(&node.info_value())),
+                ProofRead::Markable => batch.handle_markable(Ok(())),
                 other => panic!("a node with scripts is not asked {other:?}"),
             }
         }
@@ -1136,7 +1272,12 @@ mod tests {
         if !batch.seal_reads(0).is_empty() {
             let (epoch, stamped, stats) =
                 (node.epoch_value(), node.stamped_value(), node.stats_value());
+            let marker = batch
+                .seal_args(0, SealRead::Marker)
+                .get(1)
+                .map(|key| node.exists(node_now, key));
             let replies = SealReplies {
+                marker,
                 epoch: epoch.as_deref(),
                 stamped: stamped.as_deref(),
                 claim_ttl: Some(node.epoch_pttl(node_now)),
@@ -1254,12 +1395,7 @@ mod tests {
                 let (first, _) = commands("first");
                 assert_eq!(on_node(&mut node, &mut watch, &first, now()), Reply::Int(1));
                 let (held, _) = commands("held");
-                let sealed = NodeBatch::new(
-                    std::slice::from_ref(&held),
-                    &Dialect::SCRIPTS,
-                    Some(&watch),
-                    now(),
-                );
+                let sealed = next_batch(&watch, &held);
                 let expected: &[SealRead] = match (fault, evicting) {
                     (Some(_), _) => &[],
                     (None, false) => &[SealRead::Stamps],
@@ -1296,6 +1432,99 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Where the node runs scripts, can swap and does not evict, a proof's checked script
+    /// writes the proof's marker in the database it reads, and each vouched acquisition reads
+    /// `EXISTS` of it alone (one small read, where the stamps took an `MGET` of two keys). A
+    /// database swapped in holds no marker of this proof, and the vote is refused as the
+    /// stamps' seal refuses it. A seal that finds its marker missing leaves markers off on the
+    /// connection: its next proofs write none, and its seals read the stamps.
+    #[test]
+    fn a_marked_seal_reads_its_marker_alone_and_a_swapped_in_database_holds_none() {
+        for marked in [true, false] {
+            {
+                let name = format!("swapdb, marked: {marked}");
+                let mut node = crate::fake::FakeNode::new();
+                let mut watch = MemoryWatch::new();
+                let (first, _) = commands("first");
+                let nonce = marked.then_some(7);
+                let proved = on_node_marked(&mut node, &mut watch, &first, now(), nonce);
+                assert_eq!(proved, Reply::Int(1), "{name}");
+                assert_eq!(
+                    node.exists(Duration::ZERO, b"redlock:epoch:m:7"),
+                    marked,
+                    "{name}: the script wrote the marker"
+                );
+                let (held, _) = commands("held");
+                let sealed = next_batch(&watch, &held);
+                if marked {
+                    assert_eq!(sealed.seal_reads(0), &[SealRead::Marker], "{name}");
+                    assert_eq!(
+                        sealed.seal_args(0, SealRead::Marker).as_slice(),
+                        [&b"EXISTS"[..], b"redlock:epoch:m:7"]
+                    );
+                } else {
+                    assert_eq!(sealed.seal_reads(0), &[SealRead::Stamps], "{name}");
+                }
+                assert_eq!(sealed.wire_len(std::slice::from_ref(&held)), 4);
+                assert_eq!(
+                    on_node(&mut node, &mut watch, &held, now()),
+                    Reply::Ok,
+                    "{name}: the proven database holds the marker"
+                );
+                node.swap_database();
+                let (rival, _) = commands("held");
+                let answer = on_node(&mut node, &mut watch, &rival, now());
+                assert_eq!(answer, refused(MAX, SitOutCause::SwappedDatabase), "{name}");
+                assert!(!watch.vouches_for(MAX, now()), "{name}: the proof ended");
+                assert_eq!(
+                    watch.marks(),
+                    !marked,
+                    "{name}: markers off after a missing one"
+                );
+                // The next proof sees the stamp of another database: the node sits out.
+                let (next, _) = commands("next");
+                let answer = on_node_marked(&mut node, &mut watch, &next, now(), Some(8));
+                assert_eq!(answer, refused(MAX, SitOutCause::SwappedDatabase), "{name}");
+            }
+        }
+    }
+
+    /// A proof marks only where the node may need a seal against a swap (it runs scripts and
+    /// `SWAPDB`), and a marker this user may not touch (`EXISTS` refused by an ACL) is never
+    /// read: the seals read the stamps.
+    #[test]
+    fn a_marker_is_written_only_where_a_swap_can_happen_and_read_only_where_allowed() {
+        let (acquire, _) = commands("r");
+        let transmits = [acquire];
+        let prove = |dialect: &Dialect, markable: Result<(), NodeErrorKind>| {
+            let mut watch = MemoryWatch::new();
+            let mut batch = NodeBatch::new(&transmits, dialect, Some(&watch), now());
+            batch.mark(9);
+            let marked = batch.reads().contains(&ProofRead::Markable);
+            batch.handle_caching(Ok(()));
+            batch.handle_epoch(Ok(Some(b"0")));
+            batch.handle_info(Some(&info('a')));
+            batch.handle_markable(markable);
+            let mut answer = [Reply::Int(1)];
+            batch.finish(Some(&mut watch), &mut answer);
+            let next = NodeBatch::new(&transmits, dialect, Some(&watch), now());
+            (marked, next.seal_reads(0).to_vec())
+        };
+        assert_eq!(
+            prove(&Dialect::SCRIPTS, Ok(())),
+            (true, vec![SealRead::Marker])
+        );
+        assert_eq!(
+            prove(&Dialect::SCRIPTS, Err(NodeErrorKind::NoPermission)),
+            (true, vec![SealRead::Stamps])
+        );
+        let renamed = Dialect {
+            swapdb: false,
+            ..Dialect::SCRIPTS
+        };
+        assert_eq!(prove(&renamed, Ok(())), (false, vec![]));
     }
 
     /// The adopt rule, as the checked script keeps it: an epoch with no stamp on a node that

@@ -23,7 +23,8 @@ pub enum SitOutCause {
     /// The node's replication history changed since (a new `master_replid`, the same process):
     /// a promotion, a demotion, or a master whose first replica attached.
     Replication,
-    /// Another database was swapped in (`SWAPDB`): its stamp names another number.
+    /// Another database was swapped in (`SWAPDB`): its stamp names another number, or it holds
+    /// no marker of the connection's proof ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)).
     SwappedDatabase,
     /// The node evicted keys since its epoch was stamped (`evicted_keys` moved).
     Eviction,

@@ -299,7 +299,16 @@ impl<'a> Reading<'a> {
                 tracking.drain();
                 tracking.lock()
             });
-            NodeBatch::new(batch, dialect, watch.as_deref(), std::time::Instant::now())
+            let mut plan =
+                NodeBatch::new(batch, dialect, watch.as_deref(), std::time::Instant::now());
+            // A proof's marker needs a name no other proof ever had: fresh entropy, once per
+            // proving batch (without it, the seals read the epoch and its stamp).
+            if !plan.reads().is_empty()
+                && let Ok(nonce) = getrandom::u64()
+            {
+                plan.mark(nonce);
+            }
+            plan
         };
         Self {
             batch,
@@ -391,8 +400,8 @@ impl<'a> Reading<'a> {
             }
             for read in seal {
                 let mut cmd = redis::Cmd::new();
-                for arg in read.args() {
-                    cmd.arg(*arg);
+                for arg in self.plan.seal_args(index, *read) {
+                    cmd.arg(arg);
                 }
                 pipe.add_command(cmd);
             }
@@ -418,6 +427,10 @@ impl<'a> Reading<'a> {
                 ProofRead::Stamped => self.plan.handle_stamped(epoch_value(&result)),
                 ProofRead::Info => self.plan.handle_info(text(&result)),
                 ProofRead::Notifications => self.plan.handle_notifications(setting(&result)),
+                ProofRead::Markable => {
+                    let answered = integer(&result).and_then(|n| n.ok_or(NodeErrorKind::Protocol));
+                    self.plan.handle_markable(answered.map(|_| ()));
+                }
             }
         }
         for index in 0..self.batch.len() {
@@ -514,6 +527,10 @@ impl<'a> Reading<'a> {
                     _ => None,
                 };
                 let replies = SealReplies {
+                    marker: match read(SealRead::Marker) {
+                        Some(redis::Value::Int(found)) => Some(*found == 1),
+                        _ => None,
+                    },
                     epoch,
                     stamped,
                     claim_ttl,

@@ -309,11 +309,18 @@ fn failover_flip_flops_legacy() {
 }
 
 /// Another database swapped in under open, proven connections, right away and often
-/// (scenario 6 of issue 21): each vouched acquisition is sealed, and the stamp it reads names
-/// the other database.
+/// (scenario 6 of issue 21): each vouched acquisition is sealed, and the other database holds
+/// no marker of the connection's proof.
 #[test]
 fn tracked_swapdb_without_delay() {
     explore_tracked(Scenario::tracked_swapdb_without_delay());
+}
+
+/// The same on nodes that run no script: the seal reads the stamp, which names the other
+/// database.
+#[test]
+fn tracked_native_swapdb_without_delay() {
+    explore_tracked(Scenario::tracked_native_swapdb_without_delay());
 }
 
 /// Negative control: the same with vouched acquisitions unsealed — caught.

@@ -250,7 +250,7 @@ pub fn duplicate_nodes<A: Adapter>() {
 /// and its identity, its fence counters; its release channels and the eviction events; every
 /// command but the `@dangerous` ones, and `INFO` (the memory identity; `CLIENT TRACKING` and
 /// `CLIENT CACHING`, the memory watch, are not `@dangerous`).
-const LOCK_USER: [&str; 13] = [
+const LOCK_USER: [&str; 14] = [
     "--user",
     "locker",
     "on",
@@ -258,6 +258,7 @@ const LOCK_USER: [&str; 13] = [
     "~locks:*",
     "~redlock:epoch",
     "~redlock:epoch:id",
+    "~redlock:epoch:m:*",
     "~redlock:fence:locks:*",
     "&redlock:released:locks:*",
     "&__keyevent@*__:evicted",

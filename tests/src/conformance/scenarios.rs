@@ -968,6 +968,7 @@ macro_rules! conformance_tests {
             a_node_that_denies_info_votes_under_its_epoch_alone);
         $crate::conformance_tests!(@sealed $adapter;
             a_swapped_in_database_refuses_a_proven_connection,
+            a_vouched_acquisition_reads_its_proofs_marker_alone,
             a_swapped_in_database_votes_for_an_unsealed_connection,
             a_swapped_in_database_refuses_an_untracked_client,
             a_lone_eviction_refuses_a_proven_connection,

@@ -12,6 +12,8 @@
 //! In every case client A holds `res` on all five nodes; three of them then lose it while client
 //! B's connections, proven before, stay open.
 
+use std::time::Duration;
+
 use redlock_core::{SitOutCause, WatchFault};
 use redlock_local::RedisServer;
 
@@ -20,6 +22,9 @@ use super::memory::{
     Outcome, Rival, config_set, evict, expect_refused_by, expect_second_holder,
     expect_untracked_needs_scripts, rival_try_after,
 };
+
+/// The marker test's locks' TTL.
+const TTL: Duration = Duration::from_secs(10);
 
 /// The three nodes that lose `res`.
 const LOSERS: [usize; 3] = [0, 1, 2];
@@ -171,6 +176,53 @@ pub fn a_lone_eviction_votes_for_an_unsealed_connection<A: Adapter>() {
 /// Scenario 3 on the untracked path: the checked script sees the eviction count moved.
 pub fn a_lone_eviction_refuses_an_untracked_client<A: Adapter>() {
     refused::<A>(Loss::Eviction, Rival::Untracked);
+}
+
+/// On nodes that run scripts, can swap and evict nothing, a proven connection's vouched
+/// acquisitions read the proof's marker alone: each node counts an `EXISTS` per vouched
+/// acquisition and no `MGET` (`INFO commandstats`), and holds the marker its proof wrote.
+pub fn a_vouched_acquisition_reads_its_proofs_marker_alone<A: Adapter>() {
+    const LOCKS: usize = 4;
+    let nodes = crate::Servers::start_with(3, &crate::ServerOptions::new().deny_scripting(false));
+    let client: A = super::memory::client(&nodes, Rival::Tracked);
+    for i in 0..LOCKS {
+        let lock = client
+            .lock(&format!("marked-{i}"), TTL)
+            .unwrap_or_else(|err| panic!("{}: lock {i}: {err}", A::NAME));
+        lock.release();
+    }
+    for server in nodes.servers() {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut server.client())
+            .expect("INFO commandstats");
+        let calls = |command: &str| -> u64 {
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|calls| calls.parse().ok())
+                .unwrap_or(0)
+        };
+        // The first lock proves (the checked script); every later one is vouched and sealed.
+        assert!(
+            calls("exists") >= u64::try_from(LOCKS - 1).unwrap_or(0),
+            "{}: {} read the marker {} times for {LOCKS} locks: {stats}",
+            A::NAME,
+            server.addr(),
+            calls("exists")
+        );
+        assert_eq!(calls("mget"), 0, "{}: no seal read the stamps", A::NAME);
+        let markers: Vec<String> = redis::cmd("KEYS")
+            .arg("redlock:epoch:m:*")
+            .query(&mut server.client())
+            .expect("KEYS");
+        assert!(
+            !markers.is_empty(),
+            "{}: the proof's marker is there",
+            A::NAME
+        );
+    }
 }
 
 /// A node declared, knowingly, never to run `SWAPDB` (`swapdb_never_runs_on`) gets plain

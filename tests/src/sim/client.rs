@@ -367,10 +367,18 @@ impl<'s> Client<'s> {
         while let Some(batch) = self.mux.poll_transmit() {
             self.batches += 1;
             let number = self.batches;
-            let sent = self
+            let mut sent = self
                 .connections
                 .as_ref()
                 .map(|connections| connections.send(batch.node, &batch.transmits, now));
+            // A proof's marker: a name no other proof of the run has (this client, this batch),
+            // where a driver draws a random one.
+            if let Some(sent) = &mut sent
+                && !sent.batch.reads().is_empty()
+            {
+                let client = u64::try_from(self.id).unwrap_or(u64::MAX);
+                sent.batch.mark((client << 40) | number);
+            }
             if let Some(sent) = &sent {
                 let vouched = (0..batch.transmits.len()).filter(|&i| sent.batch.vouched(i));
                 env.stats.vouched += u64::try_from(vouched.count()).unwrap_or(0);

@@ -50,6 +50,8 @@ pub(crate) struct ReadBack {
     pub(crate) seals: Vec<SealedBack>,
     /// Whether the proof's claim wrote the epoch.
     pub(crate) claimed: bool,
+    /// Whether the node answered the marker probe (`EXISTS`).
+    pub(crate) markable: bool,
 }
 
 /// What a sealed request's reads answered inside its `EXEC` (each `None` where not read).
@@ -65,6 +67,8 @@ pub(crate) struct SealedBack {
     pub(crate) claim_ttl: Option<i64>,
     /// `INFO stats`.
     pub(crate) evictions: Option<Vec<u8>>,
+    /// Whether the proof's marker exists (`EXISTS`).
+    pub(crate) marker: Option<bool>,
 }
 
 impl ReadBack {
@@ -87,8 +91,12 @@ impl ReadBack {
         }
         batch.handle_info(self.info.as_deref());
         batch.handle_claim(self.claimed);
+        if self.markable {
+            batch.handle_markable(Ok(()));
+        }
         for sealed in &self.seals {
             let replies = SealReplies {
+                marker: sealed.marker,
                 epoch: sealed.epoch.as_deref(),
                 stamped: sealed.stamped.as_deref(),
                 claim_ttl: sealed.claim_ttl,

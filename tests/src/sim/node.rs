@@ -244,6 +244,8 @@ impl Node {
                 // The simulator's connections subscribe to no eviction events, so they never
                 // ask; unanswered, the read leaves the eviction count in the seal.
                 ProofRead::Notifications => {}
+                // The simulated nodes deny no key to anyone.
+                ProofRead::Markable => read_back.markable = true,
             }
         }
         let replies = transmits
@@ -265,6 +267,10 @@ impl Node {
                         stamped: self.store.stamped_value(),
                         claim_ttl: read(SealRead::ClaimTtl).then(|| self.store.epoch_pttl(now)),
                         evictions: read(SealRead::Evictions).then(|| self.store.stats_value()),
+                        marker: read(SealRead::Marker).then(|| {
+                            let args = plan.seal_args(index, SealRead::Marker);
+                            args.get(1).is_some_and(|key| self.store.exists(now, key))
+                        }),
                     });
                 }
                 reply

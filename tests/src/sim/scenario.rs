@@ -585,12 +585,23 @@ impl Scenario {
 
     /// Inside the model: nodes get another database swapped in (`SWAPDB`), right away and
     /// often, under tracked connections that stay open and hear nothing: each vouched
-    /// acquisition is sealed (its `MULTI` reads the stamp, which names the other database).
+    /// acquisition is sealed (its `MULTI` reads the proof's marker, which the other database
+    /// does not hold).
     pub fn tracked_swapdb_without_delay() -> Self {
         Self {
             name: "tracked_swapdb_without_delay",
             loss: MemoryLoss::Swap,
             ..Self::tracked_flush_without_delay()
+        }
+    }
+
+    /// Inside the model: [`Scenario::tracked_swapdb_without_delay`] on nodes that run no
+    /// script, whose proofs write no marker: the seal reads the epoch and its stamp.
+    pub fn tracked_native_swapdb_without_delay() -> Self {
+        Self {
+            name: "tracked_native_swapdb_without_delay",
+            loss: MemoryLoss::Swap,
+            ..Self::tracked_native_flush_without_delay()
         }
     }
 
