@@ -293,7 +293,7 @@ local max_ttl = tonumber(ARGV[3])
 if max_ttl > 0 then
   local left, cause = young(n + 1, max_ttl, now, ARGV[4])
   if left then return {-left, cause} end
-  mark(max_ttl)
+  mark(ARGV[3])
 end
 for i = 1, n do
   if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end

@@ -373,10 +373,20 @@ impl MemoryWatch {
             Some(proven) if proven.seen == seen => proven.ttl.max(max_ttl_ms),
             _ => max_ttl_ms,
         };
-        // A lifetime past what an `Instant` holds: none at all (every acquisition proves).
-        let until = at
-            .checked_add(Duration::from_millis(max_ttl_ms) / PROOF_LIFETIME_DIVISOR)
-            .unwrap_or(at);
+        // A lifetime past what an `Instant` holds: none at all (every acquisition proves). A
+        // proof that keeps its marker keeps its lifetime too: the marker was set for it.
+        let until = match self.proof {
+            Some(proven)
+                if proven.seen == seen
+                    && proven.seal == seal
+                    && seal.is_some_and(|seal| seal.marker.is_some()) =>
+            {
+                proven.until
+            }
+            _ => at
+                .checked_add(Duration::from_millis(max_ttl_ms) / PROOF_LIFETIME_DIVISOR)
+                .unwrap_or(at),
+        };
         self.proof = Some(Proven {
             seen,
             ttl,

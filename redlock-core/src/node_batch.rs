@@ -322,6 +322,13 @@ pub struct NodeBatch {
     marks: bool,
     /// The nonce of this batch's proof marker ([`NodeBatch::mark`]).
     nonce: Option<u64>,
+    /// The one request whose checked script writes the marker: the batch's last that proves
+    /// the node's memory anew (one database, one marker: no swap between two scripts can put
+    /// one name in two databases).
+    marked: Option<usize>,
+    /// The requests the connection vouched for that prove anyway, each with the seal it keeps
+    /// (none in a batch of plain acquisitions: no allocation).
+    kept: Vec<(usize, Seal)>,
     /// Per request: the marker its seal reads, if it reads one.
     markers: SmallVec<[Option<MarkerKey>; 1]>,
     /// When the batch went out, on the driver's clock: a proof counts from then.
@@ -341,9 +348,13 @@ impl NodeBatch {
         // A connection proves one epoch, `redlock:epoch`, which no key of a cluster's slots
         // shares: on a cluster node every restart-aware acquisition checks its own slot's.
         let watch = watch.filter(|_| dialect.keyspace == crate::Keyspace::Standalone);
+        // Per request: its check, and for a request the connection vouched for that proves
+        // anyway (a form with no seal), the seal its proof keeps.
+        let mut kept: Vec<(usize, Seal)> = Vec::new();
         let checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]> = transmits
             .iter()
-            .map(|transmit| {
+            .enumerate()
+            .map(|(index, transmit)| {
                 let max_ttl = transmit.command.restart_check_ms()?;
                 let check = match watch?.check(max_ttl, now) {
                     // Only a plain `SET` (or `MSETEX`, or the fenced transaction that holds
@@ -351,7 +362,7 @@ impl NodeBatch {
                     // checked script reading the identity.
                     MemoryCheck::Vouched {
                         seen,
-                        seal: Some(_),
+                        seal: Some(seal),
                     } if !matches!(
                         transmit.command.redis_form_vouched(dialect),
                         RedisForm::Set { .. }
@@ -359,6 +370,7 @@ impl NodeBatch {
                             | RedisForm::FencedSet { .. }
                     ) =>
                     {
+                        kept.push((index, seal));
                         MemoryCheck::Prove { seen }
                     }
                     check => check,
@@ -420,6 +432,8 @@ impl NodeBatch {
             trusts,
             marks: dialect.scripts && dialect.swapdb && watch.is_some_and(MemoryWatch::marks),
             nonce: None,
+            marked: None,
+            kept,
             markers,
             sent_at: now,
         }
@@ -457,7 +471,14 @@ impl NodeBatch {
     /// where the node runs scripts, can swap and does not evict. Without it (or on a batch that
     /// does not prove), nothing changes: seals read the epoch and its stamp.
     pub fn mark(&mut self, nonce: u64) {
-        if self.marks && self.proof.is_some() {
+        if !self.marks || self.proof.is_none() {
+            return;
+        }
+        let kept = |index: usize| self.kept.iter().any(|(at, _)| *at == index);
+        self.marked = (0..self.checks.len()).rev().find(|&index| {
+            matches!(self.checks[index], Some((MemoryCheck::Prove { .. }, _))) && !kept(index)
+        });
+        if self.marked.is_some() {
             self.nonce = Some(nonce);
         }
     }
@@ -473,8 +494,10 @@ impl NodeBatch {
                 command.redis_form_vouched(&self.dialect)
             }
             Some((MemoryCheck::Prove { .. }, _)) => match self.nonce {
-                Some(nonce) => command.redis_form_on(&self.dialect).marked(nonce),
-                None => command.redis_form_on(&self.dialect),
+                Some(nonce) if self.marked == Some(index) => {
+                    command.redis_form_on(&self.dialect).marked(nonce)
+                }
+                _ => command.redis_form_on(&self.dialect),
             },
             _ => command.redis_form_on(&self.dialect),
         }
@@ -682,10 +705,19 @@ impl NodeBatch {
         {
             watch.handle_notifications_denied();
         }
-        let seal = self
-            .proof
-            .as_ref()
-            .and_then(|proof| proof.seal(&self.dialect, self.nonce));
+        let kept = |index: usize| {
+            let kept = self.kept.iter().find(|(at, _)| *at == index);
+            kept.map(|(_, seal)| *seal)
+        };
+        let seal_of = |index: usize| match kept(index) {
+            Some(kept) => Some(kept),
+            None => {
+                let nonce = self.nonce.filter(|_| self.marked == Some(index));
+                self.proof
+                    .as_ref()
+                    .and_then(|proof| proof.seal(&self.dialect, nonce))
+            }
+        };
         for (index, (check, answer)) in self.checks.iter().zip(answers.iter_mut()).enumerate() {
             let (Some((check, max_ttl)), Some(watch)) = (check, watch.as_deref_mut()) else {
                 continue;
@@ -712,20 +744,22 @@ impl NodeBatch {
                         // proven (its key, if it set one, is released as any failed lock's).
                         (_, Some(cause)) => {
                             // A missing marker says only that the memory changed: where a push
-                            // said how (an eviction the acquisition set off, say), that names it.
-                            let cause = match watch.ended_since(seen) {
-                                Some(pushed) if marked => pushed,
-                                _ => cause,
-                            };
-                            watch.handle_broken_seal(cause, marked);
-                            refusal(*max_ttl, cause)
+                            // said how (an eviction the acquisition set off, say), that names
+                            // it, and markers stay on.
+                            let pushed = watch.ended_since(seen).filter(|_| marked);
+                            watch.handle_broken_seal(
+                                pushed.unwrap_or(cause),
+                                pushed.is_none() && marked,
+                            );
+                            refusal(*max_ttl, pushed.unwrap_or(cause))
                         }
                     }
                 }
                 // The checked script answered: its answer counts as it is, and may prove.
                 (MemoryCheck::Prove { seen }, Some(proof)) if !proof.native => {
                     if proof.caching.is_ok() && proof.epoch.is_ok() {
-                        watch.handle_proof((seen, self.sent_at, seal), *answer, *max_ttl);
+                        let sent = (seen, self.sent_at, seal_of(index));
+                        watch.handle_proof(sent, *answer, *max_ttl);
                     }
                     *answer
                 }
@@ -733,7 +767,7 @@ impl NodeBatch {
                     Ok(reads) => {
                         // Another life of the node stamped the epoch: its memory begins now.
                         let epoch = reads.epoch.filter(|_| !reads.changed);
-                        let sent = (seen, self.sent_at, seal);
+                        let sent = (seen, self.sent_at, seal_of(index));
                         let read = (epoch, reads.cause);
                         watch.handle_native_proof(sent, read, reads.now, *answer, *max_ttl)
                     }
@@ -1489,6 +1523,23 @@ mod tests {
                 assert_eq!(answer, refused(MAX, SitOutCause::SwappedDatabase), "{name}");
             }
         }
+    }
+
+    /// One marker per batch: of two requests that prove in one batch, only the last one's
+    /// script writes it, so no swap between their scripts can put one name in two databases.
+    #[test]
+    fn only_the_last_proving_request_of_a_batch_writes_the_marker() {
+        let (a, _) = commands("a");
+        let (b, _) = commands("b");
+        let transmits = [a, b];
+        let watch = MemoryWatch::new();
+        let mut batch = NodeBatch::new(&transmits, &Dialect::SCRIPTS, Some(&watch), now());
+        batch.mark(5);
+        let nonce = |index: usize| match batch.form(index, &transmits[index].command) {
+            RedisForm::Script { args, .. } => args.numbers().nth(3),
+            _ => None,
+        };
+        assert_eq!((nonce(0), nonce(1)), (None, Some(5)));
     }
 
     /// A proof marks only where the node may need a seal against a swap (it runs scripts and

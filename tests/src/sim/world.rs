@@ -34,8 +34,8 @@ enum Event {
         number: u64,
         node: usize,
         transmits: Vec<Transmit>,
-        /// Its plan on a tracked connection.
-        plan: Option<NodeBatch>,
+        /// Its plan on a tracked connection (boxed: the other events are small).
+        plan: Option<Box<NodeBatch>>,
         /// The node's server its connection was opened to (`None`: the master).
         server: Option<usize>,
     },
@@ -317,7 +317,7 @@ impl<'s> World<'s> {
                 }
                 let answer = if self.nodes[node].is_up() {
                     let (replies, read_back) =
-                        self.nodes[node].run(t, client, server, &transmits, plan.as_ref());
+                        self.nodes[node].run(t, client, server, &transmits, plan.as_deref());
                     for (transmit, reply) in transmits.iter().zip(&replies) {
                         let command = &transmit.command;
                         if command.op() == redlock_core::Op::SetIfAbsent
@@ -584,7 +584,7 @@ impl<'s> World<'s> {
                         number,
                         node,
                         transmits: transmits.clone(),
-                        plan: plan.clone(),
+                        plan: plan.clone().map(Box::new),
                         server,
                     });
                 }
