@@ -2,10 +2,12 @@
 //! swapped in by `SWAPDB`, and a lock key evicted on its own under `volatile-lru` (the epoch,
 //! which has no TTL, stays). Neither ends a connection nor pushes an invalidation of the epoch.
 //! On a node that can swap or evicts, each vouched acquisition is sealed: it goes in a `MULTI`
-//! with a `GET` of the stamp (`redlock_core::EPOCH_ID_KEY`, which names the database it was
-//! stamped in and the node's eviction count) and, on an evicting node, `INFO stats`. A stamp
-//! from another database or an eviction count that moved refuses the vote; the proof that
-//! follows sees the identity changed and the node sits out. Each case has its negative control
+//! with `EXISTS` of its proof's marker (`redlock_core::EPOCH_MARKER_PREFIX`: a node that runs
+//! scripts and does not evict), or else with an `MGET` of the epoch and its stamp
+//! (`redlock_core::EPOCH_ID_KEY`, which names the database it was stamped in and the node's
+//! eviction count) and, on an evicting node, `INFO stats`. A missing marker, a stamp from
+//! another database or an eviction count that moved refuses the vote; the proof that follows
+//! sees the identity changed and the node sits out. Each case has its negative control
 //! (`WatchFault::Unsealed`: a plain `SET`) that lets a second holder in, and runs once on the
 //! untracked path too (the checked script compares the same identity on every acquisition).
 //!
