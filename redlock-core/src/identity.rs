@@ -171,9 +171,9 @@ pub(crate) struct Seal {
     pub(crate) evictions: bool,
     /// The epoch the connection proved.
     pub(crate) epoch: SealEpoch,
-    /// The nonce of the marker the proof's checked script wrote, where the seal reads it
+    /// The marker the proof's checked script wrote (named once, at the proof), where the seal
     /// alone: a node that runs scripts and does not evict.
-    pub(crate) marker: Option<u64>,
+    pub(crate) marker: Option<MarkerKey>,
 }
 
 /// A proof's marker key, `redlock:epoch:m:<nonce>`
@@ -445,7 +445,7 @@ mod tests {
         );
         // With a marker, it alone (the node evicts nothing and runs scripts).
         let marked = Seal {
-            marker: Some(7),
+            marker: Some(MarkerKey::of(7)),
             ..number
         };
         assert_eq!(marked.reads(), &[SealRead::Marker]);
@@ -460,7 +460,7 @@ mod tests {
         let marked = Seal {
             evictions: false,
             epoch: SealEpoch::Number(1_700),
-            marker: Some(42),
+            marker: Some(MarkerKey::of(42)),
         };
         let with = |marker| SealReplies {
             marker,

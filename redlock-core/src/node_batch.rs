@@ -245,7 +245,9 @@ impl Proof {
             epoch: SealEpoch::of(value, pttl),
             // The checked script wrote the marker where the node let it vote; an evicting
             // node's seal reads the stamp's eviction count anyway.
-            marker: nonce.filter(|_| !self.native && !evictions && self.markable),
+            marker: nonce
+                .filter(|_| !self.native && !evictions && self.markable)
+                .map(MarkerKey::of),
         })
     }
 
@@ -329,8 +331,7 @@ pub struct NodeBatch {
     /// The requests the connection vouched for that prove anyway, each with the seal it keeps
     /// (none in a batch of plain acquisitions: no allocation).
     kept: Vec<(usize, Seal)>,
-    /// Per request: the marker its seal reads, if it reads one.
-    markers: SmallVec<[Option<MarkerKey>; 1]>,
+
     /// When the batch went out, on the driver's clock: a proof counts from then.
     sent_at: Instant,
 }
@@ -407,23 +408,6 @@ impl NodeBatch {
             markable: false,
         });
         let trusts = transmits.iter().any(|t| t.command.op() == Op::Trust);
-        let markers = checks
-            .iter()
-            .map(|check| match check {
-                Some((
-                    MemoryCheck::Vouched {
-                        seal:
-                            Some(Seal {
-                                marker: Some(nonce),
-                                ..
-                            }),
-                        ..
-                    },
-                    _,
-                )) => Some(MarkerKey::of(*nonce)),
-                _ => None,
-            })
-            .collect();
         Self {
             dialect: *dialect,
             checks,
@@ -434,7 +418,6 @@ impl NodeBatch {
             nonce: None,
             marked: None,
             kept,
-            markers,
             sent_at: now,
         }
     }
@@ -463,6 +446,13 @@ impl NodeBatch {
         }
     }
 
+    /// The seal request `index` keeps, where the connection vouched for it and it proves
+    /// anyway (a form with no seal).
+    fn kept_seal(&self, index: usize) -> Option<Seal> {
+        let kept = self.kept.iter().find(|(at, _)| *at == index);
+        kept.map(|(_, seal)| *seal)
+    }
+
     /// Names this batch's proof marker: `nonce`, a random number of its own (the driver draws
     /// it from the operating system's entropy for each proving batch, before writing anything).
     /// A proving acquisition's checked script then writes the marker
@@ -474,9 +464,9 @@ impl NodeBatch {
         if !self.marks || self.proof.is_none() {
             return;
         }
-        let kept = |index: usize| self.kept.iter().any(|(at, _)| *at == index);
         self.marked = (0..self.checks.len()).rev().find(|&index| {
-            matches!(self.checks[index], Some((MemoryCheck::Prove { .. }, _))) && !kept(index)
+            matches!(self.checks[index], Some((MemoryCheck::Prove { .. }, _)))
+                && self.kept_seal(index).is_none()
         });
         if self.marked.is_some() {
             self.nonce = Some(nonce);
@@ -551,7 +541,17 @@ impl NodeBatch {
     pub fn seal_args(&self, index: usize, read: SealRead) -> SmallVec<[&[u8]; 3]> {
         let mut args: SmallVec<[&[u8]; 3]> = SmallVec::from_slice(read.args());
         if read == SealRead::Marker
-            && let Some(Some(marker)) = self.markers.get(index)
+            && let Some(Some((
+                MemoryCheck::Vouched {
+                    seal:
+                        Some(Seal {
+                            marker: Some(marker),
+                            ..
+                        }),
+                    ..
+                },
+                _,
+            ))) = self.checks.get(index)
         {
             args.push(marker.as_bytes());
         }
@@ -705,11 +705,7 @@ impl NodeBatch {
         {
             watch.handle_notifications_denied();
         }
-        let kept = |index: usize| {
-            let kept = self.kept.iter().find(|(at, _)| *at == index);
-            kept.map(|(_, seal)| *seal)
-        };
-        let seal_of = |index: usize| match kept(index) {
+        let seal_of = |index: usize| match self.kept_seal(index) {
             Some(kept) => Some(kept),
             None => {
                 let nonce = self.nonce.filter(|_| self.marked == Some(index));
