@@ -175,7 +175,7 @@ def forms(sha, n):
     marker = "redlock:epoch:m:16045690984833335023"
     yield "sealed SET: MULTI, SET k t NX PX, EXISTS marker, EXEC", stamps + [("SET", marker, "1")], [
         [("MULTI",), ("SET", k, "t", "NX", "PX", TTL), ("EXISTS", marker), ("EXEC",)] for k in keys]
-    yield "sealed SET with the stamps (no scripts, or markers off): MULTI, SET k t NX PX, MGET epoch id, EXEC", stamps, [
+    yield "sealed SET with the stamps (markers off): MULTI, SET k t NX PX, MGET epoch id, EXEC", stamps, [
         [("MULTI",), ("SET", k, "t", "NX", "PX", TTL), ("MGET", "redlock:epoch", "redlock:epoch:id"),
          ("EXEC",)] for k in keys]
     yield "sealed SET on an evicting node: … INFO stats …", stamps, [

@@ -586,6 +586,23 @@ impl FakeNode {
         }
     }
 
+    /// Runs a native proof's marker write at `now`: `args` is `SET <marker> 1 PX <ms>`
+    /// ([`NodeBatch::read_args`](crate::NodeBatch::read_args)). Whether it wrote (`false`: a
+    /// write of another shape).
+    pub fn run_marker_write(&mut self, now: Duration, args: &[&[u8]]) -> bool {
+        let [b"SET", key, value, b"PX", ms] = args else {
+            return false;
+        };
+        let Some(ms) = std::str::from_utf8(ms).ok().and_then(|ms| ms.parse().ok()) else {
+            return false;
+        };
+        if !key.starts_with(crate::EPOCH_MARKER_PREFIX) {
+            return false;
+        }
+        self.set(key, value, now, ms);
+        true
+    }
+
     /// Whether `key` exists at `now` (`EXISTS`): a seal's read of its proof's marker.
     pub fn exists(&self, now: Duration, key: &[u8]) -> bool {
         self.alive(key, now).is_some()

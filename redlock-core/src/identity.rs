@@ -171,8 +171,8 @@ pub(crate) struct Seal {
     pub(crate) evictions: bool,
     /// The epoch the connection proved.
     pub(crate) epoch: SealEpoch,
-    /// The marker the proof's checked script wrote (named once, at the proof), where the seal
-    /// alone: a node that runs scripts and does not evict.
+    /// The marker the proof wrote (named once, at the proof: its checked script, or a native
+    /// proof's transaction), where the seal reads it alone: a node that does not evict.
     pub(crate) marker: Option<MarkerKey>,
 }
 
@@ -188,24 +188,12 @@ impl MarkerKey {
     /// The marker of `nonce`, as the checked scripts name it.
     pub(crate) fn of(nonce: u64) -> Self {
         let prefix = crate::EPOCH_MARKER_PREFIX;
+        let digits = Decimal::of(nonce);
+        let digits = digits.as_bytes();
         let mut bytes = [0; 36];
         bytes[..prefix.len()].copy_from_slice(prefix);
-        let mut len = prefix.len();
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut n = nonce;
-        loop {
-            at -= 1;
-            // A digit: below 10 by construction.
-            digits[at] = b'0' + u8::try_from(n % 10).unwrap_or(0);
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        let digits = &digits[at..];
-        bytes[len..len + digits.len()].copy_from_slice(digits);
-        len += digits.len();
+        let len = prefix.len() + digits.len();
+        bytes[prefix.len()..len].copy_from_slice(digits);
         Self {
             bytes,
             len: u8::try_from(len).unwrap_or(36),
@@ -215,6 +203,41 @@ impl MarkerKey {
     /// The key's name.
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
+    }
+}
+
+/// A number in decimal, as a command's argument, kept without an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Decimal {
+    digits: [u8; 20],
+    /// Where the digits start.
+    at: u8,
+}
+
+impl Decimal {
+    /// `n` in decimal.
+    pub(crate) fn of(n: u64) -> Self {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = n;
+        loop {
+            at -= 1;
+            // A digit: below 10 by construction.
+            digits[at] = b'0' + u8::try_from(n % 10).unwrap_or(0);
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Self {
+            digits,
+            at: u8::try_from(at).unwrap_or(0),
+        }
+    }
+
+    /// The digits.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.digits[usize::from(self.at)..]
     }
 }
 

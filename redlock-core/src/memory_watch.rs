@@ -395,20 +395,26 @@ impl MemoryWatch {
         });
     }
 
-    /// A sealed acquisition found that it ran outside the memory the connection proved (another
-    /// database swapped in, or an eviction since the stamp): the proof ends, and the next
-    /// acquisition proves again (and the checked script, seeing the identity changed, stamps a
-    /// new epoch).
     /// Why the proof the watch had when it had seen `seen` ended, if it ended since (a push,
     /// the connection's end, a broken seal).
     pub(crate) fn ended_since(&self, seen: u64) -> Option<SitOutCause> {
         (self.seen != seen).then(|| self.ended_by.unwrap_or(SitOutCause::Changed))
     }
 
-    /// A seal that read the proof's marker (`marked`) leaves markers off on this connection.
+    /// A sealed acquisition found that it ran outside the memory the connection proved (another
+    /// database swapped in, or an eviction since the stamp): the proof ends, and the next
+    /// acquisition proves again (and the checked script, seeing the identity changed, stamps a
+    /// new epoch). A seal that read the proof's marker (`marked`) leaves markers off on this
+    /// connection.
     pub(crate) fn handle_broken_seal(&mut self, cause: SitOutCause, marked: bool) {
         self.unmarked |= marked;
         self.end_proof(cause);
+    }
+
+    /// The node refused this user a proof's marker (an ACL): the connection's next proofs
+    /// write none, and its seals read the epoch and its stamp.
+    pub(crate) fn handle_markers_denied(&mut self) {
+        self.unmarked = true;
     }
 
     /// Whether this connection's proofs write a marker for their seals to read

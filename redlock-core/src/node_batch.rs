@@ -12,8 +12,8 @@ use crate::command::{Command, EPOCH_ID_KEY, EPOCH_KEY, Op, RedisForm};
 use crate::dialect::Dialect;
 use crate::epoch::{EPOCH_CLAIM, Epoch};
 use crate::identity::{
-    MarkerKey, Seal, SealEpoch, SealRead, SealReplies, evicts, node_identity, notifies_evictions,
-    seal_breach,
+    Decimal, MarkerKey, Seal, SealEpoch, SealRead, SealReplies, evicts, node_identity,
+    notifies_evictions, seal_breach,
 };
 use crate::memory_watch::{MemoryCheck, MemoryWatch, refusal};
 use crate::output::Transmit;
@@ -48,7 +48,20 @@ pub enum ProofRead {
     /// that runs no script: a missing epoch is claimed, by the node's own clock. Its reply
     /// (whether it wrote) goes to [`NodeBatch::handle_claim`].
     Claim,
-    /// `EXISTS redlock:epoch:m:0`, on a proof that writes a marker
+    /// `MULTI`, on a native proof that writes a marker ([`NodeBatch::mark`]): the reads up to
+    /// [`ProofRead::Exec`] run as one transaction, in one database, with the marker's write.
+    /// Its reply decides nothing; the queued reads' replies come in the `EXEC`'s array (see
+    /// [`NodeBatch`]).
+    Multi,
+    /// `SET redlock:epoch:m:<nonce> 1 PX <longest TTL>`, in a native proof's transaction: the
+    /// proof's marker ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)), written in the
+    /// database the transaction reads, whatever it finds (a marker of a proof that does not
+    /// let the node vote is never read). Its arguments are [`NodeBatch::read_args`]; its reply
+    /// goes to [`NodeBatch::handle_marker`].
+    Marker,
+    /// `EXEC`, which ends a native proof's transaction ([`ProofRead::Multi`]).
+    Exec,
+    /// `EXISTS redlock:epoch:m:0`, on a proof by script that writes a marker
     /// ([`NodeBatch::mark`]): whether this user may touch the markers
     /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX); an ACL may deny them). Where it
     /// may not, the connection's seals read the epoch and its stamp. Its reply goes to
@@ -129,6 +142,10 @@ impl ProofRead {
             Self::Claim => &[b"SET", EPOCH_KEY, EPOCH_CLAIM, b"NX", b"PX", CLAIM_TTL],
             Self::Notifications => &[b"CONFIG", b"GET", b"notify-keyspace-events"],
             Self::Markable => &[b"EXISTS", b"redlock:epoch:m:0"],
+            Self::Multi => &[b"MULTI"],
+            Self::Exec => &[b"EXEC"],
+            // Named per proof: see `NodeBatch::read_args`.
+            Self::Marker => &[b"SET"],
         }
     }
 }
@@ -177,6 +194,36 @@ const PROVE_NATIVELY_NOLOOP: &[ProofRead] = &[
     ProofRead::Info,
     ProofRead::Claim,
 ];
+/// A native proof that writes a marker reads its database in one transaction with the
+/// marker's write (no swap between them), and `INFO` after it: a refused `INFO` (an ACL)
+/// would abort the transaction, and an eviction after the reads moves the count it reads.
+/// `CLIENT CACHING YES` right before `MULTI` tracks every key the transaction reads (the epoch
+/// and its stamp, on Redis 7, Valkey 8.1 and 9.1; the watch ignores a push of the stamp).
+const PROVE_NATIVELY_MARKED: &[ProofRead] = &[
+    ProofRead::Notifications,
+    ProofRead::Caching,
+    ProofRead::Multi,
+    ProofRead::Epoch,
+    ProofRead::Pttl,
+    ProofRead::Time,
+    ProofRead::Stamped,
+    ProofRead::Claim,
+    ProofRead::Marker,
+    ProofRead::Exec,
+    ProofRead::Info,
+];
+const PROVE_NATIVELY_NOLOOP_MARKED: &[ProofRead] = &[
+    ProofRead::Notifications,
+    ProofRead::Multi,
+    ProofRead::Epoch,
+    ProofRead::Pttl,
+    ProofRead::Time,
+    ProofRead::Stamped,
+    ProofRead::Claim,
+    ProofRead::Marker,
+    ProofRead::Exec,
+    ProofRead::Info,
+];
 
 /// Not answered (yet): what a read is until its reply is handed in.
 const UNANSWERED: NodeErrorKind = NodeErrorKind::Protocol;
@@ -210,8 +257,13 @@ struct Proof {
     /// What the node said: it publishes its evictions (`Ok(true)`), it does not or said
     /// something else (`Ok(false)`), or the read failed.
     notifications: Result<bool, NodeErrorKind>,
-    /// Whether this user may touch the proof's marker ([`ProofRead::Markable`]); unread, no.
+    /// Whether the proof's marker is there for its seals: this user may touch markers
+    /// ([`ProofRead::Markable`]), or a native proof's transaction wrote it
+    /// ([`ProofRead::Marker`]); unread, no.
     markable: bool,
+    /// Whether the node refused this user the marker (`NOPERM`, an ACL), which aborts a native
+    /// proof's transaction: the connection's next proofs write none.
+    markers_denied: bool,
 }
 
 /// What a native proof's reads say.
@@ -231,7 +283,7 @@ struct NativeReads {
 impl Proof {
     /// What the connection's vouched acquisitions read with their `SET` once this proof holds:
     /// nothing where the node can neither swap databases nor evict; the marker of `nonce` where
-    /// the node runs scripts, can swap and does not evict; the stamp, and on a node that evicts
+    /// the node can swap and does not evict (and the proof wrote it); the stamp, and on a node that evicts
     /// (or does not say) its eviction count, otherwise. Nothing either where the
     /// node's identity is unknown: no stamp to read, it votes under its epoch alone.
     fn seal(&self, dialect: &Dialect, nonce: Option<u64>) -> Option<Seal> {
@@ -243,10 +295,11 @@ impl Proof {
         (dialect.swapdb || evictions).then_some(Seal {
             evictions,
             epoch: SealEpoch::of(value, pttl),
-            // The checked script wrote the marker where the node let it vote; an evicting
-            // node's seal reads the stamp's eviction count anyway.
+            // The checked script wrote the marker where the node let it vote, a native proof's
+            // transaction wherever it ran; an evicting node's seal reads the stamp's eviction
+            // count anyway.
             marker: nonce
-                .filter(|_| !self.native && !evictions && self.markable)
+                .filter(|_| !evictions && self.markable)
                 .map(MarkerKey::of),
         })
     }
@@ -290,13 +343,18 @@ impl Proof {
 ///
 /// 1. on a batch that proves (its [`NodeBatch::reads`] are not empty) it names the proof's
 ///    marker with a fresh random number ([`NodeBatch::mark`]); it writes the reads (each as
-///    [`ProofRead::args`]), then every request's [`NodeBatch::form`] (a sealed one in a
+///    [`NodeBatch::read_args`]), then every request's [`NodeBatch::form`] (a sealed one in a
 ///    `MULTI` with its [`NodeBatch::seal_args`]), all in one pipeline;
 /// 2. it hands the reads' replies to [`NodeBatch::handle_caching`],
 ///    [`NodeBatch::handle_epoch`], [`NodeBatch::handle_pttl`], [`NodeBatch::handle_time`],
-///    [`NodeBatch::handle_stamped`], [`NodeBatch::handle_info`], [`NodeBatch::handle_claim`]
-///    and [`NodeBatch::handle_markable`], a sealed request's reads to
-///    [`NodeBatch::handle_seal`], and every push it read before the replies to the watch;
+///    [`NodeBatch::handle_stamped`], [`NodeBatch::handle_info`], [`NodeBatch::handle_claim`],
+///    [`NodeBatch::handle_markable`] and [`NodeBatch::handle_marker`], a sealed request's
+///    reads to [`NodeBatch::handle_seal`], and every push it read before the replies to the
+///    watch. The reads between [`ProofRead::Multi`] and [`ProofRead::Exec`] are a
+///    transaction: their replies are the `EXEC`'s array, in order (the `MULTI`'s and the
+///    `QUEUED` replies decide nothing); where it failed (a read refused while queued, an
+///    `EXEC` without an array), each read gets its own refusal, or else the first read's
+///    refusal (what the node refused: `OOM`, `READONLY`), or else what the `EXEC` said;
 /// 3. it sends [`NodeBatch::stamps`], if any, on the same connection right away (a node that
 ///    runs no script stamps its epoch and identity in these separate writes);
 /// 4. it makes each request's answer of its parts ([`RedisForm::answer`]) and lets
@@ -320,14 +378,17 @@ pub struct NodeBatch {
     seal_breach: SmallVec<[Option<SitOutCause>; 1]>,
     /// Whether the batch writes the epoch itself (a trust): the proof ends with it.
     trusts: bool,
-    /// Whether a proof here writes a marker ([`MemoryWatch::marks`], a node that runs scripts).
+    /// Whether a proof here writes a marker ([`MemoryWatch::marks`], a node that can swap).
     marks: bool,
     /// The nonce of this batch's proof marker ([`NodeBatch::mark`]).
     nonce: Option<u64>,
     /// The one request whose checked script writes the marker: the batch's last that proves
     /// the node's memory anew (one database, one marker: no swap between two scripts can put
-    /// one name in two databases).
+    /// one name in two databases). `None` on a native proof: its transaction writes it.
     marked: Option<usize>,
+    /// A native proof's marker write: the marker, and its TTL (the longest of the batch's
+    /// proving acquisitions) in decimal, for [`NodeBatch::read_args`].
+    native_marker: Option<(MarkerKey, Decimal)>,
     /// The requests the connection vouched for that prove anyway, each with the seal it keeps
     /// (none in a batch of plain acquisitions: no allocation).
     kept: Vec<(usize, Seal)>,
@@ -406,6 +467,7 @@ impl NodeBatch {
             asks_notifications: watch.is_some_and(MemoryWatch::asks_notifications),
             notifications: Err(UNANSWERED),
             markable: false,
+            markers_denied: false,
         });
         let trusts = transmits.iter().any(|t| t.command.op() == Op::Trust);
         Self {
@@ -414,9 +476,10 @@ impl NodeBatch {
             proof,
             seal_breach,
             trusts,
-            marks: dialect.scripts && dialect.swapdb && watch.is_some_and(MemoryWatch::marks),
+            marks: dialect.swapdb && watch.is_some_and(MemoryWatch::marks),
             nonce: None,
             marked: None,
+            native_marker: None,
             kept,
             sent_at: now,
         }
@@ -429,8 +492,10 @@ impl NodeBatch {
             Some(proof) => {
                 let marked = self.nonce.is_some();
                 let reads = match (proof.native, proof.opts_in, marked) {
-                    (true, true, _) => PROVE_NATIVELY,
-                    (true, false, _) => PROVE_NATIVELY_NOLOOP,
+                    (true, true, false) => PROVE_NATIVELY,
+                    (true, false, false) => PROVE_NATIVELY_NOLOOP,
+                    (true, true, true) => PROVE_NATIVELY_MARKED,
+                    (true, false, true) => PROVE_NATIVELY_NOLOOP_MARKED,
                     (false, true, false) => PROVE_BY_SCRIPT,
                     (false, false, false) => PROVE_BY_SCRIPT_NOLOOP,
                     (false, true, true) => PROVE_BY_SCRIPT_MARKED,
@@ -456,12 +521,25 @@ impl NodeBatch {
     /// Names this batch's proof marker: `nonce`, a random number of its own (the driver draws
     /// it from the operating system's entropy for each proving batch, before writing anything).
     /// A proving acquisition's checked script then writes the marker
-    /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)) in the database it reads, and the
-    /// connection's vouched acquisitions read `EXISTS` of it alone ([`SealRead::Marker`]) —
-    /// where the node runs scripts, can swap and does not evict. Without it (or on a batch that
-    /// does not prove), nothing changes: seals read the epoch and its stamp.
+    /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)) in the database it reads — on a
+    /// node without scripts, the proof's reads and the marker's write go in one transaction
+    /// ([`ProofRead::Multi`]) — and the connection's vouched acquisitions read `EXISTS` of it
+    /// alone ([`SealRead::Marker`]), where the node can swap and does not evict. Without it (or
+    /// on a batch that does not prove), nothing changes: seals read the epoch and its stamp.
     pub fn mark(&mut self, nonce: u64) {
-        if !self.marks || self.proof.is_none() {
+        let Some(proof) = self.proof.as_ref().filter(|_| self.marks) else {
+            return;
+        };
+        if proof.native {
+            let longest = self.checks.iter().flatten();
+            let longest = longest.filter_map(|(check, max_ttl)| match check {
+                MemoryCheck::Prove { .. } => Some(*max_ttl),
+                MemoryCheck::Vouched { .. } => None,
+            });
+            if let Some(ttl) = longest.max() {
+                self.nonce = Some(nonce);
+                self.native_marker = Some((MarkerKey::of(nonce), Decimal::of(ttl)));
+            }
             return;
         }
         self.marked = (0..self.checks.len()).rev().find(|&index| {
@@ -470,6 +548,17 @@ impl NodeBatch {
         });
         if self.marked.is_some() {
             self.nonce = Some(nonce);
+        }
+    }
+
+    /// The arguments of the proof read `read` (one of [`reads`](Self::reads)): its
+    /// [`ProofRead::args`], and for [`ProofRead::Marker`] the write of this proof's marker.
+    pub fn read_args(&self, read: ProofRead) -> SmallVec<[&[u8]; 6]> {
+        match (read, &self.native_marker) {
+            (ProofRead::Marker, Some((marker, ttl))) => {
+                SmallVec::from_slice(&[b"SET", marker.as_bytes(), b"1", b"PX", ttl.as_bytes()])
+            }
+            _ => SmallVec::from_slice(read.args()),
         }
     }
 
@@ -580,6 +669,16 @@ impl NodeBatch {
     pub fn handle_markable(&mut self, read: Result<(), NodeErrorKind>) {
         if let Some(proof) = &mut self.proof {
             proof.markable = read.is_ok();
+        }
+    }
+
+    /// The reply to [`ProofRead::Marker`] inside the `EXEC`: `Ok` when the marker was written,
+    /// else why not (a refusal while queued — `NoPermission`: an ACL — stops the connection's
+    /// next proofs writing one; it aborts this proof's transaction).
+    pub fn handle_marker(&mut self, written: Result<(), NodeErrorKind>) {
+        if let Some(proof) = &mut self.proof {
+            proof.markable = written.is_ok();
+            proof.markers_denied = written == Err(NodeErrorKind::NoPermission);
         }
     }
 
@@ -705,10 +804,17 @@ impl NodeBatch {
         {
             watch.handle_notifications_denied();
         }
+        if let (Some(watch), Some(proof)) = (watch.as_deref_mut(), &self.proof)
+            && proof.markers_denied
+        {
+            watch.handle_markers_denied();
+        }
+        let native = self.proof.as_ref().is_some_and(|proof| proof.native);
         let seal_of = |index: usize| match self.kept_seal(index) {
             Some(kept) => Some(kept),
             None => {
-                let nonce = self.nonce.filter(|_| self.marked == Some(index));
+                // A native proof's marker holds for each of its acquisitions.
+                let nonce = self.nonce.filter(|_| native || self.marked == Some(index));
                 self.proof
                     .as_ref()
                     .and_then(|proof| proof.seal(&self.dialect, nonce))
@@ -858,6 +964,8 @@ mod tests {
                 ProofRead::Claim => batch.handle_claim(false),
                 ProofRead::Notifications => batch.handle_notifications(Ok(None)),
                 ProofRead::Markable => batch.handle_markable(Ok(())),
+                ProofRead::Marker => batch.handle_marker(Ok(())),
+                ProofRead::Multi | ProofRead::Exec => {}
             }
         }
         batch.finish(Some(watch), answers);
@@ -1572,6 +1680,142 @@ mod tests {
             ..Dialect::SCRIPTS
         };
         assert_eq!(prove(&renamed, Ok(())), (false, vec![]));
+    }
+
+    /// A native proof that marks reads its database in one transaction with its marker's write
+    /// (`MULTI` … `EXEC`, then `INFO`): no swap comes between the reads that judged the
+    /// database and the marker its seals then read. The proof's vouched acquisitions read
+    /// `EXISTS` of that marker alone; a database swapped in holds none and the vote is refused.
+    /// A node that refuses this user the marker (an ACL: the transaction aborts) leaves
+    /// markers off on the connection, whose next proof reads as it did before markers.
+    #[test]
+    fn a_native_proof_writes_its_marker_in_one_transaction_with_its_reads() {
+        let (first, _) = commands("first");
+        let transmits = std::slice::from_ref(&first);
+        let dialect = native();
+        let at = Duration::from_secs(61);
+        let mut node = crate::fake::FakeNode::new();
+        let aborted = NodeErrorKind::from_code("EXECABORT");
+        // Runs a proving batch on `node` (marked with `nonce`), the marker's write answered
+        // `marker` (`Ok`: run on the node); the answer and the reads it went out with.
+        let prove = |node: &mut crate::fake::FakeNode,
+                     watch: &mut MemoryWatch,
+                     marker: Result<(), NodeErrorKind>| {
+            let mut batch = NodeBatch::new(transmits, &dialect, Some(watch), now());
+            batch.mark(9);
+            let reads = batch.reads();
+            let time = (at.as_secs(), 0);
+            let failed = marker.err().map(|_| aborted);
+            for read in reads {
+                match (read, failed) {
+                    (ProofRead::Marker, _) => {
+                        let wrote =
+                            marker.is_ok() && node.run_marker_write(at, &batch.read_args(*read));
+                        batch.handle_marker(marker.map(|()| assert!(wrote)));
+                    }
+                    (ProofRead::Epoch, Some(failed)) => batch.handle_epoch(Err(failed)),
+                    (ProofRead::Epoch, None) => {
+                        batch.handle_epoch(Ok(node.epoch_value().as_deref()));
+                    }
+                    (ProofRead::Caching, _) => batch.handle_caching(Ok(())),
+                    (ProofRead::Pttl, _) => batch.handle_pttl(Ok(Some(node.epoch_pttl(at)))),
+                    (ProofRead::Time, _) => batch.handle_time(Ok(Some(time))),
+                    (ProofRead::Stamped, _) => {
+                        batch.handle_stamped(Ok(node.stamped_value().as_deref()));
+                    }
+                    (ProofRead::Info, _) => batch.handle_info(Some(&node.info_value())),
+                    (ProofRead::Claim, _) => batch.handle_claim(false),
+                    (other, _) => assert!(
+                        matches!(other, ProofRead::Multi | ProofRead::Exec),
+                        "a native proof does not read {other:?}"
+                    ),
+                }
+            }
+            let form = batch.form(0, &first.command);
+            let mut answer = [node.run_form(at, &first.command, form)];
+            let wire = batch.wire_len(transmits);
+            batch.finish(Some(watch), &mut answer);
+            (answer[0], reads, wire)
+        };
+        let mut watch = MemoryWatch::new();
+        let (answer, reads, wire) = prove(&mut node, &mut watch, Ok(()));
+        assert_eq!(answer, Reply::Ok, "the trusted epoch votes at once");
+        assert_eq!(
+            reads,
+            [
+                ProofRead::Caching,
+                ProofRead::Multi,
+                ProofRead::Epoch,
+                ProofRead::Pttl,
+                ProofRead::Time,
+                ProofRead::Stamped,
+                ProofRead::Claim,
+                ProofRead::Marker,
+                ProofRead::Exec,
+                ProofRead::Info,
+            ]
+        );
+        assert_eq!(wire, reads.len() + 1, "the reads, then the acquisition");
+        let batch = NodeBatch::new(transmits, &dialect, Some(&watch), now());
+        let mut marked = batch;
+        marked.mark(9);
+        assert!(marked.reads().is_empty(), "the connection vouches");
+        assert_eq!(marked.seal_reads(0), &[SealRead::Marker]);
+        assert_eq!(
+            marked.seal_args(0, SealRead::Marker).as_slice(),
+            [&b"EXISTS"[..], b"redlock:epoch:m:9"]
+        );
+        assert!(
+            node.exists(at, b"redlock:epoch:m:9"),
+            "written in the proven database"
+        );
+        // Its TTL is the longest in use: it outlives the proof.
+        let mut probe = NodeBatch::new(transmits, &dialect, Some(&MemoryWatch::new()), now());
+        probe.mark(9);
+        assert_eq!(
+            probe.read_args(ProofRead::Marker).as_slice(),
+            [&b"SET"[..], b"redlock:epoch:m:9", b"1", b"PX", b"60000"]
+        );
+        // A database swapped in holds no marker of this proof: refused.
+        node.swap_database();
+        let (rival, _) = commands("first");
+        let mut sealed =
+            NodeBatch::new(std::slice::from_ref(&rival), &dialect, Some(&watch), now());
+        let form = sealed.form(0, &rival.command);
+        let mut answer = [node.run_form(at, &rival.command, form)];
+        let marker = sealed.seal_args(0, SealRead::Marker)[1].to_vec();
+        let replies = SealReplies {
+            marker: Some(node.exists(at, &marker)),
+            epoch: None,
+            stamped: None,
+            claim_ttl: None,
+            evictions: None,
+        };
+        sealed.handle_seal(0, replies);
+        sealed.finish(Some(&mut watch), &mut answer);
+        assert_eq!(answer, [refused(MAX, SitOutCause::SwappedDatabase)]);
+        // Markers refused by an ACL: the transaction aborts (an error vote, this once) and the
+        // connection's next proof reads without one; its seals read the stamps.
+        let mut fresh = crate::fake::FakeNode::new();
+        let mut watch = MemoryWatch::new();
+        let (answer, _, _) = prove(&mut fresh, &mut watch, Err(NodeErrorKind::NoPermission));
+        assert_eq!(answer, Reply::Error(aborted));
+        assert!(!watch.marks(), "markers off");
+        // (The aborted proof's acquisition ran: its key goes with the failed lock's release.)
+        let mut fresh = crate::fake::FakeNode::new();
+        let (answer, reads, _) = prove(&mut fresh, &mut watch, Ok(()));
+        assert_eq!(answer, Reply::Ok);
+        assert!(!reads.contains(&ProofRead::Multi), "{reads:?}");
+        let next = NodeBatch::new(transmits, &dialect, Some(&watch), now());
+        assert_eq!(next.seal_reads(0), &[SealRead::Stamps]);
+        // Where no swap can happen, no marker and no transaction.
+        let renamed = Dialect {
+            swapdb: false,
+            ..dialect
+        };
+        let mut batch = NodeBatch::new(transmits, &renamed, Some(&MemoryWatch::new()), now());
+        batch.mark(9);
+        assert!(!batch.reads().contains(&ProofRead::Multi));
     }
 
     /// The adopt rule, as the checked script keeps it: an epoch with no stamp on a node that

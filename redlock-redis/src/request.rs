@@ -383,8 +383,8 @@ impl<'a> Reading<'a> {
         pipe.ignore_errors();
         for read in self.plan.reads() {
             let mut cmd = redis::Cmd::new();
-            for arg in read.args() {
-                cmd.arg(*arg);
+            for arg in self.plan.read_args(*read) {
+                cmd.arg(arg);
             }
             pipe.add_command(cmd);
         }
@@ -415,21 +415,53 @@ impl<'a> Reading<'a> {
     /// Takes the replies of every part, in the order they were sent.
     fn read(&mut self, results: impl IntoIterator<Item = Result<redis::Value, redis::RedisError>>) {
         let mut results = results.into_iter();
-        for read in self.plan.reads() {
+        let reads = self.plan.reads();
+        let mut at = 0;
+        while let Some(&read) = reads.get(at) {
             let Some(result) = results.next() else { return };
             note_failure(&result, &mut self.reconnect, &mut self.rebuild);
-            match read {
-                ProofRead::Caching => self.plan.handle_caching(acknowledged(&result)),
-                ProofRead::Epoch => self.plan.handle_epoch(epoch_value(&result)),
-                ProofRead::Pttl => self.plan.handle_pttl(integer(&result)),
-                ProofRead::Claim => self.plan.handle_claim(acknowledged(&result).is_ok()),
-                ProofRead::Time => self.plan.handle_time(node_time(&result)),
-                ProofRead::Stamped => self.plan.handle_stamped(epoch_value(&result)),
-                ProofRead::Info => self.plan.handle_info(text(&result)),
-                ProofRead::Notifications => self.plan.handle_notifications(setting(&result)),
-                ProofRead::Markable => {
-                    let answered = integer(&result).and_then(|n| n.ok_or(NodeErrorKind::Protocol));
-                    self.plan.handle_markable(answered.map(|_| ()));
+            at += 1;
+            if read != ProofRead::Multi {
+                self.handle_read(read, &result);
+                continue;
+            }
+            // A transaction: each read's `QUEUED`, then its reply in the `EXEC`'s array.
+            let queued = reads[at..]
+                .iter()
+                .take_while(|read| **read != ProofRead::Exec);
+            let queued: smallvec::SmallVec<[ProofRead; 8]> = queued.copied().collect();
+            let mut refused: smallvec::SmallVec<[Option<redis::Value>; 8]> = Default::default();
+            for _ in &queued {
+                let Some(result) = results.next() else { return };
+                note_failure(&result, &mut self.reconnect, &mut self.rebuild);
+                refused.push(match result {
+                    Ok(value @ redis::Value::ServerError(_)) => Some(value),
+                    _ => None,
+                });
+            }
+            let Some(exec) = results.next() else { return };
+            note_failure(&exec, &mut self.reconnect, &mut self.rebuild);
+            at += queued.len() + 1;
+            match exec {
+                Ok(redis::Value::Array(items))
+                    if items.len() == queued.len() && refused.iter().all(Option::is_none) =>
+                {
+                    for (read, item) in queued.into_iter().zip(items) {
+                        self.handle_read(read, &Ok(item));
+                    }
+                }
+                // Aborted: each read fails with its own refusal, or with the first one (what
+                // the node refused, say `OOM` or `READONLY`, not `EXECABORT`), or else with
+                // what the `EXEC` said.
+                exec => {
+                    let first = refused.iter().flatten().next().cloned().map(Ok);
+                    let cause = first.as_ref().unwrap_or(&exec);
+                    for (read, refused) in queued.into_iter().zip(refused) {
+                        match refused {
+                            Some(refused) => self.handle_read(read, &Ok(refused)),
+                            None => self.handle_read(read, cause),
+                        }
+                    }
                 }
             }
         }
@@ -460,6 +492,27 @@ impl<'a> Reading<'a> {
                 }
                 self.parts[index].push(reply);
             }
+        }
+    }
+
+    /// Hands the reply to the proof read `read` to the plan.
+    fn handle_read(&mut self, read: ProofRead, result: &Result<redis::Value, redis::RedisError>) {
+        match read {
+            ProofRead::Caching => self.plan.handle_caching(acknowledged(result)),
+            ProofRead::Epoch => self.plan.handle_epoch(epoch_value(result)),
+            ProofRead::Pttl => self.plan.handle_pttl(integer(result)),
+            ProofRead::Claim => self.plan.handle_claim(acknowledged(result).is_ok()),
+            ProofRead::Time => self.plan.handle_time(node_time(result)),
+            ProofRead::Stamped => self.plan.handle_stamped(epoch_value(result)),
+            ProofRead::Info => self.plan.handle_info(text(result)),
+            ProofRead::Notifications => self.plan.handle_notifications(setting(result)),
+            ProofRead::Markable => {
+                let answered = integer(result).and_then(|n| n.ok_or(NodeErrorKind::Protocol));
+                self.plan.handle_markable(answered.map(|_| ()));
+            }
+            ProofRead::Marker => self.plan.handle_marker(acknowledged(result)),
+            // Their replies decide nothing: the transaction's reads carry what it did.
+            ProofRead::Multi | ProofRead::Exec => {}
         }
     }
 

@@ -233,7 +233,7 @@ fn tracked_restart_without_delay() {
 
 /// An in-model scenario of tracked connections, checked not to be vacuous: acquisitions went
 /// out vouched for, and nodes that lost their memory refused to vote.
-fn explore_tracked(scenario: Scenario) {
+fn explore_tracked(scenario: Scenario) -> sim::Summary {
     let summary = sim::explore(&scenario, CI_SEEDS);
     assert_busy(&summary, &scenario, 1);
     assert!(summary.stats.vouched > 0, "no acquisition was vouched for");
@@ -241,6 +241,7 @@ fn explore_tracked(scenario: Scenario) {
         summary.stats.ineligible_votes > 0,
         "no node was ever refused a vote"
     );
+    summary
 }
 
 /// Nodes restart from snapshots (or fail over to replicas) right away and often: their epoch
@@ -313,14 +314,20 @@ fn failover_flip_flops_legacy() {
 /// no marker of the connection's proof.
 #[test]
 fn tracked_swapdb_without_delay() {
-    explore_tracked(Scenario::tracked_swapdb_without_delay());
+    explore_marked(Scenario::tracked_swapdb_without_delay());
 }
 
-/// The same on nodes that run no script: the seal reads the stamp, which names the other
-/// database.
+/// The same on nodes that run no script: the proof's reads and its marker's write go in one
+/// transaction, and the seal reads the marker as above.
 #[test]
 fn tracked_native_swapdb_without_delay() {
-    explore_tracked(Scenario::tracked_native_swapdb_without_delay());
+    explore_marked(Scenario::tracked_native_swapdb_without_delay());
+}
+
+/// [`explore_tracked`], where the vouched acquisitions' seals read their proofs' markers.
+fn explore_marked(scenario: Scenario) {
+    let summary = explore_tracked(scenario);
+    assert!(summary.stats.marked_seals > 0, "no seal read a marker");
 }
 
 /// Negative control: the same with vouched acquisitions unsealed — caught.

@@ -2,8 +2,8 @@
 //! swapped in by `SWAPDB`, and a lock key evicted on its own under `volatile-lru` (the epoch,
 //! which has no TTL, stays). Neither ends a connection nor pushes an invalidation of the epoch.
 //! On a node that can swap or evicts, each vouched acquisition is sealed: it goes in a `MULTI`
-//! with `EXISTS` of its proof's marker (`redlock_core::EPOCH_MARKER_PREFIX`: a node that runs
-//! scripts and does not evict), or else with an `MGET` of the epoch and its stamp
+//! with `EXISTS` of its proof's marker (`redlock_core::EPOCH_MARKER_PREFIX`: a node that does
+//! not evict), or else with an `MGET` of the epoch and its stamp
 //! (`redlock_core::EPOCH_ID_KEY`, which names the database it was stamped in and the node's
 //! eviction count) and, on an evicting node, `INFO stats`. A missing marker, a stamp from
 //! another database or an eviction count that moved refuses the vote; the proof that follows
@@ -180,17 +180,27 @@ pub fn a_lone_eviction_refuses_an_untracked_client<A: Adapter>() {
     refused::<A>(Loss::Eviction, Rival::Untracked);
 }
 
-/// On nodes that run scripts, can swap and evict nothing, a proven connection's vouched
-/// acquisitions read the proof's marker alone: each node counts an `EXISTS` per vouched
-/// acquisition and no `MGET` (`INFO commandstats`), and holds the marker its proof wrote.
+/// On nodes that can swap and evict nothing, with scripts or without, a proven connection's
+/// vouched acquisitions read the proof's marker alone: each node counts an `EXISTS` per
+/// vouched acquisition and no `MGET` (`INFO commandstats`), and holds the marker its proof
+/// wrote (the checked script's, or on a node without scripts the proof's transaction's).
 pub fn a_vouched_acquisition_reads_its_proofs_marker_alone<A: Adapter>() {
+    for deny_scripting in [false, true] {
+        vouched_acquisitions_read_the_marker::<A>(deny_scripting);
+    }
+}
+
+/// [`a_vouched_acquisition_reads_its_proofs_marker_alone`] on nodes that run scripts or not.
+fn vouched_acquisitions_read_the_marker<A: Adapter>(deny_scripting: bool) {
     const LOCKS: usize = 4;
-    let nodes = crate::Servers::start_with(3, &crate::ServerOptions::new().deny_scripting(false));
+    let options = crate::ServerOptions::new().deny_scripting(deny_scripting);
+    let nodes = crate::Servers::start_with(3, &options);
     let client: A = super::memory::client(&nodes, Rival::Tracked);
+    let name = format!("{}, scripting denied: {deny_scripting}", A::NAME);
     for i in 0..LOCKS {
         let lock = client
             .lock(&format!("marked-{i}"), TTL)
-            .unwrap_or_else(|err| panic!("{}: lock {i}: {err}", A::NAME));
+            .unwrap_or_else(|err| panic!("{name}: lock {i}: {err}"));
         lock.release();
     }
     for server in nodes.servers() {
@@ -206,24 +216,19 @@ pub fn a_vouched_acquisition_reads_its_proofs_marker_alone<A: Adapter>() {
                 .and_then(|calls| calls.parse().ok())
                 .unwrap_or(0)
         };
-        // The first lock proves (the checked script); every later one is vouched and sealed.
+        // The first lock proves; every later one is vouched and sealed.
         assert!(
             calls("exists") >= u64::try_from(LOCKS - 1).unwrap_or(0),
-            "{}: {} read the marker {} times for {LOCKS} locks: {stats}",
-            A::NAME,
+            "{name}: {} read the marker {} times for {LOCKS} locks: {stats}",
             server.addr(),
             calls("exists")
         );
-        assert_eq!(calls("mget"), 0, "{}: no seal read the stamps", A::NAME);
+        assert_eq!(calls("mget"), 0, "{name}: no seal read the stamps");
         let markers: Vec<String> = redis::cmd("KEYS")
             .arg("redlock:epoch:m:*")
             .query(&mut server.client())
             .expect("KEYS");
-        assert!(
-            !markers.is_empty(),
-            "{}: the proof's marker is there",
-            A::NAME
-        );
+        assert!(!markers.is_empty(), "{name}: the proof's marker is there");
     }
 }
 

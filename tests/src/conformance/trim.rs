@@ -112,16 +112,13 @@ fn self_trim<A: Adapter>(rival: Rival, hunt: bool) -> TrimOutcome<A> {
         let mut others = Vec::new();
         for node in LOSERS {
             let server = &nodes.servers()[node];
-            // The server's cron trims too (and B hears that as anyone's): once a second here,
-            // so the trim almost always waits for B's command.
+            // The server's cron trims too (and B hears that as anyone's): once a second here.
             let _: () = redis::cmd("CONFIG")
                 .arg("SET")
-                .arg("tracking-table-max-keys")
-                .arg(1)
                 .arg("hz")
                 .arg(1)
                 .query(&mut server.client())
-                .expect("CONFIG SET");
+                .expect("CONFIG SET hz");
             witnesses.push(witness(server));
             let mut other = resp3(server);
             let keys: Vec<String> = (0..OTHER_KEYS).map(|i| format!("other:{i}")).collect();
@@ -135,6 +132,16 @@ fn self_trim<A: Adapter>(rival: Rival, hunt: bool) -> TrimOutcome<A> {
                 .query(&mut other)
                 .expect("MGET");
             others.push(other);
+        }
+        // The limit comes last, right before B's call: no cron trim can come first unless it
+        // falls in these few milliseconds (on a loaded machine the set-up above takes seconds).
+        for node in LOSERS {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("tracking-table-max-keys")
+                .arg(1)
+                .query(&mut nodes.servers()[node].client())
+                .expect("CONFIG SET tracking-table-max-keys");
         }
         let first = rival.try_lock("res", TTL);
         let trimmed = witnesses.iter_mut().all(epoch_trimmed);

@@ -382,6 +382,9 @@ impl<'s> Client<'s> {
             if let Some(sent) = &sent {
                 let vouched = (0..batch.transmits.len()).filter(|&i| sent.batch.vouched(i));
                 env.stats.vouched += u64::try_from(vouched.count()).unwrap_or(0);
+                let marked = (0..batch.transmits.len())
+                    .filter(|&i| sent.batch.seal_reads(i) == [redlock_core::SealRead::Marker]);
+                env.stats.marked_seals += u64::try_from(marked.count()).unwrap_or(0);
             }
             self.in_flight.insert(
                 number,

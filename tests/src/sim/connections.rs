@@ -52,6 +52,8 @@ pub(crate) struct ReadBack {
     pub(crate) claimed: bool,
     /// Whether the node answered the marker probe (`EXISTS`).
     pub(crate) markable: bool,
+    /// Whether a native proof's transaction wrote its marker.
+    pub(crate) marker_written: bool,
 }
 
 /// What a sealed request's reads answered inside its `EXEC` (each `None` where not read).
@@ -93,6 +95,9 @@ impl ReadBack {
         batch.handle_claim(self.claimed);
         if self.markable {
             batch.handle_markable(Ok(()));
+        }
+        if self.marker_written {
+            batch.handle_marker(Ok(()));
         }
         for sealed in &self.seals {
             let replies = SealReplies {

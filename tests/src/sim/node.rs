@@ -246,6 +246,13 @@ impl Node {
                 ProofRead::Notifications => {}
                 // The simulated nodes deny no key to anyone.
                 ProofRead::Markable => read_back.markable = true,
+                // A transaction runs in one step: no other client's command comes between.
+                ProofRead::Multi | ProofRead::Exec => {}
+                ProofRead::Marker => {
+                    let write = plan.map(|plan| plan.read_args(ProofRead::Marker));
+                    read_back.marker_written =
+                        write.is_some_and(|args| self.store.run_marker_write(now, &args));
+                }
             }
         }
         let replies = transmits

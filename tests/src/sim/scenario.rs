@@ -596,7 +596,7 @@ impl Scenario {
     }
 
     /// Inside the model: [`Scenario::tracked_swapdb_without_delay`] on nodes that run no
-    /// script, whose proofs write no marker: the seal reads the epoch and its stamp.
+    /// script, whose proofs read the database and write the marker in one transaction.
     pub fn tracked_native_swapdb_without_delay() -> Self {
         Self {
             name: "tracked_native_swapdb_without_delay",

@@ -48,6 +48,8 @@ pub struct Stats {
     /// Restart-checked acquisitions sent without their check, the connection vouching for the
     /// node's memory (tracked connections only).
     pub vouched: u64,
+    /// Vouched acquisitions whose seal read their proof's marker alone.
+    pub marked_seals: u64,
     /// Missing epochs a tracked connection's proof claimed on a node that runs no script.
     pub epochs_claimed: u64,
     /// Runs with a violation.
@@ -75,6 +77,7 @@ impl AddAssign for Stats {
         self.partitions += o.partitions;
         self.ineligible_votes += o.ineligible_votes;
         self.vouched += o.vouched;
+        self.marked_seals += o.marked_seals;
         self.epochs_claimed += o.epochs_claimed;
         self.violations += o.violations;
     }
