@@ -1326,6 +1326,7 @@ mod tests {
         set_if_eq: true,
         msetex: true,
         swapdb: true,
+        markers: true,
         database: 0,
         keyspace: Keyspace::Standalone,
     };

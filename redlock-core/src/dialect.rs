@@ -58,6 +58,12 @@ pub struct Dialect {
     /// False where the command is renamed away — or where the operator says, knowingly, that
     /// nothing ever swaps the node's databases.
     pub swapdb: bool,
+    /// Whether this user may touch a proof's marker
+    /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)), as `EXISTS redlock:epoch:m:0`
+    /// answered when the connection was made: an ACL without `~redlock:epoch:m:*` refuses
+    /// it, and proofs there write no marker (seals read the epoch and its stamp). Asked ahead
+    /// because a refused marker would abort a native proof's transaction.
+    pub markers: bool,
     /// The database the client selected on the node (a node URL's `/db`): what the node's
     /// identity is stamped with ([`node_identity`](crate::node_identity)).
     pub database: u32,
@@ -105,6 +111,7 @@ impl Dialect {
         set_if_eq: false,
         msetex: false,
         swapdb: true,
+        markers: true,
         database: 0,
         keyspace: Keyspace::Standalone,
     };
@@ -131,6 +138,8 @@ impl Dialect {
             set_if_eq: (valkey && at_least((8, 1))) || (redis && at_least((8, 4))),
             msetex: facts.msetex,
             swapdb: facts.swapdb,
+            // Asked beside the facts (`EXISTS` of a marker): allowed unless refused.
+            markers: true,
             database: 0,
             keyspace: if facts.cluster {
                 Keyspace::Cluster
@@ -195,6 +204,7 @@ mod tests {
                 set_if_eq: true,
                 msetex: true,
                 swapdb: true,
+                markers: true,
                 database: 0,
                 keyspace: Keyspace::Standalone,
             }

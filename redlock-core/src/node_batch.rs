@@ -476,7 +476,7 @@ impl NodeBatch {
             proof,
             seal_breach,
             trusts,
-            marks: dialect.swapdb && watch.is_some_and(MemoryWatch::marks),
+            marks: dialect.swapdb && dialect.markers && watch.is_some_and(MemoryWatch::marks),
             nonce: None,
             marked: None,
             native_marker: None,
@@ -1808,14 +1808,21 @@ mod tests {
         assert!(!reads.contains(&ProofRead::Multi), "{reads:?}");
         let next = NodeBatch::new(transmits, &dialect, Some(&watch), now());
         assert_eq!(next.seal_reads(0), &[SealRead::Stamps]);
-        // Where no swap can happen, no marker and no transaction.
+        // Where no swap can happen, or the connection found the markers refused when it was
+        // made (`Dialect::markers`), no marker and no transaction.
         let renamed = Dialect {
             swapdb: false,
             ..dialect
         };
-        let mut batch = NodeBatch::new(transmits, &renamed, Some(&MemoryWatch::new()), now());
-        batch.mark(9);
-        assert!(!batch.reads().contains(&ProofRead::Multi));
+        let unmarked = Dialect {
+            markers: false,
+            ..dialect
+        };
+        for dialect in [renamed, unmarked] {
+            let mut batch = NodeBatch::new(transmits, &dialect, Some(&MemoryWatch::new()), now());
+            batch.mark(9);
+            assert!(!batch.reads().contains(&ProofRead::Multi), "{dialect:?}");
+        }
     }
 
     /// The adopt rule, as the checked script keeps it: an epoch with no stamp on a node that

@@ -5,7 +5,9 @@
 //!
 //! Whether the connection may run scripts at all is asked too, with `SCRIPT EXISTS` (the
 //! `@scripting` category): an ACL that denies it, or a server without Lua, answers with an
-//! error, and the node then gets the native forms only ([`Dialect::scripts`] false).
+//! error, and the node then gets the native forms only ([`Dialect::scripts`] false). So is
+//! whether it may touch the proofs' markers (`EXISTS redlock:epoch:m:0`; an ACL may deny the
+//! key pattern: [`Dialect::markers`] false).
 //!
 //! A node that answers neither `HELLO` nor `COMMAND INFO` (an old server, an ACL that denies
 //! them) is taken to run scripts and nothing native ([`Dialect::SCRIPTS`]): every operation
@@ -18,8 +20,9 @@ use redlock_core::{Dialect, ServerFacts};
 /// and `SWAPDB` (renamed away, no database can be swapped under a proven connection).
 const NATIVE: [&str; 4] = ["DELIFEQ", "DELEX", "MSETEX", "SWAPDB"];
 
-/// The one pipeline that asks: `HELLO`, `COMMAND INFO` of the native commands, and whether
-/// scripts may run (`SCRIPT EXISTS` of a hash no script has).
+/// The one pipeline that asks: `HELLO`, `COMMAND INFO` of the native commands, whether
+/// scripts may run (`SCRIPT EXISTS` of a hash no script has), and whether markers may be
+/// touched (`EXISTS` of a marker no proof writes).
 fn probe() -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
@@ -28,6 +31,7 @@ fn probe() -> redis::Pipeline {
     pipe.cmd("SCRIPT")
         .arg("EXISTS")
         .arg("0000000000000000000000000000000000000000");
+    pipe.cmd("EXISTS").arg("redlock:epoch:m:0");
     pipe
 }
 
@@ -65,9 +69,10 @@ fn answerable(values: &[Value]) -> Result<(), redis::RedisError> {
     Ok(())
 }
 
-/// The dialect of the replies to [`probe`]: `[HELLO's, COMMAND INFO's, SCRIPT EXISTS's]`.
+/// The dialect of the replies to [`probe`]: `[HELLO's, COMMAND INFO's, SCRIPT EXISTS's,
+/// EXISTS's]` (without the last: markers allowed, as a proof by script finds out anyway).
 pub(crate) fn from_replies(values: &[Value]) -> Dialect {
-    let [hello, info, scripting] = values else {
+    let [hello, info, scripting, markers @ ..] = values else {
         return Dialect::SCRIPTS;
     };
     let mut dialect = from_hello(hello, info);
@@ -76,6 +81,10 @@ pub(crate) fn from_replies(values: &[Value]) -> Dialect {
         && matches!(err.code(), "NOPERM" | "ERR")
     {
         dialect.scripts = false;
+    }
+    // Refused (an ACL without `~redlock:epoch:m:*`): proofs write no marker.
+    if let [Value::ServerError(_)] = markers {
+        dialect.markers = false;
     }
     dialect
 }
@@ -237,8 +246,14 @@ mod tests {
             Dialect::SCRIPTS
         );
         // An ACL user denied `@scripting`: native forms only.
-        let denied = from_replies(&[resp3, info([false; 3]), error("NOPERM")]);
+        let denied = from_replies(&[resp3.clone(), info([false; 3]), error("NOPERM")]);
         assert!(!denied.scripts);
+        // One denied the markers' keys: proofs write none.
+        let allowed_markers = Value::Int(0);
+        let replies = [resp3.clone(), info([false; 3]), allowed(), allowed_markers];
+        assert!(from_replies(&replies).markers);
+        let unmarked = from_replies(&[resp3, info([false; 3]), allowed(), error("NOPERM")]);
+        assert!(!unmarked.markers && unmarked.scripts);
     }
 
     #[test]

@@ -340,3 +340,57 @@ pub fn a_user_with_the_documented_acl_runs_every_operation<A: Adapter>() {
         other => panic!("{}: expected unavailable, got {other:?}", A::NAME),
     }
 }
+
+/// A user whose ACL leaves out the markers (`~redlock:epoch:m:*`) still locks, with scripts
+/// and without: the checked script's marker write fails quietly and the proof's probe says
+/// so; a native proof's transaction is refused once (`NOPERM` while queued), which turns the
+/// connection's markers off, and the retry proves as before markers. Its vouched acquisitions
+/// then read the stamps (`MGET`), and no marker is ever written.
+pub fn a_user_denied_the_markers_seals_with_the_stamps<A: Adapter>() {
+    const LOCKS: usize = 3;
+    let options = Options {
+        key_prefix: Some(b"locks:".to_vec()),
+        ..Options::default()
+    };
+    let mut narrower: Vec<&str> = LOCK_USER.to_vec();
+    narrower.retain(|rule| *rule != "~redlock:epoch:m:*");
+    for deny_scripting in [false, true] {
+        let name = format!("{}, scripting denied: {deny_scripting}", A::NAME);
+        let mut rules = narrower.clone();
+        if deny_scripting {
+            rules.push("-@scripting");
+        }
+        let server_options = ServerOptions::new().deny_scripting(false).args(rules);
+        let nodes = Servers::start_with(3, &server_options);
+        let client = A::build(&as_locker(&nodes), &options).expect("build");
+        client.trust_nodes().expect("trusted");
+        for i in 0..LOCKS {
+            let lock = client
+                .lock(&format!("job-{i}"), TTL)
+                .unwrap_or_else(|err| panic!("{name}: lock {i}: {err}"));
+            lock.release();
+        }
+        for server in nodes.servers() {
+            let stats: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query(&mut server.client())
+                .expect("INFO commandstats");
+            let mget = stats
+                .lines()
+                .find_map(|line| line.strip_prefix("cmdstat_mget:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|calls| calls.parse::<u64>().ok())
+                .unwrap_or(0);
+            assert!(
+                mget >= u64::try_from(LOCKS - 1).unwrap_or(0),
+                "{name}: {} sealed {mget} of {LOCKS} locks with the stamps: {stats}",
+                server.addr()
+            );
+            let markers: Vec<String> = redis::cmd("KEYS")
+                .arg("redlock:epoch:m:*")
+                .query(&mut server.client())
+                .expect("KEYS");
+            assert!(markers.is_empty(), "{name}: no marker: {markers:?}");
+        }
+    }
+}

@@ -1017,6 +1017,7 @@ macro_rules! conformance_tests {
             out_of_memory, read_only_replica, no_permission, no_auth, busy_node,
             a_refused_transaction_part_is_an_error_vote,
             a_user_with_the_documented_acl_runs_every_operation,
+            a_user_denied_the_markers_seals_with_the_stamps,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes, a_node_position_past_the_list);
     };
     (@tls $adapter:ty; $($case:ident),+ $(,)?) => {
