@@ -75,7 +75,8 @@ struct ClusterReport {
 enum Seal {
     /// `SWAPDB` is renamed away and the policy is `noeviction`: a plain `SET NX PX`.
     Plain,
-    /// `SWAPDB` can run: the epoch and the stamp, in a `MULTI` with the `SET`.
+    /// `SWAPDB` can run: the proof's marker (or, for a user denied markers, the epoch and the
+    /// stamp), in a `MULTI` with the `SET`.
     Stamps,
     /// The policy evicts: `INFO stats` too.
     Evictions,

@@ -58,11 +58,12 @@ pub struct Dialect {
     /// False where the command is renamed away — or where the operator says, knowingly, that
     /// nothing ever swaps the node's databases.
     pub swapdb: bool,
-    /// Whether this user may touch a proof's marker
-    /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)), as `EXISTS redlock:epoch:m:0`
-    /// answered when the connection was made: an ACL without `~redlock:epoch:m:*` refuses
-    /// it, and proofs there write no marker (seals read the epoch and its stamp). Asked ahead
-    /// because a refused marker would abort a native proof's transaction.
+    /// Whether this user may write a proof's marker
+    /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)), as a `SET … XX` of one that
+    /// never exists answered when the connection was made: an ACL without
+    /// `~redlock:epoch:m:*` (or with it for reading only) refuses it, and proofs there write
+    /// no marker (seals read the epoch and its stamp). Asked ahead because a refused marker
+    /// would abort a native proof's transaction.
     pub markers: bool,
     /// The database the client selected on the node (a node URL's `/db`): what the node's
     /// identity is stamped with ([`node_identity`](crate::node_identity)).

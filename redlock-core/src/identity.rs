@@ -14,8 +14,8 @@
 //! A checked script compares it whole; a native proof does the same from the `INFO` it reads.
 //! A proven connection whose node could lose keys without telling it (a `SWAPDB` the node can
 //! run, an evicting `maxmemory-policy`) seals each vouched acquisition instead: the `SET` goes
-//! out in a `MULTI` with `EXISTS` of the marker its proof wrote (a node that runs scripts and
-//! does not evict, [`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)), or else an `MGET` of
+//! out in a `MULTI` with `EXISTS` of the marker its proof wrote (a node that does not evict,
+//! [`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX)), or else an `MGET` of
 //! the epoch and its stamp and, on an evicting node, `INFO stats` ([`SealRead`]); it counts
 //! only if the marker is there, or the epoch is the one proven, the stamp names this database
 //! and, where read, the eviction count has not moved ([`seal_breach`]).

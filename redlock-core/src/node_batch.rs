@@ -62,7 +62,9 @@ pub enum ProofRead {
     /// `EXEC`, which ends a native proof's transaction ([`ProofRead::Multi`]).
     Exec,
     /// `EXISTS redlock:epoch:m:0`, on a proof by script that writes a marker
-    /// ([`NodeBatch::mark`]): whether this user may touch the markers
+    /// ([`NodeBatch::mark`]): whether this user may touch the markers now (asked at each proof,
+    /// beside [`Dialect::markers`] at connect, so an ACL changed since costs no sit-out: a
+    /// seal that found its marker missing would refuse)
     /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX); an ACL may deny them). Where it
     /// may not, the connection's seals read the epoch and its stamp. Its reply goes to
     /// [`NodeBatch::handle_markable`].
@@ -130,7 +132,8 @@ impl Stamp {
 const CLAIM_TTL: &[u8] = b"1099511627776";
 
 impl ProofRead {
-    /// The command's arguments.
+    /// The command's arguments; for [`ProofRead::Marker`], whose arguments name the proof's
+    /// marker, only its first: use [`NodeBatch::read_args`], which gives every read's.
     pub fn args(self) -> &'static [&'static [u8]] {
         match self {
             Self::Caching => &[b"CLIENT", b"CACHING", b"YES"],
@@ -198,7 +201,8 @@ const PROVE_NATIVELY_NOLOOP: &[ProofRead] = &[
 /// marker's write (no swap between them), and `INFO` after it: a refused `INFO` (an ACL)
 /// would abort the transaction, and an eviction after the reads moves the count it reads.
 /// `CLIENT CACHING YES` right before `MULTI` tracks every key the transaction reads (the epoch
-/// and its stamp, on Redis 7, Valkey 8.1 and 9.1; the watch ignores a push of the stamp).
+/// and its stamp; checked on Redis 7.0, Valkey 8.1 and 9.1, the servers CI runs; the watch
+/// ignores a push of the stamp).
 const PROVE_NATIVELY_MARKED: &[ProofRead] = &[
     ProofRead::Notifications,
     ProofRead::Caching,
@@ -344,7 +348,9 @@ impl Proof {
 /// 1. on a batch that proves (its [`NodeBatch::reads`] are not empty) it names the proof's
 ///    marker with a fresh random number ([`NodeBatch::mark`]); it writes the reads (each as
 ///    [`NodeBatch::read_args`]), then every request's [`NodeBatch::form`] (a sealed one in a
-///    `MULTI` with its [`NodeBatch::seal_args`]), all in one pipeline;
+///    `MULTI` with its [`NodeBatch::seal_args`]), all in one pipeline — where the batch
+///    [embeds](NodeBatch::embeds) its requests, their parts go right before the reads'
+///    [`ProofRead::Exec`] instead;
 /// 2. it hands the reads' replies to [`NodeBatch::handle_caching`],
 ///    [`NodeBatch::handle_epoch`], [`NodeBatch::handle_pttl`], [`NodeBatch::handle_time`],
 ///    [`NodeBatch::handle_stamped`], [`NodeBatch::handle_info`], [`NodeBatch::handle_claim`],
@@ -389,6 +395,9 @@ pub struct NodeBatch {
     /// A native proof's marker write: the marker, and its TTL (the longest of the batch's
     /// proving acquisitions) in decimal, for [`NodeBatch::read_args`].
     native_marker: Option<(MarkerKey, Decimal)>,
+    /// Whether every request proves, each one plain command (`SET NX PX`, `MSETEX`): a native
+    /// proof's transaction can then hold them ([`NodeBatch::embeds`]).
+    plain_proving: bool,
     /// The requests the connection vouched for that prove anyway, each with the seal it keeps
     /// (none in a batch of plain acquisitions: no allocation).
     kept: Vec<(usize, Seal)>,
@@ -470,6 +479,14 @@ impl NodeBatch {
             markers_denied: false,
         });
         let trusts = transmits.iter().any(|t| t.command.op() == Op::Trust);
+        let plain_proving = kept.is_empty()
+            && transmits.iter().zip(&checks).all(|(transmit, check)| {
+                matches!(check, Some((MemoryCheck::Prove { .. }, _)))
+                    && matches!(
+                        transmit.command.redis_form_vouched(dialect),
+                        RedisForm::Set { .. } | RedisForm::MSetEx { .. }
+                    )
+            });
         Self {
             dialect: *dialect,
             checks,
@@ -480,6 +497,7 @@ impl NodeBatch {
             nonce: None,
             marked: None,
             native_marker: None,
+            plain_proving,
             kept,
             sent_at: now,
         }
@@ -549,6 +567,18 @@ impl NodeBatch {
         if self.marked.is_some() {
             self.nonce = Some(nonce);
         }
+    }
+
+    /// Whether the requests go inside the proof's transaction, right before its
+    /// [`ProofRead::Exec`] (each part `QUEUED`, its reply among the `EXEC`'s last items, after
+    /// the reads'): a native proof that writes a marker, in a batch whose every request is a
+    /// proving acquisition of one plain command. Its reads, its marker and its acquisitions then
+    /// run in one database at one moment (no swap or eviction between them), and a transaction
+    /// the node refuses sets no key. Otherwise the requests follow the reads, as listed.
+    pub fn embeds(&self) -> bool {
+        self.plain_proving
+            && self.native_marker.is_some()
+            && self.proof.as_ref().is_some_and(|proof| proof.native)
     }
 
     /// The arguments of the proof read `read` (one of [`reads`](Self::reads)): its
@@ -1646,7 +1676,7 @@ mod tests {
         assert_eq!((nonce(0), nonce(1)), (None, Some(5)));
     }
 
-    /// A proof marks only where the node may need a seal against a swap (it runs scripts and
+    /// A proof by script marks only where the node may need a seal against a swap (it can run
     /// `SWAPDB`), and a marker this user may not touch (`EXISTS` refused by an ACL) is never
     /// read: the seals read the stamps.
     #[test]
@@ -1755,7 +1785,22 @@ mod tests {
                 ProofRead::Info,
             ]
         );
-        assert_eq!(wire, reads.len() + 1, "the reads, then the acquisition");
+        assert_eq!(wire, reads.len() + 1, "the reads, with the acquisition");
+        // A batch of proving acquisitions goes inside the proof's transaction; one with a
+        // release beside it keeps its order (the requests follow the reads), as does a proof
+        // that writes no marker, or one by script.
+        let embeds = |transmits: &[Transmit], dialect: &Dialect, nonce: Option<u64>| {
+            let mut batch = NodeBatch::new(transmits, dialect, Some(&MemoryWatch::new()), now());
+            if let Some(nonce) = nonce {
+                batch.mark(nonce);
+            }
+            batch.embeds()
+        };
+        let (second, release) = commands("second");
+        assert!(embeds(&[first.clone(), second.clone()], &dialect, Some(9)));
+        assert!(!embeds(&[first.clone(), release], &dialect, Some(9)));
+        assert!(!embeds(transmits, &dialect, None));
+        assert!(!embeds(transmits, &Dialect::SCRIPTS, Some(9)));
         let batch = NodeBatch::new(transmits, &dialect, Some(&watch), now());
         let mut marked = batch;
         marked.mark(9);

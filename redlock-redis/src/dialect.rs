@@ -6,8 +6,9 @@
 //! Whether the connection may run scripts at all is asked too, with `SCRIPT EXISTS` (the
 //! `@scripting` category): an ACL that denies it, or a server without Lua, answers with an
 //! error, and the node then gets the native forms only ([`Dialect::scripts`] false). So is
-//! whether it may touch the proofs' markers (`EXISTS redlock:epoch:m:0`; an ACL may deny the
-//! key pattern: [`Dialect::markers`] false).
+//! whether it may write the proofs' markers (`SET redlock:epoch:m:0 1 PX 1 XX`, which writes
+//! nothing: no proof's marker has that name; an ACL may deny the key pattern, or allow it for
+//! reading only: `NOPERM`, [`Dialect::markers`] false).
 //!
 //! A node that answers neither `HELLO` nor `COMMAND INFO` (an old server, an ACL that denies
 //! them) is taken to run scripts and nothing native ([`Dialect::SCRIPTS`]): every operation
@@ -22,7 +23,7 @@ const NATIVE: [&str; 4] = ["DELIFEQ", "DELEX", "MSETEX", "SWAPDB"];
 
 /// The one pipeline that asks: `HELLO`, `COMMAND INFO` of the native commands, whether
 /// scripts may run (`SCRIPT EXISTS` of a hash no script has), and whether markers may be
-/// touched (`EXISTS` of a marker no proof writes).
+/// written (`SET … XX` of a marker no proof writes: a write that never happens).
 fn probe() -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
@@ -31,7 +32,12 @@ fn probe() -> redis::Pipeline {
     pipe.cmd("SCRIPT")
         .arg("EXISTS")
         .arg("0000000000000000000000000000000000000000");
-    pipe.cmd("EXISTS").arg("redlock:epoch:m:0");
+    pipe.cmd("SET")
+        .arg("redlock:epoch:m:0")
+        .arg(1)
+        .arg("PX")
+        .arg(1)
+        .arg("XX");
     pipe
 }
 
@@ -70,7 +76,7 @@ fn answerable(values: &[Value]) -> Result<(), redis::RedisError> {
 }
 
 /// The dialect of the replies to [`probe`]: `[HELLO's, COMMAND INFO's, SCRIPT EXISTS's,
-/// EXISTS's]` (without the last: markers allowed, as a proof by script finds out anyway).
+/// SET's]` (without the last: markers allowed, as a proof by script finds out anyway).
 pub(crate) fn from_replies(values: &[Value]) -> Dialect {
     let [hello, info, scripting, markers @ ..] = values else {
         return Dialect::SCRIPTS;
@@ -82,8 +88,11 @@ pub(crate) fn from_replies(values: &[Value]) -> Dialect {
     {
         dialect.scripts = false;
     }
-    // Refused (an ACL without `~redlock:epoch:m:*`): proofs write no marker.
-    if let [Value::ServerError(_)] = markers {
+    // Refused by an ACL (no `~redlock:epoch:m:*`, or `%R~` only): proofs write no marker.
+    // Another error (`OOM`, `READONLY` on a replica) says nothing of the ACL.
+    if let [Value::ServerError(err)] = markers
+        && err.code() == "NOPERM"
+    {
         dialect.markers = false;
     }
     dialect
@@ -249,7 +258,7 @@ mod tests {
         let denied = from_replies(&[resp3.clone(), info([false; 3]), error("NOPERM")]);
         assert!(!denied.scripts);
         // One denied the markers' keys: proofs write none.
-        let allowed_markers = Value::Int(0);
+        let allowed_markers = Value::Nil;
         let replies = [resp3.clone(), info([false; 3]), allowed(), allowed_markers];
         assert!(from_replies(&replies).markers);
         let unmarked = from_replies(&[resp3, info([false; 3]), allowed(), error("NOPERM")]);

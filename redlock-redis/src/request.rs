@@ -381,13 +381,26 @@ impl<'a> Reading<'a> {
     fn pipeline(&self) -> redis::Pipeline {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
+        // Embedded requests go inside the proof's transaction, right before its `EXEC`.
+        let embeds = self.plan.embeds();
         for read in self.plan.reads() {
+            if embeds && *read == ProofRead::Exec {
+                self.push_requests(&mut pipe);
+            }
             let mut cmd = redis::Cmd::new();
             for arg in self.plan.read_args(*read) {
                 cmd.arg(arg);
             }
             pipe.add_command(cmd);
         }
+        if !embeds {
+            self.push_requests(&mut pipe);
+        }
+        pipe
+    }
+
+    /// Every request's parts, a sealed request or a transaction form in its own `MULTI`.
+    fn push_requests(&self, pipe: &mut redis::Pipeline) {
         for index in 0..self.batch.len() {
             let form = self.form(index);
             let seal = self.plan.seal_reads(index);
@@ -409,7 +422,6 @@ impl<'a> Reading<'a> {
                 pipe.cmd("EXEC");
             }
         }
-        pipe
     }
 
     /// Takes the replies of every part, in the order they were sent.
@@ -426,44 +438,50 @@ impl<'a> Reading<'a> {
                 continue;
             }
             // A transaction: each read's `QUEUED`, then its reply in the `EXEC`'s array.
+            // Embedded requests' parts come after the reads, before the `EXEC`.
             let queued = reads[at..]
                 .iter()
                 .take_while(|read| **read != ProofRead::Exec);
             let queued: smallvec::SmallVec<[ProofRead; 8]> = queued.copied().collect();
-            let mut refused: smallvec::SmallVec<[Option<redis::Value>; 8]> = Default::default();
-            for _ in &queued {
-                let Some(result) = results.next() else { return };
-                note_failure(&result, &mut self.reconnect, &mut self.rebuild);
-                refused.push(match result {
-                    Ok(value @ redis::Value::ServerError(_)) => Some(value),
-                    _ => None,
-                });
-            }
-            let Some(exec) = results.next() else { return };
-            note_failure(&exec, &mut self.reconnect, &mut self.rebuild);
             at += queued.len() + 1;
-            match exec {
-                Ok(redis::Value::Array(items))
-                    if items.len() == queued.len() && refused.iter().all(Option::is_none) =>
-                {
-                    for (read, item) in queued.into_iter().zip(items) {
+            let embedded: usize = match self.plan.embeds() {
+                true => (0..self.batch.len()).map(|i| self.form(i).parts()).sum(),
+                false => 0,
+            };
+            let (reconnect, rebuild) = (&mut self.reconnect, &mut self.rebuild);
+            let seen = |result: &_| note_failure(result, reconnect, rebuild);
+            let count = queued.len() + embedded;
+            let Some(ran) = read_transaction(Some(result), &mut results, count, seen) else {
+                return;
+            };
+            match ran {
+                Ok(items) => {
+                    let mut items = items.into_iter();
+                    for (read, item) in queued.into_iter().zip(items.by_ref()) {
                         self.handle_read(read, &Ok(item));
                     }
+                    self.embedded_parts(items.map(|item| map_result(Ok(item))));
                 }
-                // Aborted: each read fails with its own refusal, or with the first one (what
-                // the node refused, say `OOM` or `READONLY`, not `EXECABORT`), or else with
-                // what the `EXEC` said.
-                exec => {
-                    let first = refused.iter().flatten().next().cloned().map(Ok);
-                    let cause = first.as_ref().unwrap_or(&exec);
-                    for (read, refused) in queued.into_iter().zip(refused) {
-                        match refused {
-                            Some(refused) => self.handle_read(read, &Ok(refused)),
-                            None => self.handle_read(read, cause),
-                        }
+                // Each read fails with its own refusal, or with what the node refused (`OOM`,
+                // `READONLY`, not `EXECABORT`); the marker's write only with its own, so a
+                // refusal of another read never turns markers off. No embedded part ran.
+                Err(aborted) => {
+                    let mut refused = aborted.refused.into_iter();
+                    for (read, refused) in queued.into_iter().zip(refused.by_ref()) {
+                        let failed = match (refused, read) {
+                            (Some(refused), _) => refused,
+                            (None, ProofRead::Marker) => aborted.exec,
+                            (None, _) => aborted.cause,
+                        };
+                        self.fail_read(read, failed);
                     }
+                    let failed = refused.map(|own| Reply::Error(own.unwrap_or(aborted.cause)));
+                    self.embedded_parts(failed);
                 }
             }
+        }
+        if self.plan.embeds() {
+            return;
         }
         for index in 0..self.batch.len() {
             let form = self.form(index);
@@ -492,6 +510,35 @@ impl<'a> Reading<'a> {
                 }
                 self.parts[index].push(reply);
             }
+        }
+    }
+
+    /// The answers of the requests' parts that went inside the proof's transaction
+    /// ([`NodeBatch::embeds`]), in order.
+    fn embedded_parts(&mut self, mut answers: impl Iterator<Item = Reply>) {
+        for index in 0..self.batch.len() {
+            for _ in 0..self.form(index).parts() {
+                if let Some(answer) = answers.next() {
+                    self.parts[index].push(answer);
+                }
+            }
+        }
+    }
+
+    /// Fails the proof read `read` with `failed` (its transaction did not run).
+    fn fail_read(&mut self, read: ProofRead, failed: NodeErrorKind) {
+        match read {
+            ProofRead::Caching => self.plan.handle_caching(Err(failed)),
+            ProofRead::Epoch => self.plan.handle_epoch(Err(failed)),
+            ProofRead::Pttl => self.plan.handle_pttl(Err(failed)),
+            ProofRead::Claim => self.plan.handle_claim(false),
+            ProofRead::Time => self.plan.handle_time(Err(failed)),
+            ProofRead::Stamped => self.plan.handle_stamped(Err(failed)),
+            ProofRead::Info => self.plan.handle_info(None),
+            ProofRead::Notifications => self.plan.handle_notifications(Err(failed)),
+            ProofRead::Markable => self.plan.handle_markable(Err(failed)),
+            ProofRead::Marker => self.plan.handle_marker(Err(failed)),
+            ProofRead::Multi | ProofRead::Exec => {}
         }
     }
 
@@ -529,27 +576,16 @@ impl<'a> Reading<'a> {
         seal: &[SealRead],
         results: &mut impl Iterator<Item = Result<redis::Value, redis::RedisError>>,
     ) -> bool {
-        let mut failed = None;
-        for _ in 0..1 + form.parts() + seal.len() {
-            let Some(result) = results.next() else {
-                return false;
-            };
-            self.note_ask(index, &result);
-            note_failure(&result, &mut self.reconnect, &mut self.rebuild);
-            if let reply @ Reply::Error(_) = map_result(result) {
-                failed.get_or_insert(reply);
-            }
-        }
-        let Some(exec) = results.next() else {
+        // A server may queue every command and redirect the transaction at `EXEC` (Valkey 9).
+        let seen = |result: &Result<redis::Value, redis::RedisError>| {
+            self.note_ask(index, result);
+            note_failure(result, &mut self.reconnect, &mut self.rebuild);
+        };
+        let Some(ran) = read_transaction(None, results, form.parts() + seal.len(), seen) else {
             return false;
         };
-        // A server may queue every command and redirect the transaction at `EXEC` (Valkey 9).
-        self.note_ask(index, &exec);
-        note_failure(&exec, &mut self.reconnect, &mut self.rebuild);
-        match exec {
-            Ok(redis::Value::Array(items))
-                if failed.is_none() && items.len() == form.parts() + seal.len() =>
-            {
+        match ran {
+            Ok(items) => {
                 let (parts, reads) = items.split_at(form.parts());
                 let token = self.batch[index].command.spec().token().as_bytes();
                 for (at, part) in parts.iter().enumerate() {
@@ -591,11 +627,8 @@ impl<'a> Reading<'a> {
                 };
                 self.plan.handle_seal(index, replies);
             }
-            other => {
-                let reply = failed.unwrap_or_else(|| match map_result(other) {
-                    failed @ Reply::Error(_) => failed,
-                    _ => Reply::Error(NodeErrorKind::Protocol),
-                });
+            Err(aborted) => {
+                let reply = Reply::Error(aborted.cause);
                 self.parts[index].extend((0..form.parts()).map(|_| reply));
             }
         }
@@ -732,6 +765,63 @@ impl<'a> Reading<'a> {
             asked: self.asked,
         }
     }
+}
+
+/// A transaction that did not run.
+struct Aborted {
+    /// Per queued command, its own refusal (`None`: queued).
+    refused: smallvec::SmallVec<[Option<NodeErrorKind>; 8]>,
+    /// What failed it: the `MULTI`'s or the first queued command's refusal, else the `EXEC`'s
+    /// error, else a protocol error (an `EXEC` of another shape).
+    cause: NodeErrorKind,
+    /// What the `EXEC` itself said (`EXECABORT`, or a protocol error for another shape).
+    exec: NodeErrorKind,
+}
+
+/// One transaction's replies, as they come: `MULTI`'s (`multi`, when already read; else the
+/// next of `results`), one `QUEUED` per `queued` command, then `EXEC`'s; `seen` sees each
+/// reply as it is read (redirects, broken connections). `Ok`: the `EXEC`'s array, one item per
+/// queued command. `None`: the replies ran out.
+fn read_transaction(
+    multi: Option<Result<redis::Value, redis::RedisError>>,
+    results: &mut impl Iterator<Item = Result<redis::Value, redis::RedisError>>,
+    queued: usize,
+    mut seen: impl FnMut(&Result<redis::Value, redis::RedisError>),
+) -> Option<Result<Vec<redis::Value>, Aborted>> {
+    let multi = match multi {
+        Some(multi) => multi,
+        None => {
+            let multi = results.next()?;
+            seen(&multi);
+            multi
+        }
+    };
+    let refusal = |result: Result<redis::Value, redis::RedisError>| match map_result(result) {
+        Reply::Error(kind) => Some(kind),
+        _ => None,
+    };
+    let mut first = refusal(multi);
+    let mut refused = smallvec::SmallVec::new();
+    for _ in 0..queued {
+        let result = results.next()?;
+        seen(&result);
+        let own = refusal(result);
+        first = first.or(own);
+        refused.push(own);
+    }
+    let exec = results.next()?;
+    seen(&exec);
+    Some(match exec {
+        Ok(redis::Value::Array(items)) if first.is_none() && items.len() == queued => Ok(items),
+        other => {
+            let exec = refusal(other).unwrap_or(NodeErrorKind::Protocol);
+            Err(Aborted {
+                refused,
+                cause: first.unwrap_or(exec),
+                exec,
+            })
+        }
+    })
 }
 
 /// Whether a command answered `OK`, for [`NodeBatch::handle_caching`].

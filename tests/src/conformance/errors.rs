@@ -341,22 +341,34 @@ pub fn a_user_with_the_documented_acl_runs_every_operation<A: Adapter>() {
     }
 }
 
-/// A user whose ACL leaves out the markers (`~redlock:epoch:m:*`) still locks, with scripts
-/// and without: the checked script's marker write fails quietly and the proof's probe says
-/// so; a native proof's transaction is refused once (`NOPERM` while queued), which turns the
-/// connection's markers off, and the retry proves as before markers. Its vouched acquisitions
-/// then read the stamps (`MGET`), and no marker is ever written.
+/// A user whose ACL leaves out the markers (`~redlock:epoch:m:*`), or allows them for reading
+/// only (`%R~redlock:epoch:m:*`), still locks, with scripts and without: each connection asks
+/// when it is made (a `SET … XX` that writes nothing, refused `NOPERM`), and its proofs write
+/// no marker — a native proof's transaction never includes one (a refused write would abort
+/// it), and no seal waits for one a checked script could not write. Its vouched acquisitions
+/// read the stamps (`MGET`), and no marker is ever written.
 pub fn a_user_denied_the_markers_seals_with_the_stamps<A: Adapter>() {
     const LOCKS: usize = 3;
     let options = Options {
         key_prefix: Some(b"locks:".to_vec()),
         ..Options::default()
     };
-    let mut narrower: Vec<&str> = LOCK_USER.to_vec();
-    narrower.retain(|rule| *rule != "~redlock:epoch:m:*");
-    for deny_scripting in [false, true] {
-        let name = format!("{}, scripting denied: {deny_scripting}", A::NAME);
-        let mut rules = narrower.clone();
+    const READ_ONLY: Option<&str> = Some("%R~redlock:epoch:m:*");
+    let cases = [
+        (None, false),
+        (None, true),
+        (READ_ONLY, false),
+        (READ_ONLY, true),
+    ];
+    for (markers, deny_scripting) in cases {
+        let name = format!(
+            "{}, markers {}, scripting denied: {deny_scripting}",
+            A::NAME,
+            markers.unwrap_or("left out")
+        );
+        let mut rules: Vec<&str> = LOCK_USER.to_vec();
+        rules.retain(|rule| *rule != "~redlock:epoch:m:*");
+        rules.extend(markers);
         if deny_scripting {
             rules.push("-@scripting");
         }
@@ -392,5 +404,73 @@ pub fn a_user_denied_the_markers_seals_with_the_stamps<A: Adapter>() {
                 .expect("KEYS");
             assert!(markers.is_empty(), "{name}: no marker: {markers:?}");
         }
+    }
+}
+
+/// A marker the user's ACL stops allowing after its connections were made (`ACL SETUSER`):
+/// the next native proof's transaction, which writes one, is refused while queued and runs
+/// nothing — its acquisition went inside it, so no key is left behind (on a node that can
+/// delete a key only by script, none could be released) — and markers go off on that
+/// connection: the next lock proves without one. With scripts, the checked script's write
+/// fails quietly and the proof's probe says so. Each case, with scripts and without, on one
+/// node (a refusal there is the whole round).
+pub fn a_marker_refused_after_connecting_leaves_no_key_behind<A: Adapter>() {
+    let options = Options {
+        key_prefix: Some(b"locks:".to_vec()),
+        retry: Some(RetryPolicy::once()),
+        // Proofs live half of it: a second proof on the same connections after a pause.
+        max_ttl: Some(Duration::from_secs(2)),
+        ..Options::default()
+    };
+    for deny_scripting in [false, true] {
+        let name = format!("{}, scripting denied: {deny_scripting}", A::NAME);
+        let mut rules: Vec<&str> = LOCK_USER.to_vec();
+        if deny_scripting {
+            rules.push("-@scripting");
+        }
+        let server_options = ServerOptions::new().deny_scripting(false).args(rules);
+        let nodes = Servers::start_with(1, &server_options);
+        let client = A::build(&as_locker(&nodes), &options).expect("build");
+        client.trust_nodes().expect("trusted");
+        let ttl = Duration::from_secs(2);
+        // Another resource: on a node that deletes only by script, no release deletes a key.
+        let lock = client
+            .lock("warm-up", ttl)
+            .unwrap_or_else(|err| panic!("{name}: first lock: {err}"));
+        lock.release();
+        let server = &nodes.servers()[0];
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("locker")
+            .arg("resetkeys")
+            .arg("~locks:*")
+            .arg("~redlock:epoch")
+            .arg("~redlock:epoch:id")
+            .arg("~redlock:fence:locks:*")
+            .query(&mut server.client())
+            .expect("ACL SETUSER");
+        // The proof ends (half of `max_ttl`); the next lock proves again, on the same connection.
+        thread::sleep(Duration::from_millis(1_200));
+        let refused = client.try_lock("job", ttl);
+        let left: bool = redis::cmd("EXISTS")
+            .arg("locks:job")
+            .query(&mut server.client())
+            .expect("EXISTS");
+        if deny_scripting {
+            assert!(
+                matches!(&refused, Err(Error::Unavailable(_))),
+                "{name}: the proof's transaction was refused: {:?}",
+                refused.as_ref().err()
+            );
+        }
+        assert!(
+            !left || refused.is_ok(),
+            "{name}: a refused proof left its key behind"
+        );
+        drop(refused);
+        let lock = client
+            .lock("again", ttl)
+            .unwrap_or_else(|err| panic!("{name}: lock after the ACL change: {err}"));
+        lock.release();
     }
 }

@@ -1018,6 +1018,7 @@ macro_rules! conformance_tests {
             a_refused_transaction_part_is_an_error_vote,
             a_user_with_the_documented_acl_runs_every_operation,
             a_user_denied_the_markers_seals_with_the_stamps,
+            a_marker_refused_after_connecting_leaves_no_key_behind,
             keys_and_tiny_ttls, small_deployments, duplicate_nodes, a_node_position_past_the_list);
     };
     (@tls $adapter:ty; $($case:ident),+ $(,)?) => {
