@@ -383,19 +383,10 @@ pub fn a_user_denied_the_markers_seals_with_the_stamps<A: Adapter>() {
             lock.release();
         }
         for server in nodes.servers() {
-            let stats: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query(&mut server.client())
-                .expect("INFO commandstats");
-            let mget = stats
-                .lines()
-                .find_map(|line| line.strip_prefix("cmdstat_mget:calls="))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|calls| calls.parse::<u64>().ok())
-                .unwrap_or(0);
+            let mget = super::sealed::calls(server, "mget");
             assert!(
                 mget >= u64::try_from(LOCKS - 1).unwrap_or(0),
-                "{name}: {} sealed {mget} of {LOCKS} locks with the stamps: {stats}",
+                "{name}: {} sealed {mget} of {LOCKS} locks with the stamps",
                 server.addr()
             );
             let markers: Vec<String> = redis::cmd("KEYS")
