@@ -61,10 +61,11 @@ pub enum ProofRead {
     Marker,
     /// `EXEC`, which ends a native proof's transaction ([`ProofRead::Multi`]).
     Exec,
-    /// `EXISTS redlock:epoch:m:0`, on a proof by script that writes a marker
-    /// ([`NodeBatch::mark`]): whether this user may touch the markers now (asked at each proof,
-    /// beside [`Dialect::markers`] at connect, so an ACL changed since costs no sit-out: a
-    /// seal that found its marker missing would refuse)
+    /// `SET redlock:epoch:m:0 1 PX 1 XX` (a write that never happens: no proof's marker has
+    /// that name), on a proof by script that writes a marker ([`NodeBatch::mark`]): whether
+    /// this user may write the markers now (asked at each proof, beside [`Dialect::markers`]
+    /// at connect, so an ACL changed since costs no sit-out: a seal that found its marker
+    /// missing would refuse)
     /// ([`EPOCH_MARKER_PREFIX`](crate::EPOCH_MARKER_PREFIX); an ACL may deny them). Where it
     /// may not, the connection's seals read the epoch and its stamp. Its reply goes to
     /// [`NodeBatch::handle_markable`].
@@ -144,7 +145,7 @@ impl ProofRead {
             Self::Info => &[b"INFO", b"server", b"replication", b"stats", b"memory"],
             Self::Claim => &[b"SET", EPOCH_KEY, EPOCH_CLAIM, b"NX", b"PX", CLAIM_TTL],
             Self::Notifications => &[b"CONFIG", b"GET", b"notify-keyspace-events"],
-            Self::Markable => &[b"EXISTS", b"redlock:epoch:m:0"],
+            Self::Markable => &[b"SET", b"redlock:epoch:m:0", b"1", b"PX", b"1", b"XX"],
             Self::Multi => &[b"MULTI"],
             Self::Exec => &[b"EXEC"],
             // Named per proof: see `NodeBatch::read_args`.
@@ -622,7 +623,8 @@ impl NodeBatch {
     }
 
     /// How many commands go on the wire for `transmits` (the reads and every part of every
-    /// form), and so how many replies come back.
+    /// form, an [embedded](Self::embeds) part once, inside the proof's transaction), and so
+    /// how many replies come back.
     pub fn wire_len(&self, transmits: &[Transmit]) -> usize {
         self.reads().len()
             + transmits
@@ -694,8 +696,8 @@ impl NodeBatch {
         }
     }
 
-    /// The reply to [`ProofRead::Markable`]: `Ok` when the node answered `EXISTS` (this user
-    /// may touch the markers), else why not.
+    /// The reply to [`ProofRead::Markable`]: `Ok` when the node answered the `SET … XX` (nil:
+    /// this user may write the markers), else why not.
     pub fn handle_markable(&mut self, read: Result<(), NodeErrorKind>) {
         if let Some(proof) = &mut self.proof {
             proof.markable = read.is_ok();
@@ -903,8 +905,12 @@ impl NodeBatch {
                         let read = (epoch, reads.cause);
                         watch.handle_native_proof(sent, read, reads.now, *answer, *max_ttl)
                     }
-                    // The proof's own reads failed: the node's vote cannot count.
-                    Err(failed) => Reply::Error(failed),
+                    // The proof's own reads failed: the node's vote cannot count (a request
+                    // the node refused says why itself: a key outside the user's ACL, say).
+                    Err(failed) => match *answer {
+                        refused @ Reply::Error(_) => refused,
+                        _ => Reply::Error(failed),
+                    },
                 },
                 (MemoryCheck::Prove { .. }, None) => *answer,
             };
@@ -1762,7 +1768,11 @@ mod tests {
                 }
             }
             let form = batch.form(0, &first.command);
-            let mut answer = [node.run_form(at, &first.command, form)];
+            // An acquisition inside the proof's transaction runs only if the transaction does.
+            let mut answer = match failed {
+                Some(failed) if batch.embeds() => [Reply::Error(failed)],
+                _ => [node.run_form(at, &first.command, form)],
+            };
             let wire = batch.wire_len(transmits);
             batch.finish(Some(watch), &mut answer);
             (answer[0], reads, wire)
@@ -1846,8 +1856,7 @@ mod tests {
         let (answer, _, _) = prove(&mut fresh, &mut watch, Err(NodeErrorKind::NoPermission));
         assert_eq!(answer, Reply::Error(aborted));
         assert!(!watch.marks(), "markers off");
-        // (The aborted proof's acquisition ran: its key goes with the failed lock's release.)
-        let mut fresh = crate::fake::FakeNode::new();
+        // The refused transaction held the acquisition and set no key: the next proof gets it.
         let (answer, reads, _) = prove(&mut fresh, &mut watch, Ok(()));
         assert_eq!(answer, Reply::Ok);
         assert!(!reads.contains(&ProofRead::Multi), "{reads:?}");

@@ -462,21 +462,23 @@ impl<'a> Reading<'a> {
                     }
                     self.embedded_parts(items.map(|item| map_result(Ok(item))));
                 }
-                // Each read fails with its own refusal, or with what the node refused (`OOM`,
-                // `READONLY`, not `EXECABORT`); the marker's write only with its own, so a
-                // refusal of another read never turns markers off. No embedded part ran.
+                // Each read fails with its own refusal, or with what the node refused of the
+                // proof (`OOM`, `READONLY`, not `EXECABORT`); the marker's write only with its
+                // own, so a refusal of another read never turns markers off. No embedded part
+                // ran: each fails with its own refusal (a key outside the user's ACL, say) or
+                // the proof's.
                 Err(aborted) => {
-                    let mut refused = aborted.refused.into_iter();
+                    let cause = aborted.cause(queued.len());
+                    let mut refused = aborted.refused.iter().copied();
                     for (read, refused) in queued.into_iter().zip(refused.by_ref()) {
                         let failed = match (refused, read) {
                             (Some(refused), _) => refused,
                             (None, ProofRead::Marker) => aborted.exec,
-                            (None, _) => aborted.cause,
+                            (None, _) => cause,
                         };
                         self.fail_read(read, failed);
                     }
-                    let failed = refused.map(|own| Reply::Error(own.unwrap_or(aborted.cause)));
-                    self.embedded_parts(failed);
+                    self.embedded_parts(refused.map(|own| Reply::Error(own.unwrap_or(cause))));
                 }
             }
         }
@@ -553,10 +555,11 @@ impl<'a> Reading<'a> {
             ProofRead::Stamped => self.plan.handle_stamped(epoch_value(result)),
             ProofRead::Info => self.plan.handle_info(text(result)),
             ProofRead::Notifications => self.plan.handle_notifications(setting(result)),
-            ProofRead::Markable => {
-                let answered = integer(result).and_then(|n| n.ok_or(NodeErrorKind::Protocol));
-                self.plan.handle_markable(answered.map(|_| ()));
-            }
+            // `SET … XX` of a key that is never there: nil, unless refused.
+            ProofRead::Markable => self.plan.handle_markable(match result {
+                Ok(redis::Value::Nil) => Ok(()),
+                result => acknowledged(result),
+            }),
             ProofRead::Marker => self.plan.handle_marker(acknowledged(result)),
             // Their replies decide nothing: the transaction's reads carry what it did.
             ProofRead::Multi | ProofRead::Exec => {}
@@ -628,7 +631,7 @@ impl<'a> Reading<'a> {
                 self.plan.handle_seal(index, replies);
             }
             Err(aborted) => {
-                let reply = Reply::Error(aborted.cause);
+                let reply = Reply::Error(aborted.cause(aborted.refused.len()));
                 self.parts[index].extend((0..form.parts()).map(|_| reply));
             }
         }
@@ -769,13 +772,21 @@ impl<'a> Reading<'a> {
 
 /// A transaction that did not run.
 struct Aborted {
+    /// The `MULTI`'s own refusal, if it was refused.
+    multi: Option<NodeErrorKind>,
     /// Per queued command, its own refusal (`None`: queued).
     refused: smallvec::SmallVec<[Option<NodeErrorKind>; 8]>,
-    /// What failed it: the `MULTI`'s or the first queued command's refusal, else the `EXEC`'s
-    /// error, else a protocol error (an `EXEC` of another shape).
-    cause: NodeErrorKind,
     /// What the `EXEC` itself said (`EXECABORT`, or a protocol error for another shape).
     exec: NodeErrorKind,
+}
+
+impl Aborted {
+    /// What failed it, as the first `first` queued commands tell: the `MULTI`'s refusal or the
+    /// first of theirs, else what the `EXEC` said.
+    fn cause(&self, first: usize) -> NodeErrorKind {
+        let queued = self.refused.iter().take(first).flatten().next().copied();
+        self.multi.or(queued).unwrap_or(self.exec)
+    }
 }
 
 /// One transaction's replies, as they come: `MULTI`'s (`multi`, when already read; else the
@@ -800,27 +811,23 @@ fn read_transaction(
         Reply::Error(kind) => Some(kind),
         _ => None,
     };
-    let mut first = refusal(multi);
-    let mut refused = smallvec::SmallVec::new();
+    let multi = refusal(multi);
+    let mut refused: smallvec::SmallVec<[Option<NodeErrorKind>; 8]> = smallvec::SmallVec::new();
     for _ in 0..queued {
         let result = results.next()?;
         seen(&result);
-        let own = refusal(result);
-        first = first.or(own);
-        refused.push(own);
+        refused.push(refusal(result));
     }
     let exec = results.next()?;
     seen(&exec);
+    let ran = multi.is_none() && refused.iter().all(Option::is_none);
     Some(match exec {
-        Ok(redis::Value::Array(items)) if first.is_none() && items.len() == queued => Ok(items),
-        other => {
-            let exec = refusal(other).unwrap_or(NodeErrorKind::Protocol);
-            Err(Aborted {
-                refused,
-                cause: first.unwrap_or(exec),
-                exec,
-            })
-        }
+        Ok(redis::Value::Array(items)) if ran && items.len() == queued => Ok(items),
+        other => Err(Aborted {
+            multi,
+            refused,
+            exec: refusal(other).unwrap_or(NodeErrorKind::Protocol),
+        }),
     })
 }
 
