@@ -361,7 +361,8 @@ impl Proof {
 ///    transaction: their replies are the `EXEC`'s array, in order (the `MULTI`'s and the
 ///    `QUEUED` replies decide nothing); where it failed (a read refused while queued, an
 ///    `EXEC` without an array), each read gets its own refusal, or else the first read's
-///    refusal (what the node refused: `OOM`, `READONLY`), or else what the `EXEC` said;
+///    refusal (what the node refused: `OOM`, `READONLY`), or else what the `EXEC` said, through
+///    [`NodeBatch::handle_failed`];
 /// 3. it sends [`NodeBatch::stamps`], if any, on the same connection right away (a node that
 ///    runs no script stamps its epoch and identity in these separate writes);
 /// 4. it makes each request's answer of its parts ([`RedisForm::answer`]) and lets
@@ -711,6 +712,24 @@ impl NodeBatch {
         if let Some(proof) = &mut self.proof {
             proof.markable = written.is_ok();
             proof.markers_denied = written == Err(NodeErrorKind::NoPermission);
+        }
+    }
+
+    /// The proof read `read` failed with `failed` without a reply of its own (its transaction
+    /// did not run): each read counts as it counts when its reply is that error.
+    pub fn handle_failed(&mut self, read: ProofRead, failed: NodeErrorKind) {
+        match read {
+            ProofRead::Caching => self.handle_caching(Err(failed)),
+            ProofRead::Epoch => self.handle_epoch(Err(failed)),
+            ProofRead::Pttl => self.handle_pttl(Err(failed)),
+            ProofRead::Claim => self.handle_claim(false),
+            ProofRead::Time => self.handle_time(Err(failed)),
+            ProofRead::Stamped => self.handle_stamped(Err(failed)),
+            ProofRead::Info => self.handle_info(None),
+            ProofRead::Notifications => self.handle_notifications(Err(failed)),
+            ProofRead::Markable => self.handle_markable(Err(failed)),
+            ProofRead::Marker => self.handle_marker(Err(failed)),
+            ProofRead::Multi | ProofRead::Exec => {}
         }
     }
 
@@ -1749,7 +1768,16 @@ mod tests {
                             marker.is_ok() && node.run_marker_write(at, &batch.read_args(*read));
                         batch.handle_marker(marker.map(|()| assert!(wrote)));
                     }
-                    (ProofRead::Epoch, Some(failed)) => batch.handle_epoch(Err(failed)),
+                    // The transaction's other reads fail with it (`CLIENT CACHING` and
+                    // `INFO` are outside it).
+                    (read, Some(failed))
+                        if !matches!(
+                            read,
+                            ProofRead::Marker | ProofRead::Caching | ProofRead::Info
+                        ) =>
+                    {
+                        batch.handle_failed(*read, failed);
+                    }
                     (ProofRead::Epoch, None) => {
                         batch.handle_epoch(Ok(node.epoch_value().as_deref()));
                     }

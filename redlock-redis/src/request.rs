@@ -476,7 +476,7 @@ impl<'a> Reading<'a> {
                             (None, ProofRead::Marker) => aborted.exec,
                             (None, _) => cause,
                         };
-                        self.fail_read(read, failed);
+                        self.plan.handle_failed(read, failed);
                     }
                     self.embedded_parts(refused.map(|own| Reply::Error(own.unwrap_or(cause))));
                 }
@@ -524,23 +524,6 @@ impl<'a> Reading<'a> {
                     self.parts[index].push(answer);
                 }
             }
-        }
-    }
-
-    /// Fails the proof read `read` with `failed` (its transaction did not run).
-    fn fail_read(&mut self, read: ProofRead, failed: NodeErrorKind) {
-        match read {
-            ProofRead::Caching => self.plan.handle_caching(Err(failed)),
-            ProofRead::Epoch => self.plan.handle_epoch(Err(failed)),
-            ProofRead::Pttl => self.plan.handle_pttl(Err(failed)),
-            ProofRead::Claim => self.plan.handle_claim(false),
-            ProofRead::Time => self.plan.handle_time(Err(failed)),
-            ProofRead::Stamped => self.plan.handle_stamped(Err(failed)),
-            ProofRead::Info => self.plan.handle_info(None),
-            ProofRead::Notifications => self.plan.handle_notifications(Err(failed)),
-            ProofRead::Markable => self.plan.handle_markable(Err(failed)),
-            ProofRead::Marker => self.plan.handle_marker(Err(failed)),
-            ProofRead::Multi | ProofRead::Exec => {}
         }
     }
 
