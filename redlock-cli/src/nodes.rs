@@ -87,9 +87,10 @@ enum Seal {
     /// The node's identity is unknown (`INFO` denied): a plain `SET`, a swap or a lone eviction
     /// unseen.
     Blind,
-    /// A cluster node: its connections are untracked, and each restart-aware acquisition runs
-    /// the checked script against its slot's epoch.
-    Checked,
+    /// A cluster node: each master's connection proves the slots it serves one by one, then
+    /// acquires there with a plain `SET` (an evicting master seals each acquisition, as a
+    /// standalone node does).
+    PerSlot,
 }
 
 impl Seal {
@@ -115,7 +116,7 @@ impl Seal {
             Self::Heard { swapdb: true } => "sealed-heard",
             Self::Heard { swapdb: false } => "plain-heard",
             Self::Blind => "blind",
-            Self::Checked => "checked",
+            Self::PerSlot => "per-slot",
         }
     }
 
@@ -133,8 +134,8 @@ impl Seal {
                 "hears its evictions (keyspace events, to a user allowed the channel) and acquires with a plain SET (SWAPDB renamed away)"
             }
             Self::Blind => "sees no swap nor lone eviction (INFO denied)",
-            Self::Checked => {
-                "checks each restart-aware acquisition by script on its slot's master (a cluster)"
+            Self::PerSlot => {
+                "proves each slot once per connection to its master, then acquires with a plain SET (a cluster; an evicting master seals each acquisition)"
             }
         }
     }
@@ -481,7 +482,7 @@ fn check_cluster(
         identity: None,
         stamped: None,
         stamp_cause: None,
-        seal: Seal::Checked,
+        seal: Seal::PerSlot,
         no_scripts: None,
         cluster: Some(ClusterReport {
             votes: votes
@@ -494,33 +495,24 @@ fn check_cluster(
     })
 }
 
-/// What a node whose user may run no script cannot do. On a cluster node: any restart-aware
-/// acquisition (its connections never prove the node's memory, and the per-acquisition check is
-/// a script). On a standalone node: a restart-aware acquisition where its connection cannot
-/// prove the memory (no RESP3 or `CLIENT TRACKING` for the user), and, without `MSETEX`, a lock
-/// of several keys. Not a risk to a held lock: those are error votes.
+/// What a node whose user may run no script cannot do: a restart-aware acquisition where its
+/// connection cannot prove the memory (no RESP3 or `CLIENT TRACKING` for the user; on a cluster
+/// node each master's connection proves the slots it serves), and, without `MSETEX`, a lock of
+/// several keys. Not a risk to a held lock: those are error votes.
 fn no_scripts_warning(label: &str, report: &Report) -> Option<warnings::Warning> {
     let natives = report.no_scripts?;
-    let message = match &report.cluster {
-        Some(_) => "scripts do not run for this user: every restart-aware acquisition on this \
-                    cluster node is an error vote (its memory check is a script there: a cluster \
-                    node's connections never prove its memory); allow the lock user @scripting, \
-                    or turn restart-aware voting off for locks on it (a master that lost its \
-                    memory then votes at once)"
-            .to_owned(),
-        None => format!(
-            "scripts do not run for this user: releases use the native compare-and-delete; a \
-             restart-aware acquisition needs the connection's memory proof (RESP3 and CLIENT \
-             TRACKING for this user), and is an error vote without it{}",
-            match natives.msetex {
-                true => "",
-                false => {
-                    "; a lock of several keys is an error vote here (it needs MSETEX, Valkey \
-                     9.1 or later)"
-                }
+    let message = format!(
+        "scripts do not run for this user: releases use the native compare-and-delete; a \
+         restart-aware acquisition needs the connection's memory proof (RESP3 and CLIENT \
+         TRACKING for this user), and is an error vote without it{}",
+        match natives.msetex {
+            true => "",
+            false => {
+                "; a lock of several keys is an error vote here (it needs MSETEX, Valkey \
+                 9.1 or later)"
             }
-        ),
-    };
+        }
+    );
     Some(warnings::Warning {
         node: label.to_owned(),
         kind: "no-scripts",

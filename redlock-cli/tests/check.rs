@@ -200,8 +200,9 @@ fn a_cluster_node_without_slots_warns_that_no_master_serves_them() {
 
 /// A node whose user may run no script (an ACL without `@scripting`) passes its check where
 /// native commands stand in for the scripts (Valkey 9.1: `DELIFEQ`, `MSETEX`), with a warning of
-/// what is an error vote there — on a cluster node, every restart-aware acquisition. A server
-/// without a native compare-and-delete (Redis 7) fails its check: no lock could be released.
+/// what is an error vote there — on a cluster node as on a standalone one, a restart-aware
+/// acquisition whose connection cannot prove the memory. A server without a native
+/// compare-and-delete (Redis 7) fails its check: no lock could be released.
 #[test]
 fn a_user_denied_scripts_is_told_what_stands_in_and_what_cannot_run() {
     let valkey = || {
@@ -230,8 +231,7 @@ fn a_user_denied_scripts_is_told_what_stands_in_and_what_cannot_run() {
     let output = check(&nodes, &[]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
-        stdout(&output)
-            .contains("every restart-aware acquisition on this cluster node is an error vote"),
+        stdout(&output).contains("needs the connection's memory proof"),
         "{}",
         stdout(&output)
     );

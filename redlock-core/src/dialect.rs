@@ -138,7 +138,8 @@ impl Dialect {
             delete_if_eq,
             set_if_eq: (valkey && at_least((8, 1))) || (redis && at_least((8, 4))),
             msetex: facts.msetex,
-            swapdb: facts.swapdb,
+            // A cluster node refuses `SWAPDB` ("not allowed in cluster mode": Redis 7, Valkey 9).
+            swapdb: facts.swapdb && !facts.cluster,
             // Asked beside the facts (`EXISTS` of a marker): allowed unless refused.
             markers: true,
             database: 0,

@@ -359,7 +359,7 @@ impl FakeNode {
     /// clock, as the node runs its `SET`.
     pub fn run_stamp(&mut self, now: Duration, stamp: &crate::Stamp) {
         match stamp {
-            crate::Stamp::Restamp { read } => {
+            crate::Stamp::Restamp { read, .. } => {
                 if read
                     .as_ref()
                     .is_none_or(|read| self.epoch_value().as_ref() == Some(read))
@@ -371,6 +371,7 @@ impl FakeNode {
             crate::Stamp::Identity {
                 identity,
                 if_missing,
+                ..
             } => {
                 if !*if_missing || self.stamped.is_none() {
                     self.stamped = Some(identity.clone());

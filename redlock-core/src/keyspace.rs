@@ -77,6 +77,89 @@ impl Keyspace {
     }
 }
 
+/// The names of one epoch and of its identity, inline (no allocation): the node's own
+/// ([`EPOCH_KEY`], [`EPOCH_ID_KEY`]) on a standalone node, or a cluster slot's
+/// (`redlock:epoch:{tag}`, `redlock:epoch:id:{tag}`) — what a proof reads and stamps, and what
+/// a seal reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochNames {
+    /// The slot whose epoch these are (`None`: the node's one epoch).
+    slot: Option<Slot>,
+    epoch: InlineName,
+    id: InlineName,
+}
+
+/// A name of at most [`INLINE_NAME`] bytes, and its length.
+type InlineName = ([u8; INLINE_NAME], u8);
+
+/// The longest name [`EpochNames`] holds: `redlock:epoch:id:{tag}` with a tag of 3.
+const INLINE_NAME: usize = 24;
+
+impl EpochNames {
+    /// The node's one epoch: the names every release has used.
+    pub fn standalone() -> Self {
+        Self {
+            slot: None,
+            epoch: inline(&[EPOCH_KEY]),
+            id: inline(&[EPOCH_ID_KEY]),
+        }
+    }
+
+    /// Cluster slot `slot`'s epoch: the names [`Keyspace::epoch_key`] and
+    /// [`Keyspace::epoch_id_key`] give every key of that slot.
+    pub fn of_slot(slot: Slot) -> Self {
+        let tag = slot.tag().as_bytes();
+        Self {
+            slot: Some(slot),
+            epoch: inline(&[SLOT_EPOCH_PREFIX, tag, b"}"]),
+            id: inline(&[SLOT_EPOCH_ID_PREFIX, tag, b"}"]),
+        }
+    }
+
+    /// The epoch that vouches for lock key `key` on a node of `keyspace`.
+    pub fn of(keyspace: Keyspace, key: &[u8]) -> Self {
+        match keyspace {
+            Keyspace::Standalone => Self::standalone(),
+            Keyspace::Cluster => Self::of_slot(Slot::of(key)),
+        }
+    }
+
+    /// The slot (`None`: the node's one epoch).
+    pub fn slot(&self) -> Option<Slot> {
+        self.slot
+    }
+
+    /// The epoch's name.
+    pub fn epoch(&self) -> &[u8] {
+        &self.epoch.0[..usize::from(self.epoch.1)]
+    }
+
+    /// Its identity's name.
+    pub fn id(&self) -> &[u8] {
+        &self.id.0[..usize::from(self.id.1)]
+    }
+
+    /// The slot whose epoch `key` names, if `key` is a cluster slot's epoch (not its identity,
+    /// nor anything else): what a push about `key` ends.
+    pub fn slot_of_epoch(key: &[u8]) -> Option<Slot> {
+        let slot = Slot::of(key);
+        (key.starts_with(SLOT_EPOCH_PREFIX) && Self::of_slot(slot).epoch() == key).then_some(slot)
+    }
+}
+
+/// `parts` one after another, in an [`InlineName`] (every caller's parts fit).
+fn inline(parts: &[&[u8]]) -> InlineName {
+    let mut name = [0; INLINE_NAME];
+    let mut len = 0;
+    for byte in parts.iter().flat_map(|part| part.iter()) {
+        if let Some(at) = name.get_mut(len) {
+            *at = *byte;
+            len += 1;
+        }
+    }
+    (name, u8::try_from(len).unwrap_or(u8::MAX))
+}
+
 /// `prefix` `{tag}` `rest`, where `tag` names `key`'s slot: the name's hash tag is the first
 /// braces in it, so `rest` (taken from the key, braces and all) never moves it.
 fn in_slot(prefix: &[u8], key: &[u8], rest: &[u8]) -> Vec<u8> {
@@ -103,6 +186,31 @@ pub(crate) fn is_reserved(key: impl Iterator<Item = u8> + Clone) -> bool {
 mod tests {
     use super::*;
     use crate::slot::hash_tag;
+
+    #[test]
+    fn epoch_names_are_the_keyspaces_for_every_slot() {
+        let standalone = EpochNames::standalone();
+        assert_eq!(standalone.epoch(), EPOCH_KEY);
+        assert_eq!(standalone.id(), EPOCH_ID_KEY);
+        assert_eq!(standalone.slot(), None);
+        assert_eq!(EpochNames::slot_of_epoch(EPOCH_KEY), None);
+        for slot in Slot::all() {
+            let key = format!("{{{}}}lock", slot.tag());
+            let names = EpochNames::of(Keyspace::Cluster, key.as_bytes());
+            assert_eq!(names.slot(), Some(slot));
+            assert_eq!(names.epoch(), &*Keyspace::Cluster.epoch_key(key.as_bytes()));
+            assert_eq!(names.id(), &*Keyspace::Cluster.epoch_id_key(key.as_bytes()));
+            assert_eq!(EpochNames::slot_of_epoch(names.epoch()), Some(slot));
+            // The identity, a lock key of the slot, or an epoch name with more after it is
+            // no slot's epoch.
+            assert_eq!(EpochNames::slot_of_epoch(names.id()), None);
+            assert_eq!(EpochNames::slot_of_epoch(key.as_bytes()), None);
+            assert_eq!(
+                EpochNames::slot_of_epoch(&[names.epoch(), b"x"].concat()),
+                None
+            );
+        }
+    }
 
     /// Keys a cluster hashes in every way: plain, with a hash tag, with braces that make no tag
     /// (`{}`), with a `}` before the `{`, nested, binary, long.

@@ -253,7 +253,7 @@ pub use id::{Origin, RequestId};
 pub use identity::{
     SealRead, SealReplies, eviction_channel, evicts, node_identity, notifies_evictions,
 };
-pub use keyspace::{Keyspace, SLOT_EPOCH_ID_PREFIX, SLOT_EPOCH_PREFIX};
+pub use keyspace::{EpochNames, Keyspace, SLOT_EPOCH_ID_PREFIX, SLOT_EPOCH_PREFIX};
 pub use lease::Lease;
 pub use lifecycle::Lifecycle;
 #[cfg(any(test, feature = "testing"))]

@@ -52,12 +52,15 @@
 //! What it never does: it never reads a clock or a socket, never vouches for a longer TTL than
 //! it proved, and never lets a reply count across a push or a connection's end.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::command::EPOCH_KEY;
 use crate::identity::Seal;
+use crate::keyspace::EpochNames;
 use crate::reply::Reply;
 use crate::sit_out::SitOutCause;
+use crate::slot::Slot;
 
 /// One connection's knowledge of its node's memory: restart-aware voting for the price of a
 /// plain `SET`, as the crate docs' *Restart-aware voting* section describes.
@@ -73,8 +76,11 @@ use crate::sit_out::SitOutCause;
 pub struct MemoryWatch {
     /// Invalidations of the epoch key (flushes included) and connection ends seen so far.
     seen: u64,
-    /// What the connection proved, if anything.
+    /// What the connection proved of the node's one epoch, if anything.
     proof: Option<Proven>,
+    /// On a cluster master's connection, what it proved of each slot's epoch: a push of one
+    /// slot's epoch ends that slot's proof alone.
+    slots: HashMap<Slot, SlotWatch>,
     /// Whether the connection ended: nothing is vouched for any more.
     closed: bool,
     /// Negative controls only: what the watch fails to do.
@@ -103,6 +109,16 @@ struct Proven {
     until: Instant,
     /// What each vouched acquisition reads with its `SET` (`None`: nothing, a plain `SET`).
     seal: Option<Seal>,
+}
+
+/// One cluster slot's epoch as a connection watches it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct SlotWatch {
+    /// Invalidations of this slot's epoch seen so far (never reset: what a request went out
+    /// under is the watch's count plus this one).
+    pushed: u64,
+    /// What the connection proved of it, if anything.
+    proof: Option<Proven>,
 }
 
 /// The engine's reply for a node that may not vote for `ms` more, for `cause`, as the checked
@@ -233,7 +249,36 @@ impl MemoryWatch {
     fn end_proof(&mut self, cause: SitOutCause) {
         self.seen += 1;
         self.proof = None;
+        // A slot whose epoch was never pushed needs no entry: its count is the watch's.
+        self.slots.retain(|_, slot| {
+            slot.proof = None;
+            slot.pushed > 0
+        });
         self.ended_by = Some(cause);
+    }
+
+    /// Slot `slot`'s epoch changed (a push of its name): that slot's proof ends, no reply of
+    /// it on its way counts as vouched; every other slot's stands.
+    fn end_slot_proof(&mut self, slot: Slot) {
+        let watch = self.slots.entry(slot).or_default();
+        watch.pushed += 1;
+        watch.proof = None;
+        self.ended_by = Some(SitOutCause::Changed);
+    }
+
+    /// What a request about `epoch` goes out under: every push and end that voids its proof,
+    /// counted.
+    fn seen_of(&self, epoch: &EpochNames) -> u64 {
+        let pushed = epoch.slot().and_then(|slot| self.slots.get(&slot));
+        self.seen + pushed.map_or(0, |slot| slot.pushed)
+    }
+
+    /// What the connection proved of `epoch`.
+    fn proof_of(&self, epoch: &EpochNames) -> Option<Proven> {
+        match epoch.slot() {
+            None => self.proof,
+            Some(slot) => self.slots.get(&slot).and_then(|slot| slot.proof),
+        }
     }
 
     /// The connection wrote the epoch itself (a trust): a connection that does not hear its own
@@ -247,7 +292,21 @@ impl MemoryWatch {
     /// Whether the connection vouches for the node's memory against `max_ttl_ms` now: a
     /// restart-checked acquisition with that longest TTL would go out without its check.
     pub fn vouches_for(&self, max_ttl_ms: u64, now: Instant) -> bool {
-        matches!(self.check(max_ttl_ms, now), MemoryCheck::Vouched { .. })
+        let epoch = EpochNames::standalone();
+        matches!(
+            self.check(&epoch, max_ttl_ms, now),
+            MemoryCheck::Vouched { .. }
+        )
+    }
+
+    /// Whether the connection, to a cluster master, vouches for slot `slot`'s memory against
+    /// `max_ttl_ms` now (see [`vouches_for`](Self::vouches_for)).
+    pub fn vouches_for_slot(&self, slot: Slot, max_ttl_ms: u64, now: Instant) -> bool {
+        let epoch = EpochNames::of_slot(slot);
+        matches!(
+            self.check(&epoch, max_ttl_ms, now),
+            MemoryCheck::Vouched { .. }
+        )
     }
 
     /// A watch that vouches for `max_ttl_ms` as if a proof sent at `at` had just succeeded
@@ -255,12 +314,13 @@ impl MemoryWatch {
     #[cfg(any(test, feature = "testing"))]
     pub fn proven_for_tests(max_ttl_ms: u64, at: Instant) -> Self {
         let mut watch = Self::new();
-        watch.prove(0, max_ttl_ms, at, None);
+        watch.prove(&EpochNames::standalone(), 0, max_ttl_ms, at, None);
         watch
     }
 
     /// The node pushed an invalidation: of every key (`everything`: `FLUSHALL`, `FLUSHDB`, or
-    /// the end of tracking) or of `keys`. Only the epoch key matters; any other key is ignored.
+    /// the end of tracking) or of `keys`. Only epochs matter: the node's one epoch key ends every
+    /// proof, a cluster slot's epoch that slot's; any other key is ignored.
     pub fn handle_invalidation<'k>(
         &mut self,
         everything: bool,
@@ -269,8 +329,15 @@ impl MemoryWatch {
         if self.fault == Some(WatchFault::Deaf) {
             return;
         }
-        if everything || keys.into_iter().any(|key| key == EPOCH_KEY) {
-            self.end_proof(SitOutCause::Changed);
+        if everything {
+            return self.end_proof(SitOutCause::Changed);
+        }
+        for key in keys {
+            if key == EPOCH_KEY {
+                self.end_proof(SitOutCause::Changed);
+            } else if let Some(slot) = EpochNames::slot_of_epoch(key) {
+                self.end_slot_proof(slot);
+            }
         }
     }
 
@@ -280,17 +347,19 @@ impl MemoryWatch {
         self.end_proof(SitOutCause::Changed);
     }
 
-    /// How an acquisition that checks the node's memory against `max_ttl_ms` goes out at `now`.
-    pub(crate) fn check(&self, max_ttl_ms: u64, now: Instant) -> MemoryCheck {
+    /// How an acquisition whose memory `epoch` vouches for, checked against `max_ttl_ms`, goes
+    /// out at `now`.
+    pub(crate) fn check(&self, epoch: &EpochNames, max_ttl_ms: u64, now: Instant) -> MemoryCheck {
         let ageless = self.fault == Some(WatchFault::Ageless);
-        match self.proof {
+        let current = self.seen_of(epoch);
+        match self.proof_of(epoch) {
             Some(Proven {
                 seen,
                 ttl,
                 until,
                 seal,
             }) if !self.closed
-                && seen == self.seen
+                && seen == current
                 && ttl >= max_ttl_ms
                 && (now < until || ageless) =>
             {
@@ -299,7 +368,7 @@ impl MemoryWatch {
                 let seal = seal.filter(|_| self.fault.is_none());
                 MemoryCheck::Vouched { seen, seal }
             }
-            _ => MemoryCheck::Prove { seen: self.seen },
+            _ => MemoryCheck::Prove { seen: current },
         }
     }
 
@@ -307,10 +376,16 @@ impl MemoryWatch {
     /// watch had seen `seen`: the node's own reply, unless the node pushed an invalidation or
     /// the connection ended since — then a refusal to vote for `max_ttl_ms` (its key, if the
     /// node set one, is released like any other of a failed or finished lock).
-    pub(crate) fn vouched_reply(&self, seen: u64, reply: Reply, max_ttl_ms: u64) -> Reply {
+    pub(crate) fn vouched_reply(
+        &self,
+        epoch: &EpochNames,
+        seen: u64,
+        reply: Reply,
+        max_ttl_ms: u64,
+    ) -> Reply {
         match reply {
             Reply::Error(_) => reply,
-            _ if self.seen == seen && !self.closed => reply,
+            _ if self.seen_of(epoch) == seen && !self.closed => reply,
             _ => refusal(max_ttl_ms, self.ended_by.unwrap_or(SitOutCause::Changed)),
         }
     }
@@ -324,6 +399,7 @@ impl MemoryWatch {
     /// vouched acquisition with `seal`. A refusal names `cause`.
     pub(crate) fn handle_native_proof(
         &mut self,
+        epoch_names: &EpochNames,
         (seen, at, seal): (u64, Instant, Option<Seal>),
         (epoch, cause): (Option<crate::Epoch>, SitOutCause),
         node_ms: u64,
@@ -338,8 +414,8 @@ impl MemoryWatch {
         };
         match epoch.refuses_for_ms(node_ms, max_ttl_ms) {
             Some(left) => refusal(left, cause),
-            None if seen == self.seen && !self.closed => {
-                self.prove(seen, max_ttl_ms, at, seal);
+            None if seen == self.seen_of(epoch_names) && !self.closed => {
+                self.prove(epoch_names, seen, max_ttl_ms, at, seal);
                 reply
             }
             None => refusal(max_ttl_ms, SitOutCause::Changed),
@@ -352,12 +428,13 @@ impl MemoryWatch {
     /// acquisition with `seal`.
     pub(crate) fn handle_proof(
         &mut self,
+        epoch: &EpochNames,
         (seen, at, seal): (u64, Instant, Option<Seal>),
         reply: Reply,
         max_ttl_ms: u64,
     ) {
         if matches!(reply, Reply::Int(n) if n >= 0) {
-            self.prove(seen, max_ttl_ms, at, seal);
+            self.prove(epoch, seen, max_ttl_ms, at, seal);
         }
     }
 
@@ -365,17 +442,25 @@ impl MemoryWatch {
     /// request that went out at `at`: the connection vouches for it, if nothing was pushed
     /// since, for half that TTL from `at` ([`PROOF_LIFETIME_DIVISOR`]), each vouched
     /// acquisition sealed with `seal`.
-    pub(crate) fn prove(&mut self, seen: u64, max_ttl_ms: u64, at: Instant, seal: Option<Seal>) {
-        if self.closed || seen != self.seen {
+    pub(crate) fn prove(
+        &mut self,
+        epoch: &EpochNames,
+        seen: u64,
+        max_ttl_ms: u64,
+        at: Instant,
+        seal: Option<Seal>,
+    ) {
+        if self.closed || seen != self.seen_of(epoch) {
             return;
         }
-        let ttl = match self.proof {
+        let current = self.proof_of(epoch);
+        let ttl = match current {
             Some(proven) if proven.seen == seen => proven.ttl.max(max_ttl_ms),
             _ => max_ttl_ms,
         };
         // A lifetime past what an `Instant` holds: none at all (every acquisition proves). A
         // proof that keeps its marker keeps its lifetime too: the marker was set for it.
-        let until = match self.proof {
+        let until = match current {
             Some(proven)
                 if proven.seen == seen
                     && proven.seal == seal
@@ -387,18 +472,22 @@ impl MemoryWatch {
                 .checked_add(Duration::from_millis(max_ttl_ms) / PROOF_LIFETIME_DIVISOR)
                 .unwrap_or(at),
         };
-        self.proof = Some(Proven {
+        let proven = Some(Proven {
             seen,
             ttl,
             until,
             seal,
         });
+        match epoch.slot() {
+            None => self.proof = proven,
+            Some(slot) => self.slots.entry(slot).or_default().proof = proven,
+        }
     }
 
     /// Why the proof the watch had when it had seen `seen` ended, if it ended since (a push,
     /// the connection's end, a broken seal).
-    pub(crate) fn ended_since(&self, seen: u64) -> Option<SitOutCause> {
-        (self.seen != seen).then(|| self.ended_by.unwrap_or(SitOutCause::Changed))
+    pub(crate) fn ended_since(&self, epoch: &EpochNames, seen: u64) -> Option<SitOutCause> {
+        (self.seen_of(epoch) != seen).then(|| self.ended_by.unwrap_or(SitOutCause::Changed))
     }
 
     /// A sealed acquisition found that it ran outside the memory the connection proved (another
@@ -432,6 +521,11 @@ mod tests {
 
     const MAX: u64 = 60_000;
 
+    /// The node's one epoch: what a standalone node's acquisitions prove.
+    fn one() -> EpochNames {
+        EpochNames::standalone()
+    }
+
     /// A refusal for `ms`, for `cause`.
     fn refused(ms: u64, cause: SitOutCause) -> Reply {
         Reply::Ineligible { for_ms: ms, cause }
@@ -444,10 +538,10 @@ mod tests {
 
     fn proven() -> MemoryWatch {
         let mut watch = MemoryWatch::new();
-        let MemoryCheck::Prove { seen } = watch.check(MAX, now()) else {
+        let MemoryCheck::Prove { seen } = watch.check(&one(), MAX, now()) else {
             panic!("a new connection proves first");
         };
-        watch.handle_proof((seen, now(), None), Reply::Int(1), MAX);
+        watch.handle_proof(&one(), (seen, now(), None), Reply::Int(1), MAX);
         watch
     }
 
@@ -455,21 +549,21 @@ mod tests {
     fn a_new_connection_proves_before_it_vouches() {
         let watch = proven();
         assert_eq!(
-            watch.check(MAX, now()),
+            watch.check(&one(), MAX, now()),
             MemoryCheck::Vouched {
                 seen: 0,
                 seal: None
             }
         );
         assert_eq!(
-            watch.check(MAX / 2, now()),
+            watch.check(&one(), MAX / 2, now()),
             MemoryCheck::Vouched {
                 seen: 0,
                 seal: None
             }
         );
         assert_eq!(
-            watch.check(MAX + 1, now()),
+            watch.check(&one(), MAX + 1, now()),
             MemoryCheck::Prove { seen: 0 },
             "never for a longer TTL than proven"
         );
@@ -478,29 +572,46 @@ mod tests {
     #[test]
     fn a_young_memory_or_a_push_during_the_proof_proves_nothing() {
         let mut young = MemoryWatch::new();
-        young.handle_proof((0, now(), None), Reply::Int(-5_000), MAX);
-        assert_eq!(young.check(MAX, now()), MemoryCheck::Prove { seen: 0 });
-        young.handle_proof((0, now(), None), refused(5_000, SitOutCause::Restart), MAX);
-        assert_eq!(young.check(MAX, now()), MemoryCheck::Prove { seen: 0 });
+        young.handle_proof(&one(), (0, now(), None), Reply::Int(-5_000), MAX);
+        assert_eq!(
+            young.check(&one(), MAX, now()),
+            MemoryCheck::Prove { seen: 0 }
+        );
+        young.handle_proof(
+            &one(),
+            (0, now(), None),
+            refused(5_000, SitOutCause::Restart),
+            MAX,
+        );
+        assert_eq!(
+            young.check(&one(), MAX, now()),
+            MemoryCheck::Prove { seen: 0 }
+        );
         let mut pushed = MemoryWatch::new();
         pushed.handle_invalidation(true, []);
-        pushed.handle_proof((0, now(), None), Reply::Int(1), MAX);
-        assert_eq!(pushed.check(MAX, now()), MemoryCheck::Prove { seen: 1 });
+        pushed.handle_proof(&one(), (0, now(), None), Reply::Int(1), MAX);
+        assert_eq!(
+            pushed.check(&one(), MAX, now()),
+            MemoryCheck::Prove { seen: 1 }
+        );
     }
 
     #[test]
     fn an_invalidation_of_the_epoch_or_a_flush_voids_vouched_replies() {
         for everything in [false, true] {
             let mut watch = proven();
-            let MemoryCheck::Vouched { seen, .. } = watch.check(MAX, now()) else {
+            let MemoryCheck::Vouched { seen, .. } = watch.check(&one(), MAX, now()) else {
                 panic!("vouched");
             };
             watch.handle_invalidation(everything, [EPOCH_KEY]);
             assert_eq!(
-                watch.vouched_reply(seen, Reply::Ok, MAX),
+                watch.vouched_reply(&one(), seen, Reply::Ok, MAX),
                 refused(60_000, SitOutCause::Changed)
             );
-            assert_eq!(watch.check(MAX, now()), MemoryCheck::Prove { seen: 1 });
+            assert_eq!(
+                watch.check(&one(), MAX, now()),
+                MemoryCheck::Prove { seen: 1 }
+            );
         }
     }
 
@@ -509,16 +620,16 @@ mod tests {
         let mut watch = proven();
         watch.handle_invalidation(false, [&b"redlock:res"[..], b"other"]);
         assert_eq!(
-            watch.check(MAX, now()),
+            watch.check(&one(), MAX, now()),
             MemoryCheck::Vouched {
                 seen: 0,
                 seal: None
             }
         );
-        assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Ok);
-        assert_eq!(watch.vouched_reply(0, Reply::Nil, MAX), Reply::Nil);
+        assert_eq!(watch.vouched_reply(&one(), 0, Reply::Ok, MAX), Reply::Ok);
+        assert_eq!(watch.vouched_reply(&one(), 0, Reply::Nil, MAX), Reply::Nil);
         let failed = Reply::Error(crate::NodeErrorKind::Timeout);
-        assert_eq!(watch.vouched_reply(7, failed, MAX), failed);
+        assert_eq!(watch.vouched_reply(&one(), 7, failed, MAX), failed);
     }
 
     #[test]
@@ -526,14 +637,14 @@ mod tests {
         let mut watch = proven();
         watch.handle_closed();
         assert_eq!(
-            watch.vouched_reply(0, Reply::Ok, MAX),
+            watch.vouched_reply(&one(), 0, Reply::Ok, MAX),
             refused(60_000, SitOutCause::Changed)
         );
-        let MemoryCheck::Prove { seen } = watch.check(MAX, now()) else {
+        let MemoryCheck::Prove { seen } = watch.check(&one(), MAX, now()) else {
             panic!("prove again");
         };
-        watch.handle_proof((seen, now(), None), Reply::Int(1), MAX);
-        assert_eq!(watch.check(MAX, now()), MemoryCheck::Prove { seen });
+        watch.handle_proof(&one(), (seen, now(), None), Reply::Int(1), MAX);
+        assert_eq!(watch.check(&one(), MAX, now()), MemoryCheck::Prove { seen });
     }
 
     #[test]
@@ -544,11 +655,11 @@ mod tests {
         assert!(!watch.vouches_for(MAX, now() + half), "proves again");
         // A new proof starts a new lifetime.
         let mut watch = watch;
-        watch.handle_proof((0, now() + half, None), Reply::Int(1), MAX);
+        watch.handle_proof(&one(), (0, now() + half, None), Reply::Int(1), MAX);
         assert!(watch.vouches_for(MAX, now() + half * 2 - Duration::from_millis(1)));
         // The control keeps a proof for as long as the connection lives.
         let mut ageless = MemoryWatch::with_fault(Some(WatchFault::Ageless));
-        ageless.handle_proof((0, now(), None), Reply::Int(1), MAX);
+        ageless.handle_proof(&one(), (0, now(), None), Reply::Int(1), MAX);
         assert!(ageless.vouches_for(MAX, now() + half * 1_000));
     }
 
@@ -556,10 +667,10 @@ mod tests {
     fn the_deaf_control_hears_nothing() {
         let mut watch = MemoryWatch::deaf();
         watch.handle_subscribed();
-        watch.handle_proof((0, now(), None), Reply::Int(1), MAX);
+        watch.handle_proof(&one(), (0, now(), None), Reply::Int(1), MAX);
         watch.handle_invalidation(true, []);
         watch.handle_eviction();
-        assert_eq!(watch.vouched_reply(0, Reply::Ok, MAX), Reply::Ok);
+        assert_eq!(watch.vouched_reply(&one(), 0, Reply::Ok, MAX), Reply::Ok);
     }
 
     #[test]
@@ -567,15 +678,18 @@ mod tests {
         let mut watch = proven();
         watch.handle_eviction();
         assert_eq!(
-            watch.vouched_reply(0, Reply::Ok, MAX),
+            watch.vouched_reply(&one(), 0, Reply::Ok, MAX),
             refused(60_000, SitOutCause::Eviction)
         );
-        assert_eq!(watch.check(MAX, now()), MemoryCheck::Prove { seen: 1 });
+        assert_eq!(
+            watch.check(&one(), MAX, now()),
+            MemoryCheck::Prove { seen: 1 }
+        );
         // The next end of a proof names its own cause.
-        watch.handle_proof((1, now(), None), Reply::Int(1), MAX);
+        watch.handle_proof(&one(), (1, now(), None), Reply::Int(1), MAX);
         watch.handle_invalidation(false, [EPOCH_KEY]);
         assert_eq!(
-            watch.vouched_reply(1, Reply::Ok, MAX),
+            watch.vouched_reply(&one(), 1, Reply::Ok, MAX),
             refused(60_000, SitOutCause::Changed)
         );
     }
@@ -586,6 +700,7 @@ mod tests {
         let mut watch = MemoryWatch::new();
         // Trusted, or old enough: the node's own reply counts, and the proof holds.
         let answer = watch.handle_native_proof(
+            &one(),
             (0, now(), None),
             (Some(Epoch::Trusted), SitOutCause::Unrecorded),
             5,
@@ -594,7 +709,7 @@ mod tests {
         );
         assert_eq!(answer, Reply::Ok);
         assert_eq!(
-            watch.check(MAX, now()),
+            watch.check(&one(), MAX, now()),
             MemoryCheck::Vouched {
                 seen: 0,
                 seal: None
@@ -604,32 +719,50 @@ mod tests {
         let began = Some(Epoch::Began(1_000));
         let cause = SitOutCause::Restart;
         assert_eq!(
-            old.handle_native_proof((0, now(), None), (began, cause), 61_000, Reply::Nil, MAX),
+            old.handle_native_proof(
+                &one(),
+                (0, now(), None),
+                (began, cause),
+                61_000,
+                Reply::Nil,
+                MAX
+            ),
             Reply::Nil
         );
         // Young: refused for what is left, nothing proven.
         let mut young = MemoryWatch::new();
-        let answer =
-            young.handle_native_proof((0, now(), None), (began, cause), 31_000, Reply::Ok, MAX);
+        let answer = young.handle_native_proof(
+            &one(),
+            (0, now(), None),
+            (began, cause),
+            31_000,
+            Reply::Ok,
+            MAX,
+        );
         assert_eq!(
             answer,
             refused(30_000, cause),
             "named as the stamp recorded it"
         );
-        assert_eq!(young.check(MAX, now()), MemoryCheck::Prove { seen: 0 });
+        assert_eq!(
+            young.check(&one(), MAX, now()),
+            MemoryCheck::Prove { seen: 0 }
+        );
         // Missing: refused for the longest TTL.
         let mut fresh = MemoryWatch::new();
         let missing = (None, SitOutCause::NoEpoch);
-        let answer = fresh.handle_native_proof((0, now(), None), missing, 7_000, Reply::Ok, MAX);
+        let answer =
+            fresh.handle_native_proof(&one(), (0, now(), None), missing, 7_000, Reply::Ok, MAX);
         assert_eq!(answer, refused(60_000, SitOutCause::NoEpoch));
         // A push before the reply: nothing counts.
         fresh.handle_invalidation(true, []);
         let trusted = (Some(Epoch::Trusted), SitOutCause::Unrecorded);
-        let answer = fresh.handle_native_proof((0, now(), None), trusted, u64::MAX, Reply::Ok, MAX);
+        let answer =
+            fresh.handle_native_proof(&one(), (0, now(), None), trusted, u64::MAX, Reply::Ok, MAX);
         assert_eq!(answer, refused(60_000, SitOutCause::Changed));
         let failed = Reply::Error(crate::NodeErrorKind::Timeout);
         assert_eq!(
-            fresh.handle_native_proof((1, now(), None), missing, 0, failed, MAX),
+            fresh.handle_native_proof(&one(), (1, now(), None), missing, 0, failed, MAX),
             failed
         );
     }

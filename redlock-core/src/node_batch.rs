@@ -8,13 +8,14 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
-use crate::command::{Command, EPOCH_ID_KEY, EPOCH_KEY, Op, RedisForm};
+use crate::command::{Command, Op, RedisForm};
 use crate::dialect::Dialect;
 use crate::epoch::{EPOCH_CLAIM, Epoch};
 use crate::identity::{
     Decimal, MarkerKey, Seal, SealEpoch, SealRead, SealReplies, evicts, node_identity,
     notifies_evictions, seal_breach,
 };
+use crate::keyspace::{EpochNames, Keyspace};
 use crate::memory_watch::{MemoryCheck, MemoryWatch, refusal};
 use crate::output::Transmit;
 use crate::reply::{NodeErrorKind, Reply};
@@ -90,6 +91,8 @@ pub enum Stamp {
     Restamp {
         /// The epoch as the proof read it (`None`: overwrite whatever is there).
         read: Option<Vec<u8>>,
+        /// Which epoch: the node's, or a cluster slot's.
+        names: EpochNames,
     },
     /// `SET` of [`EPOCH_ID_KEY`](crate::EPOCH_ID_KEY) to the identity the proof read: after a
     /// restamp or a claim, or (`NX`) for an epoch that has none yet, which adopts it.
@@ -99,6 +102,8 @@ pub enum Stamp {
         identity: Vec<u8>,
         /// Only where the key is missing (`NX`).
         if_missing: bool,
+        /// Which epoch's identity: the node's, or a cluster slot's.
+        names: EpochNames,
     },
 }
 
@@ -106,9 +111,9 @@ impl Stamp {
     /// The command's arguments.
     pub fn args(&self) -> SmallVec<[&[u8]; 7]> {
         match self {
-            Self::Restamp { read } => {
+            Self::Restamp { read, names } => {
                 let mut args: SmallVec<[&[u8]; 7]> =
-                    SmallVec::from_slice(&[b"SET", EPOCH_KEY, EPOCH_CLAIM, b"PX", CLAIM_TTL]);
+                    SmallVec::from_slice(&[b"SET", names.epoch(), EPOCH_CLAIM, b"PX", CLAIM_TTL]);
                 if let Some(read) = read {
                     args.extend_from_slice(&[b"IFEQ", read]);
                 }
@@ -117,9 +122,10 @@ impl Stamp {
             Self::Identity {
                 identity,
                 if_missing,
+                names,
             } => {
                 let mut args: SmallVec<[&[u8]; 7]> =
-                    SmallVec::from_slice(&[b"SET", EPOCH_ID_KEY, identity]);
+                    SmallVec::from_slice(&[b"SET", names.id(), identity]);
                 if *if_missing {
                     args.push(b"NX");
                 }
@@ -133,17 +139,25 @@ impl Stamp {
 const CLAIM_TTL: &[u8] = b"1099511627776";
 
 impl ProofRead {
-    /// The command's arguments; for [`ProofRead::Marker`], whose arguments name the proof's
-    /// marker, only its first: use [`NodeBatch::read_args`], which gives every read's.
+    /// The command's arguments on a standalone node; for [`ProofRead::Marker`], whose
+    /// arguments name the proof's marker, only its first: use [`NodeBatch::read_args`], which
+    /// gives every read's (on a cluster, the reads of an epoch name the slot's).
     pub fn args(self) -> &'static [&'static [u8]] {
         match self {
             Self::Caching => &[b"CLIENT", b"CACHING", b"YES"],
-            Self::Epoch => &[b"GET", EPOCH_KEY],
-            Self::Pttl => &[b"PTTL", EPOCH_KEY],
+            Self::Epoch => &[b"GET", crate::EPOCH_KEY],
+            Self::Pttl => &[b"PTTL", crate::EPOCH_KEY],
             Self::Time => &[b"TIME"],
-            Self::Stamped => &[b"GET", EPOCH_ID_KEY],
+            Self::Stamped => &[b"GET", crate::EPOCH_ID_KEY],
             Self::Info => &[b"INFO", b"server", b"replication", b"stats", b"memory"],
-            Self::Claim => &[b"SET", EPOCH_KEY, EPOCH_CLAIM, b"NX", b"PX", CLAIM_TTL],
+            Self::Claim => &[
+                b"SET",
+                crate::EPOCH_KEY,
+                EPOCH_CLAIM,
+                b"NX",
+                b"PX",
+                CLAIM_TTL,
+            ],
             Self::Notifications => &[b"CONFIG", b"GET", b"notify-keyspace-events"],
             Self::Markable => &[b"SET", b"redlock:epoch:m:0", b"1", b"PX", b"1", b"XX"],
             Self::Multi => &[b"MULTI"],
@@ -376,6 +390,9 @@ impl Proof {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeBatch {
     dialect: Dialect,
+    /// The epoch this batch proves and vouches with: the node's, or on a cluster master the
+    /// slot of the batch's first restart-checked acquisition (the others keep their check).
+    epoch: EpochNames,
     /// Each request's restart check on this connection, with its longest TTL (`None`: not a
     /// restart-checked acquisition, or an untracked connection).
     checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]>,
@@ -418,9 +435,17 @@ impl NodeBatch {
         watch: Option<&MemoryWatch>,
         now: Instant,
     ) -> Self {
-        // A connection proves one epoch, `redlock:epoch`, which no key of a cluster's slots
-        // shares: on a cluster node every restart-aware acquisition checks its own slot's.
-        let watch = watch.filter(|_| dialect.keyspace == crate::Keyspace::Standalone);
+        // A standalone node has one epoch; a cluster master one per slot, and a batch proves
+        // one: its first restart-checked acquisition's slot. An acquisition of another slot
+        // keeps its check (the checked script reads its own slot's epoch).
+        let epoch_of = |transmit: &Transmit| {
+            let key = transmit.command.spec().keys().next().unwrap_or_default();
+            EpochNames::of(dialect.keyspace, key)
+        };
+        let epoch = transmits
+            .iter()
+            .find(|transmit| transmit.command.restart_check_ms().is_some())
+            .map_or_else(EpochNames::standalone, epoch_of);
         // Per request: its check, and for a request the connection vouched for that proves
         // anyway (a form with no seal), the seal its proof keeps.
         let mut kept: Vec<(usize, Seal)> = Vec::new();
@@ -429,7 +454,10 @@ impl NodeBatch {
             .enumerate()
             .map(|(index, transmit)| {
                 let max_ttl = transmit.command.restart_check_ms()?;
-                let check = match watch?.check(max_ttl, now) {
+                let watch = watch.filter(|_| {
+                    dialect.keyspace == Keyspace::Standalone || epoch_of(transmit) == epoch
+                });
+                let check = match watch?.check(&epoch, max_ttl, now) {
                     // Only a plain `SET` (or `MSETEX`, or the fenced transaction that holds
                     // one) goes in a `MULTI` with its seal; any other form proves instead, its
                     // checked script reading the identity.
@@ -491,6 +519,7 @@ impl NodeBatch {
             });
         Self {
             dialect: *dialect,
+            epoch,
             checks,
             proof,
             seal_breach,
@@ -584,11 +613,19 @@ impl NodeBatch {
     }
 
     /// The arguments of the proof read `read` (one of [`reads`](Self::reads)): its
-    /// [`ProofRead::args`], and for [`ProofRead::Marker`] the write of this proof's marker.
+    /// [`ProofRead::args`] with the names of the epoch the batch proves (on a cluster master,
+    /// its slot's), and for [`ProofRead::Marker`] the write of this proof's marker.
     pub fn read_args(&self, read: ProofRead) -> SmallVec<[&[u8]; 6]> {
+        let (epoch, id) = (self.epoch.epoch(), self.epoch.id());
         match (read, &self.native_marker) {
             (ProofRead::Marker, Some((marker, ttl))) => {
                 SmallVec::from_slice(&[b"SET", marker.as_bytes(), b"1", b"PX", ttl.as_bytes()])
+            }
+            (ProofRead::Epoch, _) => SmallVec::from_slice(&[b"GET", epoch]),
+            (ProofRead::Pttl, _) => SmallVec::from_slice(&[b"PTTL", epoch]),
+            (ProofRead::Stamped, _) => SmallVec::from_slice(&[b"GET", id]),
+            (ProofRead::Claim, _) => {
+                SmallVec::from_slice(&[b"SET", epoch, EPOCH_CLAIM, b"NX", b"PX", CLAIM_TTL])
             }
             _ => SmallVec::from_slice(read.args()),
         }
@@ -659,9 +696,15 @@ impl NodeBatch {
     }
 
     /// The arguments of request `index`'s seal read `read` (one of [`seal_reads`](Self::seal_reads)):
-    /// [`SealRead::args`], and for [`SealRead::Marker`] the marker's name after `EXISTS`.
+    /// [`SealRead::args`] with the names of the epoch the batch vouches with (on a cluster
+    /// master, its slot's), and for [`SealRead::Marker`] the marker's name after `EXISTS`.
     pub fn seal_args(&self, index: usize, read: SealRead) -> SmallVec<[&[u8]; 3]> {
-        let mut args: SmallVec<[&[u8]; 3]> = SmallVec::from_slice(read.args());
+        let (epoch, id) = (self.epoch.epoch(), self.epoch.id());
+        let mut args: SmallVec<[&[u8]; 3]> = match read {
+            SealRead::Stamps => SmallVec::from_slice(&[b"MGET", epoch, id]),
+            SealRead::ClaimTtl => SmallVec::from_slice(&[b"PTTL", epoch]),
+            _ => SmallVec::from_slice(read.args()),
+        };
         if read == SealRead::Marker
             && let Some(Some((
                 MemoryCheck::Vouched {
@@ -818,17 +861,20 @@ impl NodeBatch {
             return stamps;
         };
         // A new epoch's stamp records why the node sits out; an adopted one records nothing.
+        let names = self.epoch;
         let stamp = |if_missing, cause: Option<SitOutCause>| Stamp::Identity {
             identity: match cause {
                 Some(cause) => stamp_with_cause(identity, cause),
                 None => identity.clone(),
             },
             if_missing,
+            names,
         };
         if reads.changed {
             let read = proof.epoch.clone().ok().flatten();
             stamps.push(Stamp::Restamp {
                 read: read.filter(|_| self.dialect.set_if_eq),
+                names,
             });
             stamps.push(stamp(false, Some(reads.cause)));
         } else if proof.claimed {
@@ -892,14 +938,14 @@ impl NodeBatch {
                             *answer
                         }
                         (Reply::Error(_), _) => *answer,
-                        (_, None) => watch.vouched_reply(seen, *answer, *max_ttl),
+                        (_, None) => watch.vouched_reply(&self.epoch, seen, *answer, *max_ttl),
                         // Another database, or an eviction: the node's memory is not the one
                         // proven (its key, if it set one, is released as any failed lock's).
                         (_, Some(cause)) => {
                             // A missing marker says only that the memory changed: where a push
                             // said how (an eviction the acquisition set off, say), that names
                             // it, and markers stay on.
-                            let pushed = watch.ended_since(seen).filter(|_| marked);
+                            let pushed = watch.ended_since(&self.epoch, seen).filter(|_| marked);
                             watch.handle_broken_seal(
                                 pushed.unwrap_or(cause),
                                 pushed.is_none() && marked,
@@ -912,7 +958,7 @@ impl NodeBatch {
                 (MemoryCheck::Prove { seen }, Some(proof)) if !proof.native => {
                     if proof.caching.is_ok() && proof.epoch.is_ok() {
                         let sent = (seen, self.sent_at, seal_of(index));
-                        watch.handle_proof(sent, *answer, *max_ttl);
+                        watch.handle_proof(&self.epoch, sent, *answer, *max_ttl);
                     }
                     *answer
                 }
@@ -922,7 +968,8 @@ impl NodeBatch {
                         let epoch = reads.epoch.filter(|_| !reads.changed);
                         let sent = (seen, self.sent_at, seal_of(index));
                         let read = (epoch, reads.cause);
-                        watch.handle_native_proof(sent, read, reads.now, *answer, *max_ttl)
+                        let epoch = &self.epoch;
+                        watch.handle_native_proof(epoch, sent, read, reads.now, *answer, *max_ttl)
                     }
                     // The proof's own reads failed: the node's vote cannot count (a request
                     // the node refused says why itself: a key outside the user's ACL, say).
@@ -944,6 +991,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::request::LockRequest;
+    use crate::{EPOCH_ID_KEY, EPOCH_KEY};
 
     const MAX: u64 = 60_000;
 
@@ -1089,7 +1137,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cluster_connection_never_vouches() {
+    fn a_proof_of_the_nodes_epoch_vouches_for_no_cluster_slot() {
         let (acquire, release) = commands("r");
         let mut watch = MemoryWatch::new();
         let transmits = [acquire.clone(), release];
@@ -1103,20 +1151,17 @@ mod tests {
             (0, 0),
             &mut answers,
         );
-        // Proven for `redlock:epoch`, which vouches for no slot of a cluster: each acquisition
-        // there runs its checked script against its own slot's epoch, and proves nothing.
-        let cluster = Dialect {
-            keyspace: crate::Keyspace::Cluster,
-            ..Dialect::SCRIPTS
-        };
+        // Proven for `redlock:epoch`, which vouches for no slot of a cluster: an acquisition
+        // there runs its checked script against its own slot's epoch (proving that slot where
+        // the connection is tracked).
         let standalone = NodeBatch::new(&transmits[..1], &Dialect::SCRIPTS, Some(&watch), now());
         assert!(matches!(
             standalone.form(0, &acquire.command),
             RedisForm::Set { .. }
         ));
         for watch in [Some(&watch), None] {
-            let batch = NodeBatch::new(&transmits[..1], &cluster, watch, now());
-            assert!(batch.reads().is_empty());
+            let batch = NodeBatch::new(&transmits[..1], &cluster(), watch, now());
+            assert_eq!(batch.reads().is_empty(), watch.is_none());
             assert!(matches!(
                 batch.form(0, &acquire.command),
                 RedisForm::Script {
@@ -1125,6 +1170,165 @@ mod tests {
                 }
             ));
         }
+    }
+
+    /// A cluster master that runs scripts: one epoch per slot, no `SWAPDB`.
+    fn cluster() -> Dialect {
+        Dialect {
+            keyspace: Keyspace::Cluster,
+            swapdb: false,
+            ..Dialect::SCRIPTS
+        }
+    }
+
+    /// Runs `transmits` on a cluster master's connection watched by `watch`, every check
+    /// letting the node vote (an old epoch, every request granted).
+    fn prove_on_cluster(transmits: &[Transmit], watch: &mut MemoryWatch) {
+        let mut answers = vec![Reply::Int(1); transmits.len()];
+        run(
+            transmits,
+            &cluster(),
+            watch,
+            Some(b"5"),
+            (0, 0),
+            &mut answers,
+        );
+        assert!(
+            answers.iter().all(|answer| *answer == Reply::Int(1)),
+            "{answers:?}"
+        );
+    }
+
+    /// The slot of `transmit`'s key.
+    fn slot_of(transmit: &Transmit) -> crate::Slot {
+        crate::Slot::of(transmit.command.spec().keys().next().expect("a key"))
+    }
+
+    #[test]
+    fn a_cluster_master_proves_each_slot_on_its_own() {
+        let ((a, _), (b, _)) = (commands("r"), commands("s"));
+        let (slot_a, slot_b) = (slot_of(&a), slot_of(&b));
+        assert_ne!(slot_a, slot_b, "two slots");
+        let names_a = EpochNames::of_slot(slot_a);
+        let mut watch = MemoryWatch::new();
+        // A batch proves its first acquisition's slot: the reads name that slot's epoch, and
+        // an acquisition of another slot keeps its checked script.
+        let batch = NodeBatch::new(&[a.clone(), b.clone()], &cluster(), Some(&watch), now());
+        assert_eq!(
+            batch.reads(),
+            &[ProofRead::Caching, ProofRead::Epoch, ProofRead::Info]
+        );
+        assert_eq!(
+            batch.read_args(ProofRead::Epoch).as_slice(),
+            [&b"GET"[..], names_a.epoch()]
+        );
+        prove_on_cluster(&[a.clone(), b.clone()], &mut watch);
+        assert!(watch.vouches_for_slot(slot_a, MAX, now()));
+        assert!(!watch.vouches_for_slot(slot_b, MAX, now()));
+        assert!(
+            !watch.vouches_for(MAX, now()),
+            "the node's own epoch is not a slot's"
+        );
+        // Slot A vouched (a plain `SET`), slot B proves in a batch of its own.
+        let vouched = NodeBatch::new(std::slice::from_ref(&a), &cluster(), Some(&watch), now());
+        assert!(vouched.reads().is_empty());
+        assert!(matches!(vouched.form(0, &a.command), RedisForm::Set { .. }));
+        prove_on_cluster(std::slice::from_ref(&b), &mut watch);
+        assert!(watch.vouches_for_slot(slot_b, MAX, now()));
+        // A push of slot B's identity, of the node's epoch name, or of a lock key changes
+        // nothing; a push of B's epoch ends B's proof alone, and a vouched reply of A on its
+        // way still counts.
+        let in_flight = NodeBatch::new(std::slice::from_ref(&a), &cluster(), Some(&watch), now());
+        let names_b = EpochNames::of_slot(slot_b);
+        watch.handle_invalidation(false, [names_b.id(), b"redlock:r"]);
+        assert!(watch.vouches_for_slot(slot_b, MAX, now()));
+        watch.handle_invalidation(false, [names_b.epoch()]);
+        assert!(!watch.vouches_for_slot(slot_b, MAX, now()));
+        assert!(watch.vouches_for_slot(slot_a, MAX, now()));
+        let mut answer = [Reply::Ok];
+        in_flight.clone().finish(Some(&mut watch), &mut answer);
+        assert_eq!(answer, [Reply::Ok]);
+        // A push of A's epoch after A's request went out: refused, as on a standalone node.
+        watch.handle_invalidation(false, [names_a.epoch()]);
+        let mut answer = [Reply::Ok];
+        in_flight.finish(Some(&mut watch), &mut answer);
+        assert_eq!(answer, [refused(MAX, SitOutCause::Changed)]);
+        // Everything pushed (a flush) or the connection's end ends every slot's proof.
+        for end in 0..2 {
+            let mut watch = MemoryWatch::new();
+            for acquire in [&a, &b] {
+                prove_on_cluster(std::slice::from_ref(acquire), &mut watch);
+            }
+            assert!(watch.vouches_for_slot(slot_a, MAX, now()));
+            assert!(watch.vouches_for_slot(slot_b, MAX, now()));
+            if end == 0 {
+                watch.handle_invalidation(true, []);
+            } else {
+                watch.handle_closed();
+            }
+            assert!(!watch.vouches_for_slot(slot_a, MAX, now()));
+            assert!(!watch.vouches_for_slot(slot_b, MAX, now()));
+        }
+    }
+
+    #[test]
+    fn a_cluster_master_without_scripts_proves_its_slot_natively() {
+        let (a, _) = commands("r");
+        let names = EpochNames::of_slot(slot_of(&a));
+        let dialect = Dialect {
+            keyspace: Keyspace::Cluster,
+            swapdb: false,
+            ..native()
+        };
+        let mut watch = MemoryWatch::new();
+        let transmits = std::slice::from_ref(&a);
+        let batch = NodeBatch::new(transmits, &dialect, Some(&watch), now());
+        // No marker (a cluster cannot swap), and every read of an epoch names the slot's.
+        let mut batch_marked = batch.clone();
+        batch_marked.mark(7);
+        assert_eq!(batch_marked, batch, "no marker on a cluster");
+        let args = |read| {
+            batch
+                .read_args(read)
+                .iter()
+                .map(|a| a.to_vec())
+                .collect::<Vec<_>>()
+        };
+        let (epoch, id) = (names.epoch().to_vec(), names.id().to_vec());
+        assert_eq!(args(ProofRead::Epoch), [b"GET".to_vec(), epoch.clone()]);
+        assert_eq!(args(ProofRead::Pttl), [b"PTTL".to_vec(), epoch.clone()]);
+        assert_eq!(args(ProofRead::Stamped), [b"GET".to_vec(), id.clone()]);
+        assert_eq!(
+            args(ProofRead::Claim)[..2],
+            [b"SET".to_vec(), epoch.clone()]
+        );
+        assert!(matches!(batch.form(0, &a.command), RedisForm::Set { .. }));
+        // An old epoch proves the slot; the identity it adopts goes to the slot's name.
+        let old = Some(&b"1000"[..]);
+        let (a_id, info_a) = (identity('a'), info('a'));
+        let mut batch = NodeBatch::new(transmits, &dialect, Some(&watch), now());
+        for read in batch.reads() {
+            match read {
+                ProofRead::Caching => batch.handle_caching(Ok(())),
+                ProofRead::Epoch => batch.handle_epoch(Ok(old)),
+                ProofRead::Pttl => batch.handle_pttl(Ok(Some(-1))),
+                ProofRead::Time => batch.handle_time(Ok(Some((61, 0)))),
+                ProofRead::Stamped => batch.handle_stamped(Ok(None)),
+                ProofRead::Info => batch.handle_info(Some(&info_a)),
+                ProofRead::Claim => batch.handle_claim(false),
+                other => panic!("{other:?} is not read on a cluster"),
+            }
+        }
+        let stamps = batch.stamps();
+        assert_eq!(stamps.len(), 1);
+        assert_eq!(
+            stamps[0].args().as_slice(),
+            [&b"SET"[..], &id[..], &a_id[..], b"NX"]
+        );
+        let mut answer = [Reply::Ok];
+        batch.finish(Some(&mut watch), &mut answer);
+        assert_eq!(answer, [Reply::Ok]);
+        assert!(watch.vouches_for_slot(slot_of(&a), MAX, now()));
     }
 
     #[test]
@@ -1342,6 +1546,7 @@ mod tests {
         let stamp = |id: &[u8], if_missing| Stamp::Identity {
             identity: id.to_vec(),
             if_missing,
+            names: EpochNames::standalone(),
         };
         // The same identity: the node votes, nothing to write.
         let same = native_proof(old, Some(&a), Some(&info('a')), false);
@@ -1353,6 +1558,7 @@ mod tests {
         assert!(!vouches);
         let restamp = Stamp::Restamp {
             read: Some(b"1000".to_vec()),
+            names: EpochNames::standalone(),
         };
         let new_epoch = |cause| stamp(&stamp_with_cause(&a, cause), false);
         assert_eq!(
@@ -1525,12 +1731,13 @@ mod tests {
         let mut heard = MemoryWatch::new();
         heard.handle_subscribed();
         assert_eq!(prove(&mut heard, Ok(Some(b"KEA"))), [SealRead::Stamps]);
-        let MemoryCheck::Vouched { seen, .. } = heard.check(MAX, now()) else {
+        let MemoryCheck::Vouched { seen, .. } = heard.check(&EpochNames::standalone(), MAX, now())
+        else {
             panic!("vouched");
         };
         heard.handle_eviction();
         assert_eq!(
-            heard.vouched_reply(seen, Reply::Ok, MAX),
+            heard.vouched_reply(&EpochNames::standalone(), seen, Reply::Ok, MAX),
             refused(MAX, SitOutCause::Eviction)
         );
         assert!(!heard.vouches_for(MAX, now()), "proves again");
@@ -2040,7 +2247,7 @@ mod tests {
             (Dialect::SCRIPTS, Some(crate::WatchFault::NoLoop), false),
         ] {
             let mut watch = MemoryWatch::with_fault(fault);
-            watch.prove(0, MAX, now(), None);
+            watch.prove(&EpochNames::standalone(), 0, MAX, now(), None);
             let batch = NodeBatch::new(
                 std::slice::from_ref(&trusting),
                 &dialect,

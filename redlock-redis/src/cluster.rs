@@ -3,8 +3,8 @@
 //! back together in order.
 //!
 //! A node URL whose server runs in cluster mode is one node of the lock (one vote), whose keys
-//! live on several masters. The driver keeps one connection per master (untracked: on a cluster
-//! every restart-aware acquisition runs its checked script against its own slot's epoch), sends
+//! live on several masters. The driver keeps one connection per master (tracked as a standalone
+//! node's is: it proves the slots it serves one by one, see `redlock_core::MemoryWatch`), sends
 //! each request to the master of its keys' slot, follows an `ASK` once to the importing master
 //! it names (after `ASKING`, the map unchanged: see [`crate::asking`]; a master the map does not
 //! know yet keeps its connection with the map, [`crate::asking::IMPORTING_KEPT`]), and after any other

@@ -128,9 +128,9 @@ const SHARED_MASTER_REMEDY: &str = "; two votes of one cluster are on one master
 /// What a node without scripts cannot do, and the way out.
 const NO_SAFE_FORM_REMEDY: &str = "; a node that runs no script (its user is denied \
     @scripting, or the server has no Lua) has no safe native form for this request (the \
-    README's Server dialects table says what works without scripts; on a cluster node a \
-    restart-aware acquisition never does: a cluster node's connections never prove its \
-    memory); allow the lock user `EVAL`, `EVALSHA` and `SCRIPT`";
+    README's Server dialects table says what works without scripts; a restart-aware \
+    acquisition there needs its connection's memory proof: RESP3 and `CLIENT TRACKING` for \
+    the user); allow the lock user `EVAL`, `EVALSHA` and `SCRIPT`";
 
 /// What to do about two node URLs that lead to one cluster.
 const SAME_CLUSTER_REMEDY: &str = "; two node URLs lead to one cluster (they share a master), \

@@ -293,12 +293,16 @@ impl<'a> Reading<'a> {
         asking: bool,
     ) -> Self {
         // Every push read so far reaches the watch first: a connection that already heard of
-        // a flush proves now instead of sending a vouched `SET` bound to be refused.
+        // a flush proves now instead of sending a vouched `SET` bound to be refused. A batch
+        // after `ASK` neither proves nor vouches (its restart checks keep their script): an
+        // `ASKING` between `CLIENT CACHING YES` and the epoch's `GET` would leave the epoch
+        // untracked, and the slot is on its way to this master.
         let plan = {
             let watch = tracking.map(|tracking| {
                 tracking.drain();
                 tracking.lock()
             });
+            let watch = watch.filter(|_| !asking);
             let mut plan =
                 NodeBatch::new(batch, dialect, watch.as_deref(), std::time::Instant::now());
             // A proof's marker needs a name no other proof ever had: fresh entropy, once per

@@ -81,16 +81,14 @@ impl Node {
         }
     }
 
-    /// One master of this cluster node's cluster: untracked (on a cluster every restart-aware
-    /// acquisition checks its own slot's epoch by script), never routing.
+    /// One master of this cluster node's cluster, watched as the node is (each connection
+    /// proves the slots it serves one by one, see [`redlock_core::MemoryWatch`]), never
+    /// routing.
     fn master(&self, addr: NodeAddr) -> Self {
         Self {
             addr,
             io_timeout: self.io_timeout,
-            watch: crate::MemoryWatchSettings {
-                untracked: true,
-                ..self.watch
-            },
+            watch: self.watch,
             connected: Mutex::new(None),
             routes: false,
             cluster: Mutex::new(None),

@@ -133,19 +133,13 @@ impl Connection {
         }
     }
 
-    /// One master of this cluster node's cluster: untracked (on a cluster every restart-aware
-    /// acquisition checks its own slot's epoch by script), never routing.
+    /// One master of this cluster node's cluster, watched as the node is (each connection
+    /// proves the slots it serves one by one, see [`redlock_core::MemoryWatch`]), never
+    /// routing.
     fn master(&self, addr: NodeAddr) -> Self {
         Self {
             routes: false,
-            ..Self::new(
-                addr,
-                self.io_timeout,
-                crate::MemoryWatchSettings {
-                    untracked: true,
-                    ..self.watch
-                },
-            )
+            ..Self::new(addr, self.io_timeout, self.watch)
         }
     }
 

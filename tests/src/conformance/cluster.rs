@@ -8,7 +8,8 @@ use redlock_core::{Keyspace, LockRequest, NodeErrorKind, RetryPolicy, SitOutCaus
 use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
-use super::scenarios::{eventually, scripting_denied};
+use super::scenarios::eventually;
+use super::sealed::calls;
 use crate::{CLUSTER_NODE_TIMEOUT, RedisCluster, RedisServer, ServerOptions, Servers};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -62,27 +63,18 @@ fn slot_epoch(master: &RedisServer, slot: Slot) -> Option<Vec<u8>> {
 /// a fresh slot sits out and stamps its own epoch, a trust stamps every slot's, and then a lock
 /// of a key on any master is granted there — refused to a rival while held, gone on release. In
 /// a deployment that needs every vote, the cluster's is one of them. On nodes that run no
-/// script, a restart-aware acquisition is a clear error vote (its check needs the script).
+/// script, each master's connection proves its slots natively, the same way.
 pub fn a_cluster_node_votes_for_keys_on_every_master<A: Adapter>() {
     let cluster = RedisCluster::start(3, 0);
     let resources = one_per_master(&cluster, "job");
     let client: A = build(&[cluster.masters()[1].url()], &once());
     let first = Slot::of(resources[0].as_bytes());
     let fresh = client.try_lock(&resources[0], TTL);
-    let text = failure_text(&fresh);
     match sole_vote(fresh) {
         Vote::Ineligible {
             cause: SitOutCause::NoEpoch,
             ..
         } => {}
-        Vote::Failed(NodeErrorKind::NoSafeForm) if scripting_denied() => {
-            assert!(
-                text.contains("a cluster node's connections never prove its memory"),
-                "{}: the error says what to do: {text}",
-                A::NAME
-            );
-            return;
-        }
         other => panic!("{}: a fresh slot sits out, got {other:?}", A::NAME),
     }
     assert!(
@@ -111,6 +103,24 @@ pub fn a_cluster_node_votes_for_keys_on_every_master<A: Adapter>() {
         assert_eq!(sole_vote(rival.try_lock(resource, TTL)), Vote::Refused);
         assert_eq!(lock.release().released(), 1);
         assert_eq!(cluster.get(resource.as_bytes()), None, "released");
+    }
+
+    // Each master's connection proved the slot it served above: the next lock of each resource
+    // is a plain `SET NX PX` there, with no proof (a proof starts with `CLIENT CACHING YES`,
+    // then reads the slot's epoch). Control: a new client's first lock proves.
+    for resource in &resources {
+        let master = &cluster.masters()[cluster.master_of(resource.as_bytes())];
+        let fresh: A = build(&[cluster.masters()[1].url()], &once());
+        for (who, vouched) in [(&fresh, false), (&client, true), (&fresh, true)] {
+            let (proofs, sets) = (calls(master, "client|caching"), calls(master, "set"));
+            let lock = who.lock(resource, TTL).expect("granted by the cluster");
+            assert_eq!(lock.release().released(), 1);
+            let proved = calls(master, "client|caching") > proofs;
+            assert_eq!(proved, !vouched, "{}: {resource} proved: {proved}", A::NAME);
+            if vouched {
+                assert_eq!(calls(master, "set"), sets + 1, "{}: one SET NX PX", A::NAME);
+            }
+        }
     }
 
     // With two standalone nodes and quorum 3, no lock without the cluster's vote.

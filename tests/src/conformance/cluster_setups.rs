@@ -13,7 +13,7 @@ use redlock_core::{LockRequest, RetryPolicy, Vote, vote_slots};
 use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
-use super::scenarios::{count_under_lock, eventually, scripting_denied};
+use super::scenarios::{count_under_lock, eventually};
 use crate::{RedisCluster, RedisServer, Servers};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -49,17 +49,13 @@ impl Deployment {
         }
     }
 
-    /// A client of the deployment with `options` on top, every node trusted. Restart-aware
-    /// voting on a cluster needs the checked script: where scripts are denied, it is off.
+    /// A client of the deployment with `options` on top, every node trusted.
     fn client<A: Adapter>(&self, options: &Options) -> A {
         let mut urls = vec![self.cluster.masters()[1].url()];
         urls.extend(self.standalone.urls());
         let mut options = options.clone();
         if let Setup::ThreeVotes = self.setup {
             options.cluster_votes = vec![(0, VOTES)];
-        }
-        if scripting_denied() {
-            options.restart_aware = Some(false);
         }
         let client = A::build(&urls, &options)
             .unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME));

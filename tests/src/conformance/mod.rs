@@ -7,6 +7,7 @@ mod async_adapter;
 mod blocking;
 pub mod cluster;
 pub mod cluster_failover;
+pub mod cluster_memory;
 pub mod cluster_migration;
 pub mod cluster_setups;
 pub mod cluster_versions;

@@ -996,6 +996,9 @@ macro_rules! conformance_tests {
             a_promoted_replica_sits_out_for_its_slots,
             a_cluster_failover_and_failback_under_open_connections_sits_out,
             a_cluster_slot_migrated_with_a_held_key_keeps_exclusion);
+        $crate::conformance_tests!(@cluster_memory $adapter;
+            a_cluster_slot_that_lost_its_memory_refuses_a_proven_connection,
+            a_cluster_slot_that_lost_its_memory_votes_for_a_deaf_connection);
         $crate::conformance_tests!(@cluster_migration $adapter;
             a_cluster_slot_mid_migration_is_followed_through_ask,
             an_ask_to_a_master_the_map_does_not_know_reuses_one_connection,
@@ -1090,6 +1093,14 @@ macro_rules! conformance_tests {
             #[test]
             fn $case() {
                 $crate::conformance::cluster_failover::$case::<$adapter>();
+            }
+        )+
+    };
+    (@cluster_memory $adapter:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::cluster_memory::$case::<$adapter>();
             }
         )+
     };
