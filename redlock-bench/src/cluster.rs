@@ -28,8 +28,8 @@ pub(crate) const MASTERS: usize = 3;
 pub(crate) enum Deployment {
     /// Three standalone nodes: three votes, tracked connections (a plain `SET NX PX`).
     Standalone,
-    /// One cluster of three masters as one node: one vote, the checked script per
-    /// acquisition on the key's master.
+    /// One cluster of three masters as one node: one vote, each master's connection proving
+    /// the slots it serves (then a plain `SET NX PX`, sealed on Redis).
     Cluster,
     /// The same cluster lending each lock three votes, one per master.
     ClusterVotes,

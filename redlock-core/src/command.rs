@@ -1329,6 +1329,7 @@ mod tests {
         markers: true,
         database: 0,
         keyspace: Keyspace::Standalone,
+        silent_slot_drops: false,
     };
     const NO_LUA: Dialect = Dialect {
         scripts: false,

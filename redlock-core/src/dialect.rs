@@ -70,10 +70,14 @@ pub struct Dialect {
     pub database: u32,
     /// How the node lays out its keys: on a cluster node every name beside a lock key lives in
     /// the key's slot ([`Keyspace::Cluster`]), a command's keys must share one slot
-    /// ([`RedisForm::CrossSlot`](crate::RedisForm::CrossSlot) otherwise), and a connection's
-    /// memory proof never vouches (each restart-aware acquisition runs its checked script,
-    /// which reads its slot's epoch).
+    /// ([`RedisForm::CrossSlot`](crate::RedisForm::CrossSlot) otherwise), and a connection
+    /// proves its master's memory slot by slot ([`MemoryWatch`](crate::MemoryWatch)).
     pub keyspace: Keyspace,
+    /// Whether the node, a cluster master, may drop the keys of a slot it loses (another
+    /// master claimed it) without a tracking push: Redis (seen on 7.0.15; Valkey 8.1 and 9.1
+    /// push). A proven connection there cannot hear its slot's memory go, so each vouched
+    /// acquisition is sealed with a read of the slot's epoch (gone with the slot's keys).
+    pub silent_slot_drops: bool,
 }
 
 impl Default for Dialect {
@@ -115,6 +119,7 @@ impl Dialect {
         markers: true,
         database: 0,
         keyspace: Keyspace::Standalone,
+        silent_slot_drops: false,
     };
 
     /// What a node of these facts can run. A version that does not parse counts as the oldest
@@ -148,6 +153,8 @@ impl Dialect {
             } else {
                 Keyspace::Standalone
             },
+            // Whatever the version: no Redis release was seen to push (7.0.15 does not).
+            silent_slot_drops: facts.cluster && !valkey,
         }
     }
 
@@ -209,8 +216,27 @@ mod tests {
                 markers: true,
                 database: 0,
                 keyspace: Keyspace::Standalone,
+                silent_slot_drops: false,
             }
         );
+    }
+
+    #[test]
+    fn a_cluster_node_cannot_swap_and_a_redis_one_drops_slots_silently() {
+        for (server, version, silent) in [("redis", "7.0.15", true), ("valkey", "9.1.2", false)] {
+            let found = Dialect::detect(&ServerFacts {
+                cluster: true,
+                ..facts(server, version)
+            });
+            assert_eq!(found.keyspace, Keyspace::Cluster);
+            assert!(!found.swapdb, "{server}: SWAPDB is refused in cluster mode");
+            assert_eq!(found.silent_slot_drops, silent, "{server}");
+            let standalone = Dialect::detect(&facts(server, version));
+            assert!(
+                standalone.swapdb && !standalone.silent_slot_drops,
+                "{server}"
+            );
+        }
     }
 
     #[test]

@@ -49,6 +49,17 @@
 //! time of the client's ever becomes an epoch, and nothing has to be undone. A claim reads as
 //! the memory's beginning (`2^40 − PTTL` ago) from then on.
 //!
+//! # Cluster masters
+//! A cluster keeps one epoch per slot (`redlock:epoch:{tag}`,
+//! [`EpochNames::of_slot`](crate::EpochNames::of_slot)), and a connection to one of its masters
+//! proves the slots it serves one by one: each proof reads one slot's epoch (the batch's first
+//! acquisition that must prove, [`NodeBatch`](crate::NodeBatch)), and the watch keeps a proof
+//! per slot. A push of one slot's epoch (a delete, an eviction, the slot migrated away) ends
+//! that slot's proof alone; a flush, an eviction event or the connection's end ends every one.
+//! A master that drops a lost slot's keys without a push (Redis,
+//! [`Dialect::silent_slot_drops`](crate::Dialect::silent_slot_drops)) seals each vouched
+//! acquisition with a read of the slot's epoch.
+//!
 //! What it never does: it never reads a clock or a socket, never vouches for a longer TTL than
 //! it proved, and never lets a reply count across a push or a connection's end.
 
@@ -495,9 +506,23 @@ impl MemoryWatch {
     /// acquisition proves again (and the checked script, seeing the identity changed, stamps a
     /// new epoch). A seal that read the proof's marker (`marked`) leaves markers off on this
     /// connection.
-    pub(crate) fn handle_broken_seal(&mut self, cause: SitOutCause, marked: bool) {
+    ///
+    /// On a cluster master the seal read one slot's epoch (`epoch`): a change there ends that
+    /// slot's proof alone — but an eviction is the whole node's, and ends every one.
+    pub(crate) fn handle_broken_seal(
+        &mut self,
+        epoch: &EpochNames,
+        cause: SitOutCause,
+        marked: bool,
+    ) {
         self.unmarked |= marked;
-        self.end_proof(cause);
+        match epoch.slot() {
+            Some(slot) if cause != SitOutCause::Eviction => {
+                self.end_slot_proof(slot);
+                self.ended_by = Some(cause);
+            }
+            _ => self.end_proof(cause),
+        }
     }
 
     /// The node refused this user a proof's marker (an ACL): the connection's next proofs

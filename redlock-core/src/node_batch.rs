@@ -301,7 +301,8 @@ struct NativeReads {
 
 impl Proof {
     /// What the connection's vouched acquisitions read with their `SET` once this proof holds:
-    /// nothing where the node can neither swap databases nor evict; the marker of `nonce` where
+    /// nothing where the node can neither swap databases nor evict (nor, a cluster master,
+    /// drop a lost slot's keys unheard: there, the stamps); the marker of `nonce` where
     /// the node can swap and does not evict (and the proof wrote it); the stamp, and on a node that evicts
     /// (or does not say) its eviction count, otherwise. Nothing either where the
     /// node's identity is unknown: no stamp to read, it votes under its epoch alone.
@@ -311,7 +312,7 @@ impl Proof {
         let evictions = self.evicts != Some(false) && self.notifications != Ok(true);
         let value = self.epoch.as_ref().ok().and_then(Option::as_deref);
         let pttl = self.pttl.ok().flatten();
-        (dialect.swapdb || evictions).then_some(Seal {
+        (dialect.swapdb || evictions || dialect.silent_slot_drops).then_some(Seal {
             evictions,
             epoch: SealEpoch::of(value, pttl),
             // The checked script wrote the marker where the node let it vote, a native proof's
@@ -390,9 +391,14 @@ impl Proof {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeBatch {
     dialect: Dialect,
-    /// The epoch this batch proves and vouches with: the node's, or on a cluster master the
-    /// slot of the batch's first restart-checked acquisition (the others keep their check).
+    /// The epoch this batch proves: the node's, or on a cluster master the slot of the batch's
+    /// first acquisition that must prove (the others of another slot keep their check).
     epoch: EpochNames,
+    /// On a cluster master, each request's epoch (its slot's); empty on a standalone node,
+    /// whose one epoch every request's is.
+    epochs: SmallVec<[EpochNames; 1]>,
+    /// The requests this batch does not run ([`NodeBatch::deferred`]).
+    deferred: Vec<usize>,
     /// Each request's restart check on this connection, with its longest TTL (`None`: not a
     /// restart-checked acquisition, or an untracked connection).
     checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]>,
@@ -425,6 +431,14 @@ pub struct NodeBatch {
     sent_at: Instant,
 }
 
+/// Request `index`'s epoch: its slot's on a cluster master (`epochs`), else the node's one.
+fn epoch_at(epochs: &[EpochNames], index: usize) -> EpochNames {
+    epochs
+        .get(index)
+        .copied()
+        .unwrap_or_else(EpochNames::standalone)
+}
+
 impl NodeBatch {
     /// The batch `transmits`, going out at `now` on the driver's clock, on a connection to a
     /// node of `dialect` whose watch over the node's memory is `watch` (`None`: the connection
@@ -435,29 +449,30 @@ impl NodeBatch {
         watch: Option<&MemoryWatch>,
         now: Instant,
     ) -> Self {
-        // A standalone node has one epoch; a cluster master one per slot, and a batch proves
-        // one: its first restart-checked acquisition's slot. An acquisition of another slot
-        // keeps its check (the checked script reads its own slot's epoch).
-        let epoch_of = |transmit: &Transmit| {
-            let key = transmit.command.spec().keys().next().unwrap_or_default();
-            EpochNames::of(dialect.keyspace, key)
+        // A standalone node has one epoch; a cluster master one per slot: each acquisition is
+        // checked against its own slot's (vouched where that slot is proven), and a batch
+        // proves one slot, its first acquisition's that must prove. An acquisition that must
+        // prove another slot keeps its check (the checked script reads its own slot's epoch).
+        let epochs: SmallVec<[EpochNames; 1]> = match dialect.keyspace {
+            Keyspace::Standalone => SmallVec::new(),
+            Keyspace::Cluster => transmits
+                .iter()
+                .map(|transmit| {
+                    let key = transmit.command.spec().keys().next().unwrap_or_default();
+                    EpochNames::of(Keyspace::Cluster, key)
+                })
+                .collect(),
         };
-        let epoch = transmits
-            .iter()
-            .find(|transmit| transmit.command.restart_check_ms().is_some())
-            .map_or_else(EpochNames::standalone, epoch_of);
+        let epoch_of = |index: usize| epoch_at(&epochs, index);
         // Per request: its check, and for a request the connection vouched for that proves
         // anyway (a form with no seal), the seal its proof keeps.
         let mut kept: Vec<(usize, Seal)> = Vec::new();
-        let checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]> = transmits
+        let mut checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]> = transmits
             .iter()
             .enumerate()
             .map(|(index, transmit)| {
                 let max_ttl = transmit.command.restart_check_ms()?;
-                let watch = watch.filter(|_| {
-                    dialect.keyspace == Keyspace::Standalone || epoch_of(transmit) == epoch
-                });
-                let check = match watch?.check(&epoch, max_ttl, now) {
+                let check = match watch?.check(&epoch_of(index), max_ttl, now) {
                     // Only a plain `SET` (or `MSETEX`, or the fenced transaction that holds
                     // one) goes in a `MULTI` with its seal; any other form proves instead, its
                     // checked script reading the identity.
@@ -479,6 +494,27 @@ impl NodeBatch {
                 Some((check, max_ttl))
             })
             .collect();
+        let proving = |check: &Option<(MemoryCheck, u64)>| {
+            matches!(check, Some((MemoryCheck::Prove { .. }, _)))
+        };
+        let epoch = checks
+            .iter()
+            .position(proving)
+            .map_or_else(EpochNames::standalone, epoch_of);
+        let mut deferred = Vec::new();
+        if dialect.keyspace == Keyspace::Cluster {
+            for (index, check) in checks.iter_mut().enumerate() {
+                if proving(check) && epoch_of(index) != epoch {
+                    *check = None;
+                    kept.retain(|(at, _)| *at != index);
+                    // Without scripts it has no check of its own: it waits for a batch that
+                    // proves its slot.
+                    if !dialect.scripts {
+                        deferred.push(index);
+                    }
+                }
+            }
+        }
         let seal_breach = checks.iter().map(|_| Some(SitOutCause::Changed)).collect();
         let proves = checks
             .iter()
@@ -520,6 +556,8 @@ impl NodeBatch {
         Self {
             dialect: *dialect,
             epoch,
+            epochs,
+            deferred,
             checks,
             proof,
             seal_breach,
@@ -532,6 +570,17 @@ impl NodeBatch {
             kept,
             sent_at: now,
         }
+    }
+
+    /// The requests (indexes into the batch) this batch does not run: on a cluster master that
+    /// runs no script, the acquisitions that must prove a slot other than the one this batch
+    /// proves (a native proof reads one slot's epoch, and such an acquisition has no checked
+    /// form). Nothing of theirs goes out and their answers here mean nothing: the driver sends
+    /// them again, on the same connection, as a batch of their own once this one is done —
+    /// which proves the first one's slot, and defers the others of yet another slot. Empty
+    /// everywhere else (a node that runs scripts checks such an acquisition by script).
+    pub fn deferred(&self) -> &[usize] {
+        &self.deferred
     }
 
     /// The commands to send ahead of the requests, in this order.
@@ -699,10 +748,12 @@ impl NodeBatch {
     /// [`SealRead::args`] with the names of the epoch the batch vouches with (on a cluster
     /// master, its slot's), and for [`SealRead::Marker`] the marker's name after `EXISTS`.
     pub fn seal_args(&self, index: usize, read: SealRead) -> SmallVec<[&[u8]; 3]> {
-        let (epoch, id) = (self.epoch.epoch(), self.epoch.id());
-        let mut args: SmallVec<[&[u8]; 3]> = match read {
-            SealRead::Stamps => SmallVec::from_slice(&[b"MGET", epoch, id]),
-            SealRead::ClaimTtl => SmallVec::from_slice(&[b"PTTL", epoch]),
+        // A standalone node's names are the reads' own.
+        let mut args: SmallVec<[&[u8]; 3]> = match (read, self.epochs.get(index)) {
+            (SealRead::Stamps, Some(names)) => {
+                SmallVec::from_slice(&[b"MGET", names.epoch(), names.id()])
+            }
+            (SealRead::ClaimTtl, Some(names)) => SmallVec::from_slice(&[b"PTTL", names.epoch()]),
             _ => SmallVec::from_slice(read.args()),
         };
         if read == SealRead::Marker
@@ -934,19 +985,25 @@ impl NodeBatch {
                         // A node that refuses this user the marker (an ACL) refuses the whole
                         // transaction: the connection's next proofs write none.
                         (Reply::Error(NodeErrorKind::NoPermission), _) if marked => {
-                            watch.handle_broken_seal(SitOutCause::Changed, true);
+                            let epoch = epoch_at(&self.epochs, index);
+                            watch.handle_broken_seal(&epoch, SitOutCause::Changed, true);
                             *answer
                         }
                         (Reply::Error(_), _) => *answer,
-                        (_, None) => watch.vouched_reply(&self.epoch, seen, *answer, *max_ttl),
+                        (_, None) => {
+                            let epoch = epoch_at(&self.epochs, index);
+                            watch.vouched_reply(&epoch, seen, *answer, *max_ttl)
+                        }
                         // Another database, or an eviction: the node's memory is not the one
                         // proven (its key, if it set one, is released as any failed lock's).
                         (_, Some(cause)) => {
                             // A missing marker says only that the memory changed: where a push
                             // said how (an eviction the acquisition set off, say), that names
                             // it, and markers stay on.
-                            let pushed = watch.ended_since(&self.epoch, seen).filter(|_| marked);
+                            let epoch = epoch_at(&self.epochs, index);
+                            let pushed = watch.ended_since(&epoch, seen).filter(|_| marked);
                             watch.handle_broken_seal(
+                                &epoch,
                                 pushed.unwrap_or(cause),
                                 pushed.is_none() && marked,
                             );
@@ -1229,6 +1286,26 @@ mod tests {
             !watch.vouches_for(MAX, now()),
             "the node's own epoch is not a slot's"
         );
+        // A batch of a proven slot's acquisition and another's: the first vouched (a plain
+        // `SET`), the second proves its own slot (the reads name it); a third slot's keeps its
+        // checked script.
+        let (c, _) = commands("t");
+        assert!(![slot_a, slot_b].contains(&slot_of(&c)), "a third slot");
+        let mixed = [a.clone(), b.clone(), c.clone()];
+        let batch = NodeBatch::new(&mixed, &cluster(), Some(&watch), now());
+        assert!(matches!(batch.form(0, &a.command), RedisForm::Set { .. }));
+        assert!(batch.vouched(0) && !batch.vouched(1) && !batch.vouched(2));
+        assert_eq!(
+            batch.read_args(ProofRead::Epoch).as_slice(),
+            [&b"GET"[..], EpochNames::of_slot(slot_b).epoch()]
+        );
+        assert!(matches!(
+            batch.form(2, &c.command),
+            RedisForm::Script {
+                script: crate::Script::AcquireChecked,
+                ..
+            }
+        ));
         // Slot A vouched (a plain `SET`), slot B proves in a batch of its own.
         let vouched = NodeBatch::new(std::slice::from_ref(&a), &cluster(), Some(&watch), now());
         assert!(vouched.reads().is_empty());
@@ -1268,6 +1345,72 @@ mod tests {
             }
             assert!(!watch.vouches_for_slot(slot_a, MAX, now()));
             assert!(!watch.vouches_for_slot(slot_b, MAX, now()));
+        }
+    }
+
+    #[test]
+    fn an_evicting_cluster_masters_seals_read_each_requests_own_slot() {
+        let ((a, _), (b, _)) = (commands("r"), commands("s"));
+        let evicting = String::from_utf8(info('a'))
+            .expect("ASCII")
+            .replace("noeviction", "allkeys-lru")
+            .into_bytes();
+        let mut watch = MemoryWatch::new();
+        for acquire in [&a, &b] {
+            let transmits = std::slice::from_ref(acquire);
+            let mut batch = NodeBatch::new(transmits, &cluster(), Some(&watch), now());
+            for read in batch.reads() {
+                match read {
+                    ProofRead::Caching => batch.handle_caching(Ok(())),
+                    ProofRead::Epoch => batch.handle_epoch(Ok(Some(b"5"))),
+                    ProofRead::Info => batch.handle_info(Some(&evicting)),
+                    other => panic!("{other:?} is not read on a scripted cluster"),
+                }
+            }
+            let mut answer = [Reply::Int(1)];
+            batch.finish(Some(&mut watch), &mut answer);
+        }
+        let batch = NodeBatch::new(&[a.clone(), b.clone()], &cluster(), Some(&watch), now());
+        assert!(batch.reads().is_empty(), "both slots proven");
+        for (index, acquire) in [&a, &b].into_iter().enumerate() {
+            assert!(batch.seal_reads(index).contains(&SealRead::Stamps));
+            let names = EpochNames::of_slot(slot_of(acquire));
+            assert_eq!(
+                batch.seal_args(index, SealRead::Stamps).as_slice(),
+                [&b"MGET"[..], names.epoch(), names.id()]
+            );
+        }
+        // Slot A's seal finds its epoch gone (the slot dropped): A's vote is refused and A's
+        // proof ends, B's stands; an eviction (the whole node's) ends both.
+        let (a_stamp, stats) = (identity('a'), b"# Stats\r\nevicted_keys:0\r\n".to_vec());
+        let held = SealReplies {
+            epoch: Some(b"5"),
+            stamped: Some(&a_stamp),
+            evictions: Some(&stats),
+            ..SealReplies::default()
+        };
+        for (gone, evicted) in [(true, false), (false, true)] {
+            let mut watch = watch.clone();
+            let mut batch =
+                NodeBatch::new(std::slice::from_ref(&a), &cluster(), Some(&watch), now());
+            let moved = b"# Stats\r\nevicted_keys:3\r\n".to_vec();
+            batch.handle_seal(
+                0,
+                SealReplies {
+                    epoch: if gone { None } else { held.epoch },
+                    evictions: if evicted {
+                        Some(&moved)
+                    } else {
+                        held.evictions
+                    },
+                    ..held
+                },
+            );
+            let mut answer = [Reply::Ok];
+            batch.finish(Some(&mut watch), &mut answer);
+            assert!(matches!(answer[0], Reply::Ineligible { .. }), "{answer:?}");
+            assert!(!watch.vouches_for_slot(slot_of(&a), MAX, now()));
+            assert_eq!(watch.vouches_for_slot(slot_of(&b), MAX, now()), !evicted);
         }
     }
 
@@ -1329,6 +1472,26 @@ mod tests {
         batch.finish(Some(&mut watch), &mut answer);
         assert_eq!(answer, [Reply::Ok]);
         assert!(watch.vouches_for_slot(slot_of(&a), MAX, now()));
+        // Acquisitions of two more slots beside a vouched one: the batch proves the first of
+        // them and defers the second (no checked form without scripts), which then proves in
+        // a batch of its own; where scripts run, nothing is deferred.
+        let ((b, _), (c, _)) = (commands("s"), commands("t"));
+        let three = [a.clone(), b.clone(), c.clone()];
+        let batch = NodeBatch::new(&three, &dialect, Some(&watch), now());
+        assert!(batch.vouched(0));
+        assert_eq!(batch.deferred(), [2]);
+        assert_eq!(
+            batch.read_args(ProofRead::Epoch)[1],
+            EpochNames::of_slot(slot_of(&b)).epoch()
+        );
+        let later = NodeBatch::new(&three[2..], &dialect, Some(&watch), now());
+        assert!(later.deferred().is_empty());
+        assert_eq!(
+            later.read_args(ProofRead::Epoch)[1],
+            EpochNames::of_slot(slot_of(&c)).epoch()
+        );
+        let scripted = NodeBatch::new(&three, &cluster(), Some(&watch), now());
+        assert!(scripted.deferred().is_empty());
     }
 
     #[test]

@@ -334,6 +334,30 @@ impl RedisCluster {
                 .arg("NODE")
                 .arg(&to_id),
         )?;
+        self.wait_served_by(slot, to, started)
+    }
+
+    /// Lets `by` take `slot` without its keys, as a master that wins a configuration conflict
+    /// does: `CLUSTER SETSLOT slot NODE <by>` on `by`, then `CLUSTER BUMPEPOCH` there. The
+    /// slot's master until then drops every key it held in the slot when it learns of it
+    /// (Redis and Valkey alike; Redis 7.0 pushes no tracking invalidation for them). Waits
+    /// until every running master says `by` serves it.
+    pub fn claim_slot(&self, slot: u16, by: &RedisServer) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        let id: String = run(by, redis::cmd("CLUSTER").arg("MYID"))?;
+        let _: () = run(by, &set_slot(slot, "NODE", &id))?;
+        let _: redis::Value = run(by, redis::cmd("CLUSTER").arg("BUMPEPOCH"))?;
+        self.wait_served_by(slot, by, started)
+    }
+
+    /// Waits (from `started`, up to the formation timeout) until every running master says
+    /// `to` serves `slot`.
+    fn wait_served_by(
+        &self,
+        slot: u16,
+        to: &RedisServer,
+        started: Instant,
+    ) -> Result<(), HarnessError> {
         for master in self.masters.iter().filter(|node| node.is_running()) {
             loop {
                 if serving_port(master, slot)? == Some(to.port()) {

@@ -322,11 +322,15 @@ impl<C: FromSettings> Builder<C> {
         }
         let (nodes, config) = spread_votes(nodes, &self.votes, self.config)?;
         let config = config.build()?;
+        let memory_watch = crate::MemoryWatchSettings {
+            restart_unaware: !config.restart_aware(),
+            ..self.memory_watch
+        };
         C::from_settings(Settings {
             config,
             nodes,
             io_timeout: self.io_timeout,
-            memory_watch: self.memory_watch,
+            memory_watch,
         })
     }
 }

@@ -581,7 +581,7 @@ pub(crate) fn trust_answer(map: &SlotMap, results: &[redis::RedisResult<()>]) ->
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use redlock_core::{LockId, Start};
 
@@ -741,7 +741,8 @@ mod tests {
 
     /// The acquisitions of locks on `resources` (one node, no restart check), as a client's
     /// multiplexer sends them.
-    fn acquisitions(resources: &[&str]) -> Vec<Transmit> {
+    /// One acquisition of each of `resources`, as a client's first round sends them.
+    pub(crate) fn acquisitions(resources: &[&str]) -> Vec<Transmit> {
         use rand_core::SeedableRng;
         let config = redlock_core::Config::builder(1)
             .restart_aware(false)

@@ -25,6 +25,10 @@ pub struct MemoryWatchSettings {
     /// Negative controls only: a safeguard of the watches switched off.
     #[doc(hidden)]
     pub fault: Option<WatchFault>,
+    /// Whether the client's acquisitions check the node's memory at all (restart-aware
+    /// voting): a client that never proves a cluster master's slots needs no tracking on its
+    /// master connections (set by the builder from the engine's settings).
+    pub(crate) restart_unaware: bool,
 }
 
 /// One connection's watch over its node's memory.

@@ -233,6 +233,21 @@ impl BatchReplies {
         replies
     }
 
+    /// Takes `more`, the replies to a batch of this one's requests `indexes` (in that order),
+    /// in their places: their answers, the connection's state, where they were asked to go.
+    pub(crate) fn merge(&mut self, indexes: &[usize], more: BatchReplies) {
+        for (&index, answer) in indexes.iter().zip(more.answers) {
+            if let Some(slot) = self.answers.get_mut(index) {
+                *slot = answer;
+            }
+        }
+        self.reconnect |= more.reconnect;
+        self.rebuild |= more.rebuild;
+        let asked = more.asked.into_iter();
+        self.asked
+            .extend(asked.filter_map(|(at, host)| Some((*indexes.get(at)?, host))));
+    }
+
     fn all(batch: &[Transmit], reply: Reply, reconnect: bool) -> Self {
         Self {
             answers: batch.iter().map(|t| (t.id, reply)).collect(),
@@ -952,14 +967,39 @@ pub(crate) fn run_batch(
     read_timeout: std::time::Duration,
     asking: bool,
 ) -> BatchReplies {
+    let run = |conn: &mut redis::Connection, batch: &[Transmit]| {
+        run_batch_once(conn, batch, dialect, tracking, read_timeout, asking)
+    };
+    let (mut replies, mut deferred) = run(conn, batch);
+    while !deferred.is_empty() && !replies.reconnect && !replies.rebuild {
+        let again: Vec<Transmit> = deferred.iter().map(|&at| batch[at].clone()).collect();
+        let (more, still) = run(conn, &again);
+        replies.merge(&deferred, more);
+        deferred = still.into_iter().map(|at| deferred[at]).collect();
+    }
+    replies
+}
+
+/// One pass of [`run_batch`]: the batch's replies, and the requests it deferred
+/// ([`redlock_core::NodeBatch::deferred`]).
+#[cfg(feature = "blocking")]
+fn run_batch_once(
+    conn: &mut redis::Connection,
+    batch: &[Transmit],
+    dialect: &Dialect,
+    tracking: Option<&Tracking>,
+    read_timeout: std::time::Duration,
+    asking: bool,
+) -> (BatchReplies, Vec<usize>) {
     let mut reading = Reading::new(batch, dialect, tracking, asking);
+    let deferred = reading.plan.deferred().to_vec();
     let wire = reading.main_wire();
     if let Some((packed, wire_len)) = reading.packed(wire.as_ref()) {
         if let Err(err) = conn.send_packed_command(&packed) {
             // Part of the write may have gone out: the stream is not to be trusted.
             let mut replies = BatchReplies::failed(batch, &err);
             replies.reconnect = true;
-            return replies;
+            return (replies, Vec::new());
         }
         let mut gave_up = false;
         let mut results = Vec::with_capacity(wire_len);
@@ -998,7 +1038,7 @@ pub(crate) fn run_batch(
         let wire = reading.wire(pipe);
         reading.looked_up(wire.own_values(wire.pipe.query(conn)));
     }
-    reading.finish()
+    (reading.finish(), deferred)
 }
 
 /// The last reply of a pipeline run for it (an asked rerun's call), or its error.
@@ -1027,7 +1067,28 @@ pub(crate) async fn run_batch_async<C: redis::aio::ConnectionLike>(
     tracking: Option<&Tracking>,
     asking: bool,
 ) -> BatchReplies {
+    let (mut replies, mut deferred) =
+        run_batch_once_async(conn, batch, dialect, tracking, asking).await;
+    while !deferred.is_empty() && !replies.reconnect && !replies.rebuild {
+        let again: Vec<Transmit> = deferred.iter().map(|&at| batch[at].clone()).collect();
+        let (more, still) = run_batch_once_async(conn, &again, dialect, tracking, asking).await;
+        replies.merge(&deferred, more);
+        deferred = still.into_iter().map(|at| deferred[at]).collect();
+    }
+    replies
+}
+
+/// One pass of [`run_batch_async`]: the batch's replies, and the requests it deferred.
+#[cfg(any(feature = "tokio", feature = "smol"))]
+async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    batch: &[Transmit],
+    dialect: &Dialect,
+    tracking: Option<&Tracking>,
+    asking: bool,
+) -> (BatchReplies, Vec<usize>) {
     let mut reading = Reading::new(batch, dialect, tracking, asking);
+    let deferred = reading.plan.deferred().to_vec();
     match (reading.main_wire(), reading.single()) {
         (None, None) => {}
         (None, Some(form)) => {
@@ -1041,9 +1102,9 @@ pub(crate) async fn run_batch_async<C: redis::aio::ConnectionLike>(
                 let mut replies =
                     BatchReplies::all(batch, Reply::Error(NodeErrorKind::Protocol), true);
                 replies.rebuild = true;
-                return replies;
+                return (replies, Vec::new());
             }
-            Err(err) => return BatchReplies::failed(batch, &err),
+            Err(err) => return (BatchReplies::failed(batch, &err), Vec::new()),
         },
     }
     if let Some(pipe) = reading.stamp_pipeline() {
@@ -1065,12 +1126,39 @@ pub(crate) async fn run_batch_async<C: redis::aio::ConnectionLike>(
         let wire = reading.wire(pipe);
         reading.looked_up(wire.own_values(wire.pipe.query_async(conn).await));
     }
-    reading.finish()
+    (reading.finish(), deferred)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deferred_pass_lands_its_answers_in_their_places() {
+        let batch = crate::cluster::tests::acquisitions(&["a", "b", "c", "d"]);
+        let mut replies = BatchReplies::all(&batch, Reply::Error(NodeErrorKind::NoSafeForm), false);
+        // Requests 1 and 3 went again: 3 was asked elsewhere, and the pass broke the transport.
+        let again = [batch[1].clone(), batch[3].clone()];
+        let mut more = BatchReplies::all(&again, Reply::Ok, true);
+        more.asked.push((1, "127.0.0.1:7001".to_owned()));
+        replies.merge(&[1, 3], more);
+        let answers: Vec<_> = replies
+            .answers
+            .iter()
+            .map(|(id, reply)| (*id, *reply))
+            .collect();
+        let expected: Vec<_> = batch
+            .iter()
+            .enumerate()
+            .map(|(at, transmit)| match at {
+                1 | 3 => (transmit.id, Reply::Ok),
+                _ => (transmit.id, Reply::Error(NodeErrorKind::NoSafeForm)),
+            })
+            .collect();
+        assert_eq!(answers, expected);
+        assert!(replies.reconnect && !replies.rebuild);
+        assert_eq!(replies.asked, [(3, "127.0.0.1:7001".to_owned())]);
+    }
 
     #[test]
     fn a_prefixed_argument_is_the_release_channel_in_one_argument() {

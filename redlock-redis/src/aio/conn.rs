@@ -82,13 +82,16 @@ impl Node {
     }
 
     /// One master of this cluster node's cluster, watched as the node is (each connection
-    /// proves the slots it serves one by one, see [`redlock_core::MemoryWatch`]), never
-    /// routing.
+    /// proves the slots it serves one by one, see [`redlock_core::MemoryWatch`]; untracked for
+    /// a client that is not restart-aware, which proves nothing), never routing.
     fn master(&self, addr: NodeAddr) -> Self {
         Self {
             addr,
             io_timeout: self.io_timeout,
-            watch: self.watch,
+            watch: crate::MemoryWatchSettings {
+                untracked: self.watch.untracked || self.watch.restart_unaware,
+                ..self.watch
+            },
             connected: Mutex::new(None),
             routes: false,
             cluster: Mutex::new(None),

@@ -134,12 +134,19 @@ impl Connection {
     }
 
     /// One master of this cluster node's cluster, watched as the node is (each connection
-    /// proves the slots it serves one by one, see [`redlock_core::MemoryWatch`]), never
-    /// routing.
+    /// proves the slots it serves one by one, see [`redlock_core::MemoryWatch`]; untracked for
+    /// a client that is not restart-aware, which proves nothing), never routing.
     fn master(&self, addr: NodeAddr) -> Self {
         Self {
             routes: false,
-            ..Self::new(addr, self.io_timeout, self.watch)
+            ..Self::new(
+                addr,
+                self.io_timeout,
+                crate::MemoryWatchSettings {
+                    untracked: self.watch.untracked || self.watch.restart_unaware,
+                    ..self.watch
+                },
+            )
         }
     }
 

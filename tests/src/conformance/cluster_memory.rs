@@ -12,6 +12,7 @@ use redlock_core::{Keyspace, SitOutCause, Slot, Vote, WatchFault};
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::cluster::{build, once, sole_vote};
+use super::scenarios::scripting_denied;
 use super::sealed::calls;
 use crate::{RedisCluster, RedisServer};
 
@@ -35,6 +36,26 @@ fn two_slots_on_master_0(cluster: &RedisCluster) -> [String; 2] {
     [found[0].clone(), found[1].clone()]
 }
 
+/// A holder that trusted every slot, and a rival (with `fault`, if any), both seeded with
+/// master `seed`.
+fn holder_and_rival<A: Adapter>(
+    cluster: &RedisCluster,
+    seed: usize,
+    fault: Option<WatchFault>,
+) -> (A, A) {
+    let seed = [cluster.masters()[seed].url()];
+    let holder: A = build(&seed, &once());
+    holder.trust_nodes().expect("trust every slot");
+    let rival: A = build(
+        &seed,
+        &Options {
+            memory_watch_fault: fault,
+            ..once()
+        },
+    );
+    (holder, rival)
+}
+
 /// The proofs `master` ran so far (each starts with `CLIENT CACHING YES`).
 fn proofs(master: &RedisServer) -> u64 {
     calls(master, "client|caching")
@@ -54,21 +75,14 @@ fn rival_after_a_slot_loss<A: Adapter>(
 ) {
     let cluster = RedisCluster::start(3, 0);
     let resources = two_slots_on_master_0(&cluster);
-    let seed = [cluster.masters()[1].url()];
-    let holder: A = build(&seed, &once());
-    holder.trust_nodes().expect("trust every slot");
-    let rival: A = build(
-        &seed,
-        &Options {
-            memory_watch_fault: fault,
-            ..once()
-        },
-    );
+    let (holder, rival) = holder_and_rival::<A>(&cluster, 1, fault);
     let master = &cluster.masters()[0];
+    let before = proofs(master);
     for resource in &resources {
         let lock = rival.lock(resource, TTL).expect("granted");
         assert_eq!(lock.release().released(), 1);
     }
+    assert!(proofs(master) >= before + 2, "the rival proved both slots");
     let lock = holder.lock(&resources[0], 6 * TTL).expect("granted");
     let epoch = Keyspace::Cluster.epoch_key(Slot::of(resources[0].as_bytes()).tag().as_bytes());
     let deleted: u64 = redis::cmd("DEL")
@@ -115,5 +129,111 @@ pub fn a_cluster_slot_that_lost_its_memory_votes_for_a_deaf_connection<A: Adapte
     let (lock, outcome, _, _) = rival_after_a_slot_loss::<A>(Some(WatchFault::Deaf));
     let second = outcome
         .unwrap_or_else(|err| panic!("{}: deaf, the rival should get the lock: {err}", A::NAME));
+    assert!(lock.is_valid() && second.is_valid(), "two holders");
+}
+
+/// Many first locks at once, each of its own slot on master 0, from a fresh client: however
+/// the driver batches them, each lock is granted in its one round — on a master without
+/// scripts a batch proves one slot and sends the acquisitions of the others again as batches of
+/// their own (never a `no safe form` vote), so every slot proves.
+pub fn a_cluster_master_proves_each_slot_of_concurrent_first_locks<A: Adapter>() {
+    let cluster = RedisCluster::start(3, 0);
+    let mut resources: Vec<String> = Vec::new();
+    for i in 0.. {
+        let key = format!("spread-{i}");
+        let slot = cluster.keyslot(key.as_bytes());
+        if cluster.master_of(key.as_bytes()) == 0
+            && resources
+                .iter()
+                .all(|k| cluster.keyslot(k.as_bytes()) != slot)
+        {
+            resources.push(key);
+            if resources.len() == 16 {
+                break;
+            }
+        }
+    }
+    let seed = [cluster.masters()[1].url()];
+    build::<A>(&seed, &once())
+        .trust_nodes()
+        .expect("trust every slot");
+    for round in 0..3 {
+        let client: A = build(&seed, &once());
+        let before = proofs(&cluster.masters()[0]);
+        std::thread::scope(|scope| {
+            let locks: Vec<_> = resources
+                .iter()
+                .map(|resource| scope.spawn(|| client.lock(resource, TTL)))
+                .collect();
+            for (resource, lock) in resources.iter().zip(locks) {
+                let lock = lock
+                    .join()
+                    .expect("a locking thread")
+                    .unwrap_or_else(|err| panic!("{}: round {round}, {resource}: {err}", A::NAME));
+                assert_eq!(lock.release().released(), 1);
+            }
+        });
+        // Without scripts each slot proved (nothing else checks a slot); with scripts an
+        // acquisition batched beside another slot's proof runs its checked script instead.
+        let made = proofs(&cluster.masters()[0]) - before;
+        let least = if scripting_denied() { 16 } else { 1 };
+        assert!(
+            made >= least,
+            "{}: at least {least} of the 16 slots proved on the new connection ({made})",
+            A::NAME
+        );
+    }
+}
+
+/// A holder's key of a resource on master 0, under a rival whose connection proved its slot
+/// (with `fault`, if any); then master 1 claims the slot (master 0 drops the slot's keys, the
+/// epoch with them) and master 0 takes it back, empty. Returns the holder's lock and the
+/// rival's try.
+fn rival_after_a_slot_drop<A: Adapter>(
+    fault: Option<WatchFault>,
+) -> (A::Lock, Result<A::Lock, redlock_redis::Error>) {
+    let cluster = RedisCluster::start(3, 0);
+    let resource = two_slots_on_master_0(&cluster)[0].clone();
+    let slot = cluster.keyslot(resource.as_bytes());
+    let (holder, rival) = holder_and_rival::<A>(&cluster, 2, fault);
+    let master = &cluster.masters()[0];
+    let before = proofs(master);
+    let first = rival.lock(&resource, TTL).expect("granted");
+    assert_eq!(first.release().released(), 1);
+    assert!(proofs(master) > before, "the rival proved the slot");
+    let lock = holder.lock(&resource, 6 * TTL).expect("granted");
+    cluster
+        .claim_slot(slot, &cluster.masters()[1])
+        .expect("master 1 claims the slot");
+    cluster
+        .claim_slot(slot, master)
+        .expect("master 0 takes it back");
+    assert_eq!(master.get(&resource), None, "the slot came back empty");
+    let outcome = rival.try_lock(&resource, TTL);
+    (lock, outcome)
+}
+
+/// A slot its master lost and got back empty under a rival's connection that proved it before:
+/// refused while the holder is valid — on Valkey the drop is pushed (the next acquisition
+/// proves and finds no epoch), on Redis, which drops the slot's keys unheard, the vouched `SET`
+/// reads the slot's epoch with it and finds it gone.
+pub fn a_cluster_slot_dropped_and_given_back_refuses_a_proven_connection<A: Adapter>() {
+    let (lock, outcome) = rival_after_a_slot_drop::<A>(None);
+    match sole_vote(outcome) {
+        Vote::Ineligible { .. } => {}
+        other => panic!("{}: the slot's master must sit out, got {other:?}", A::NAME),
+    }
+    assert!(lock.is_valid(), "the holder is still valid");
+}
+
+/// Negative control: the same with the pushes ignored and no seal — two holders.
+pub fn a_cluster_slot_dropped_and_given_back_votes_for_a_deaf_connection<A: Adapter>() {
+    let (lock, outcome) = rival_after_a_slot_drop::<A>(Some(WatchFault::Deaf));
+    let second = outcome.unwrap_or_else(|err| {
+        panic!(
+            "{}: deaf and unsealed, the rival should get the lock: {err}",
+            A::NAME
+        )
+    });
     assert!(lock.is_valid() && second.is_valid(), "two holders");
 }

@@ -998,7 +998,10 @@ macro_rules! conformance_tests {
             a_cluster_slot_migrated_with_a_held_key_keeps_exclusion);
         $crate::conformance_tests!(@cluster_memory $adapter;
             a_cluster_slot_that_lost_its_memory_refuses_a_proven_connection,
-            a_cluster_slot_that_lost_its_memory_votes_for_a_deaf_connection);
+            a_cluster_slot_that_lost_its_memory_votes_for_a_deaf_connection,
+            a_cluster_master_proves_each_slot_of_concurrent_first_locks,
+            a_cluster_slot_dropped_and_given_back_refuses_a_proven_connection,
+            a_cluster_slot_dropped_and_given_back_votes_for_a_deaf_connection);
         $crate::conformance_tests!(@cluster_migration $adapter;
             a_cluster_slot_mid_migration_is_followed_through_ask,
             an_ask_to_a_master_the_map_does_not_know_reuses_one_connection,
