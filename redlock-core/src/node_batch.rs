@@ -324,6 +324,14 @@ impl Proof {
         })
     }
 
+    /// Whether this proof may make the connection vouch: not on a cluster master that drops a
+    /// lost slot's keys unheard ([`Dialect::silent_slot_drops`]) where the node's identity is
+    /// unknown (`INFO` denied, or a Redis before 7.0 that reads one section only) — its seal
+    /// needs the identity, so every acquisition there keeps its check.
+    fn may_vouch(&self, dialect: &Dialect) -> bool {
+        !dialect.silent_slot_drops || self.identity.is_some()
+    }
+
     /// What the reads say, or why they cannot be trusted.
     fn native_reads(&self) -> Result<NativeReads, NodeErrorKind> {
         self.caching?;
@@ -1013,7 +1021,10 @@ impl NodeBatch {
                 }
                 // The checked script answered: its answer counts as it is, and may prove.
                 (MemoryCheck::Prove { seen }, Some(proof)) if !proof.native => {
-                    if proof.caching.is_ok() && proof.epoch.is_ok() {
+                    if proof.caching.is_ok()
+                        && proof.epoch.is_ok()
+                        && proof.may_vouch(&self.dialect)
+                    {
                         let sent = (seen, self.sent_at, seal_of(index));
                         watch.handle_proof(&self.epoch, sent, *answer, *max_ttl);
                     }
@@ -1026,6 +1037,15 @@ impl NodeBatch {
                         let sent = (seen, self.sent_at, seal_of(index));
                         let read = (epoch, reads.cause);
                         let epoch = &self.epoch;
+                        // Where the proof may not vouch, it still decides this vote.
+                        let mut scratch;
+                        let watch = match proof.may_vouch(&self.dialect) {
+                            true => &mut *watch,
+                            false => {
+                                scratch = watch.clone();
+                                &mut scratch
+                            }
+                        };
                         watch.handle_native_proof(epoch, sent, read, reads.now, *answer, *max_ttl)
                     }
                     // The proof's own reads failed: the node's vote cannot count (a request
@@ -1411,6 +1431,37 @@ mod tests {
             assert!(matches!(answer[0], Reply::Ineligible { .. }), "{answer:?}");
             assert!(!watch.vouches_for_slot(slot_of(&a), MAX, now()));
             assert_eq!(watch.vouches_for_slot(slot_of(&b), MAX, now()), !evicted);
+        }
+    }
+
+    #[test]
+    fn a_redis_cluster_master_vouches_only_sealed() {
+        let (a, _) = commands("r");
+        let redis = Dialect {
+            silent_slot_drops: true,
+            ..cluster()
+        };
+        // The identity known: vouched, each acquisition sealed with its slot's epoch and stamp.
+        for (info, vouches) in [(Some(info('a')), true), (None, false)] {
+            let mut watch = MemoryWatch::new();
+            let transmits = std::slice::from_ref(&a);
+            let mut batch = NodeBatch::new(transmits, &redis, Some(&watch), now());
+            for read in batch.reads() {
+                match read {
+                    ProofRead::Caching => batch.handle_caching(Ok(())),
+                    ProofRead::Epoch => batch.handle_epoch(Ok(Some(b"5"))),
+                    ProofRead::Info => batch.handle_info(info.as_deref()),
+                    other => panic!("{other:?} is not read on a scripted cluster"),
+                }
+            }
+            let mut answer = [Reply::Int(1)];
+            batch.finish(Some(&mut watch), &mut answer);
+            assert_eq!(answer, [Reply::Int(1)], "the checked script's vote counts");
+            assert_eq!(watch.vouches_for_slot(slot_of(&a), MAX, now()), vouches);
+            if vouches {
+                let next = NodeBatch::new(transmits, &redis, Some(&watch), now());
+                assert!(next.seal_reads(0).contains(&SealRead::Stamps), "sealed");
+            }
         }
     }
 
