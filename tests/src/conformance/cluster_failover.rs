@@ -299,7 +299,7 @@ fn replica_has(replica: &RedisServer, key: &str) -> bool {
 }
 
 /// `GET key` on replica `replica`, with `READONLY`.
-fn replica_get(replica: &RedisServer, key: &[u8]) -> Option<Vec<u8>> {
+pub(super) fn replica_get(replica: &RedisServer, key: &[u8]) -> Option<Vec<u8>> {
     redis::pipe()
         .cmd("READONLY")
         .ignore()

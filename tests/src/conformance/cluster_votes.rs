@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use redlock_core::{LockRequest, NodeErrorKind, SitOutCause, Slot, Vote, vote_slots};
+use redlock_core::{Keyspace, LockRequest, NodeErrorKind, SitOutCause, Slot, Vote, vote_slots};
 use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::cluster::{build, failure_text, once};
-use super::cluster_failover::{is_master, sees_as_master};
+use super::cluster_failover::{is_master, replica_get, sees_as_master};
 use super::scenarios::{eventually, scripting_denied};
 use crate::{CLUSTER_NODE_TIMEOUT, RedisCluster, ServerOptions, Servers};
 
@@ -81,6 +81,20 @@ pub fn a_cluster_lends_votes_on_distinct_masters_and_a_lock_survives_a_failover<
         .expect("a key on master 0");
     let mut single_lock = single.lock(&on_master_0, 6 * TTL).expect("granted");
 
+    // The trust's epoch of vote 0's slot reached the replica: the promoted replica's sit-out
+    // below is its identity's (`Restart`), not a missing epoch's.
+    let (vote_0, _) = vote_key(3, 0, "after-failover");
+    let epoch = Keyspace::Cluster.epoch_key(vote_0.tag().as_bytes());
+    assert!(
+        cluster.masters()[0].get(&*epoch).is_some(),
+        "master 0 has vote 0's epoch"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            replica_get(&cluster.replicas_of(0)[0], &epoch).is_some()
+        }),
+        "master 0's replica has vote 0's epoch"
+    );
     cluster.kill_master(0);
     lock.extend(6 * TTL).unwrap_or_else(|err| {
         panic!(
