@@ -71,6 +71,11 @@ impl redlock_redis::aio::Runtime for AsyncStd {
         Ok(Self)
     }
 
+    fn is_current(&self) -> bool {
+        // One global executor and timer thread.
+        true
+    }
+
     fn spawn<F>(&self, future: F)
     where
         F: Future<Output = ()> + Send + 'static,

@@ -5,6 +5,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
+
+use crate::driver::{Call, Post};
 #[cfg(feature = "blocking")]
 use std::time::{Duration, Instant};
 
@@ -39,12 +41,58 @@ pub(crate) struct Responder<T> {
 /// in it then releases its lock as any dropped handle does).
 pub(crate) struct Answer<T> {
     slot: Arc<Slot<T>>,
+    /// The driver's turn, until this answer came or stopped being waited for.
+    turn: Option<Arc<dyn Turn>>,
+    /// This answer's caller runs the turn.
+    runs: bool,
 }
 
 impl<T> std::fmt::Debug for Answer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Answer").finish_non_exhaustive()
     }
+}
+
+/// A driver whose turn the caller waiting for an answer may run on its own task (the async
+/// driver, [`crate::aio`]), instead of waking the driver's task and being woken back by it. The
+/// blocking driver has none.
+///
+/// # What it never does
+/// It never lets an operation depend on the caller: a call it queued runs whether its answer
+/// is polled, dropped, or polled on another runtime (the driver's task then runs it).
+pub(crate) trait Turn: Send + Sync {
+    /// Queues `call`, whose answer then waits until [`leave`](Turn::leave). When no other
+    /// answer waits it wakes no one and says so (`true`): the answer runs the turn when
+    /// polled, and wakes the driver's task when dropped or waited for. Otherwise it wakes the
+    /// driver's task, whose one turn carries every call queued meanwhile in one write per node
+    /// (many callers at once keep their pipelines).
+    fn queue(&self, call: Call) -> bool;
+
+    /// Runs the driver's turn on the calling task if it may (on the driver's runtime, and no
+    /// one runs it now), and has `waker` woken by the replies and notices that come until
+    /// [`leave`](Turn::leave); elsewhere it wakes the driver's task.
+    fn enter(&self, ticket: usize, waker: &Waker);
+
+    /// Caller `ticket` stops waiting. One that ran turns (`ran`) hands its wake-ups back to
+    /// the driver's task, and work left undone runs now (`on_task`: inside the caller's poll,
+    /// on the driver's runtime) or on the driver's task.
+    fn leave(&self, ticket: usize, ran: bool, on_task: bool);
+}
+
+/// Sends `driver` the call `make` builds around a responder; the answer to it. On an idle
+/// driver with a [`Turn`], the caller runs the turn that carries the call when it polls the
+/// answer.
+pub(crate) fn ask<T>(driver: &dyn Post, make: impl FnOnce(Responder<T>) -> Call) -> Answer<T> {
+    let (responder, mut answer) = answer();
+    let call = make(responder);
+    match driver.turn() {
+        Some(turn) => {
+            answer.runs = turn.queue(call);
+            answer.turn = Some(turn);
+        }
+        None => driver.post(call),
+    }
+    answer
 }
 
 /// A responder and its answer.
@@ -58,7 +106,14 @@ pub(crate) fn answer<T>() -> (Responder<T>, Answer<T>) {
         }),
         ready: Condvar::new(),
     });
-    (Responder { slot: slot.clone() }, Answer { slot })
+    (
+        Responder { slot: slot.clone() },
+        Answer {
+            slot,
+            turn: None,
+            runs: false,
+        },
+    )
 }
 
 impl<T> Responder<T> {
@@ -95,9 +150,35 @@ impl<T> Drop for Responder<T> {
 }
 
 impl<T> Answer<T> {
+    /// This answer among those waiting at once (its slot's address, alive while it waits).
+    fn ticket(&self) -> usize {
+        Arc::as_ptr(&self.slot).cast::<()>() as usize
+    }
+
+    /// Stops running the driver's turn (see [`Turn::leave`]).
+    fn leave(&mut self, on_task: bool) {
+        if let Some(turn) = self.turn.take() {
+            turn.leave(self.ticket(), self.runs, on_task);
+        }
+    }
+
+    /// The answer if it came (`Some(None)`: the driver stopped), else registers `waker`.
+    fn settled(&self, waker: &Waker) -> Option<Option<T>> {
+        let mut state = self.slot.state();
+        if state.closed {
+            return Some(state.value.take());
+        }
+        match &mut state.waker {
+            Some(registered) if registered.will_wake(waker) => {}
+            slot => *slot = Some(waker.clone()),
+        }
+        None
+    }
+
     /// Blocks the calling thread until the answer comes; `None` if the driver stopped first.
     #[cfg(feature = "blocking")]
-    pub(crate) fn wait(self) -> Option<T> {
+    pub(crate) fn wait(mut self) -> Option<T> {
+        self.leave(false);
         let mut state = self.slot.state();
         while !state.closed {
             state = self
@@ -111,7 +192,8 @@ impl<T> Answer<T> {
 
     /// Blocks at most `timeout`; gives the answer back unread if it has not come by then.
     #[cfg(feature = "blocking")]
-    pub(crate) fn wait_timeout(self, timeout: Duration) -> Result<Option<T>, Self> {
+    pub(crate) fn wait_timeout(mut self, timeout: Duration) -> Result<Option<T>, Self> {
+        self.leave(false);
         let Some(deadline) = Instant::now().checked_add(timeout) else {
             return Ok(self.wait());
         };
@@ -140,16 +222,22 @@ impl<T> Answer<T> {
 impl<T> Future for Answer<T> {
     type Output = Option<T>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        let mut state = self.slot.state();
-        if state.closed {
-            return Poll::Ready(state.value.take());
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let mut settled = self.settled(cx.waker());
+        if settled.is_none()
+            && self.runs
+            && let Some(turn) = &self.turn
+        {
+            turn.enter(self.ticket(), cx.waker());
+            settled = self.settled(cx.waker());
         }
-        match &mut state.waker {
-            Some(waker) if waker.will_wake(cx.waker()) => {}
-            slot => *slot = Some(cx.waker().clone()),
+        match settled {
+            Some(value) => {
+                self.leave(true);
+                Poll::Ready(value)
+            }
+            None => Poll::Pending,
         }
-        Poll::Pending
     }
 }
 
@@ -160,6 +248,8 @@ impl<T> Drop for Answer<T> {
             state.abandoned = true;
             state.value.take()
         };
+        // After abandoning: an answer the driver's task brings now is refused at once.
+        self.leave(false);
         // Dropped outside the lock: a lock handle's drop posts its release.
         drop(value);
     }

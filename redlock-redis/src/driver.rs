@@ -17,7 +17,7 @@ use redlock_core::{
     ReleaseReport, Reply, RequestId, Start, StartError, Timeout, Trigger, Vote,
 };
 
-use crate::answer::{Responder, answer};
+use crate::answer::{Responder, Turn, ask};
 use crate::clock::Clock;
 use crate::error::{Error, LockFailure, NodeReport};
 use crate::handle::{LockHandle, Pending};
@@ -101,6 +101,11 @@ pub(crate) trait Post: Send + Sync + 'static {
     /// Delivers `call`, or drops it (its answer slot with it, which tells the caller that the
     /// driver stopped) if the driver is gone.
     fn post(&self, call: Call);
+
+    /// The driver's turn, if a waiting caller may run it on its own task (see [`Turn`]).
+    fn turn(&self) -> Option<Arc<dyn Turn>> {
+        None
+    }
 }
 
 /// What a driver's shell must do next ([`DriverState::poll_output`]).
@@ -152,12 +157,11 @@ pub(crate) fn acquire(
     resume: bool,
 ) -> Pending {
     let id = ids.next();
-    let (responder, answer) = answer();
-    driver.post(Call::Acquire {
+    let answer = ask(&*driver, |answer| Call::Acquire {
         id,
         request,
         resume,
-        answer: responder,
+        answer,
     });
     Pending::new(id, driver, answer)
 }
@@ -169,30 +173,24 @@ pub(crate) fn release_by_token(
     resource: Vec<u8>,
     token: Vec<u8>,
 ) -> crate::Answer<Result<ReleaseReport, Error>> {
-    let (responder, answer) = answer();
-    driver.post(Call::ReleaseByToken {
+    ask(driver, |answer| Call::ReleaseByToken {
         id: ids.next(),
         request: LockRequest::new(resource, RELEASE_BY_TOKEN_TTL).token(token),
-        answer: responder,
-    });
-    answer
+        answer,
+    })
 }
 
 /// Starts marking every node trusted through `driver`.
 pub(crate) fn trust(driver: &dyn Post, ids: &LockIds) -> crate::Answer<Vec<NodeReport<Vote>>> {
-    let (responder, answer) = answer();
-    driver.post(Call::Trust {
+    ask(driver, |answer| Call::Trust {
         id: ids.next(),
-        answer: responder,
-    });
-    answer
+        answer,
+    })
 }
 
 /// Asks `driver` to answer once every request sent so far was answered.
 pub(crate) fn flush(driver: &dyn Post) -> crate::Answer<()> {
-    let (responder, answer) = answer();
-    driver.post(Call::Flush { answer: responder });
-    answer
+    ask(driver, |answer| Call::Flush { answer })
 }
 
 /// A client driver's state: the engine's multiplexer and the callers waiting on it.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redlock_core::{LockId, ReleaseReport};
 
-use crate::answer::{Answer, answer};
+use crate::answer::{Answer, ask};
 use crate::driver::{Call, Post};
 use crate::error::Error;
 use crate::lease_watch::LeaseWatch;
@@ -73,23 +73,20 @@ impl LockHandle {
     /// whether or not the answer is awaited, and moves the validity on success; an answer
     /// answers this call only.
     pub(crate) fn extend(&self, ttl: Duration) -> Answer<Result<(), Error>> {
-        let (responder, answer) = answer();
-        self.driver.post(Call::Extend {
+        ask(&*self.driver, |answer| Call::Extend {
             id: self.id,
             ttl,
-            answer: responder,
-        });
-        answer
+            answer,
+        })
     }
 
     /// Asks the driver to release the lock on every node; the report comes in the answer, which
     /// may be dropped (the release still runs).
     pub(crate) fn release(self) -> Releasing {
         self.on_drop.store(ON_DROP_NOTHING, Ordering::Release);
-        let (responder, answer) = answer();
-        self.driver.post(Call::Release {
+        let answer = ask(&*self.driver, |answer| Call::Release {
             id: self.id,
-            answer: Some(responder),
+            answer: Some(answer),
         });
         Releasing {
             answer,

@@ -65,6 +65,11 @@ impl redlock_redis::aio::Runtime for Smol {
         Ok(Self)
     }
 
+    fn is_current(&self) -> bool {
+        // One global executor, and async-io's timers, which any task may poll.
+        true
+    }
+
     fn spawn<F>(&self, future: F)
     where
         F: Future<Output = ()> + Send + 'static,

@@ -99,6 +99,10 @@ impl redlock_redis::aio::Runtime for Tokio {
         Ok(Self(handle))
     }
 
+    fn is_current(&self) -> bool {
+        tokio::runtime::Handle::try_current().is_ok_and(|current| current.id() == self.0.id())
+    }
+
     fn spawn<F>(&self, future: F)
     where
         F: Future<Output = ()> + Send + 'static,

@@ -2,3 +2,5 @@
 //! executor: what smol users run.
 
 redlock_tests::conformance_tests!(redlock_tests::conformance::Smol);
+
+redlock_tests::turn_tests!(redlock_tests::executor::SmolExecutor);

@@ -97,3 +97,5 @@ fn no_runtime_or_no_timers_is_an_error_at_the_caller() {
             .is_ok()
     );
 }
+
+redlock_tests::turn_tests!(redlock_tests::executor::TokioExecutor);

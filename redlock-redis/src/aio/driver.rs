@@ -1,32 +1,162 @@
-//! The client's driver: one task on the async runtime that owns every lock of the client (in
-//! [`DriverState`]) and every connection. It carries calls in, batches out, replies and
-//! notices in, and time; every decision is the engine's.
+//! The client's driver: the state of every lock of the client (in [`DriverState`]), every
+//! connection and timer, and the turn that carries calls in, batches out, replies and notices
+//! in, and time; every decision is the engine's. The turn runs on the task of a caller waiting
+//! for its answer, or on the driver's own task ([`super::turn`] says who and when).
 //!
 //! # What it never does
 //! It never blocks the runtime, never spawns a task per request or per lock (the batches in
-//! flight are polled by the driver task itself; the only other tasks are one release-notice
-//! subscriber per node, started on first contention), and holds no lock state outside
-//! [`DriverState`].
+//! flight are polled by whoever runs the turn; the only other tasks are the driver's and one
+//! release-notice subscriber per node, started on first contention), and holds no lock state
+//! outside [`DriverState`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use crate::Answers;
-use crate::{Call, Clock, DriverState, Output, Post};
+use crate::answer::Turn;
+use crate::{Answers, Call, Clock, DriverState, Output, Post};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redlock_core::Batch;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::conn::Node;
 use super::notices::Notices;
 use super::runtime::Runtime;
+use super::turn::{Calls, Driven, Wakers};
 
-/// How calls reach the driver task.
-pub(crate) struct Mailbox(UnboundedSender<Call>);
+/// How many rounds of inputs one turn handles before it lets the runtime run others.
+const BUDGET: usize = 32;
+
+/// How a turn ended.
+pub(crate) enum Flow {
+    /// Nothing more to do until a wake-up.
+    Idle,
+    /// Inputs keep coming: the driver's task goes on after the runtime ran others.
+    Busy,
+    /// The client is gone and every lock is over.
+    Done,
+}
+
+/// What the driver owns besides the engine: connections, batches in flight, release-notice
+/// subscribers and the timer.
+pub(crate) struct Core<R, F> {
+    state: DriverState,
+    nodes: Arc<[Node]>,
+    notices: Notices<R>,
+    heard: UnboundedReceiver<Vec<u8>>,
+    /// Writes a batch to its node; resolves to one reply per request.
+    write: fn(Arc<[Node]>, Batch) -> F,
+    in_flight: FuturesUnordered<F>,
+    /// The timer and the instant it is set for: set again only for an earlier instant (a
+    /// timer that fires early costs a turn that finds nothing due).
+    sleep: Option<(Instant, Sleep)>,
+}
+
+/// A runtime's timer, boxed (its type is the runtime's own).
+type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
+    /// One turn: every queued call, reply, notice and due deadline, until none is left (or
+    /// [`BUDGET`] rounds ran). Replies and notices are polled again with `waker` (the
+    /// runner's: the owner's or the driver task's), the timer with the driver task's.
+    pub(crate) fn turn(&mut self, waker: &Waker, wakers: &Wakers, calls: &Calls) -> Flow {
+        for _ in 0..BUDGET {
+            let mut progress = false;
+            while let Some(call) = calls.pop() {
+                let now = self.state.clock().now();
+                self.state.handle_call(now, call);
+                progress = true;
+            }
+            // Replies and notices before the outputs: letting a due deadline pass (which
+            // `poll_output` does) never fails a request whose reply already came.
+            let mut cx = Context::from_waker(waker);
+            while let Poll::Ready(Some(replies)) = self.in_flight.poll_next_unpin(&mut cx) {
+                let now = self.state.clock().now();
+                self.state.handle_replies(now, replies);
+                progress = true;
+            }
+            while let Poll::Ready(Some(channel)) = self.heard.poll_recv(&mut cx) {
+                tracing::trace!("release notice");
+                let now = self.state.clock().now();
+                self.state.handle_notice(now, &channel);
+                progress = true;
+            }
+            while let Some(output) = self.state.poll_output() {
+                match output {
+                    Output::Transmit(batch) => {
+                        self.in_flight.push((self.write)(self.nodes.clone(), batch));
+                        // Written once the next round polls it.
+                        progress = true;
+                    }
+                    Output::Subscription(change) => {
+                        let state = &self.state;
+                        self.notices.apply(&change, || state.channels());
+                    }
+                    Output::Done => return Flow::Done,
+                }
+            }
+            progress |= self.poll_timer(wakers);
+            if !progress {
+                return Flow::Idle;
+            }
+        }
+        Flow::Busy
+    }
+
+    /// Sets the timer for the state's next wake-up if that is earlier than the one set; lets
+    /// due deadlines pass once it fired. Whether it fired.
+    fn poll_timer(&mut self, wakers: &Wakers) -> bool {
+        if let Some(at) = self.state.wake_at()
+            && self.sleep.as_ref().is_none_or(|(set, _)| at < *set)
+        {
+            self.sleep = Some((at, Box::pin(R::sleep_until(at))));
+        }
+        let Some((_, sleep)) = &mut self.sleep else {
+            return false;
+        };
+        if sleep
+            .as_mut()
+            .poll(&mut Context::from_waker(&wakers.driver))
+            .is_pending()
+        {
+            return false;
+        }
+        self.sleep = None;
+        let timeout = self.state.poll_timeout();
+        tracing::trace!(reason = ?timeout.map(|t| t.reason), "wake-up");
+        let now = self.state.clock().now();
+        self.state.handle_timeout(now);
+        true
+    }
+}
+
+/// How calls reach the driver: its queue, and the turn a waiting caller may run.
+pub(crate) struct Mailbox(Arc<dyn Inbox>);
+
+/// The driver as the client and the handles see it.
+trait Inbox: Turn {
+    fn post(&self, call: Call);
+    fn is_closed(&self) -> bool;
+}
+
+impl<R: Runtime, F> Inbox for Driven<R, F>
+where
+    F: Future<Output = Answers> + Send + 'static,
+{
+    fn post(&self, call: Call) {
+        Driven::post(self, call);
+    }
+
+    fn is_closed(&self) -> bool {
+        Driven::is_closed(self)
+    }
+}
 
 impl Mailbox {
-    /// Whether the driver task is gone (its runtime shut down).
+    /// Whether the driver is gone (its runtime shut down).
     pub(crate) fn is_closed(&self) -> bool {
         self.0.is_closed()
     }
@@ -36,7 +166,11 @@ impl Post for Mailbox {
     fn post(&self, call: Call) {
         // If the driver is gone, the call (and its answer slot) is dropped: the caller learns
         // that no answer will come.
-        let _ = self.0.send(call);
+        self.0.post(call);
+    }
+
+    fn turn(&self) -> Option<Arc<dyn Turn>> {
+        Some(self.0.clone())
     }
 }
 
@@ -48,68 +182,53 @@ pub(crate) fn start<R: Runtime>(
     nodes: Arc<[Node]>,
     clock: Clock,
 ) -> Result<Arc<Mailbox>, crate::Error> {
-    let (tx, rx) = unbounded_channel();
-    let mailbox = Arc::new(Mailbox(tx));
+    let driven = Arc::new(Driven::new(runtime.clone()));
+    let mailbox = Arc::new(Mailbox(driven.clone()));
     let state = DriverState::new(config, labels, mailbox.clone(), clock)?;
-    let (heard_tx, heard_rx) = unbounded_channel();
+    let (heard_tx, heard) = unbounded_channel();
     let notices = Notices::new(runtime.clone(), nodes.clone(), heard_tx);
-    runtime.spawn(run::<R>(state, rx, nodes, notices, heard_rx));
+    driven.install(Core {
+        state,
+        nodes,
+        notices,
+        heard,
+        write,
+        in_flight: FuturesUnordered::new(),
+        sleep: None,
+    });
+    runtime.spawn(run(driven));
     Ok(mailbox)
 }
 
-async fn run<R: Runtime>(
-    mut state: DriverState,
-    mut calls: UnboundedReceiver<Call>,
-    nodes: Arc<[Node]>,
-    mut notices: Notices<R>,
-    mut heard: UnboundedReceiver<Vec<u8>>,
-) {
-    let mut in_flight = FuturesUnordered::new();
-    let clock = state.clock().clone();
-    loop {
-        while let Some(output) = state.poll_output() {
-            match output {
-                Output::Transmit(batch) => in_flight.push(write(nodes.clone(), batch)),
-                Output::Subscription(change) => notices.apply(&change, || state.channels()),
-                Output::Done => return,
-            }
-        }
-        let timeout = state.poll_timeout();
-        // Not biased: under a steady stream of replies, calls (a dropped lock's release, a new
-        // acquisition) and notices still get their turn.
-        tokio::select! {
-            Some(replies) = in_flight.next(), if !in_flight.is_empty() => {
-                state.handle_replies(clock.now(), replies);
-            }
-            call = calls.recv() => {
-                // The driver's state holds a sender itself: the channel never closes under it.
-                let Some(call) = call else { return };
-                state.handle_call(clock.now(), call);
-                while let Ok(call) = calls.try_recv() {
-                    state.handle_call(clock.now(), call);
-                }
-            }
-            Some(channel) = heard.recv() => {
-                tracing::trace!("release notice");
-                state.handle_notice(clock.now(), &channel);
-            }
-            () = sleep_until::<R>(state.wake_at()) => {
-                tracing::trace!(reason = ?timeout.map(|t| t.reason), "wake-up");
-                state.handle_timeout(clock.now());
-            }
+/// The driver's task: runs the turns no caller runs; ends with the driver, and ends the driver
+/// if the runtime drops it first (shut down).
+async fn run<R: Runtime, F>(driven: Arc<Driven<R, F>>)
+where
+    F: Future<Output = Answers> + Send + 'static,
+{
+    struct Ending<R: Runtime, F>(Arc<Driven<R, F>>)
+    where
+        F: Future<Output = Answers> + Send + 'static;
+    impl<R: Runtime, F> Drop for Ending<R, F>
+    where
+        F: Future<Output = Answers> + Send + 'static,
+    {
+        fn drop(&mut self) {
+            self.0.shut_down();
         }
     }
+    let ending = Ending(driven);
+    std::future::poll_fn(|cx| {
+        if ending.0.poll_task(cx.waker()) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
 }
 
 /// Writes `batch` to its node; the replies, one per request.
 async fn write(nodes: Arc<[Node]>, batch: Batch) -> Answers {
     nodes[batch.node].run(batch).await
-}
-
-/// Resolves at `at`, or never.
-async fn sleep_until<R: Runtime>(at: Option<Instant>) {
-    match at {
-        Some(at) => R::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }

@@ -12,6 +12,7 @@ mod lock;
 mod notices;
 mod runtime;
 mod shard_notices;
+mod turn;
 mod with_lock;
 
 pub use client::{Redlock, RedlockBuilder};

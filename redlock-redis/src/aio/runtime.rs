@@ -12,6 +12,10 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     /// [`Error::NoRuntime`](crate::Error::NoRuntime). Never panics.
     fn current() -> Result<Self, &'static str>;
 
+    /// Whether the calling task runs on this runtime: only there may a caller run its client's
+    /// driver turn itself (its timers and connections belong to the driver's runtime).
+    fn is_current(&self) -> bool;
+
     /// Runs `future` in the background.
     fn spawn<F>(&self, future: F)
     where

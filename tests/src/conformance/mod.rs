@@ -21,6 +21,7 @@ pub mod scenarios;
 pub mod sealed;
 pub mod tls;
 pub mod trim;
+pub mod turn;
 
 pub use adapter::{Adapter, HeldLock, Options, Work, transport};
 pub use async_adapter::{

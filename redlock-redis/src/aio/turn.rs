@@ -1,0 +1,352 @@
+//! Who runs the driver's turn: a caller waiting for its answer, on its own task, or else the
+//! driver's task. A lock call on an idle client thus travels caller → node → caller, as a bare
+//! `redis` call does, instead of waking the driver's task and being woken back by it.
+//!
+//! The turn ([`Core::turn`]) is one function behind one mutex: whoever holds the mutex is the
+//! driver for that turn, so one place still holds every lock's state, and the per-node FIFO and
+//! the batching are the multiplexer's as before.
+//!
+//! # Who runs it
+//! A call made while no other answer waits (a sequential caller) is queued without waking
+//! anyone, and its caller runs the turn when it polls the answer: it becomes the *owner*. A
+//! call made while another answer waits (many callers at once) wakes the driver's task, whose
+//! one turn carries every call queued meanwhile in one write per node, as before. A caller on
+//! another runtime never runs the turn: the driver's timers and connections belong to its
+//! runtime.
+//!
+//! # Wake-ups
+//! The batches in flight and the release notices wake whoever polled them last: polled in a
+//! caller's turn, the owner (while it is the only caller waiting; else, and once it left, the
+//! driver's task); polled in the driver task's turn, the driver's task. The timer and posted
+//! calls (a dropped handle's release) always wake the driver's task. Each wake-up first marks
+//! the work undone; whoever finishes a turn looks at the mark after letting go of the mutex
+//! and runs again if it is set, and an answer that stops waiting runs the work left undone (or
+//! wakes the driver's task for it), so no wake-up is lost to a runner that had already polled
+//! its source or to a caller on its way out.
+//!
+//! # What it never does
+//! It never makes an operation depend on a caller. A dropped answer hands its wake-ups back to
+//! the driver's task. An owner that stops polling without being dropped (a future polled once
+//! and set aside) holds back only what its own turns sent and what came before the driver's
+//! task polls again: every timer wakes the driver's task (while a request is in flight its
+//! node timeout is armed; while a lock runs, the suspend check,
+//! [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK)), and work the driver's task starts (an
+//! auto-extension, a dropped lock's release) wakes it alone. A turn takes every reply that
+//! came before it lets a deadline pass, so such a delay fails no request whose reply came in
+//! time (`a_caller_that_stops_polling_midway_stalls_no_lock` holds an auto-extended lock
+//! through five TTLs beside such a caller; with replies routed to the owner alone it was
+//! lost).
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::task::{Wake, Waker};
+
+use futures_util::task::AtomicWaker;
+
+use super::driver::{Core, Flow};
+use super::runtime::Runtime;
+use crate::answer::Turn;
+use crate::{Answers, Call};
+
+/// How many turns one poll runs at most while wake-ups keep coming.
+const ROUNDS: usize = 4;
+
+/// Where the turn's wake-ups go.
+pub(crate) struct Router {
+    /// The caller running turns now, by its answer's ticket.
+    owner: Mutex<Option<(usize, Waker)>>,
+    /// The driver's task.
+    driver: AtomicWaker,
+    /// Work is undone: a wake-up came since the last turn started.
+    dirty: AtomicBool,
+    /// How many answers wait: a call made while another waits goes to the driver's task, to
+    /// share a write with the others; and while another waits, replies wake the driver's task
+    /// rather than the owner, so that no waiting caller depends on another caller's polls.
+    waiting: AtomicUsize,
+}
+
+impl Router {
+    fn owner(&self) -> MutexGuard<'_, Option<(usize, Waker)>> {
+        self.owner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn mark(&self) {
+        self.dirty.store(true, Ordering::SeqCst);
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.dirty.load(Ordering::SeqCst)
+    }
+
+    /// Marks the work undone and wakes the driver's task.
+    pub(crate) fn wake_driver(&self) {
+        self.mark();
+        self.driver.wake();
+    }
+
+    /// Marks the work undone and wakes the owner if it is the only caller waiting, or else the
+    /// driver's task.
+    fn wake_owner(&self) {
+        self.mark();
+        let owner = if self.waiting.load(Ordering::SeqCst) <= 1 {
+            self.owner().as_ref().map(|(_, waker)| waker.clone())
+        } else {
+            None
+        };
+        match owner {
+            Some(owner) => owner.wake(),
+            None => self.driver.wake(),
+        }
+    }
+}
+
+/// A waker of the turn's sources: to the owner (replies and notices polled by a caller), or
+/// to the driver's task (the timer, and whatever the driver's task polled).
+struct Route {
+    router: Arc<Router>,
+    to_owner: bool,
+}
+
+impl Wake for Route {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.to_owner {
+            self.router.wake_owner();
+        } else {
+            self.router.wake_driver();
+        }
+    }
+}
+
+/// The two wakers a turn polls with.
+pub(crate) struct Wakers {
+    /// For replies and notices.
+    pub(crate) owner: Waker,
+    /// For the timer.
+    pub(crate) driver: Waker,
+}
+
+/// The calls not yet taken by a turn; closed (and emptied) once the driver ended.
+#[derive(Default)]
+pub(crate) struct Calls {
+    queue: Mutex<(VecDeque<Call>, bool)>,
+}
+
+impl Calls {
+    fn queue(&self) -> MutexGuard<'_, (VecDeque<Call>, bool)> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `call`; whether it was queued. Once the driver ended, `call` is dropped (outside
+    /// the lock: its answer slot then tells its caller that no answer will come).
+    fn push(&self, call: Call) -> bool {
+        let refused = {
+            let mut queue = self.queue();
+            if queue.1 {
+                Some(call)
+            } else {
+                queue.0.push_back(call);
+                None
+            }
+        };
+        refused.is_none()
+    }
+
+    /// The next call, oldest first.
+    pub(crate) fn pop(&self) -> Option<Call> {
+        self.queue().0.pop_front()
+    }
+
+    /// Refuses every later call and hands back those queued (dropped by the caller, outside
+    /// the lock: their answer slots then tell their callers that no answer will come).
+    fn close(&self) -> VecDeque<Call> {
+        let mut queue = self.queue();
+        queue.1 = true;
+        std::mem::take(&mut queue.0)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.queue().1
+    }
+}
+
+/// A client's driver: its state behind the turn's mutex, its calls and its wake-ups.
+pub(crate) struct Driven<R: Runtime, F> {
+    runtime: R,
+    router: Arc<Router>,
+    wakers: Wakers,
+    calls: Calls,
+    /// `None` once the driver ended.
+    core: Mutex<Option<Core<R, F>>>,
+}
+
+impl<R: Runtime, F> Driven<R, F>
+where
+    F: Future<Output = Answers> + Send + 'static,
+{
+    /// A driver on `runtime`, its core to come ([`install`](Driven::install)).
+    pub(crate) fn new(runtime: R) -> Self {
+        let router = Arc::new(Router {
+            owner: Mutex::new(None),
+            driver: AtomicWaker::new(),
+            dirty: AtomicBool::new(true),
+            waiting: AtomicUsize::new(0),
+        });
+        Self {
+            runtime,
+            wakers: Wakers {
+                owner: Waker::from(Arc::new(Route {
+                    router: router.clone(),
+                    to_owner: true,
+                })),
+                driver: Waker::from(Arc::new(Route {
+                    router: router.clone(),
+                    to_owner: false,
+                })),
+            },
+            router,
+            calls: Calls::default(),
+            core: Mutex::new(None),
+        }
+    }
+
+    /// Puts the driver's state in place (once, before its task starts).
+    pub(crate) fn install(&self, core: Core<R, F>) {
+        *self.lock_core() = Some(core);
+    }
+
+    fn lock_core(&self) -> MutexGuard<'_, Option<Core<R, F>>> {
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `call` and wakes the driver's task (a call no answer waits for: a dropped
+    /// handle's release, an abandoned acquisition).
+    pub(crate) fn post(&self, call: Call) {
+        if self.calls.push(call) {
+            self.router.wake_driver();
+        }
+    }
+
+    /// Whether the driver ended (its runtime shut down, or the client and every lock are gone).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.calls.is_closed()
+    }
+
+    /// The driver's task: registers itself, runs turns while woken; ends with the driver.
+    pub(crate) fn poll_task(&self, waker: &Waker) -> bool {
+        self.router.driver.register(waker);
+        self.run(&self.wakers.driver);
+        self.is_closed()
+    }
+
+    /// Runs turns while there is undone work and no one else runs one, at most [`ROUNDS`] in
+    /// a row (a source that wakes at once while it returns `Pending`, as tokio's spent
+    /// cooperative budget does, would keep the mark set within one poll); work still undone
+    /// then goes to the driver's task.
+    fn run(&self, waker: &Waker) {
+        for _ in 0..ROUNDS {
+            let mut core = match self.core.try_lock() {
+                Ok(core) => core,
+                // The runner looks at the mark once it lets go.
+                Err(TryLockError::WouldBlock) => return,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            };
+            let Some(turn) = core.as_mut() else { return };
+            self.router.dirty.store(false, Ordering::SeqCst);
+            match turn.turn(waker, &self.wakers, &self.calls) {
+                Flow::Idle => drop(core),
+                Flow::Busy => {
+                    drop(core);
+                    // Others get their turn on the runtime; the driver's task goes on.
+                    self.router.wake_driver();
+                    return;
+                }
+                Flow::Done => {
+                    let ended = core.take();
+                    drop(core);
+                    self.end(ended);
+                    return;
+                }
+            }
+            if !self.router.is_dirty() {
+                return;
+            }
+        }
+        // Still undone (a call queued meanwhile wakes no one): the driver's task goes on.
+        self.router.wake_driver();
+    }
+
+    /// Ends the driver: later calls are refused, queued ones dropped (their callers learn that
+    /// no answer will come), the state dropped (every lock it held reports its loss).
+    fn end(&self, core: Option<Core<R, F>>) {
+        let calls = self.calls.close();
+        drop(calls);
+        drop(core);
+        self.router.driver.wake();
+    }
+
+    /// The driver's task is gone (its runtime shut down): ends the driver.
+    pub(crate) fn shut_down(&self) {
+        let core = self.lock_core().take();
+        self.end(core);
+    }
+}
+
+impl<R: Runtime, F> Turn for Driven<R, F>
+where
+    F: Future<Output = Answers> + Send + 'static,
+{
+    fn queue(&self, call: Call) -> bool {
+        let alone = self.router.waiting.fetch_add(1, Ordering::SeqCst) == 0;
+        if !self.calls.push(call) {
+            return false;
+        }
+        if alone {
+            self.router.mark();
+        } else {
+            self.router.wake_driver();
+        }
+        alone
+    }
+
+    fn enter(&self, ticket: usize, waker: &Waker) {
+        if !self.runtime.is_current() {
+            self.router.wake_driver();
+            return;
+        }
+        {
+            let mut owner = self.router.owner();
+            match &mut *owner {
+                Some((owned, registered)) if *owned == ticket && registered.will_wake(waker) => {}
+                slot => *slot = Some((ticket, waker.clone())),
+            }
+        }
+        self.run(&self.wakers.owner);
+    }
+
+    fn leave(&self, ticket: usize, ran: bool, on_task: bool) {
+        self.router.waiting.fetch_sub(1, Ordering::SeqCst);
+        if !ran {
+            return;
+        }
+        {
+            let mut owner = self.router.owner();
+            if owner.as_ref().is_some_and(|(owned, _)| *owned == ticket) {
+                *owner = None;
+            }
+        }
+        if !self.router.is_dirty() {
+            return;
+        }
+        if on_task && self.runtime.is_current() {
+            self.run(&self.wakers.owner);
+        } else {
+            self.router.wake_driver();
+        }
+    }
+}

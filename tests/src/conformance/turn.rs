@@ -1,0 +1,124 @@
+//! The caller's turn (`redlock_redis::aio`): a lock call on an idle async client runs the
+//! driver's turn on the caller's own task. These scenarios force that path and then stop
+//! polling it, midway: the promises of the driver hold whoever runs its turns.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use redlock_core::LockRequest;
+use redlock_redis::aio::{Lock, Redlock};
+
+use super::async_adapter::TestExecutor;
+use crate::Servers;
+
+/// A long TTL: nothing here may end by expiry.
+const LONG: Duration = Duration::from_secs(60);
+
+/// Polls `future` once (on an idle client, its caller runs the turn that sends its requests).
+async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut *future).poll(cx) {
+            Poll::Ready(output) => Some(output),
+            Poll::Pending => None,
+        })
+    })
+    .await
+}
+
+fn client<E: TestExecutor>(nodes: &Servers) -> Redlock<E::Runtime> {
+    Redlock::new(nodes.urls()).expect("client")
+}
+
+/// An acquisition polled once on an idle client (its caller ran the turn and became the one
+/// its replies wake) and then set aside, neither polled nor dropped, for several TTLs of an
+/// auto-extended lock acquired meanwhile: that lock stays valid and held (its extensions'
+/// replies are taken before any deadline passes, even while they wake a caller that does not
+/// poll), another caller locks and releases meanwhile, and the set-aside acquisition is
+/// granted once polled again.
+pub fn a_caller_that_stops_polling_midway_stalls_no_lock<E: TestExecutor>() {
+    let nodes = Servers::start(3);
+    let executor = E::for_test();
+    let redlock = client::<E>(&nodes);
+    let rival = client::<E>(&nodes);
+    let ttl = Duration::from_millis(600);
+    executor.block_on(async {
+        let mut aside = Box::pin(redlock.lock("set-aside", LONG));
+        assert!(poll_once(&mut aside).await.is_none(), "still on its way");
+        let kept = redlock
+            .acquire(LockRequest::new("kept", ttl).auto_extend())
+            .await
+            .expect("granted");
+        let other = redlock
+            .lock("other", LONG)
+            .await
+            .expect("granted meanwhile");
+        assert_eq!(other.release().await.released(), 3, "released meanwhile");
+        E::sleep(5 * ttl).await;
+        assert!(
+            kept.is_valid(),
+            "{}: the auto-extended lock is valid after 5 TTLs",
+            E::ADAPTER
+        );
+        assert!(
+            rival.try_lock("kept", ttl).await.is_err(),
+            "{}: and held",
+            E::ADAPTER
+        );
+        let aside: Lock = aside.await.expect("the set-aside acquisition is granted");
+        assert_eq!(aside.release().await.released(), 3);
+        assert_eq!(kept.release().await.released(), 3, "released at last");
+    });
+}
+
+/// An acquisition dropped right after its first poll — its caller ran the turn and its
+/// requests are on their way — is finished by the driver's task: once nothing is outstanding
+/// (`flush`), whatever it set is released (no key is left, long before its 60 s TTL), and the
+/// key is granted to the next caller.
+pub fn an_acquisition_dropped_midway_through_its_turn_is_abandoned<E: TestExecutor>() {
+    let nodes = Servers::start(3);
+    let executor = E::for_test();
+    let redlock = client::<E>(&nodes);
+    executor.block_on(async {
+        let mut dropped = Box::pin(redlock.lock("dropped", LONG));
+        assert!(poll_once(&mut dropped).await.is_none(), "still on its way");
+        drop(dropped);
+        assert!(
+            redlock.flush(Duration::from_secs(20)).await,
+            "{}: the abandoned acquisition and its release are answered",
+            E::ADAPTER
+        );
+    });
+    assert_eq!(
+        nodes.count_with_key("dropped"),
+        0,
+        "{}: the abandoned acquisition's keys are released",
+        E::ADAPTER
+    );
+    executor.block_on(async {
+        let lock = redlock
+            .try_lock("dropped", LONG)
+            .await
+            .expect("granted to the next caller");
+        assert_eq!(lock.release().await.released(), 3);
+    });
+}
+
+/// This module's scenarios as `#[test]`s for one async executor (`redlock_tests::executor`).
+#[macro_export]
+macro_rules! turn_tests {
+    ($executor:ty) => {
+        $crate::turn_tests!($executor;
+            a_caller_that_stops_polling_midway_stalls_no_lock,
+            an_acquisition_dropped_midway_through_its_turn_is_abandoned);
+    };
+    ($executor:ty; $($name:ident),+) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::conformance::turn::$name::<$executor>();
+            }
+        )+
+    };
+}
