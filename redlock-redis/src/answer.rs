@@ -61,11 +61,12 @@ impl<T> std::fmt::Debug for Answer<T> {
 /// It never lets an operation depend on the caller: a call it queued runs whether its answer
 /// is polled, dropped, or polled on another runtime (the driver's task then runs it).
 pub(crate) trait Turn: Send + Sync {
-    /// Queues `call`, whose answer then waits until [`leave`](Turn::leave). When no other
-    /// answer waits it wakes no one and says so (`true`): the answer runs the turn when
-    /// polled, and wakes the driver's task when dropped or waited for. Otherwise it wakes the
-    /// driver's task, whose one turn carries every call queued meanwhile in one write per node
-    /// (many callers at once keep their pipelines).
+    /// Queues `call`, whose answer then waits until [`leave`](Turn::leave), and sends it now.
+    /// When no other answer waits, the caller runs the turn at once (on the driver's runtime;
+    /// elsewhere the driver's task is woken) and says so (`true`): the answer runs the turns
+    /// that follow when polled. Otherwise it wakes the driver's task, whose one turn carries
+    /// every call queued meanwhile in one write per node (many callers at once keep their
+    /// pipelines).
     fn queue(&self, call: Call) -> bool;
 
     /// Runs the driver's turn on the calling task if it may (on the driver's runtime, and no
@@ -223,15 +224,16 @@ impl<T> Future for Answer<T> {
     type Output = Option<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        let mut settled = self.settled(cx.waker());
-        if settled.is_none()
-            && self.runs
+        if self.runs
+            && !self.slot.state().closed
             && let Some(turn) = &self.turn
         {
+            // The turn first, the waker after: an answer this turn brings wakes no one (no
+            // second poll of the caller's task for it), and one that comes later finds the
+            // waker, which `settled` registers under the slot's lock.
             turn.enter(self.ticket(), cx.waker());
-            settled = self.settled(cx.waker());
         }
-        match settled {
+        match self.settled(cx.waker()) {
             Some(value) => {
                 self.leave(true);
                 Poll::Ready(value)

@@ -196,28 +196,31 @@ pub(crate) fn start<R: Runtime>(
         in_flight: FuturesUnordered::new(),
         sleep: None,
     });
-    runtime.spawn(run(driven));
+    runtime.spawn(run(Ending(driven)));
     Ok(mailbox)
+}
+
+/// Ends the driver when dropped: with the driver task's future, whether or not it was ever
+/// polled (a runtime shutting down drops a task it never ran).
+struct Ending<R: Runtime, F>(Arc<Driven<R, F>>)
+where
+    F: Future<Output = Answers> + Send + 'static;
+
+impl<R: Runtime, F> Drop for Ending<R, F>
+where
+    F: Future<Output = Answers> + Send + 'static,
+{
+    fn drop(&mut self) {
+        self.0.shut_down();
+    }
 }
 
 /// The driver's task: runs the turns no caller runs; ends with the driver, and ends the driver
 /// if the runtime drops it first (shut down).
-async fn run<R: Runtime, F>(driven: Arc<Driven<R, F>>)
+async fn run<R: Runtime, F>(ending: Ending<R, F>)
 where
     F: Future<Output = Answers> + Send + 'static,
 {
-    struct Ending<R: Runtime, F>(Arc<Driven<R, F>>)
-    where
-        F: Future<Output = Answers> + Send + 'static;
-    impl<R: Runtime, F> Drop for Ending<R, F>
-    where
-        F: Future<Output = Answers> + Send + 'static,
-    {
-        fn drop(&mut self) {
-            self.0.shut_down();
-        }
-    }
-    let ending = Ending(driven);
     std::future::poll_fn(|cx| {
         if ending.0.poll_task(cx.waker()) {
             Poll::Ready(())

@@ -7,8 +7,9 @@
 //! the batching are the multiplexer's as before.
 //!
 //! # Who runs it
-//! A call made while no other answer waits (a sequential caller) is queued without waking
-//! anyone, and its caller runs the turn when it polls the answer: it becomes the *owner*. A
+//! A call made while no other answer waits (a sequential caller) is sent by its caller, in a
+//! turn run at once (every operation is sent when it is called), without waking anyone; the
+//! caller runs the turns that follow when it polls the answer: it becomes the *owner*. A
 //! call made while another answer waits (many callers at once) wakes the driver's task, whose
 //! one turn carries every call queued meanwhile in one write per node, as before. A caller on
 //! another runtime never runs the turn: the driver's timers and connections belong to its
@@ -32,14 +33,17 @@
 //! node timeout is armed; while a lock runs, the suspend check,
 //! [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK)), and work the driver's task starts (an
 //! auto-extension, a dropped lock's release) wakes it alone. A turn takes every reply that
-//! came before it lets a deadline pass, so such a delay fails no request whose reply came in
-//! time (`a_caller_that_stops_polling_midway_stalls_no_lock` holds an auto-extended lock
+//! came before it lets a deadline pass, so such a delay fails no request answered in one step
+//! in time (`a_caller_that_stops_polling_midway_stalls_no_lock` holds an auto-extended lock
 //! through five TTLs beside such a caller; with replies routed to the owner alone it was
-//! lost).
+//! lost). A request that needs several steps (a connection made again, a cluster's map
+//! learnt, an `ASK` followed) and was sent in such a caller's turn can run out of its node
+//! timeout: a failed vote, as a slow node's. A panic inside a turn ends the driver, as a
+//! panicking driver task did.
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::task::{Wake, Waker};
 
@@ -72,11 +76,16 @@ impl Router {
         self.owner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Marks the work undone. The fence pairs with [`is_dirty`](Router::is_dirty)'s: a
+    /// runner that lets go of the mutex and then finds no mark was not yet unlocked when the
+    /// marker tried it (and the marker's wake-up, or that runner's next round, takes the work).
     fn mark(&self) {
         self.dirty.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
     }
 
     fn is_dirty(&self) -> bool {
+        fence(Ordering::SeqCst);
         self.dirty.load(Ordering::SeqCst)
     }
 
@@ -254,7 +263,16 @@ where
                 Ok(core) => core,
                 // The runner looks at the mark once it lets go.
                 Err(TryLockError::WouldBlock) => return,
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                // A turn panicked halfway (on some caller's task): the state may be torn, so
+                // the driver ends as a driver task that panicked did (every lock reports its
+                // loss, `Error::Stopped`), and the next call starts a new one.
+                Err(TryLockError::Poisoned(poisoned)) => {
+                    let mut core = poisoned.into_inner();
+                    let ended = core.take();
+                    drop(core);
+                    self.end(ended);
+                    return;
+                }
             };
             let Some(turn) = core.as_mut() else { return };
             self.router.dirty.store(false, Ordering::SeqCst);
@@ -306,8 +324,12 @@ where
         if !self.calls.push(call) {
             return false;
         }
-        if alone {
+        if alone && self.runtime.is_current() {
+            // Sent now, as every operation promises ("sent when this is called"), by the
+            // caller: a turn at once, whose sources wake the driver's task until the answer
+            // is polled and its caller becomes the owner.
             self.router.mark();
+            self.run(&self.wakers.owner);
         } else {
             self.router.wake_driver();
         }
@@ -319,13 +341,17 @@ where
             self.router.wake_driver();
             return;
         }
-        {
+        let replaced = {
             let mut owner = self.router.owner();
             match &mut *owner {
-                Some((owned, registered)) if *owned == ticket && registered.will_wake(waker) => {}
-                slot => *slot = Some((ticket, waker.clone())),
+                Some((owned, registered)) if *owned == ticket && registered.will_wake(waker) => {
+                    None
+                }
+                slot => slot.replace((ticket, waker.clone())),
             }
-        }
+        };
+        // Dropped outside the lock: a waker's drop may drop a task, and an answer in it.
+        drop(replaced);
         self.run(&self.wakers.owner);
     }
 
@@ -334,12 +360,15 @@ where
         if !ran {
             return;
         }
-        {
+        let left = {
             let mut owner = self.router.owner();
             if owner.as_ref().is_some_and(|(owned, _)| *owned == ticket) {
-                *owner = None;
+                owner.take()
+            } else {
+                None
             }
-        }
+        };
+        drop(left);
         if !self.router.is_dirty() {
             return;
         }
