@@ -197,7 +197,7 @@ pub(crate) fn warnings(
             }
             continue;
         }
-        if let Some(message) = eviction(facts) {
+        if let Some(message) = eviction(facts, max_ttl) {
             warn("eviction", message);
         }
         if let Some(message) = clock(&offsets, index, max_ttl) {
@@ -240,16 +240,22 @@ pub(crate) fn warnings(
 }
 
 /// maxmemory with a policy that may evict: lock keys have a TTL, so `volatile-*` policies
-/// evict them too, and `allkeys-*` evict anything.
-fn eviction(facts: &Facts) -> Option<String> {
+/// evict them too, and `allkeys-*` evict anything. Restart-aware voting sees every eviction
+/// (the node sits out `max_ttl`); what an eviction costs is the warning.
+fn eviction(facts: &Facts, max_ttl: Duration) -> Option<String> {
     let policy = facts.policy.as_deref().unwrap_or("(unknown)");
     (facts.maxmemory > 0 && policy != "noeviction").then(|| {
         format!(
             "maxmemory {} bytes with maxmemory-policy {policy}: when memory runs short the node \
              may evict a held lock's key (lock keys have a TTL, so volatile-* policies take them \
-             too) and then grants the lock to a second client; restart-aware voting does not see \
-             an eviction; use maxmemory-policy noeviction (a full node then refuses new locks)",
-            facts.maxmemory
+             too); restart-aware voting sees every eviction and the node then sits out \
+             --max-ttl ({}), so a node that evicts often rarely votes (with restart-aware voting \
+             off it would grant the lock to a second client), and each acquisition there also \
+             reads the eviction count (INFO stats) unless the node publishes its evictions \
+             (notify-keyspace-events Ee); use maxmemory-policy noeviction (a full node then \
+             refuses new locks)",
+            facts.maxmemory,
+            human(max_ttl)
         )
     })
 }
