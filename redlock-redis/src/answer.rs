@@ -224,8 +224,10 @@ impl<T> Future for Answer<T> {
     type Output = Option<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        // Read, and the slot's lock let go, before the turn: the turn may answer this slot.
+        let open = !self.slot.state().closed;
         if self.runs
-            && !self.slot.state().closed
+            && open
             && let Some(turn) = &self.turn
         {
             // The turn first, the waker after: an answer this turn brings wakes no one (no

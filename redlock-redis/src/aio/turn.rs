@@ -65,7 +65,8 @@ pub(crate) struct Router {
     driver: AtomicWaker,
     /// Work is undone: a wake-up came since the last turn started.
     dirty: AtomicBool,
-    /// How many answers wait: a call made while another waits goes to the driver's task, to
+    /// How many answers are outstanding (asked, not yet read or dropped; an answer that came
+    /// and is not read yet still counts): a call made while another waits goes to the driver's task, to
     /// share a write with the others; and while another waits, replies wake the driver's task
     /// rather than the owner, so that no waiting caller depends on another caller's polls.
     waiting: AtomicUsize,
