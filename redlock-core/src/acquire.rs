@@ -89,6 +89,10 @@ pub struct Acquire {
     woken: bool,
     /// Whether the current round was started early by a wake-up.
     round_woken: bool,
+    /// Whether a wake-up came while the current round was out: the release it announces may
+    /// have reached a node after the round's request did, so a lost round's pause ends soon,
+    /// as if that wake-up had come during it.
+    heard: bool,
     /// How many rounds started by a wake-up were lost: each doubles the window the next
     /// wake-up draws from, so that the more waiters collide, the further apart they start.
     contention: u32,
@@ -147,6 +151,7 @@ impl Acquire {
             jitter: Jitter::new(rng),
             woken: false,
             round_woken: false,
+            heard: false,
             contention: 0,
             deadline: None,
             attempts: 0,
@@ -187,9 +192,16 @@ impl Acquire {
     /// Ends the pause before the next round soon (a push notification said the lock may be
     /// free): at `now + U[0, wake_jitter]` ([`RetryPolicy::wake_jitter`]) if that is earlier, so
     /// that waiters woken by one release do not all collide in the same instant. Only the first
-    /// wake-up of a pause counts. Harmless in any other phase; the deadline and the attempt limit
-    /// still hold (a round started early is a round).
+    /// wake-up of a pause counts. A wake-up while a round is out is kept: if that round is lost,
+    /// its pause ends as if woken when it was lost (the release may have reached a node after
+    /// the round's `SET NX`; without this the waiter would sleep out its pause on a free lock).
+    /// Harmless in any other phase; the deadline and the attempt limit still hold (a round
+    /// started early is a round).
     pub fn handle_wake(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Collecting | Phase::Committing) {
+            self.heard = true;
+            return;
+        }
         if self.woken {
             return;
         }
@@ -382,6 +394,7 @@ impl Acquire {
         self.attempts += 1;
         self.batches += 1;
         self.round_woken = self.woken;
+        self.heard = false;
         if let (Some(base), true) = (&self.base_token, self.attempts > 1) {
             self.spec = self.spec.with_token(base.for_round(self.attempts));
         }
@@ -501,6 +514,9 @@ impl Acquire {
         }
         self.phase = Phase::CleaningUp(retry_at);
         self.woken = false;
+        if std::mem::take(&mut self.heard) {
+            self.handle_wake(now);
+        }
     }
 }
 

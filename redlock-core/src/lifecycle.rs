@@ -343,8 +343,9 @@ impl Lifecycle {
     }
 
     /// Ends a pause between acquisition rounds now: the lock may have been released (a push
-    /// notification said so). The retry policy's attempts and deadline still hold; harmless at
-    /// any other time.
+    /// notification said so). Heard while a round is out, it ends the pause after that round if
+    /// the round is lost. The retry policy's attempts and deadline still hold; harmless at any
+    /// other time.
     pub fn handle_wake(&mut self, now: Instant) {
         if let Stage::Acquiring { machine, .. } = &mut self.stage {
             machine.handle_wake(now);

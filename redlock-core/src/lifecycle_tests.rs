@@ -517,6 +517,85 @@ fn a_wake_starts_the_next_round_within_the_wake_jitter_and_only_once_per_pause()
     }
 }
 
+/// Runs `lock`'s woken round 2 on `nodes` (three held by another) up to its replies: the
+/// requests reach the nodes, then the holder releases; `heard` says whether the release's
+/// notice arrives while the round is out. Returns the instant of the pause after the lost
+/// round, and when the round was lost.
+fn lose_a_round_to_a_release_behind_it(seed: u64, heard: bool) -> (Instant, Instant) {
+    let policy = RetryPolicy::default()
+        .delay(Duration::from_secs(5))
+        .no_deadline()
+        .wake_jitter(Duration::from_millis(3));
+    let mut nodes = held_by_another(3, 5);
+    let t0 = epoch();
+    let mut lock = Lifecycle::acquire(
+        t0,
+        &config(policy),
+        &LockRequest::new("r", TTL),
+        &mut rng(seed),
+    )
+    .expect("ok");
+    let mut net = Net::new(&mut nodes, t0);
+    // Round 1 is refused; a notice (of some earlier release) starts round 2 early.
+    assert_eq!(
+        net.next_event(&mut lock, Some(t0 + Duration::from_secs(1))),
+        None
+    );
+    lock.handle_wake(net.now);
+    let mut now = net.now;
+    let mut replies = Vec::new();
+    loop {
+        match lock.poll_output(now) {
+            LockOutput::Wait { at, .. } if replies.is_empty() => {
+                now = at;
+                lock.handle_timeout(now);
+            }
+            LockOutput::Send(t) => {
+                let reply = net.nodes[t.id.node()].run(Duration::ZERO, &t.command);
+                replies.push((t.id, reply));
+            }
+            LockOutput::Wait { .. } => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(replies.len(), 5, "round 2 is out");
+    // The holder releases after round 2's `SET NX` reached its nodes.
+    for node in net.nodes.iter_mut() {
+        node.keys.retain(|_, (token, _)| token != b"other");
+    }
+    if heard {
+        lock.handle_wake(now);
+    }
+    for (id, reply) in replies {
+        lock.handle_reply(now, id, reply);
+    }
+    loop {
+        match lock.poll_output(now) {
+            LockOutput::Send(_) => {}
+            LockOutput::Wait { at, reason } => {
+                assert_eq!(reason, WakeReason::RetryPause);
+                return (at, now);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_release_heard_while_a_round_is_out_ends_the_pause_after_it_is_lost() {
+    for seed in 0..20 {
+        let (at, lost_at) = lose_a_round_to_a_release_behind_it(seed, true);
+        // The round was started by a wake-up and lost: the window doubled.
+        assert!(
+            at <= lost_at + Duration::from_millis(6),
+            "seed {seed}: the next round starts within the wake window, not after the pause"
+        );
+        // The control: without the notice, the lost round sleeps out its pause.
+        let (at, lost_at) = lose_a_round_to_a_release_behind_it(seed, false);
+        assert!(at >= lost_at + Duration::from_secs(1), "seed {seed}");
+    }
+}
+
 #[test]
 fn a_held_lock_release_announces_itself_and_a_lost_rounds_clean_up_does_not() {
     let config = config(RetryPolicy::once());
