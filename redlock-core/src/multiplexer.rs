@@ -399,6 +399,11 @@ impl<R: CryptoRng> Multiplexer<R> {
         self.events.retain(|(lock, _)| *lock != id);
     }
 
+    /// The lock request `id` is for, while that lock runs.
+    pub fn lock_of(&self, id: RequestId) -> Option<LockId> {
+        self.routes.get(&id.origin().lock()).copied()
+    }
+
     /// Hands in the reply to request `id` (or an error reply for a transport that failed or
     /// timed out). Frees the node for that lock's next request; a reply for a lock that is gone,
     /// a stale or a duplicate one changes nothing else.

@@ -61,13 +61,14 @@ impl<T> std::fmt::Debug for Answer<T> {
 /// It never lets an operation depend on the caller: a call it queued runs whether its answer
 /// is polled, dropped, or polled on another runtime (the driver's task then runs it).
 pub(crate) trait Turn: Send + Sync {
-    /// Queues `call`, whose answer then waits until [`leave`](Turn::leave), and sends it now.
+    /// Queues `call`, whose answer (`ticket`) then waits until [`leave`](Turn::leave), and
+    /// sends it now.
     /// When no other answer waits, the caller runs the turn at once (on the driver's runtime;
     /// elsewhere the driver's task is woken) and says so (`true`): the answer runs the turns
     /// that follow when polled. Otherwise it wakes the driver's task, whose one turn carries
     /// every call queued meanwhile in one write per node (many callers at once keep their
     /// pipelines).
-    fn queue(&self, call: Call) -> bool;
+    fn queue(&self, ticket: usize, call: Call) -> bool;
 
     /// Runs the driver's turn on the calling task if it may (on the driver's runtime, and no
     /// one runs it now), and has `waker` woken by the replies and notices that come until
@@ -88,7 +89,7 @@ pub(crate) fn ask<T>(driver: &dyn Post, make: impl FnOnce(Responder<T>) -> Call)
     let call = make(responder);
     match driver.turn() {
         Some(turn) => {
-            answer.runs = turn.queue(call);
+            answer.runs = turn.queue(answer.ticket(), call);
             answer.turn = Some(turn);
         }
         None => driver.post(call),

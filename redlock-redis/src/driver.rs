@@ -230,6 +230,26 @@ impl DriverState {
         })
     }
 
+    /// Whether every request of `batch` belongs to an operation a caller waits for (an
+    /// acquisition, a release by token, a trust, or an extension or release asked through a
+    /// handle); an auto-extension, a dropped handle's release or an abandoned acquisition has
+    /// no one waiting.
+    pub(crate) fn is_awaited(&self, batch: &Batch) -> bool {
+        batch.transmits.iter().all(|transmit| {
+            let waiting = self
+                .mux
+                .lock_of(transmit.id)
+                .and_then(|id| self.waiting.get(&id));
+            match waiting {
+                Some(Waiting::Held {
+                    extends, release, ..
+                }) => !extends.is_empty() || release.is_some(),
+                Some(_) => true,
+                None => false,
+            }
+        })
+    }
+
     /// Whether the driver may end: the client is gone, no lock runs, nothing is in flight.
     pub(crate) fn is_done(&self) -> bool {
         self.client_gone && self.mux.is_idle()

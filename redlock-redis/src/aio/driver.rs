@@ -12,12 +12,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use crate::answer::Turn;
 use crate::{Answers, Call, Clock, DriverState, Output, Post};
 use futures_util::StreamExt;
+use futures_util::future::{Join, Ready, join, ready};
 use futures_util::stream::FuturesUnordered;
 use redlock_core::Batch;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -25,7 +27,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use super::conn::Node;
 use super::notices::Notices;
 use super::runtime::Runtime;
-use super::turn::{Calls, Driven, Wakers};
+use super::turn::{Calls, Driven, Polls};
 
 /// How many rounds of inputs one turn handles before it lets the runtime run others.
 const BUDGET: usize = 32;
@@ -42,14 +44,18 @@ pub(crate) enum Flow {
 
 /// What the driver owns besides the engine: connections, batches in flight, release-notice
 /// subscribers and the timer.
-pub(crate) struct Core<R, F> {
+pub(crate) struct Core<R, F: Future> {
     state: DriverState,
     nodes: Arc<[Node]>,
     notices: Notices<R>,
     heard: UnboundedReceiver<Vec<u8>>,
     /// Writes a batch to its node; resolves to one reply per request.
     write: fn(Arc<[Node]>, Batch) -> F,
-    in_flight: FuturesUnordered<F>,
+    /// Each batch in flight, with whether a caller waits for it ([`DriverState::is_awaited`]).
+    in_flight: FuturesUnordered<Join<F, Ready<bool>>>,
+    /// How many batches in flight no caller waits for (shared with the turn's wake-ups: while
+    /// there is one, replies never wait for the next turn).
+    unawaited: Arc<AtomicUsize>,
     /// The timer and the instant it is set for: set again only for an earlier instant (a
     /// timer that fires early costs a turn that finds nothing due).
     sleep: Option<(Instant, Sleep)>,
@@ -60,9 +66,9 @@ type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
     /// One turn: every queued call, reply, notice and due deadline, until none is left (or
-    /// [`BUDGET`] rounds ran). Replies and notices are polled again with `waker` (the
-    /// runner's: the owner's or the driver task's), the timer with the driver task's.
-    pub(crate) fn turn(&mut self, waker: &Waker, wakers: &Wakers, calls: &Calls) -> Flow {
+    /// [`BUDGET`] rounds ran). Replies and notices are polled again with the runner's
+    /// `polls` (the owner's or the driver task's), the timer with `timer`.
+    pub(crate) fn turn(&mut self, polls: &Polls, timer: &Waker, calls: &Calls) -> Flow {
         for _ in 0..BUDGET {
             let mut progress = false;
             while let Some(call) = calls.pop() {
@@ -72,12 +78,18 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
             }
             // Replies and notices before the outputs: letting a due deadline pass (which
             // `poll_output` does) never fails a request whose reply already came.
-            let mut cx = Context::from_waker(waker);
-            while let Poll::Ready(Some(replies)) = self.in_flight.poll_next_unpin(&mut cx) {
+            let mut cx = Context::from_waker(&polls.replies);
+            while let Poll::Ready(Some((replies, awaited))) =
+                self.in_flight.poll_next_unpin(&mut cx)
+            {
+                if !awaited {
+                    self.unawaited.fetch_sub(1, Ordering::SeqCst);
+                }
                 let now = self.state.clock().now();
                 self.state.handle_replies(now, replies);
                 progress = true;
             }
+            let mut cx = Context::from_waker(&polls.notices);
             while let Poll::Ready(Some(channel)) = self.heard.poll_recv(&mut cx) {
                 tracing::trace!("release notice");
                 let now = self.state.clock().now();
@@ -87,7 +99,12 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
             while let Some(output) = self.state.poll_output() {
                 match output {
                     Output::Transmit(batch) => {
-                        self.in_flight.push((self.write)(self.nodes.clone(), batch));
+                        let awaited = self.state.is_awaited(&batch);
+                        if !awaited {
+                            self.unawaited.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let write = (self.write)(self.nodes.clone(), batch);
+                        self.in_flight.push(join(write, ready(awaited)));
                         // Written once the next round polls it.
                         progress = true;
                     }
@@ -98,7 +115,7 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
                     Output::Done => return Flow::Done,
                 }
             }
-            progress |= self.poll_timer(wakers);
+            progress |= self.poll_timer(timer);
             if !progress {
                 return Flow::Idle;
             }
@@ -108,7 +125,7 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
 
     /// Sets the timer for the state's next wake-up if that is earlier than the one set; lets
     /// due deadlines pass once it fired. Whether it fired.
-    fn poll_timer(&mut self, wakers: &Wakers) -> bool {
+    fn poll_timer(&mut self, timer: &Waker) -> bool {
         if let Some(at) = self.state.wake_at()
             && self.sleep.as_ref().is_none_or(|(set, _)| at < *set)
         {
@@ -119,7 +136,7 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
         };
         if sleep
             .as_mut()
-            .poll(&mut Context::from_waker(&wakers.driver))
+            .poll(&mut Context::from_waker(timer))
             .is_pending()
         {
             return false;
@@ -194,6 +211,7 @@ pub(crate) fn start<R: Runtime>(
         heard,
         write,
         in_flight: FuturesUnordered::new(),
+        unawaited: driven.unawaited(),
         sleep: None,
     });
     runtime.spawn(run(Ending(driven)));

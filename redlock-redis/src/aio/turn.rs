@@ -18,7 +18,9 @@
 //! # Wake-ups
 //! The batches in flight and the release notices wake whoever polled them last: polled in a
 //! caller's turn, the owner (while it is the only caller waiting; else, and once it left, the
-//! driver's task); polled in the driver task's turn, the driver's task. The timer and posted
+//! driver's task — but replies, once no caller waits at all, wake no one: the next turn takes
+//! them, at the latest the one the timer starts at their deadline, see [`Target::Settle`]);
+//! polled in the driver task's turn, the driver's task. The timer and posted
 //! calls (a dropped handle's release) always wake the driver's task. Each wake-up first marks
 //! the work undone; whoever finishes a turn looks at the mark after letting go of the mutex
 //! and runs again if it is set, and an answer that stops waiting runs the work left undone (or
@@ -59,8 +61,9 @@ const ROUNDS: usize = 4;
 
 /// Where the turn's wake-ups go.
 pub(crate) struct Router {
-    /// The caller running turns now, by its answer's ticket.
-    owner: Mutex<Option<(usize, Waker)>>,
+    /// The caller running turns now, by its answer's ticket, and its waker (`None` until its
+    /// answer's first poll: a caller that sent its call in a turn of its own is about to poll).
+    owner: Mutex<Option<(usize, Option<Waker>)>>,
     /// The driver's task.
     driver: AtomicWaker,
     /// Work is undone: a wake-up came since the last turn started.
@@ -70,10 +73,12 @@ pub(crate) struct Router {
     /// share a write with the others; and while another waits, replies wake the driver's task
     /// rather than the owner, so that no waiting caller depends on another caller's polls.
     waiting: AtomicUsize,
+    /// How many batches in flight no caller waits for (kept by the turn).
+    unawaited: Arc<AtomicUsize>,
 }
 
 impl Router {
-    fn owner(&self) -> MutexGuard<'_, Option<(usize, Waker)>> {
+    fn owner(&self) -> MutexGuard<'_, Option<(usize, Option<Waker>)>> {
         self.owner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -97,26 +102,58 @@ impl Router {
     }
 
     /// Marks the work undone and wakes the owner if it is the only caller waiting, or else the
-    /// driver's task.
-    fn wake_owner(&self) {
+    /// driver's task; with `settle`, no one while no caller waits or while the only one is
+    /// about to poll (see [`Target::Settle`]).
+    fn wake_owner(&self, settle: bool) {
         self.mark();
-        let owner = if self.waiting.load(Ordering::SeqCst) <= 1 {
+        let waiting = self.waiting.load(Ordering::SeqCst);
+        let settle = settle && self.unawaited.load(Ordering::SeqCst) == 0;
+        if settle && waiting == 0 {
+            return;
+        }
+        let owner = if waiting <= 1 {
             self.owner().as_ref().map(|(_, waker)| waker.clone())
         } else {
             None
         };
         match owner {
-            Some(owner) => owner.wake(),
-            None => self.driver.wake(),
+            Some(Some(owner)) => owner.wake(),
+            // The owner is about to poll, and runs the turn then.
+            Some(None) if settle => {}
+            _ => self.driver.wake(),
         }
     }
+}
+
+/// Whom a source's wake-up goes to.
+#[derive(Clone, Copy)]
+enum Target {
+    /// The driver's task: the timer, and whatever the driver task's turn polled.
+    Driver,
+    /// The owner while it is the only caller waiting, else the driver's task: release notices
+    /// a caller's turn polled.
+    Owner,
+    /// As [`Owner`](Target::Owner), but no one while no caller waits, or while the only one
+    /// sent its call in a turn of its own and has not polled its answer yet (it runs the turn
+    /// when it does): the replies a caller's turn polled, while every batch in flight is one a
+    /// caller waits for. They then wait for the next turn, whoever runs it: that caller's
+    /// first poll, the next call's (which takes them before it sends), the driver task's for a
+    /// posted call or a dropped answer, or at the latest the next one the timer starts (while
+    /// an operation's request is out, its deadline; while a lock runs, the suspend check: a
+    /// turn takes every reply that came before it lets a deadline pass, so a reply in time
+    /// counts in time). A round decided at its quorum leaves its late replies so, and a call's
+    /// replies that come before its caller polls: waking the driver's task for them would cost
+    /// every sequential caller a hand-off to another thread and back
+    /// (`an_extension_never_polled_still_moves_the_validity` holds the case where that poll
+    /// never comes).
+    Settle,
 }
 
 /// A waker of the turn's sources: to the owner (replies and notices polled by a caller), or
 /// to the driver's task (the timer, and whatever the driver's task polled).
 struct Route {
     router: Arc<Router>,
-    to_owner: bool,
+    to: Target,
 }
 
 impl Wake for Route {
@@ -125,20 +162,50 @@ impl Wake for Route {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if self.to_owner {
-            self.router.wake_owner();
-        } else {
-            self.router.wake_driver();
+        match self.to {
+            Target::Driver => self.router.wake_driver(),
+            Target::Owner => self.router.wake_owner(false),
+            Target::Settle => self.router.wake_owner(true),
         }
     }
 }
 
-/// The two wakers a turn polls with.
+/// The wakers one runner's turn polls the replies and the notices with.
+pub(crate) struct Polls {
+    pub(crate) replies: Waker,
+    pub(crate) notices: Waker,
+}
+
+/// The wakers of a driver's turns.
 pub(crate) struct Wakers {
-    /// For replies and notices.
-    pub(crate) owner: Waker,
-    /// For the timer.
-    pub(crate) driver: Waker,
+    /// A caller's turn.
+    by_owner: Polls,
+    /// The driver task's turn.
+    by_driver: Polls,
+    /// The timer's (whoever runs the turn).
+    pub(crate) timer: Waker,
+}
+
+impl Wakers {
+    fn new(router: &Arc<Router>) -> Self {
+        let route = |to| {
+            Waker::from(Arc::new(Route {
+                router: router.clone(),
+                to,
+            }))
+        };
+        Self {
+            by_owner: Polls {
+                replies: route(Target::Settle),
+                notices: route(Target::Owner),
+            },
+            by_driver: Polls {
+                replies: route(Target::Driver),
+                notices: route(Target::Driver),
+            },
+            timer: route(Target::Driver),
+        }
+    }
 }
 
 /// The calls not yet taken by a turn; closed (and emptied) once the driver ended.
@@ -186,7 +253,7 @@ impl Calls {
 }
 
 /// A client's driver: its state behind the turn's mutex, its calls and its wake-ups.
-pub(crate) struct Driven<R: Runtime, F> {
+pub(crate) struct Driven<R: Runtime, F: Future> {
     runtime: R,
     router: Arc<Router>,
     wakers: Wakers,
@@ -206,23 +273,20 @@ where
             driver: AtomicWaker::new(),
             dirty: AtomicBool::new(true),
             waiting: AtomicUsize::new(0),
+            unawaited: Arc::new(AtomicUsize::new(0)),
         });
         Self {
             runtime,
-            wakers: Wakers {
-                owner: Waker::from(Arc::new(Route {
-                    router: router.clone(),
-                    to_owner: true,
-                })),
-                driver: Waker::from(Arc::new(Route {
-                    router: router.clone(),
-                    to_owner: false,
-                })),
-            },
+            wakers: Wakers::new(&router),
             router,
             calls: Calls::default(),
             core: Mutex::new(None),
         }
+    }
+
+    /// The count of batches in flight no caller waits for, which the core keeps.
+    pub(crate) fn unawaited(&self) -> Arc<AtomicUsize> {
+        self.router.unawaited.clone()
     }
 
     /// Puts the driver's state in place (once, before its task starts).
@@ -250,7 +314,7 @@ where
     /// The driver's task: registers itself, runs turns while woken; ends with the driver.
     pub(crate) fn poll_task(&self, waker: &Waker) -> bool {
         self.router.driver.register(waker);
-        self.run(&self.wakers.driver);
+        self.run(&self.wakers.by_driver);
         self.is_closed()
     }
 
@@ -258,7 +322,7 @@ where
     /// a row (a source that wakes at once while it returns `Pending`, as tokio's spent
     /// cooperative budget does, would keep the mark set within one poll); work still undone
     /// then goes to the driver's task.
-    fn run(&self, waker: &Waker) {
+    fn run(&self, polls: &Polls) {
         for _ in 0..ROUNDS {
             let mut core = match self.core.try_lock() {
                 Ok(core) => core,
@@ -277,7 +341,7 @@ where
             };
             let Some(turn) = core.as_mut() else { return };
             self.router.dirty.store(false, Ordering::SeqCst);
-            match turn.turn(waker, &self.wakers, &self.calls) {
+            match turn.turn(polls, &self.wakers.timer, &self.calls) {
                 Flow::Idle => drop(core),
                 Flow::Busy => {
                     drop(core);
@@ -320,17 +384,20 @@ impl<R: Runtime, F> Turn for Driven<R, F>
 where
     F: Future<Output = Answers> + Send + 'static,
 {
-    fn queue(&self, call: Call) -> bool {
+    fn queue(&self, ticket: usize, call: Call) -> bool {
         let alone = self.router.waiting.fetch_add(1, Ordering::SeqCst) == 0;
         if !self.calls.push(call) {
             return false;
         }
         if alone && self.runtime.is_current() {
+            // The owner to come: it polls its answer next.
+            let replaced = self.router.owner().replace((ticket, None));
+            drop(replaced);
             // Sent now, as every operation promises ("sent when this is called"), by the
             // caller: a turn at once, whose sources wake the driver's task until the answer
             // is polled and its caller becomes the owner.
             self.router.mark();
-            self.run(&self.wakers.owner);
+            self.run(&self.wakers.by_owner);
         } else {
             self.router.wake_driver();
         }
@@ -345,15 +412,17 @@ where
         let replaced = {
             let mut owner = self.router.owner();
             match &mut *owner {
-                Some((owned, registered)) if *owned == ticket && registered.will_wake(waker) => {
+                Some((owned, Some(registered)))
+                    if *owned == ticket && registered.will_wake(waker) =>
+                {
                     None
                 }
-                slot => slot.replace((ticket, waker.clone())),
+                slot => slot.replace((ticket, Some(waker.clone()))),
             }
         };
         // Dropped outside the lock: a waker's drop may drop a task, and an answer in it.
         drop(replaced);
-        self.run(&self.wakers.owner);
+        self.run(&self.wakers.by_owner);
     }
 
     fn leave(&self, ticket: usize, ran: bool, on_task: bool) {
@@ -374,7 +443,7 @@ where
             return;
         }
         if on_task && self.runtime.is_current() {
-            self.run(&self.wakers.owner);
+            self.run(&self.wakers.by_owner);
         } else {
             self.router.wake_driver();
         }

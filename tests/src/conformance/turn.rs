@@ -105,13 +105,51 @@ pub fn an_acquisition_dropped_midway_through_its_turn_is_abandoned<E: TestExecut
     });
 }
 
+/// An extension asked on an idle client and never polled (its caller sent it in a turn of its
+/// own and would run the next turns when it polls, which it never does): the driver still
+/// takes its replies, at the latest when its requests' deadline passes, and the lock's
+/// validity moves without anyone awaiting it. Requests a caller waits for leave their replies
+/// to the caller's next poll rather than waking the driver's task; this is the case where
+/// that poll never comes.
+pub fn an_extension_never_polled_still_moves_the_validity<E: TestExecutor>() {
+    let nodes = Servers::start(3);
+    let executor = E::for_test();
+    let redlock = client::<E>(&nodes);
+    let ttl = Duration::from_secs(2);
+    executor.block_on(async {
+        let lock = redlock.lock("unpolled", ttl).await.expect("granted");
+        let before = lock.valid_until();
+        E::sleep(Duration::from_millis(300)).await;
+        let extension = lock.extend(LONG);
+        // Several node timeouts (a 60 s TTL's is 1 s): the deadline has passed by then.
+        let by = std::time::Instant::now() + Duration::from_secs(10);
+        while lock.valid_until() <= before + Duration::from_secs(30) {
+            assert!(
+                std::time::Instant::now() < by,
+                "{}: the unpolled extension moved the validity",
+                E::ADAPTER
+            );
+            E::sleep(Duration::from_millis(50)).await;
+        }
+        drop(extension);
+        assert_eq!(
+            nodes.count_with_key("unpolled"),
+            3,
+            "{}: every node holds the key",
+            E::ADAPTER
+        );
+        assert_eq!(lock.release().await.released(), 3);
+    });
+}
+
 /// This module's scenarios as `#[test]`s for one async executor (`redlock_tests::executor`).
 #[macro_export]
 macro_rules! turn_tests {
     ($executor:ty) => {
         $crate::turn_tests!($executor;
             a_caller_that_stops_polling_midway_stalls_no_lock,
-            an_acquisition_dropped_midway_through_its_turn_is_abandoned);
+            an_acquisition_dropped_midway_through_its_turn_is_abandoned,
+            an_extension_never_polled_still_moves_the_validity);
     };
     ($executor:ty; $($name:ident),+) => {
         $(
