@@ -20,6 +20,10 @@
 //! *more* suspend (a clock ahead only shortens a validity): at creation `BOOTTIME` is read
 //! before `MONOTONIC`, in [`Clock::now`] after; and a pair whose reads were far apart (the
 //! thread was preempted between them) is read again, so the error stays near a microsecond.
+//! Most readings are quicker and err the same way: `MONOTONIC` from `Instant::now()` against
+//! a base pair taken at creation (`MONOTONIC`, then an `Instant`), `BOOTTIME` read after it;
+//! only a gap that shows more suspend than was already counted is read again the careful way
+//! (see [`Clock::now`]).
 //! The clock counts as suspend only the gap's growth beyond [`READING_BOUND`], and every
 //! validity takes that bound up front (the adapters' `Config::clock_bound`): without a suspend
 //! the clock is exactly `Instant::now()` and a validity reads the same each time; after a
@@ -91,6 +95,9 @@ pub(crate) fn suspend_adjusted(
 pub(crate) struct Clock {
     /// The readings when the clock was created (`None`: no suspend-aware clock here).
     at_start: Option<Readings>,
+    /// `CLOCK_MONOTONIC` in ns, read just before an `Instant`: std's `Instant` reads that
+    /// clock, so `Instant::now()` gives `CLOCK_MONOTONIC` from it with no reading of its own.
+    base: Option<(i128, Instant)>,
     /// The largest suspend time returned so far, in ns.
     suspended_ns: Arc<AtomicU64>,
 }
@@ -106,6 +113,7 @@ impl Clock {
     pub(crate) fn new() -> Self {
         Self {
             at_start: read(Order::BoottimeFirst),
+            base: base(),
             suspended_ns: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -113,12 +121,37 @@ impl Clock {
     /// The current instant: `Instant::now()` plus the suspend time since [`Clock::new`]
     /// (Linux), or `Instant::now()` (elsewhere). Never earlier than `Instant::now()` read
     /// before the call, and never earlier than an earlier result of this clock or its clones.
+    ///
+    /// Most calls read two clocks, not four: `CLOCK_BOOTTIME` once, after `Instant::now()`,
+    /// whose `CLOCK_MONOTONIC` comes from [`base`]. That gap errs on the side of more suspend
+    /// (`MONOTONIC` from a base read before its `Instant`, `BOOTTIME` read after), so a gap that
+    /// shows no suspend beyond the one already counted is one the careful pair would show too;
+    /// any other goes to the careful pair (`MONOTONIC`, `BOOTTIME`, `MONOTONIC`, read again
+    /// while far apart). Should `Instant` ever count suspend itself, the quick gap never
+    /// grows, and `Instant::now()` already holds the suspend.
     pub(crate) fn now(&self) -> Instant {
         let instant_now = Instant::now();
-        let (Some(at_start), Some(now)) = (self.at_start, read(Order::MonotonicFirst)) else {
+        let Some(at_start) = self.at_start else {
             return instant_now;
         };
         let before = Duration::from_nanos(self.suspended_ns.load(Ordering::Acquire));
+        if let Some((monotonic_at_base, base)) = self.base
+            && let Some(boottime_ns) = read_one(Source::Boottime)
+        {
+            let elapsed = instant_now.saturating_duration_since(base).as_nanos();
+            let quick = Readings {
+                monotonic_ns: monotonic_at_base
+                    .saturating_add(i128::try_from(elapsed).unwrap_or(i128::MAX)),
+                boottime_ns,
+            };
+            let (instant, suspended) = suspend_adjusted(instant_now, at_start, quick, before);
+            if suspended <= before {
+                return instant;
+            }
+        }
+        let Some(now) = read(Order::MonotonicFirst) else {
+            return instant_now;
+        };
         let (instant, suspended) = suspend_adjusted(instant_now, at_start, now, before);
         let ns = u64::try_from(suspended.as_nanos()).unwrap_or(u64::MAX);
         self.suspended_ns.fetch_max(ns, Ordering::AcqRel);
@@ -165,21 +198,13 @@ const ATTEMPTS: usize = 4;
 /// tightest of a few attempts: the error of a pair is at most the time between its reads.
 #[cfg(target_os = "linux")]
 fn read(order: Order) -> Option<Readings> {
-    use nix::time::{ClockId, clock_gettime};
-    let ns = |clock: ClockId| {
-        clock_gettime(clock).ok().map(|ts| {
-            i128::from(ts.tv_sec())
-                .saturating_mul(1_000_000_000)
-                .saturating_add(i128::from(ts.tv_nsec()))
-        })
-    };
     let (first, second) = match order {
-        Order::BoottimeFirst => (ClockId::CLOCK_BOOTTIME, ClockId::CLOCK_MONOTONIC),
-        Order::MonotonicFirst => (ClockId::CLOCK_MONOTONIC, ClockId::CLOCK_BOOTTIME),
+        Order::BoottimeFirst => (Source::Boottime, Source::Monotonic),
+        Order::MonotonicFirst => (Source::Monotonic, Source::Boottime),
     };
     let mut best: Option<(i128, Readings)> = None;
     for _ in 0..ATTEMPTS {
-        let (a, b, again) = (ns(first)?, ns(second)?, ns(first)?);
+        let (a, b, again) = (read_one(first)?, read_one(second)?, read_one(first)?);
         let span = again.saturating_sub(a);
         let readings = match order {
             Order::BoottimeFirst => Readings {
@@ -206,6 +231,58 @@ fn read(_order: Order) -> Option<Readings> {
     None
 }
 
+/// One of the two clocks.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Monotonic,
+    Boottime,
+}
+
+/// One clock, in ns.
+#[cfg(target_os = "linux")]
+fn read_one(source: Source) -> Option<i128> {
+    use nix::time::{ClockId, clock_gettime};
+    let clock = match source {
+        Source::Monotonic => ClockId::CLOCK_MONOTONIC,
+        Source::Boottime => ClockId::CLOCK_BOOTTIME,
+    };
+    clock_gettime(clock).ok().map(|ts| {
+        i128::from(ts.tv_sec())
+            .saturating_mul(1_000_000_000)
+            .saturating_add(i128::from(ts.tv_nsec()))
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_one(_source: Source) -> Option<i128> {
+    None
+}
+
+/// `CLOCK_MONOTONIC` read just before an `Instant` (the tightest of a few tries): the
+/// `MONOTONIC` that `Instant::now()` gives from it is never later than the true one.
+#[cfg(target_os = "linux")]
+fn base() -> Option<(i128, Instant)> {
+    let mut best: Option<(i128, (i128, Instant))> = None;
+    for _ in 0..ATTEMPTS {
+        let before = read_one(Source::Monotonic)?;
+        let instant = Instant::now();
+        let after = read_one(Source::Monotonic)?;
+        let span = after.saturating_sub(before);
+        if best.is_none_or(|(tightest, _)| span < tightest) {
+            best = Some((span, (before, instant)));
+        }
+        if span < TIGHT_NS {
+            break;
+        }
+    }
+    best.map(|(_, base)| base)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn base() -> Option<(i128, Instant)> {
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +294,25 @@ mod tests {
             monotonic_ns: monotonic_s * S,
             boottime_ns: boottime_s * S,
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_quick_reading_is_instant_now_without_a_suspend_and_sees_one() {
+        let clock = Clock::new();
+        assert!(clock.base.is_some());
+        for _ in 0..10_000 {
+            let before = Instant::now();
+            let now = clock.now();
+            assert!(before <= now && now <= Instant::now());
+        }
+        assert_eq!(clock.suspended(), Duration::ZERO);
+        // A suspend (the start's BOOTTIME moved back) is seen through the quick reading.
+        let suspended = Duration::from_secs(20);
+        let clock = Clock::after_suspend(suspended);
+        let before = Instant::now();
+        assert!(clock.now() >= before + suspended - READING_BOUND);
+        assert!(clock.suspended() >= suspended - READING_BOUND);
     }
 
     #[test]
