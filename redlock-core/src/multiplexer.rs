@@ -288,6 +288,13 @@ impl<R: CryptoRng> Multiplexer<R> {
         self.locks.is_empty() && !self.has_requests()
     }
 
+    /// The requests queued and not yet sent, on every node.
+    pub fn queued(&self) -> impl Iterator<Item = &RequestId> + '_ {
+        self.nodes
+            .iter()
+            .flat_map(|node| node.queued.iter().map(|transmit| &transmit.id))
+    }
+
     /// Whether a request is queued or in flight on some node (a detached lock's too).
     pub fn has_requests(&self) -> bool {
         self.nodes

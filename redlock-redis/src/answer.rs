@@ -75,9 +75,10 @@ pub(crate) trait Turn: Send + Sync {
     /// [`leave`](Turn::leave); elsewhere it wakes the driver's task.
     fn enter(&self, ticket: usize, waker: &Waker);
 
-    /// Caller `ticket` stops waiting. One that ran turns (`ran`) hands its wake-ups back to
-    /// the driver's task, and work left undone runs now (`on_task`: inside the caller's poll,
-    /// on the driver's runtime) or on the driver's task.
+    /// Caller `ticket` stops waiting. One that ran turns (`ran`) and stops inside its poll with
+    /// its answer read (`on_task`, on the driver's runtime) runs the work left undone now; one
+    /// that stops otherwise (its answer dropped unread, or waited for by a blocking caller)
+    /// hands the turn's sources to the driver's task.
     fn leave(&self, ticket: usize, ran: bool, on_task: bool);
 }
 

@@ -235,19 +235,30 @@ impl DriverState {
     /// handle); an auto-extension, a dropped handle's release or an abandoned acquisition has
     /// no one waiting.
     pub(crate) fn is_awaited(&self, batch: &Batch) -> bool {
-        batch.transmits.iter().all(|transmit| {
-            let waiting = self
-                .mux
-                .lock_of(transmit.id)
-                .and_then(|id| self.waiting.get(&id));
-            match waiting {
-                Some(Waiting::Held {
-                    extends, release, ..
-                }) => !extends.is_empty() || release.is_some(),
-                Some(_) => true,
-                None => false,
-            }
-        })
+        batch
+            .transmits
+            .iter()
+            .all(|transmit| self.awaits(transmit.id))
+    }
+
+    /// Whether every request queued and not yet sent is one a caller waits for (see
+    /// [`is_awaited`](DriverState::is_awaited)).
+    pub(crate) fn queued_are_awaited(&self) -> bool {
+        self.mux.queued().all(|id| self.awaits(*id))
+    }
+
+    fn awaits(&self, id: RequestId) -> bool {
+        let waiting = self
+            .mux
+            .lock_of(id)
+            .and_then(|lock| self.waiting.get(&lock));
+        match waiting {
+            Some(Waiting::Held {
+                extends, release, ..
+            }) => !extends.is_empty() || release.is_some(),
+            Some(_) => true,
+            None => false,
+        }
     }
 
     /// Whether the driver may end: the client is gone, no lock runs, nothing is in flight.

@@ -12,7 +12,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -27,7 +27,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use super::conn::Node;
 use super::notices::Notices;
 use super::runtime::Runtime;
-use super::turn::{Calls, Driven, Polls};
+use super::turn::{Backstop, Calls, Driven, Polls};
 
 /// How many rounds of inputs one turn handles before it lets the runtime run others.
 const BUDGET: usize = 32;
@@ -53,9 +53,9 @@ pub(crate) struct Core<R, F: Future> {
     write: fn(Arc<[Node]>, Batch) -> F,
     /// Each batch in flight, with whether a caller waits for it ([`DriverState::is_awaited`]).
     in_flight: FuturesUnordered<Join<F, Ready<bool>>>,
-    /// How many batches in flight no caller waits for (shared with the turn's wake-ups: while
-    /// there is one, replies never wait for the next turn).
-    unawaited: Arc<AtomicUsize>,
+    /// What the turn tells its wake-ups: batches in flight no caller waits for, and whether a
+    /// reply may wait for the next turn.
+    backstop: Arc<Backstop>,
     /// The timer and the instant it is set for: set again only for an earlier instant (a
     /// timer that fires early costs a turn that finds nothing due).
     sleep: Option<(Instant, Sleep)>,
@@ -69,6 +69,16 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
     /// [`BUDGET`] rounds ran). Replies and notices are polled again with the runner's
     /// `polls` (the owner's or the driver task's), the timer with `timer`.
     pub(crate) fn turn(&mut self, polls: &Polls, timer: &Waker, calls: &Calls) -> Flow {
+        let flow = self.rounds(polls, timer, calls);
+        // Read by the wake-ups until the next turn: replies may wait for it only while a timer
+        // is set and nothing queued is background work.
+        let covered = self.sleep.is_some() && self.state.queued_are_awaited();
+        self.backstop.covered.store(covered, Ordering::SeqCst);
+        flow
+    }
+
+    /// [`turn`](Core::turn)'s rounds.
+    fn rounds(&mut self, polls: &Polls, timer: &Waker, calls: &Calls) -> Flow {
         for _ in 0..BUDGET {
             let mut progress = false;
             while let Some(call) = calls.pop() {
@@ -83,7 +93,7 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
                 self.in_flight.poll_next_unpin(&mut cx)
             {
                 if !awaited {
-                    self.unawaited.fetch_sub(1, Ordering::SeqCst);
+                    self.backstop.unawaited.fetch_sub(1, Ordering::SeqCst);
                 }
                 let now = self.state.clock().now();
                 self.state.handle_replies(now, replies);
@@ -101,7 +111,7 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
                     Output::Transmit(batch) => {
                         let awaited = self.state.is_awaited(&batch);
                         if !awaited {
-                            self.unawaited.fetch_add(1, Ordering::SeqCst);
+                            self.backstop.unawaited.fetch_add(1, Ordering::SeqCst);
                         }
                         let write = (self.write)(self.nodes.clone(), batch);
                         self.in_flight.push(join(write, ready(awaited)));
@@ -211,7 +221,7 @@ pub(crate) fn start<R: Runtime>(
         heard,
         write,
         in_flight: FuturesUnordered::new(),
-        unawaited: driven.unawaited(),
+        backstop: driven.backstop(),
         sleep: None,
     });
     runtime.spawn(run(Ending(driven)));

@@ -18,9 +18,10 @@
 //! # Wake-ups
 //! The batches in flight and the release notices wake whoever polled them last: polled in a
 //! caller's turn, the owner (while it is the only caller waiting; else, and once it left, the
-//! driver's task — but replies, once no caller waits at all, wake no one: the next turn takes
-//! them, at the latest the one the timer starts at their deadline, see [`Target::Settle`]);
-//! polled in the driver task's turn, the driver's task. The timer and posted
+//! driver's task — but replies wake no one while no caller waits, or while the only one has
+//! not polled its answer yet, as long as nothing in flight or queued is background work and a
+//! timer is set: the next turn takes them, at the latest the one that timer starts, see
+//! [`Target::Settle`]); polled in the driver task's turn, the driver's task. The timer and posted
 //! calls (a dropped handle's release) always wake the driver's task. Each wake-up first marks
 //! the work undone; whoever finishes a turn looks at the mark after letting go of the mutex
 //! and runs again if it is set, and an answer that stops waiting runs the work left undone (or
@@ -28,13 +29,15 @@
 //! its source or to a caller on its way out.
 //!
 //! # What it never does
-//! It never makes an operation depend on a caller. A dropped answer hands its wake-ups back to
-//! the driver's task. An owner that stops polling without being dropped (a future polled once
-//! and set aside) holds back only what its own turns sent and what came before the driver's
-//! task polls again: every timer wakes the driver's task (while a request is in flight its
-//! node timeout is armed; while a lock runs, the suspend check,
-//! [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK)), and work the driver's task starts (an
-//! auto-extension, a dropped lock's release) wakes it alone. A turn takes every reply that
+//! It never makes an operation depend on a caller. A dropped answer, or one a blocking caller
+//! waits for, hands the turn's sources to the driver's task. An owner that stops polling
+//! without being dropped (a future polled once and set aside) holds back only what its own
+//! turns sent and what came before the driver's task polls again: every timer wakes the
+//! driver's task (a timer is set for at most
+//! [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK) ahead: the next deadline, or while a lock
+//! runs the suspend check), work the driver's task starts (an auto-extension, a dropped lock's
+//! release) wakes it alone, and replies wake the driver's task while any such work is in
+//! flight or queued. A turn takes every reply that
 //! came before it lets a deadline pass, so such a delay fails no request answered in one step
 //! in time (`a_caller_that_stops_polling_midway_stalls_no_lock` holds an auto-extended lock
 //! through five TTLs beside such a caller; with replies routed to the owner alone it was
@@ -73,8 +76,29 @@ pub(crate) struct Router {
     /// share a write with the others; and while another waits, replies wake the driver's task
     /// rather than the owner, so that no waiting caller depends on another caller's polls.
     waiting: AtomicUsize,
-    /// How many batches in flight no caller waits for (kept by the turn).
-    unawaited: Arc<AtomicUsize>,
+    /// Whether replies may wait for the next turn (kept by the turn).
+    backstop: Arc<Backstop>,
+}
+
+/// What the turn tells its wake-ups about the work in hand: whether a reply a caller's turn
+/// polled may wait for the next turn instead of waking someone ([`Target::Settle`]). Kept by
+/// each turn under the core's mutex, read by the wake-ups on any thread.
+#[derive(Default)]
+pub(crate) struct Backstop {
+    /// Batches in flight no caller waits for.
+    pub(crate) unawaited: AtomicUsize,
+    /// At the end of the last turn a timer was set (it starts a turn of the driver's task
+    /// within [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK)) and every request queued and not
+    /// yet sent was one a caller waits for.
+    pub(crate) covered: AtomicBool,
+}
+
+impl Backstop {
+    /// Whether replies may wait: nothing in flight or queued that no caller waits for, and a
+    /// timer that starts a turn if no caller does.
+    fn lets_wait(&self) -> bool {
+        self.unawaited.load(Ordering::SeqCst) == 0 && self.covered.load(Ordering::SeqCst)
+    }
 }
 
 impl Router {
@@ -107,7 +131,7 @@ impl Router {
     fn wake_owner(&self, settle: bool) {
         self.mark();
         let waiting = self.waiting.load(Ordering::SeqCst);
-        let settle = settle && self.unawaited.load(Ordering::SeqCst) == 0;
+        let settle = settle && self.backstop.lets_wait();
         if settle && waiting == 0 {
             return;
         }
@@ -138,10 +162,10 @@ enum Target {
     /// when it does): the replies a caller's turn polled, while every batch in flight is one a
     /// caller waits for. They then wait for the next turn, whoever runs it: that caller's
     /// first poll, the next call's (which takes them before it sends), the driver task's for a
-    /// posted call or a dropped answer, or at the latest the next one the timer starts (while
-    /// an operation's request is out, its deadline; while a lock runs, the suspend check: a
-    /// turn takes every reply that came before it lets a deadline pass, so a reply in time
-    /// counts in time). A round decided at its quorum leaves its late replies so, and a call's
+    /// posted call or a dropped answer, or at the latest the one the timer starts — only while
+    /// a timer is set and nothing in flight or queued is work no caller waits for
+    /// ([`Backstop`]); a turn takes every reply that came before it lets a deadline pass, so a
+    /// reply in time counts in time. A round decided at its quorum leaves its late replies so, and a call's
     /// replies that come before its caller polls: waking the driver's task for them would cost
     /// every sequential caller a hand-off to another thread and back
     /// (`an_extension_never_polled_still_moves_the_validity` holds the case where that poll
@@ -273,7 +297,7 @@ where
             driver: AtomicWaker::new(),
             dirty: AtomicBool::new(true),
             waiting: AtomicUsize::new(0),
-            unawaited: Arc::new(AtomicUsize::new(0)),
+            backstop: Arc::default(),
         });
         Self {
             runtime,
@@ -284,9 +308,9 @@ where
         }
     }
 
-    /// The count of batches in flight no caller waits for, which the core keeps.
-    pub(crate) fn unawaited(&self) -> Arc<AtomicUsize> {
-        self.router.unawaited.clone()
+    /// What the core tells the wake-ups (see [`Backstop`]).
+    pub(crate) fn backstop(&self) -> Arc<Backstop> {
+        self.router.backstop.clone()
     }
 
     /// Puts the driver's state in place (once, before its task starts).
@@ -394,8 +418,9 @@ where
             let replaced = self.router.owner().replace((ticket, None));
             drop(replaced);
             // Sent now, as every operation promises ("sent when this is called"), by the
-            // caller: a turn at once, whose sources wake the driver's task until the answer
-            // is polled and its caller becomes the owner.
+            // caller: a turn at once. The caller is the owner to come: until it polls its
+            // answer (and runs the turn then), replies wait for it as `Target::Settle` says,
+            // and anything else wakes the driver's task.
             self.router.mark();
             self.run(&self.wakers.by_owner);
         } else {
@@ -439,12 +464,14 @@ where
             }
         };
         drop(left);
-        if !self.router.is_dirty() {
-            return;
-        }
         if on_task && self.runtime.is_current() {
-            self.run(&self.wakers.by_owner);
+            if self.router.is_dirty() {
+                self.run(&self.wakers.by_owner);
+            }
         } else {
+            // Dropped unanswered, or waited for by a blocking caller (who runs no turn): the
+            // driver's task takes the sources over, so that nothing this caller's turns sent
+            // waits for a turn no caller will run.
             self.router.wake_driver();
         }
     }
