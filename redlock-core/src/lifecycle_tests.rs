@@ -22,6 +22,17 @@ fn held_by_another(held: usize, total: usize) -> Vec<FakeNode> {
     nodes
 }
 
+/// An acquisition of resource `r` under `policy`, its jitter drawn from `seed`.
+fn acquiring(t0: Instant, policy: RetryPolicy, seed: u64) -> Lifecycle {
+    Lifecycle::acquire(
+        t0,
+        &config(policy),
+        &LockRequest::new("r", TTL),
+        &mut rng(seed),
+    )
+    .expect("ok")
+}
+
 fn acquired(event: Option<LockEvent>) -> Lease {
     match event {
         Some(LockEvent::Acquired(lease)) => lease,
@@ -476,13 +487,7 @@ fn a_wake_starts_the_next_round_within_the_wake_jitter_and_only_once_per_pause()
         // Three nodes held by another: each round sets keys on the other two and loses.
         let mut nodes = held_by_another(3, 5);
         let t0 = epoch();
-        let mut lock = Lifecycle::acquire(
-            t0,
-            &config(policy),
-            &LockRequest::new("r", TTL),
-            &mut rng(seed),
-        )
-        .expect("ok");
+        let mut lock = acquiring(t0, policy, seed);
         let mut net = Net::new(&mut nodes, t0);
         assert_eq!(
             net.next_event(&mut lock, Some(t0 + Duration::from_secs(1))),
@@ -528,13 +533,7 @@ fn lose_a_round_to_a_release_behind_it(seed: u64, heard: bool) -> (Instant, Inst
         .wake_jitter(Duration::from_millis(3));
     let mut nodes = held_by_another(3, 5);
     let t0 = epoch();
-    let mut lock = Lifecycle::acquire(
-        t0,
-        &config(policy),
-        &LockRequest::new("r", TTL),
-        &mut rng(seed),
-    )
-    .expect("ok");
+    let mut lock = acquiring(t0, policy, seed);
     let mut net = Net::new(&mut nodes, t0);
     // Round 1 is refused; a notice (of some earlier release) starts round 2 early.
     assert_eq!(
@@ -655,13 +654,7 @@ fn rounds_started_by_wakes_and_lost_announce_their_clean_up_and_widen_the_wake_w
         // Three nodes held by another: each round sets keys on the other two and loses.
         let mut nodes = held_by_another(3, 5);
         let t0 = epoch();
-        let mut lock = Lifecycle::acquire(
-            t0,
-            &config(policy),
-            &LockRequest::new("r", TTL),
-            &mut rng(seed),
-        )
-        .expect("ok");
+        let mut lock = acquiring(t0, policy, seed);
         let mut net = Net::new(&mut nodes, t0);
         // Round 1, started by no notice, is lost: its clean-up is quiet.
         assert_eq!(
