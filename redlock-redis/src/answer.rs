@@ -63,11 +63,10 @@ impl<T> std::fmt::Debug for Answer<T> {
 pub(crate) trait Turn: Send + Sync {
     /// Queues `call`, whose answer (`ticket`) then waits until [`leave`](Turn::leave), and
     /// sends it now.
-    /// When no other answer waits, the caller runs the turn at once (on the driver's runtime;
-    /// elsewhere the driver's task is woken) and says so (`true`): the answer runs the turns
-    /// that follow when polled. Otherwise it wakes the driver's task, whose one turn carries
-    /// every call queued meanwhile in one write per node (many callers at once keep their
-    /// pipelines).
+    /// When no other answer waits and the caller is on the driver's runtime, the caller runs
+    /// the turn at once and says so (`true`): the answer runs the turns that follow when
+    /// polled. Otherwise it wakes the driver's task, whose one turn carries every call queued
+    /// meanwhile in one write per node (many callers at once keep their pipelines).
     fn queue(&self, ticket: usize, call: Call) -> bool;
 
     /// Runs the driver's turn on the calling task if it may (on the driver's runtime, and no

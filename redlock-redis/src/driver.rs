@@ -234,6 +234,7 @@ impl DriverState {
     /// acquisition, a release by token, a trust, or an extension or release asked through a
     /// handle); an auto-extension, a dropped handle's release or an abandoned acquisition has
     /// no one waiting.
+    #[cfg(any(feature = "tokio", feature = "smol"))]
     pub(crate) fn is_awaited(&self, batch: &Batch) -> bool {
         batch
             .transmits
@@ -243,10 +244,12 @@ impl DriverState {
 
     /// Whether every request queued and not yet sent is one a caller waits for (see
     /// [`is_awaited`](DriverState::is_awaited)).
+    #[cfg(any(feature = "tokio", feature = "smol"))]
     pub(crate) fn queued_are_awaited(&self) -> bool {
         self.mux.queued().all(|id| self.awaits(*id))
     }
 
+    #[cfg(any(feature = "tokio", feature = "smol"))]
     fn awaits(&self, id: RequestId) -> bool {
         let waiting = self
             .mux

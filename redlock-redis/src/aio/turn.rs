@@ -16,12 +16,13 @@
 //! runtime.
 //!
 //! # Wake-ups
-//! The batches in flight and the release notices wake whoever polled them last: polled in a
-//! caller's turn, the owner (while it is the only caller waiting; else, and once it left, the
-//! driver's task — but replies wake no one while no caller waits, or while the only one has
-//! not polled its answer yet, as long as nothing in flight or queued is background work and a
-//! timer is set: the next turn takes them, at the latest the one that timer starts, see
-//! [`Target::Settle`]); polled in the driver task's turn, the driver's task. The timer and posted
+//! The release notices wake whoever polled them last: polled in a caller's turn, the owner
+//! (while it is the only caller waiting; else, and once it left, the driver's task); polled
+//! in the driver task's turn, the driver's task. The replies wake the owner once it has
+//! polled its answer and while it is the only caller waiting, and the driver's task while
+//! work no caller waits for (an auto-extension, a dropped handle's release, an abandoned
+//! acquisition) is in flight or queued, or no timer is set; while no caller waits at all they
+//! wake no one, and the next turn takes them (see [`Target::Settle`]). The timer and posted
 //! calls (a dropped handle's release) always wake the driver's task. Each wake-up first marks
 //! the work undone; whoever finishes a turn looks at the mark after letting go of the mutex
 //! and runs again if it is set, and an answer that stops waiting runs the work left undone (or
@@ -30,21 +31,17 @@
 //!
 //! # What it never does
 //! It never makes an operation depend on a caller. A dropped answer, or one a blocking caller
-//! waits for, hands the turn's sources to the driver's task. An owner that stops polling
-//! without being dropped (a future polled once and set aside) holds back only what its own
-//! turns sent and what came before the driver's task polls again: every timer wakes the
-//! driver's task (a timer is set for at most
-//! [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK) ahead: the next deadline, or while a lock
-//! runs the suspend check), work the driver's task starts (an auto-extension, a dropped lock's
-//! release) wakes it alone, and replies wake the driver's task while any such work is in
-//! flight or queued. A turn takes every reply that
-//! came before it lets a deadline pass, so such a delay fails no request answered in one step
-//! in time (`a_caller_that_stops_polling_midway_stalls_no_lock` holds an auto-extended lock
-//! through five TTLs beside such a caller; with replies routed to the owner alone it was
-//! lost). A request that needs several steps (a connection made again, a cluster's map
-//! learnt, an `ASK` followed) and was sent in such a caller's turn can run out of its node
-//! timeout: a failed vote, as a slow node's. A panic inside a turn ends the driver, as a
-//! panicking driver task did.
+//! waits for, hands the turn's sources to the driver's task; so does a call whose caller has
+//! not polled its answer yet, for each reply. Work no caller waits for wakes the driver's
+//! task alone (`a_caller_that_stops_polling_midway_stalls_no_lock` holds an auto-extended lock
+//! through five TTLs beside a caller that polled once and set its future aside; with replies
+//! routed to the owner alone it was lost). What such a set-aside owner holds back is its own
+//! operation: its replies wait for its next poll or for a turn the timer starts (a timer is
+//! set for at most [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK) ahead: the next deadline,
+//! or while a lock runs the suspend check), and a reply handed in at or after its request's
+//! deadline counts as a timeout even if it came in time: the set-aside operation may fail a
+//! vote as at a slow node (an acquisition then retries). A panic inside a turn ends the
+//! driver, as a panicking driver task did.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -125,15 +122,21 @@ impl Router {
         self.driver.wake();
     }
 
-    /// Marks the work undone and wakes the owner if it is the only caller waiting, or else the
-    /// driver's task; with `settle`, no one while no caller waits or while the only one is
-    /// about to poll (see [`Target::Settle`]).
+    /// Marks the work undone and wakes the owner if it is the only caller waiting and has
+    /// polled its answer, or else the driver's task; with `settle` (see [`Target::Settle`]),
+    /// the driver's task while background work is in flight or queued or no timer is set, and
+    /// no one while no caller waits.
     fn wake_owner(&self, settle: bool) {
         self.mark();
         let waiting = self.waiting.load(Ordering::SeqCst);
-        let settle = settle && self.backstop.lets_wait();
-        if settle && waiting == 0 {
-            return;
+        if settle {
+            if !self.backstop.lets_wait() {
+                self.driver.wake();
+                return;
+            }
+            if waiting == 0 {
+                return;
+            }
         }
         let owner = if waiting <= 1 {
             self.owner().as_ref().map(|(_, waker)| waker.clone())
@@ -142,8 +145,6 @@ impl Router {
         };
         match owner {
             Some(Some(owner)) => owner.wake(),
-            // The owner is about to poll, and runs the turn then.
-            Some(None) if settle => {}
             _ => self.driver.wake(),
         }
     }
@@ -157,19 +158,17 @@ enum Target {
     /// The owner while it is the only caller waiting, else the driver's task: release notices
     /// a caller's turn polled.
     Owner,
-    /// As [`Owner`](Target::Owner), but no one while no caller waits, or while the only one
-    /// sent its call in a turn of its own and has not polled its answer yet (it runs the turn
-    /// when it does): the replies a caller's turn polled, while every batch in flight is one a
-    /// caller waits for. They then wait for the next turn, whoever runs it: that caller's
-    /// first poll, the next call's (which takes them before it sends), the driver task's for a
-    /// posted call or a dropped answer, or at the latest the one the timer starts — only while
-    /// a timer is set and nothing in flight or queued is work no caller waits for
-    /// ([`Backstop`]); a turn takes every reply that came before it lets a deadline pass, so a
-    /// reply in time counts in time. A round decided at its quorum leaves its late replies so, and a call's
-    /// replies that come before its caller polls: waking the driver's task for them would cost
-    /// every sequential caller a hand-off to another thread and back
-    /// (`an_extension_never_polled_still_moves_the_validity` holds the case where that poll
-    /// never comes).
+    /// The replies, polled in a caller's turn or in a turn of the driver's task while an
+    /// owner waits: as [`Owner`](Target::Owner) while a timer is set and nothing in flight or
+    /// queued is work no caller waits for ([`Backstop`]), else the driver's task; and no one
+    /// while no caller waits. Those replies are the late ones of operations already answered
+    /// (a round decided at its quorum): the next turn takes them, whoever runs it, at the
+    /// latest the one that timer starts; counted late they change nothing but the node's
+    /// queue. A caller's replies that come before it first polls its answer wake the driver's
+    /// task, whose turn polls them again this way, so the owner takes the rest once it polls:
+    /// one hand-off at most per call instead of every reply's
+    /// (`an_extension_never_polled_still_moves_the_validity` holds the call that is never
+    /// polled).
     Settle,
 }
 
@@ -206,6 +205,9 @@ pub(crate) struct Wakers {
     by_owner: Polls,
     /// The driver task's turn.
     by_driver: Polls,
+    /// The driver task's turn while an owner waits: its replies settle, its notices wake the
+    /// driver's task.
+    by_driver_for_owner: Polls,
     /// The timer's (whoever runs the turn).
     pub(crate) timer: Waker,
 }
@@ -225,6 +227,10 @@ impl Wakers {
             },
             by_driver: Polls {
                 replies: route(Target::Driver),
+                notices: route(Target::Driver),
+            },
+            by_driver_for_owner: Polls {
+                replies: route(Target::Settle),
                 notices: route(Target::Driver),
             },
             timer: route(Target::Driver),
@@ -338,7 +344,14 @@ where
     /// The driver's task: registers itself, runs turns while woken; ends with the driver.
     pub(crate) fn poll_task(&self, waker: &Waker) -> bool {
         self.router.driver.register(waker);
-        self.run(&self.wakers.by_driver);
+        // While an owner waits and no background work is about, the replies this turn polls
+        // go to the owner once it polls (see `Target::Settle`); else to the driver's task.
+        let owned = self.router.owner().is_some() && self.router.backstop.lets_wait();
+        self.run(if owned {
+            &self.wakers.by_driver_for_owner
+        } else {
+            &self.wakers.by_driver
+        });
         self.is_closed()
     }
 
@@ -413,20 +426,20 @@ where
         if !self.calls.push(call) {
             return false;
         }
-        if alone && self.runtime.is_current() {
+        let runs = alone && self.runtime.is_current();
+        if runs {
             // The owner to come: it polls its answer next.
             let replaced = self.router.owner().replace((ticket, None));
             drop(replaced);
             // Sent now, as every operation promises ("sent when this is called"), by the
-            // caller: a turn at once. The caller is the owner to come: until it polls its
-            // answer (and runs the turn then), replies wait for it as `Target::Settle` says,
-            // and anything else wakes the driver's task.
+            // caller: a turn at once. Until the caller polls its answer (and runs the turns
+            // then), its replies wake the driver's task (`Target::Settle`).
             self.router.mark();
             self.run(&self.wakers.by_owner);
         } else {
             self.router.wake_driver();
         }
-        alone
+        runs
     }
 
     fn enter(&self, ticket: usize, waker: &Waker) {
