@@ -36,9 +36,10 @@
 //! task alone (`a_caller_that_stops_polling_midway_stalls_no_lock` holds an auto-extended lock
 //! through five TTLs beside a caller that polled once and set its future aside; with replies
 //! routed to the owner alone it was lost). What such a set-aside owner holds back is its own
-//! operation: its replies wait for its next poll or for a turn the timer starts (a timer is
-//! set for at most [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK) ahead: the next deadline,
-//! or while a lock runs the suspend check), and a reply handed in at or after its request's
+//! operation: its replies wait for its next poll or for a turn the timer starts (while a lock
+//! runs, a timer is set for at most [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK) ahead: the
+//! next deadline or the suspend check; with no lock, the next deadline, a released channel's
+//! linger included), and a reply handed in at or after its request's
 //! deadline counts as a timeout even if it came in time: the set-aside operation may fail a
 //! vote as at a slow node (an acquisition then retries). A panic inside a turn ends the
 //! driver, as a panicking driver task did.
@@ -84,9 +85,10 @@ pub(crate) struct Router {
 pub(crate) struct Backstop {
     /// Batches in flight no caller waits for.
     pub(crate) unawaited: AtomicUsize,
-    /// At the end of the last turn a timer was set (it starts a turn of the driver's task
-    /// within [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK)) and every request queued and not
-    /// yet sent was one a caller waits for.
+    /// At the end of the last turn a timer was set (it starts a turn of the driver's task:
+    /// while a lock runs within [`SUSPEND_CHECK`](crate::driver::SUSPEND_CHECK), else at the
+    /// next deadline, at most a channel's linger away) and every request queued and not yet
+    /// sent was one a caller waits for.
     pub(crate) covered: AtomicBool,
 }
 
