@@ -87,7 +87,9 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
                 progress = true;
             }
             // Replies and notices before the outputs: letting a due deadline pass (which
-            // `poll_output` does) never fails a request whose reply already came.
+            // `poll_output` does) never fails a request whose reply this turn takes before the
+            // deadline. (A reply handed in at or after its deadline counts as a timeout even if
+            // it came earlier: the instant it is handed in is the only one known.)
             let mut cx = Context::from_waker(&polls.replies);
             while let Poll::Ready(Some((replies, awaited))) =
                 self.in_flight.poll_next_unpin(&mut cx)
