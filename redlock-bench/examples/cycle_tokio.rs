@@ -1,20 +1,22 @@
-//! One side of `bench_tokio`'s sequential cycle, alone, for a profiler: `raw` (the floor: `SET
-//! NX PX` then the release script, fanned out with the `redis` crate over one
-//! `ConnectionManager` per node) or `lock` (`redlock-tokio` lock + release, restart-aware voting
+//! One side of `bench_tokio`'s sequential cycle, alone, for a profiler: `raw` (the floor, see
+//! `common/floor.rs`) or `lock` (`redlock-tokio` lock + release, restart-aware voting
 //! off: a plain `SET NX PX` as the floor sends), run `CYCLES` times on 5 local redis-servers.
 //! Prints the time per cycle and the client's CPU time per cycle (user + system, from
 //! `/proc/self/stat`); never asserts a time.
 //!
-//! `cargo build --release -p redlock-tests -p redlock-bench --example cycle_tokio`, then
+//! `cargo build --release -p redlock-bench --example cycle_tokio`, then
 //! `perf record -g target/release/examples/cycle_tokio lock 20000` (or
-//! `valgrind --tool=callgrind … lock 2000` for repeatable counts).
+//! `valgrind --tool=callgrind … lock 2000` for repeatable counts). Built in `redlock-bench`, not
+//! in `redlock-tests`, so that the library is built as a user builds it (no `metrics` feature).
 
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
-use redlock_core::RELEASE_SCRIPT;
-use redlock_tests::Servers;
+use redlock_local::Servers;
 use redlock_tokio::Redlock;
+
+#[path = "common/floor.rs"]
+mod floor;
+use floor::Floor;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -49,41 +51,11 @@ async fn main() {
 
 /// The floor's cycles: (wall time, client CPU time) of the measured ones.
 async fn raw(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
-    let mut conns = Vec::new();
-    for url in nodes.urls() {
-        let client = redis::Client::open(url).expect("url");
-        conns.push(client.get_connection_manager().await.expect("connect"));
-    }
-    let conns: [ConnectionManager; 5] = conns.try_into().expect("five");
-    let release = redis::Script::new(RELEASE_SCRIPT);
-    let one = async |conns: &[ConnectionManager; 5]| {
-        let set = |mut c: ConnectionManager| async move {
-            let _: Option<String> = redis::cmd("SET")
-                .arg("cycle")
-                .arg("token")
-                .arg("NX")
-                .arg("PX")
-                .arg(10_000)
-                .query_async(&mut c)
-                .await
-                .expect("SET");
-        };
-        let [a, b, c, d, e] = conns.clone();
-        tokio::join!(set(a), set(b), set(c), set(d), set(e));
-        let del = |mut c: ConnectionManager| {
-            let mut invocation = release.prepare_invoke();
-            invocation.key("cycle").arg("token");
-            async move {
-                let _: i64 = invocation.invoke_async(&mut c).await.expect("release");
-            }
-        };
-        let [a, b, c, d, e] = conns.clone();
-        tokio::join!(del(a), del(b), del(c), del(d), del(e));
-    };
+    let floor = Floor::connect(nodes.urls()).await;
     for _ in 0..200 {
-        one(&conns).await;
+        floor.cycle("cycle", "token").await;
     }
-    measure(cycles, async || one(&conns).await).await
+    measure(cycles, async || floor.cycle("cycle", "token").await).await
 }
 
 /// `redlock-tokio`'s cycles: (wall time, client CPU time) of the measured ones.

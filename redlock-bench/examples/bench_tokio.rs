@@ -1,71 +1,31 @@
 //! Throughput and latency of `redlock-tokio` against the floor: the same Redis commands fanned
-//! out directly with the `redis` crate, with no lock logic, over one `ConnectionManager` per
-//! node (a multiplexed RESP2 connection that reconnects by itself). `redlock-tokio` does not use
+//! out directly with the `redis` crate, with no lock logic (`common/floor.rs`), over one
+//! `ConnectionManager` per node (a multiplexed RESP2 connection that reconnects by itself). `redlock-tokio` does not use
 //! `ConnectionManager`: it keeps a multiplexed connection per node of its own, made again when
 //! it breaks, with RESP3 client tracking to watch the node's memory. Both pipeline every task's
 //! commands over one connection per node.
 //! Prints ratios measured in one run; never asserts a time.
 //!
-//! `cargo run --release -p redlock-tests --example bench_tokio`
+//! `cargo run --release -p redlock-bench --example bench_tokio`
 
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
-use redlock_core::RELEASE_SCRIPT;
-use redlock_tests::Servers;
+use redlock_local::Servers;
 use redlock_tokio::{LockRequest, Redlock};
+
+#[path = "common/floor.rs"]
+mod floor;
+use floor::Floor;
 
 const ROUNDS: u32 = 1_000;
 const TRIALS: usize = 5;
 const TASKS: u32 = 16;
 const TTL: Duration = Duration::from_secs(10);
 
-async fn raw_round(
-    conns: &mut [ConnectionManager; 5],
-    release: &redis::Script,
-    key: &str,
-    token: &str,
-) {
-    let set = |mut c: ConnectionManager| {
-        let (key, token) = (key.to_owned(), token.to_owned());
-        async move {
-            let _: Option<String> = redis::cmd("SET")
-                .arg(&key)
-                .arg(&token)
-                .arg("NX")
-                .arg("PX")
-                .arg(10_000)
-                .query_async(&mut c)
-                .await
-                .expect("SET");
-        }
-    };
-    let [a, b, c, d, e] = conns.clone();
-    tokio::join!(set(a), set(b), set(c), set(d), set(e));
-    let del = |mut c: ConnectionManager| {
-        let mut invocation = release.prepare_invoke();
-        invocation.key(key).arg(token);
-        async move {
-            let _: i64 = invocation
-                .invoke_async(&mut c)
-                .await
-                .expect("release script");
-        }
-    };
-    let [a, b, c, d, e] = conns.clone();
-    tokio::join!(del(a), del(b), del(c), del(d), del(e));
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let nodes = Servers::start(5);
-    let mut raw: Vec<ConnectionManager> = Vec::new();
-    for url in nodes.urls() {
-        let client = redis::Client::open(url).expect("url");
-        raw.push(client.get_connection_manager().await.expect("connect"));
-    }
-    let mut conns: [ConnectionManager; 5] = raw.try_into().expect("five");
-    let release = redis::Script::new(RELEASE_SCRIPT);
+    let floor = Floor::connect(nodes.urls()).await;
     let redlock = Redlock::new(nodes.urls()).expect("client");
     // The same without restart-aware voting (plain SET NX PX), to show what the vote costs.
     let unaware = Redlock::builder(nodes.urls())
@@ -75,7 +35,7 @@ async fn main() {
 
     // Warm up connections and script caches on both paths.
     for _ in 0..200 {
-        raw_round(&mut conns, &release, "warm", "t").await;
+        floor.cycle("warm", "t").await;
         redlock
             .lock("warm", TTL)
             .await
@@ -90,7 +50,7 @@ async fn main() {
     for _ in 0..TRIALS {
         let start = Instant::now();
         for _ in 0..ROUNDS {
-            raw_round(&mut conns, &release, "bench:raw", "token").await;
+            floor.cycle("bench:raw", "token").await;
         }
         samples[0].push(start.elapsed() / ROUNDS);
 
@@ -104,12 +64,11 @@ async fn main() {
         let start = Instant::now();
         let mut set = tokio::task::JoinSet::new();
         for t in 0..TASKS {
-            let mut conns = conns.clone();
-            let release = release.clone();
+            let floor = floor.clone();
             set.spawn(async move {
                 let key = format!("bench:raw:{t}");
                 for _ in 0..ROUNDS / 4 {
-                    raw_round(&mut conns, &release, &key, "token").await;
+                    floor.cycle(&key, "token").await;
                 }
             });
         }
