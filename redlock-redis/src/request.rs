@@ -257,8 +257,8 @@ impl BatchReplies {
         }
     }
 
-    /// Traces and counts each answer as `node`'s after `latency`.
-    pub(crate) fn trace(&self, node: &str, latency: std::time::Duration) {
+    /// Traces and counts each answer as `node`'s after `latency` (if it was timed).
+    pub(crate) fn trace(&self, node: &str, latency: Option<std::time::Duration>) {
         for (_, reply) in &self.answers {
             tracing::debug!(node, ?reply, ?latency, "reply");
             if let Reply::Ineligible { for_ms, cause } = reply {
@@ -298,6 +298,29 @@ struct Reading<'a> {
     asking: bool,
     /// Requests answered `ASK`, and the master each was sent to.
     asked: Vec<(usize, String)>,
+}
+
+/// What a batch sends ([`Reading::outgoing`]).
+enum Outgoing<'a> {
+    /// Nothing (every request was deferred).
+    Nothing,
+    /// One command on its own: a batch of one request whose form is one command, with nothing
+    /// to read beside it.
+    Single(RedisForm<'a>),
+    /// A pipeline of every read and part.
+    Pipeline(Wire),
+}
+
+impl Outgoing<'_> {
+    /// The write, packed, and how many replies come back; `None` when nothing is to be sent.
+    #[cfg(feature = "blocking")]
+    fn packed(&self) -> Option<(Vec<u8>, usize)> {
+        match self {
+            Outgoing::Nothing => None,
+            Outgoing::Single(form) => Some((part_cmd(form, 0).get_packed_command(), 1)),
+            Outgoing::Pipeline(wire) => Some((wire.pipe.get_packed_pipeline(), wire.len())),
+        }
+    }
 }
 
 impl<'a> Reading<'a> {
@@ -348,19 +371,18 @@ impl<'a> Reading<'a> {
         self.plan.form(index, &self.batch[index].command)
     }
 
-    /// How many commands go on the wire (and how many replies come back).
-    fn wire_len(&self) -> usize {
-        self.plan.wire_len(self.batch)
-    }
-
-    /// The one command of a batch that is a single command, if it is (never after `ASKING`:
-    /// that is two commands).
-    fn single(&self) -> Option<RedisForm<'a>> {
-        (!self.asking
-            && self.wire_len() == 1
-            && self.batch.len() == 1
-            && self.plan.reads().is_empty())
-        .then(|| self.form(0))
+    /// What the batch sends: its pipeline, its one command, or nothing. Decided once per
+    /// batch (planning each request's form is the costly part of a batch on our side).
+    fn outgoing(&self) -> Outgoing<'a> {
+        let wire_len = self.plan.wire_len(self.batch);
+        if wire_len == 0 {
+            return Outgoing::Nothing;
+        }
+        // One command, sent as is: never after `ASKING` (that is two commands).
+        if !self.asking && wire_len == 1 && self.batch.len() == 1 && self.plan.reads().is_empty() {
+            return Outgoing::Single(self.form(0));
+        }
+        Outgoing::Pipeline(self.wire(self.pipeline()))
     }
 
     /// `pipe` as it goes to this node: after `ASKING`s when the batch follows an `ASK`.
@@ -368,23 +390,6 @@ impl<'a> Reading<'a> {
         match self.asking {
             true => Wire::asking(&pipe),
             false => Wire::plain(pipe),
-        }
-    }
-
-    /// The batch's pipeline on the wire; `None` when nothing is to be sent or it is
-    /// [`Reading::single`].
-    fn main_wire(&self) -> Option<Wire> {
-        (self.wire_len() > 0 && self.single().is_none()).then(|| self.wire(self.pipeline()))
-    }
-
-    /// Every part of every request, packed as one write, and how many replies come back;
-    /// `None` when nothing is to be sent.
-    #[cfg(feature = "blocking")]
-    fn packed(&self, wire: Option<&Wire>) -> Option<(Vec<u8>, usize)> {
-        match (wire, self.single()) {
-            (Some(wire), _) => Some((wire.pipe.get_packed_pipeline(), wire.len())),
-            (None, Some(form)) => Some((part_cmd(&form, 0).get_packed_command(), 1)),
-            (None, None) => None,
         }
     }
 
@@ -993,8 +998,8 @@ fn run_batch_once(
 ) -> (BatchReplies, Vec<usize>) {
     let mut reading = Reading::new(batch, dialect, tracking, asking);
     let deferred = reading.plan.deferred().to_vec();
-    let wire = reading.main_wire();
-    if let Some((packed, wire_len)) = reading.packed(wire.as_ref()) {
+    let outgoing = reading.outgoing();
+    if let Some((packed, wire_len)) = outgoing.packed() {
         if let Err(err) = conn.send_packed_command(&packed) {
             // Part of the write may have gone out: the stream is not to be trusted.
             let mut replies = BatchReplies::failed(batch, &err);
@@ -1017,9 +1022,9 @@ fn run_batch_once(
         if gave_up {
             let _ = conn.set_read_timeout(Some(read_timeout));
         }
-        match &wire {
-            Some(wire) => reading.read(wire.own(results)),
-            None => reading.read(results),
+        match &outgoing {
+            Outgoing::Pipeline(wire) => reading.read(wire.own(results)),
+            _ => reading.read(results),
         }
     }
     if let Some(pipe) = reading.stamp_pipeline() {
@@ -1089,13 +1094,13 @@ async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
 ) -> (BatchReplies, Vec<usize>) {
     let mut reading = Reading::new(batch, dialect, tracking, asking);
     let deferred = reading.plan.deferred().to_vec();
-    match (reading.main_wire(), reading.single()) {
-        (None, None) => {}
-        (None, Some(form)) => {
+    match reading.outgoing() {
+        Outgoing::Nothing => {}
+        Outgoing::Single(form) => {
             let result = part_cmd(&form, 0).query_async(conn).await;
             reading.read([result]);
         }
-        (Some(wire), _) => match wire.pipe.query_async::<Vec<redis::Value>>(conn).await {
+        Outgoing::Pipeline(wire) => match wire.pipe.query_async::<Vec<redis::Value>>(conn).await {
             Ok(values) if values.len() == wire.len() => reading.read(wire.own(values).map(Ok)),
             // Not one answer per command: the connection cannot be trusted any more.
             Ok(_) => {

@@ -29,6 +29,25 @@ use std::time::{Duration, Instant};
 
 use redlock_core::{FailureReason, LossCause, Reply, Trigger};
 
+/// A batch's round trip to a node, timed only where a metric or a `debug` event reads it:
+/// every batch is timed, and reading the clock twice per batch is time on the lock's path.
+#[derive(Clone, Copy)]
+pub(crate) struct Stopwatch(Option<Instant>);
+
+impl Stopwatch {
+    /// Starts timing if anything will read the time: the `metrics` feature, or a subscriber
+    /// that takes `debug` events.
+    pub(crate) fn start() -> Self {
+        let read = cfg!(feature = "metrics") || tracing::enabled!(tracing::Level::DEBUG);
+        Self(read.then(Instant::now))
+    }
+
+    /// The time since [`start`](Stopwatch::start), if it was timed.
+    pub(crate) fn elapsed(self) -> Option<Duration> {
+        self.0.map(|started| started.elapsed())
+    }
+}
+
 /// An acquisition (or resumption) settled.
 #[inline]
 pub(crate) fn acquisition(started: Instant, attempts: u32, failure: Option<FailureReason>) {
@@ -100,13 +119,16 @@ pub(crate) fn lost(cause: LossCause) {
     let _ = cause;
 }
 
-/// One request to `node` answered (or failed) after `latency`.
+/// One request to `node` answered (or failed) after `latency` (timed by a [`Stopwatch`], so
+/// always there with the `metrics` feature).
 #[inline]
-pub(crate) fn node_reply(node: &str, latency: Duration, reply: &Reply) {
+pub(crate) fn node_reply(node: &str, latency: Option<Duration>, reply: &Reply) {
     #[cfg(feature = "metrics")]
     {
-        metrics::histogram!("redlock_node_request_seconds", "node" => node.to_owned())
-            .record(latency.as_secs_f64());
+        if let Some(latency) = latency {
+            metrics::histogram!("redlock_node_request_seconds", "node" => node.to_owned())
+                .record(latency.as_secs_f64());
+        }
         if let Reply::Error(kind) = reply {
             metrics::counter!(
                 "redlock_node_errors_total",
@@ -130,26 +152,24 @@ pub(crate) fn node_reply(node: &str, latency: Duration, reply: &Reply) {
 
 /// On cluster node `node`, the requests sent to master `master` at `sent` answered (or failed)
 /// with `answers`: each counted by [`master_reply`].
-pub(crate) fn master_replies(
-    node: &str,
-    master: &str,
-    sent: std::time::Instant,
-    answers: &crate::Answers,
-) {
+pub(crate) fn master_replies(node: &str, master: &str, sent: Stopwatch, answers: &crate::Answers) {
+    let latency = sent.elapsed();
     for (_, reply) in answers {
-        master_reply(node, master, sent.elapsed(), reply);
+        master_reply(node, master, latency, reply);
     }
 }
 
 /// On cluster node `node`, one request to master `master` answered (or failed) after
 /// `latency`: the per-master view of [`node_reply`], which counts the cluster node's answer.
 #[inline]
-fn master_reply(node: &str, master: &str, latency: Duration, reply: &Reply) {
+fn master_reply(node: &str, master: &str, latency: Option<Duration>, reply: &Reply) {
     #[cfg(feature = "metrics")]
     {
         let labels = || [("node", node.to_owned()), ("master", master.to_owned())];
-        metrics::histogram!("redlock_master_request_seconds", &labels())
-            .record(latency.as_secs_f64());
+        if let Some(latency) = latency {
+            metrics::histogram!("redlock_master_request_seconds", &labels())
+                .record(latency.as_secs_f64());
+        }
         if let Reply::Error(kind) = reply {
             let [node, master] = labels();
             metrics::counter!(

@@ -8,7 +8,7 @@
 //! broke is dropped and closed for its watch before the next batch makes a new one.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::asking::IMPORTING_KEPT;
 use crate::cluster::{
@@ -134,6 +134,12 @@ impl Node {
         {
             return Ok(connected.clone());
         }
+        // Boxed: connecting is rare, and the future of every batch holds this one's room.
+        Box::pin(self.connect()).await
+    }
+
+    /// A new connection, kept as the shared one unless another batch made one meanwhile.
+    async fn connect(&self) -> Result<Connected, redis::RedisError> {
         let connected = match self.watch.untracked {
             true => self.connect_untracked().await?,
             false => match self.connect_tracked().await {
@@ -211,7 +217,7 @@ impl Node {
     }
 
     async fn run_transmits(&self, batch: &[Transmit]) -> Answers {
-        let sent = Instant::now();
+        let sent = crate::telemetry::Stopwatch::start();
         let replies = self.replies(batch).await;
         replies.trace(self.addr.label(), sent.elapsed());
         replies.answers
@@ -222,13 +228,15 @@ impl Node {
     async fn replies(&self, batch: &[Transmit]) -> BatchReplies {
         let mapped = self.routes && self.mapped.load(std::sync::atomic::Ordering::Acquire);
         if let Some(view) = mapped.then(|| self.view()).flatten() {
-            return BatchReplies::answered(self.run_on_cluster(view, batch).await);
+            return BatchReplies::answered(Box::pin(self.run_on_cluster(view, batch)).await);
         }
         let replies = match self.connection().await {
             Ok(connected) if self.routes && connected.dialect.keyspace == Keyspace::Cluster => {
-                match self.learn(Ask::This(connected.conn)).await {
+                match Box::pin(self.learn(Ask::This(connected.conn))).await {
                     Ok(view) => {
-                        return BatchReplies::answered(self.run_on_cluster(view, batch).await);
+                        return BatchReplies::answered(
+                            Box::pin(self.run_on_cluster(view, batch)).await,
+                        );
                     }
                     Err(unmapped) => unmapped.answers(batch),
                 }
@@ -244,9 +252,11 @@ impl Node {
             }) => run_batch_async(&mut conn, batch, &dialect, tracking.as_ref(), false).await,
             // A cluster node whose URL does not answer: its other seeds may.
             Err(err) if self.routes && !self.addr.seeds().is_empty() => {
-                match self.learn(Ask::Others).await {
+                match Box::pin(self.learn(Ask::Others)).await {
                     Ok(view) => {
-                        return BatchReplies::answered(self.run_on_cluster(view, batch).await);
+                        return BatchReplies::answered(
+                            Box::pin(self.run_on_cluster(view, batch)).await,
+                        );
                     }
                     Err(refused @ Unmapped::SameCluster { .. }) => refused.answers(batch),
                     Err(_) => BatchReplies::failed(batch, &err),
@@ -393,7 +403,7 @@ impl Node {
     /// Runs `batch` on this master of cluster node `node` (each command after `ASKING` when
     /// `asking`: it follows an `ASK`), counting each reply as the cluster node's.
     async fn as_master_of(&self, node: &str, batch: &[Transmit], asking: bool) -> BatchReplies {
-        let sent = Instant::now();
+        let sent = crate::telemetry::Stopwatch::start();
         let replies = match asking {
             true => self.asked(batch).await,
             false => self.replies(batch).await,

@@ -3,7 +3,7 @@
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::asking::IMPORTING_KEPT;
 use crate::cluster::{
@@ -161,7 +161,7 @@ impl Connection {
                 let Ok(more) = queue.try_recv() else { break };
                 transmits.extend(more.transmits);
             }
-            let started = Instant::now();
+            let started = crate::telemetry::Stopwatch::start();
             // A panic inside the redis crate must not leave these requests unanswered (their
             // locks would stay busy on this node for good): they fail, and the connection goes.
             let run =
@@ -307,7 +307,7 @@ impl Connection {
     /// Runs `batch` on this master of cluster node `node` (each command after `ASKING` when
     /// `asking`: it follows an `ASK`), counting each reply as the cluster node's.
     fn as_master_of(&mut self, node: &str, batch: &[Transmit], asking: bool) -> BatchReplies {
-        let sent = Instant::now();
+        let sent = crate::telemetry::Stopwatch::start();
         let replies = match asking {
             true => self.execute_asked(batch),
             false => self.execute(batch),
