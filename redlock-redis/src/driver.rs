@@ -199,8 +199,9 @@ pub(crate) struct DriverState {
     labels: Arc<[Arc<str>]>,
     /// Handed to every lock handle, so that it can reach this driver.
     post: Arc<dyn Post>,
-    /// Only looked up, never iterated; keeps its capacity when it empties.
-    waiting: HashMap<LockId, Waiting>,
+    /// Only looked up, never iterated (but on drop); keeps its capacity when it empties. By
+    /// lock id, which the driver draws (never user input): a fixed, unkeyed hash is safe.
+    waiting: HashMap<LockId, Waiting, foldhash::fast::FixedState>,
     flushes: Vec<Responder<()>>,
     client_gone: bool,
     /// The client's clock (every `now` handed in comes from it), for the lock handles.
@@ -222,7 +223,7 @@ impl DriverState {
             mux: Multiplexer::new(config, crate::seeded_rng()?),
             labels,
             post,
-            waiting: HashMap::new(),
+            waiting: HashMap::default(),
             flushes: Vec::new(),
             client_gone: false,
             clock,
