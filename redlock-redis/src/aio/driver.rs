@@ -19,7 +19,6 @@ use std::time::Instant;
 use crate::answer::Turn;
 use crate::{Answers, Call, Clock, DriverState, Output, Post};
 use futures_util::StreamExt;
-use futures_util::future::{Join, Ready, join, ready};
 use futures_util::stream::FuturesUnordered;
 use redlock_core::Batch;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -49,10 +48,11 @@ pub(crate) struct Core<R, F: Future> {
     nodes: Arc<[Node]>,
     notices: Notices<R>,
     heard: UnboundedReceiver<Vec<u8>>,
-    /// Writes a batch to its node; resolves to one reply per request.
-    write: fn(Arc<[Node]>, Batch) -> F,
-    /// Each batch in flight, with whether a caller waits for it ([`DriverState::is_awaited`]).
-    in_flight: FuturesUnordered<Join<F, Ready<bool>>>,
+    /// Writes a batch to its node, saying whether a caller waits for it; resolves to one reply
+    /// per request.
+    write: fn(Arc<[Node]>, Batch, bool) -> F,
+    /// Each batch in flight.
+    in_flight: FuturesUnordered<F>,
     /// What the turn tells its wake-ups: batches in flight no caller waits for, and whether a
     /// reply may wait for the next turn.
     backstop: Arc<Backstop>,
@@ -64,7 +64,7 @@ pub(crate) struct Core<R, F: Future> {
 /// A runtime's timer, boxed (its type is the runtime's own).
 type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
+impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
     /// One turn: every queued call, reply, notice and due deadline, until none is left (or
     /// [`BUDGET`] rounds ran). Replies and notices are polled again with the runner's
     /// `polls` (the owner's or the driver task's), the timer with `timer`.
@@ -79,19 +79,23 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
 
     /// [`turn`](Core::turn)'s rounds.
     fn rounds(&mut self, polls: &Polls, timer: &Waker, calls: &Calls) -> Flow {
+        // Whether the outputs and the timer were polled since the state last changed: a round
+        // that then hands in no input ends the turn without polling them again (a deadline that
+        // came due meanwhile fires the timer, which starts a turn).
+        let mut settled = false;
         for _ in 0..BUDGET {
-            let mut progress = false;
+            let mut changed = false;
             while let Some(call) = calls.pop() {
                 let now = self.state.clock().now();
                 self.state.handle_call(now, call);
-                progress = true;
+                changed = true;
             }
             // Replies and notices before the outputs: letting a due deadline pass (which
             // `poll_output` does) never fails a request whose reply this turn takes before the
             // deadline. (A reply handed in at or after its deadline counts as a timeout even if
             // it came earlier: the instant it is handed in is the only one known.)
             let mut cx = Context::from_waker(&polls.replies);
-            while let Poll::Ready(Some((replies, awaited))) =
+            while let Poll::Ready(Some(Written { replies, awaited })) =
                 self.in_flight.poll_next_unpin(&mut cx)
             {
                 if !awaited {
@@ -99,15 +103,19 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
                 }
                 let now = self.state.clock().now();
                 self.state.handle_replies(now, replies);
-                progress = true;
+                changed = true;
             }
             let mut cx = Context::from_waker(&polls.notices);
             while let Poll::Ready(Some(channel)) = self.heard.poll_recv(&mut cx) {
                 tracing::trace!("release notice");
                 let now = self.state.clock().now();
                 self.state.handle_notice(now, &channel);
-                progress = true;
+                changed = true;
             }
+            if settled && !changed {
+                return Flow::Idle;
+            }
+            let mut sent = false;
             while let Some(output) = self.state.poll_output() {
                 match output {
                     Output::Transmit(batch) => {
@@ -115,10 +123,10 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
                         if !awaited {
                             self.backstop.unawaited.fetch_add(1, Ordering::SeqCst);
                         }
-                        let write = (self.write)(self.nodes.clone(), batch);
-                        self.in_flight.push(join(write, ready(awaited)));
+                        let write = (self.write)(self.nodes.clone(), batch, awaited);
+                        self.in_flight.push(write);
                         // Written once the next round polls it.
-                        progress = true;
+                        sent = true;
                     }
                     Output::Subscription(change) => {
                         let state = &self.state;
@@ -127,10 +135,11 @@ impl<R: Runtime, F: Future<Output = Answers>> Core<R, F> {
                     Output::Done => return Flow::Done,
                 }
             }
-            progress |= self.poll_timer(timer);
-            if !progress {
+            let fired = self.poll_timer(timer);
+            if !(changed || sent || fired) {
                 return Flow::Idle;
             }
+            settled = !fired;
         }
         Flow::Busy
     }
@@ -173,7 +182,7 @@ trait Inbox: Turn {
 
 impl<R: Runtime, F> Inbox for Driven<R, F>
 where
-    F: Future<Output = Answers> + Send + 'static,
+    F: Future<Output = Written> + Send + 'static,
 {
     fn post(&self, call: Call) {
         Driven::post(self, call);
@@ -234,11 +243,11 @@ pub(crate) fn start<R: Runtime>(
 /// polled (a runtime shutting down drops a task it never ran).
 struct Ending<R: Runtime, F>(Arc<Driven<R, F>>)
 where
-    F: Future<Output = Answers> + Send + 'static;
+    F: Future<Output = Written> + Send + 'static;
 
 impl<R: Runtime, F> Drop for Ending<R, F>
 where
-    F: Future<Output = Answers> + Send + 'static,
+    F: Future<Output = Written> + Send + 'static,
 {
     fn drop(&mut self) {
         self.0.shut_down();
@@ -249,7 +258,7 @@ where
 /// if the runtime drops it first (shut down).
 async fn run<R: Runtime, F>(ending: Ending<R, F>)
 where
-    F: Future<Output = Answers> + Send + 'static,
+    F: Future<Output = Written> + Send + 'static,
 {
     std::future::poll_fn(|cx| {
         if ending.0.poll_task(cx.waker()) {
@@ -261,7 +270,17 @@ where
     .await;
 }
 
+/// A batch written and answered: the replies, one per request, and whether a caller waited for
+/// it ([`DriverState::is_awaited`], as it was when the batch went out).
+pub(crate) struct Written {
+    replies: Answers,
+    awaited: bool,
+}
+
 /// Writes `batch` to its node; the replies, one per request.
-async fn write(nodes: Arc<[Node]>, batch: Batch) -> Answers {
-    nodes[batch.node].run(batch).await
+async fn write(nodes: Arc<[Node]>, batch: Batch, awaited: bool) -> Written {
+    Written {
+        replies: nodes[batch.node].run(batch).await,
+        awaited,
+    }
 }

@@ -52,10 +52,10 @@ use std::task::{Wake, Waker};
 
 use futures_util::task::AtomicWaker;
 
-use super::driver::{Core, Flow};
+use super::driver::{Core, Flow, Written};
 use super::runtime::Runtime;
+use crate::Call;
 use crate::answer::Turn;
-use crate::{Answers, Call};
 
 /// How many turns one poll runs at most while wake-ups keep coming.
 const ROUNDS: usize = 4;
@@ -296,7 +296,7 @@ pub(crate) struct Driven<R: Runtime, F: Future> {
 
 impl<R: Runtime, F> Driven<R, F>
 where
-    F: Future<Output = Answers> + Send + 'static,
+    F: Future<Output = Written> + Send + 'static,
 {
     /// A driver on `runtime`, its core to come ([`install`](Driven::install)).
     pub(crate) fn new(runtime: R) -> Self {
@@ -421,7 +421,7 @@ where
 
 impl<R: Runtime, F> Turn for Driven<R, F>
 where
-    F: Future<Output = Answers> + Send + 'static,
+    F: Future<Output = Written> + Send + 'static,
 {
     fn queue(&self, ticket: usize, call: Call) -> bool {
         let alone = self.router.waiting.fetch_add(1, Ordering::SeqCst) == 0;
