@@ -1,6 +1,7 @@
 //! One side of `bench_tokio`'s sequential cycle, alone, for a profiler: `raw` (the floor, see
-//! `common/floor.rs`) or `lock` (`redlock-tokio` lock + release, restart-aware voting
-//! off: a plain `SET NX PX` as the floor sends), run `CYCLES` times on 5 local redis-servers.
+//! `common/floor.rs`), `lock` (`redlock-tokio` lock + release, restart-aware voting
+//! off: a plain `SET NX PX` as the floor sends) or `aware` (the same with restart-aware voting,
+//! the default: on stock nodes each `SET` goes sealed in a `MULTI`), run `CYCLES` times on 5 local redis-servers.
 //! Prints the time per cycle and the client's CPU time per cycle (user + system, from
 //! `/proc/self/stat`); never asserts a time.
 //!
@@ -28,16 +29,17 @@ async fn main() {
         None => 20_000,
         Some(Ok(n)) if n > 0 => n,
         Some(_) => {
-            eprintln!("usage: cycle_tokio raw|lock [CYCLES > 0]");
+            eprintln!("usage: cycle_tokio raw|lock|aware [CYCLES > 0]");
             std::process::exit(2);
         }
     };
     let nodes = Servers::start(5);
     let elapsed = match side.as_str() {
         "raw" => raw(&nodes, cycles).await,
-        "lock" => lock(&nodes, cycles).await,
+        "lock" => lock(&nodes, cycles, false).await,
+        "aware" => lock(&nodes, cycles, true).await,
         _ => {
-            eprintln!("usage: cycle_tokio raw|lock [CYCLES > 0]");
+            eprintln!("usage: cycle_tokio raw|lock|aware [CYCLES > 0]");
             std::process::exit(2);
         }
     };
@@ -59,9 +61,9 @@ async fn raw(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
 }
 
 /// `redlock-tokio`'s cycles: (wall time, client CPU time) of the measured ones.
-async fn lock(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
+async fn lock(nodes: &Servers, cycles: u32, restart_aware: bool) -> (Duration, Duration) {
     let redlock = Redlock::builder(nodes.urls())
-        .config(|c| c.restart_aware(false))
+        .config(|c| c.restart_aware(restart_aware))
         .build()
         .expect("client");
     let one = async || {
