@@ -37,11 +37,14 @@ pub enum Start {
     ReleaseByToken,
 }
 
-/// A map keyed by ids (of locks, of lifecycles): never by user input, so a fixed, unkeyed hash
-/// is safe from crafted collisions, and it is several times cheaper than the std's SipHash.
+/// A map keyed by ids (of locks, of lifecycles) that the driver and the engine's generator
+/// draw, never untrusted input: a fixed, unkeyed hash, several times cheaper than the std's
+/// SipHash (see [`LockId`]).
 pub(crate) type IdMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
-/// A lock of a [`Multiplexer`], named by the driver (any value not in use).
+/// A lock of a [`Multiplexer`], named by the driver (any value not in use). The multiplexer
+/// hashes it with a fixed, unkeyed hash: a driver never takes lock ids from untrusted input
+/// (a counter, as `redlock-redis` keeps, or a random draw), or crafted ids could collide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockId(u64);
 

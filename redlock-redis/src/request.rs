@@ -257,10 +257,17 @@ impl BatchReplies {
         }
     }
 
-    /// Traces and counts each answer as `node`'s after `latency` (if it was timed).
+    /// Traces and counts each answer as `node`'s after `latency` (if it was timed: see
+    /// [`Stopwatch`](crate::telemetry::Stopwatch)).
     pub(crate) fn trace(&self, node: &str, latency: Option<std::time::Duration>) {
         for (_, reply) in &self.answers {
-            tracing::debug!(node, ?reply, ?latency, "reply");
+            // The target `Stopwatch::start` asks about.
+            match latency {
+                Some(latency) => {
+                    tracing::debug!(target: "redlock_redis::request", node, ?reply, ?latency, "reply");
+                }
+                None => tracing::debug!(target: "redlock_redis::request", node, ?reply, "reply"),
+            }
             if let Reply::Ineligible { for_ms, cause } = reply {
                 tracing::info!(node, for_ms, cause = cause.word(), "node sits out: {cause}");
             }

@@ -30,16 +30,23 @@ use std::time::{Duration, Instant};
 use redlock_core::{FailureReason, LossCause, Reply, Trigger};
 
 /// A batch's round trip to a node, timed only where a metric or a `debug` event reads it:
-/// every batch is timed, and reading the clock twice per batch is time on the lock's path.
+/// one is started for every batch, and reading the clock twice per batch is time on the
+/// lock's path. The `reply` event carries no `latency` where it goes out through the `log`
+/// crate with no `tracing` subscriber (nothing then asks for it).
 #[derive(Clone, Copy)]
 pub(crate) struct Stopwatch(Option<Instant>);
 
 impl Stopwatch {
-    /// Starts timing if anything will read the time: the `metrics` feature, or a subscriber
-    /// that takes `debug` events.
+    /// Starts timing if anything will read the time: the `metrics` feature, or a `tracing`
+    /// subscriber that takes the `reply` event (`debug`, target `redlock_redis::request`).
     pub(crate) fn start() -> Self {
-        let read = cfg!(feature = "metrics") || tracing::enabled!(tracing::Level::DEBUG);
+        let read = cfg!(feature = "metrics") || Self::reply_event_on();
         Self(read.then(Instant::now))
+    }
+
+    /// Whether a `tracing` subscriber takes the `reply` event ([`crate::BatchReplies::trace`]).
+    fn reply_event_on() -> bool {
+        tracing::enabled!(target: "redlock_redis::request", tracing::Level::DEBUG)
     }
 
     /// The time since [`start`](Stopwatch::start), if it was timed.
@@ -230,5 +237,63 @@ fn error_kind(kind: redlock_core::NodeErrorKind) -> &'static str {
         NodeErrorKind::SharedMaster => "shared_master",
         // `Other`, and kinds a later engine adds.
         _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stopwatch;
+    use tracing::{Level, Metadata, span};
+
+    /// A subscriber that takes events at or above `level` for `target` alone.
+    struct Takes {
+        target: &'static str,
+        level: Level,
+    }
+
+    impl tracing::Subscriber for Takes {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            metadata.target() == self.target && *metadata.level() <= self.level
+        }
+        fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+            span::Id::from_u64(1)
+        }
+        fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+        fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {}
+        fn enter(&self, _: &span::Id) {}
+        fn exit(&self, _: &span::Id) {}
+    }
+
+    fn reply_event_on_under(target: &'static str, level: Level) -> bool {
+        let subscriber = Takes { target, level };
+        tracing::subscriber::with_default(subscriber, Stopwatch::reply_event_on)
+    }
+
+    #[test]
+    fn a_batch_is_timed_when_its_reply_event_or_a_metric_reads_the_time() {
+        // The `reply` event's own target and level.
+        assert!(reply_event_on_under("redlock_redis::request", Level::DEBUG));
+        assert!(reply_event_on_under("redlock_redis::request", Level::TRACE));
+        // Another target or a higher level: nothing reads the time.
+        assert!(!reply_event_on_under("redlock_redis::request", Level::INFO));
+        assert!(!reply_event_on_under(
+            "redlock_redis::telemetry",
+            Level::DEBUG
+        ));
+        assert!(!Stopwatch::reply_event_on());
+        // The metrics always read it.
+        let timed = tracing::subscriber::with_default(
+            Takes {
+                target: "redlock_redis::request",
+                level: Level::DEBUG,
+            },
+            || Stopwatch::start().elapsed().is_some(),
+        );
+        assert!(timed);
+        assert_eq!(
+            Stopwatch::start().elapsed().is_some(),
+            cfg!(feature = "metrics")
+        );
     }
 }

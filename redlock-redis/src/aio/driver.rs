@@ -277,7 +277,7 @@ pub(crate) struct Written {
     awaited: bool,
 }
 
-/// Writes `batch` to its node; the replies, one per request.
+/// Writes `batch` to its node; the replies, one per request, with `awaited` as it was.
 async fn write(nodes: Arc<[Node]>, batch: Batch, awaited: bool) -> Written {
     Written {
         replies: nodes[batch.node].run(batch).await,
