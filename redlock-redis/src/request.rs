@@ -359,11 +359,16 @@ impl<'a> Reading<'a> {
             }
             plan
         };
+        // One by one, as `finish` fills its answers.
+        let mut parts = smallvec::SmallVec::new();
+        for _ in batch {
+            parts.push(smallvec::SmallVec::new());
+        }
         Self {
             batch,
             plan,
             tracking,
-            parts: batch.iter().map(|_| smallvec::SmallVec::new()).collect(),
+            parts,
             again: Vec::new(),
             lookups: Vec::new(),
             reconnect: false,
@@ -759,9 +764,12 @@ impl<'a> Reading<'a> {
     /// Each request's answer, as its form makes it of its parts and as the [`NodeBatch`] counts
     /// it under the connection's watch (every push read so far handed to the watch first).
     fn finish(self) -> BatchReplies {
-        let mut replies: smallvec::SmallVec<[Reply; 1]> = (0..self.batch.len())
-            .map(|index| self.form(index).answer(&self.parts[index]))
-            .collect();
+        // Pushed one by one, not collected: `SmallVec`'s `collect` costs more than the rest of
+        // a batch of one's answer.
+        let mut replies: smallvec::SmallVec<[Reply; 1]> = smallvec::SmallVec::new();
+        for (index, parts) in self.parts.iter().enumerate() {
+            replies.push(self.form(index).answer(parts));
+        }
         {
             let mut watch = self.tracking.map(|tracking| {
                 tracking.drain();
@@ -769,12 +777,10 @@ impl<'a> Reading<'a> {
             });
             self.plan.finish(watch.as_deref_mut(), &mut replies);
         }
-        let answers = self
-            .batch
-            .iter()
-            .zip(replies)
-            .map(|(transmit, reply)| (transmit.id, reply))
-            .collect();
+        let mut answers = Answers::new();
+        for (transmit, reply) in self.batch.iter().zip(replies) {
+            answers.push((transmit.id, reply));
+        }
         BatchReplies {
             answers,
             reconnect: self.reconnect,
