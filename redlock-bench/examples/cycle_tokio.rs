@@ -1,7 +1,8 @@
 //! One side of `bench_tokio`'s sequential cycle, alone, for a profiler: `raw` (the floor, see
 //! `common/floor.rs`), `lock` (`redlock-tokio` lock + release, restart-aware voting
 //! off: a plain `SET NX PX` as the floor sends) or `aware` (the same with restart-aware voting,
-//! the default: on stock nodes each `SET` goes sealed in a `MULTI`), run `CYCLES` times on 5 local redis-servers.
+//! the default: on stock nodes each `SET` goes sealed in a `MULTI`) or `blocking`
+//! (`redlock-blocking` as `lock`, from a blocking thread), run `CYCLES` times on 5 local redis-servers.
 //! Prints the time per cycle and the client's CPU time per cycle (user + system, from
 //! `/proc/self/stat`); never asserts a time.
 //!
@@ -29,7 +30,7 @@ async fn main() {
         None => 20_000,
         Some(Ok(n)) if n > 0 => n,
         Some(_) => {
-            eprintln!("usage: cycle_tokio raw|lock|aware [CYCLES > 0]");
+            eprintln!("usage: cycle_tokio raw|lock|aware|blocking [CYCLES > 0]");
             std::process::exit(2);
         }
     };
@@ -38,8 +39,14 @@ async fn main() {
         "raw" => raw(&nodes, cycles).await,
         "lock" => lock(&nodes, cycles, false).await,
         "aware" => lock(&nodes, cycles, true).await,
+        "blocking" => {
+            let urls = nodes.urls();
+            tokio::task::spawn_blocking(move || blocking(urls, cycles))
+                .await
+                .expect("blocking side")
+        }
         _ => {
-            eprintln!("usage: cycle_tokio raw|lock|aware [CYCLES > 0]");
+            eprintln!("usage: cycle_tokio raw|lock|aware|blocking [CYCLES > 0]");
             std::process::exit(2);
         }
     };
@@ -74,6 +81,27 @@ async fn lock(nodes: &Servers, cycles: u32, restart_aware: bool) -> (Duration, D
         one().await;
     }
     measure(cycles, one).await
+}
+
+/// `redlock-blocking`'s cycles, restart-aware voting off as `lock`'s, on a thread of its own:
+/// (wall time, client CPU time) of the measured ones.
+fn blocking(urls: Vec<String>, cycles: u32) -> (Duration, Duration) {
+    let redlock = redlock_blocking::Redlock::builder(urls)
+        .config(|c| c.restart_aware(false))
+        .build()
+        .expect("client");
+    let one = || {
+        let lock = redlock.lock("cycle", TTL).expect("lock");
+        lock.release();
+    };
+    for _ in 0..200 {
+        one();
+    }
+    let (start, cpu) = (Instant::now(), cpu_time());
+    for _ in 0..cycles {
+        one();
+    }
+    (start.elapsed(), cpu_time().saturating_sub(cpu))
 }
 
 async fn measure(cycles: u32, mut one: impl AsyncFnMut()) -> (Duration, Duration) {

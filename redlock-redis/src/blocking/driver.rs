@@ -1,16 +1,26 @@
-//! The client's driver: one thread that owns every lock of the client (in [`DriverState`]),
-//! hands batches to the node workers and waits for what comes back — calls, replies, release
-//! notices — or for the next deadline. Every decision is the engine's.
+//! The client's driver: one thread that hands batches to the node workers and waits for what
+//! comes back — calls, replies, release notices — or for the next deadline, around the state
+//! of every lock of the client (in [`DriverState`]). Every decision is the engine's.
+//!
+//! A call made while no other call is on its way to the driver thread is handed in by its
+//! caller, on the caller's thread, under the state's mutex: its batches go to the node
+//! workers at once, without a hop through the driver thread (the threads floor's caller hands
+//! its command to the node threads itself). The replies still come back through the driver
+//! thread. A call made while another waits in the driver's inbox goes through the inbox too,
+//! behind it: one caller's calls are handed in in the order it made them.
 //!
 //! # What it never does
 //! It never waits on a socket: each node's worker does, so a slow or dead node never holds up a
 //! decision the other nodes settled, nor delays anything past the engine's per-node deadline.
-//! It holds no lock state outside [`DriverState`], and there is no async runtime in it.
+//! It holds no lock state outside [`DriverState`], and there is no async runtime in it. A
+//! caller never waits for the state's mutex: if the driver thread holds it, the call goes
+//! through the inbox.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::Answers;
 use crate::{Call, Clock, DriverState, Error, NodeAddr, Output, Post};
@@ -26,16 +36,102 @@ pub(crate) enum Input {
     Replies(Answers),
     /// A release notice on a channel.
     Notice(Vec<u8>),
+    /// A caller handed a call in itself, and the driver thread must look again: the next
+    /// deadline is earlier than the one it sleeps until, or every lock is over.
+    Look,
 }
 
-/// How calls reach the driver thread.
-pub(crate) struct Mailbox(Sender<Input>);
+/// The driver's state and what its outputs go to; the driver thread's, and a caller's while
+/// it hands its call in.
+struct Core {
+    state: DriverState,
+    workers: Vec<Worker>,
+    notices: Notices,
+    /// When the driver thread wakes if no input comes first (`Instant::now()`'s timeline;
+    /// `None`: only on an input).
+    sleeps_until: Option<Instant>,
+}
+
+impl Core {
+    /// Sends every output of the state; whether the driver may end (every lock over).
+    fn emit(&mut self, outbox: &Sender<Input>) -> bool {
+        while let Some(output) = self.state.poll_output() {
+            match output {
+                Output::Transmit(batch) => self.workers[batch.node].send(batch, outbox),
+                Output::Subscription(change) => {
+                    let state = &self.state;
+                    self.notices.apply(&change, || state.channels());
+                }
+                Output::Done => return true,
+            }
+        }
+        false
+    }
+
+    /// Whether the state's next wake-up is earlier than the one the driver thread sleeps until.
+    fn wakes_earlier(&self) -> bool {
+        match (self.state.wake_at(), self.sleeps_until) {
+            (Some(wake), Some(until)) => wake < until,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+}
+
+/// How calls reach the driver: handed in by the caller, or through the driver thread's inbox.
+pub(crate) struct Mailbox {
+    inbox: Sender<Input>,
+    /// `None` before the driver starts and once it ended.
+    core: Mutex<Option<Core>>,
+    /// Calls sent to the inbox and not yet handed in by the driver thread: while there are any,
+    /// a call goes the same way, behind them.
+    in_inbox: AtomicUsize,
+}
+
+impl Mailbox {
+    /// The core, ending the driver if a panic left it half-changed (as a panicking driver
+    /// thread did: every holder then learns it lost its lock).
+    fn lock(&self) -> MutexGuard<'_, Option<Core>> {
+        self.core.lock().unwrap_or_else(|poisoned| {
+            let mut core = poisoned.into_inner();
+            core.take();
+            core
+        })
+    }
+
+    /// Sends `call` to the driver thread's inbox.
+    fn send(&self, call: Call) {
+        self.in_inbox.fetch_add(1, Ordering::SeqCst);
+        if self.inbox.send(Input::Call(call)).is_err() {
+            self.in_inbox.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
 
 impl Post for Mailbox {
     fn post(&self, call: Call) {
         // If the driver is gone, the call (and its answer slot) is dropped: the caller learns
         // that no answer will come.
-        let _ = self.0.send(Input::Call(call));
+        let mut guard = match self.core.try_lock() {
+            Ok(guard) => guard,
+            // Held (by the driver thread, or by this very thread handing a call in), or
+            // poisoned (the driver thread ends it): the inbox.
+            Err(TryLockError::WouldBlock | TryLockError::Poisoned(_)) => return self.send(call),
+        };
+        let Some(core) = guard
+            .as_mut()
+            .filter(|_| self.in_inbox.load(Ordering::SeqCst) == 0)
+        else {
+            drop(guard);
+            return self.send(call);
+        };
+        let now = core.state.clock().now();
+        core.state.handle_call(now, call);
+        let look = core.emit(&self.inbox) || core.wakes_earlier();
+        drop(guard);
+        if look {
+            let _ = self.inbox.send(Input::Look);
+        }
     }
 }
 
@@ -48,7 +144,11 @@ pub(crate) fn start(
     memory_watch: crate::MemoryWatchSettings,
 ) -> Result<Arc<Mailbox>, Error> {
     let (tx, rx) = mpsc::channel();
-    let mailbox = Arc::new(Mailbox(tx.clone()));
+    let mailbox = Arc::new(Mailbox {
+        inbox: tx.clone(),
+        core: Mutex::new(None),
+        in_inbox: AtomicUsize::new(0),
+    });
     // Counts machine suspends (Linux), for every `now` of the driver and its locks.
     let state = DriverState::new(config, labels, mailbox.clone(), Clock::new())?;
     let clusters = crate::cluster::Clusters::default();
@@ -61,61 +161,84 @@ pub(crate) fn start(
         })
         .collect();
     let notices = Notices::new(nodes, io_timeout, clusters, tx.clone());
-    thread::Builder::new()
+    let clock = state.clock().clone();
+    *mailbox.lock() = Some(Core {
+        state,
+        workers,
+        notices,
+        sleeps_until: None,
+    });
+    let ending = Ending(mailbox.clone());
+    let spawned = thread::Builder::new()
         .name("redlock-driver".into())
-        .spawn(move || run(state, &rx, &tx, workers, notices))
-        .map_err(|err| {
-            tracing::error!(%err, "could not start the driver thread");
-            Error::Stopped
-        })?;
+        .spawn(move || run(&ending, &rx, &tx, &clock));
+    if let Err(err) = spawned {
+        tracing::error!(%err, "could not start the driver thread");
+        // The state holds the mailbox: without this, neither would ever be dropped.
+        mailbox.lock().take();
+        return Err(Error::Stopped);
+    }
     Ok(mailbox)
 }
 
-fn run(
-    mut state: DriverState,
-    inbox: &Receiver<Input>,
-    outbox: &Sender<Input>,
-    workers: Vec<Worker>,
-    mut notices: Notices,
-) {
-    let clock = state.clock().clone();
+/// Ends the driver when dropped: with the driver thread, however it ends (a panic too). The
+/// state holds the mailbox that holds it, so the state is taken out, not left to the count.
+struct Ending(Arc<Mailbox>);
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        let ended = self.0.lock().take();
+        drop(ended);
+    }
+}
+
+fn run(ending: &Ending, inbox: &Receiver<Input>, outbox: &Sender<Input>, clock: &Clock) {
+    let mailbox = &ending.0;
     loop {
-        while let Some(output) = state.poll_output() {
-            match output {
-                Output::Transmit(batch) => workers[batch.node].send(batch, outbox),
-                Output::Subscription(change) => notices.apply(&change, || state.channels()),
-                Output::Done => return,
+        let wake = {
+            let mut guard = mailbox.lock();
+            let Some(core) = guard.as_mut() else { return };
+            if core.emit(outbox) {
+                return;
             }
-        }
-        // Deadlines are the suspend-aware clock's; the wait is `Instant`'s, at most
-        // SUSPEND_CHECK while a lock runs (see `DriverState::wake_at`).
-        let input = match state.wake_at() {
-            Some(wake) => {
-                inbox.recv_timeout(wake.saturating_duration_since(std::time::Instant::now()))
-            }
+            // Deadlines are the suspend-aware clock's; the wait is `Instant`'s, at most
+            // SUSPEND_CHECK while a lock runs (see `DriverState::wake_at`). A caller that
+            // hands in a call needing an earlier wake-up sends `Input::Look`.
+            core.sleeps_until = core.state.wake_at();
+            core.sleeps_until
+        };
+        let input = match wake {
+            Some(wake) => inbox.recv_timeout(wake.saturating_duration_since(Instant::now())),
             None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
+        let mut guard = mailbox.lock();
+        let Some(core) = guard.as_mut() else { return };
         match input {
             Ok(input) => {
-                handle(&mut state, input);
+                handle(core, mailbox, input);
                 // Take in everything that is already there before writing: one batch per
                 // node for all of it.
                 while let Ok(input) = inbox.try_recv() {
-                    handle(&mut state, input);
+                    handle(core, mailbox, input);
                 }
             }
-            Err(RecvTimeoutError::Timeout) => state.handle_timeout(clock.now()),
-            // The state holds a sender itself: this does not happen while it lives.
+            Err(RecvTimeoutError::Timeout) => core.state.handle_timeout(clock.now()),
+            // The mailbox holds a sender itself: this does not happen while it lives.
             Err(RecvTimeoutError::Disconnected) => return,
         }
     }
 }
 
-fn handle(state: &mut DriverState, input: Input) {
+fn handle(core: &mut Core, mailbox: &Mailbox, input: Input) {
+    let state = &mut core.state;
     let now = state.clock().now();
     match input {
-        Input::Call(call) => state.handle_call(now, call),
+        Input::Call(call) => {
+            mailbox.in_inbox.fetch_sub(1, Ordering::SeqCst);
+            state.handle_call(now, call);
+        }
         Input::Replies(replies) => state.handle_replies(now, replies),
         Input::Notice(channel) => state.handle_notice(now, &channel),
+        Input::Look => {}
     }
 }

@@ -209,6 +209,46 @@ pub fn stalled_node_does_not_delay<A: Adapter>() {
     lock.release();
 }
 
+/// Scenario 5b: with every node stopped, a lock call on an idle client is decided by the
+/// engine's per-node timeout, not by the connections' I/O timeout (20 s here): the driver
+/// wakes for the call's deadlines whichever thread or task handed the call in.
+pub fn no_answer_at_all_is_decided_by_the_node_timeout<A: Adapter>() {
+    let mut nodes = Servers::start(3);
+    let retry = RetryPolicy::default()
+        .attempts(2)
+        .delay(Duration::from_millis(50))
+        .jitter(Duration::from_millis(50));
+    let options = Options {
+        retry: Some(retry),
+        node_timeout: Some(Duration::from_millis(200)),
+        io_timeout: Some(Duration::from_secs(20)),
+        ..Options::default()
+    };
+    let redlock: A = client(&nodes, &options);
+    // Connections made, then the client idle: no lock runs, no deadline is set.
+    redlock.lock("warm-up", TTL).expect("lock").release();
+    assert!(
+        redlock.flush(Duration::from_secs(5)),
+        "every request answered"
+    );
+    for i in 0..3 {
+        nodes.pause(i);
+    }
+    let start = Instant::now();
+    let outcome = redlock.lock("res", TTL);
+    let took = start.elapsed();
+    for i in 0..3 {
+        nodes.resume(i);
+    }
+    match outcome {
+        Err(Error::Unavailable(detail)) => assert_eq!(detail.attempts, 2, "{detail}"),
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    // Two rounds of 200 ms and a pause of at most 100 ms: 0.5 s. Ten times that is a bound no
+    // healthy run comes near; waiting for the I/O timeout (20 s) would not meet it.
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
 /// `flush` waits for the requests a lock call did not wait for: a stopped node's `SET` is still
 /// outstanding after the quorum granted, so a short flush says so; once the node runs again, a
 /// flush returns true, and by then that node holds the key.
@@ -924,7 +964,8 @@ macro_rules! conformance_tests {
     ($adapter:ty) => {
         $crate::conformance_tests!($adapter;
             lock_then_release, contention, minority_and_majority_down, node_down_at_start,
-            stalled_node_does_not_delay, flush_waits_for_the_requests_a_lock_left_behind,
+            stalled_node_does_not_delay, no_answer_at_all_is_decided_by_the_node_timeout,
+            flush_waits_for_the_requests_a_lock_left_behind,
             expired_lock_is_not_released_or_extended, extend_refreshes,
             the_validity_holds_still,
             multi_resource_all_or_nothing, bad_input, wrong_type_and_script_flush,
