@@ -94,6 +94,12 @@ pub(crate) enum Call {
     },
     /// The client is gone: end once every lock is over and every request answered.
     ClientGone,
+    /// Tests only: a bug in the driver's code, panicking while the call is handed in.
+    #[cfg(test)]
+    Panic {
+        /// Dropped unanswered by the panic.
+        answer: Responder<()>,
+    },
 }
 
 /// How calls reach a driver: its adapter's channel.
@@ -349,6 +355,11 @@ impl DriverState {
             }
             Call::Flush { answer } => self.flushes.push(answer),
             Call::ClientGone => self.client_gone = true,
+            #[cfg(test)]
+            Call::Panic { answer } => {
+                let _kept_until_the_panic = answer;
+                panic!("a bug in the driver (a test's)");
+            }
         }
         self.deliver(now);
     }

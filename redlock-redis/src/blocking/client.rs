@@ -149,3 +149,26 @@ impl Redlock {
             .is_ok_and(|answer| answer.is_some())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Redlock;
+    use crate::{Call, Error};
+
+    #[test]
+    fn a_panic_handing_a_call_in_ends_the_driver_and_never_reaches_the_caller() {
+        // Port 1 on loopback: nothing is connected before a batch goes out, and none does.
+        let redlock = Redlock::new(["redis://127.0.0.1:1"]).expect("client");
+        let (responder, answer) = crate::answer::answer::<()>();
+        // Handed in on this thread (nothing else waits): the panic stays inside `post`.
+        redlock.driver().post(Call::Panic { answer: responder });
+        assert_eq!(answer.wait(), None, "the call's answer slot was dropped");
+        // The driver ended: every later call learns it.
+        let err = redlock
+            .lock("after", Duration::from_secs(10))
+            .expect_err("no driver");
+        assert!(matches!(err, Error::Stopped), "{err:?}");
+    }
+}

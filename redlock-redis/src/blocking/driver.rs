@@ -2,23 +2,28 @@
 //! comes back — calls, replies, release notices — or for the next deadline, around the state
 //! of every lock of the client (in [`DriverState`]). Every decision is the engine's.
 //!
-//! A call made while no other call is on its way to the driver thread is handed in by its
-//! caller, on the caller's thread, under the state's mutex: its batches go to the node
-//! workers at once, without a hop through the driver thread (the threads floor's caller hands
-//! its command to the node threads itself). The replies still come back through the driver
-//! thread. A call made while another waits in the driver's inbox goes through the inbox too,
-//! behind it: one caller's calls are handed in in the order it made them.
+//! A call is handed in by its caller, on the caller's thread, under the state's mutex, when
+//! the mutex is free and no call (anyone's) waits in the driver thread's inbox: its batches go
+//! to the node workers at once, without a hop through the driver thread (the threads floor's
+//! caller hands its command to the node threads itself). The replies still come back through
+//! the driver thread, which keeps the deadlines. Otherwise — the driver thread or another
+//! caller holds the mutex, or a call waits in the inbox — the call goes through the inbox,
+//! behind the others: one caller's calls are handed in in the order it made them. Under
+//! concurrency the shortcut is often not taken; that costs a hop, never an order. While a
+//! caller holds the mutex it does the driver's work for its call (the engine's step, a due
+//! deadline, starting a notice subscriber), and replies wait for it.
 //!
 //! # What it never does
 //! It never waits on a socket: each node's worker does, so a slow or dead node never holds up a
 //! decision the other nodes settled, nor delays anything past the engine's per-node deadline.
 //! It holds no lock state outside [`DriverState`], and there is no async runtime in it. A
-//! caller never waits for the state's mutex: if the driver thread holds it, the call goes
-//! through the inbox.
+//! caller never waits for the state's mutex, and a panic in the driver's code on a caller's
+//! thread never reaches the caller: it ends the driver, as a panicking driver thread does.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -92,11 +97,24 @@ impl Mailbox {
     /// The core, ending the driver if a panic left it half-changed (as a panicking driver
     /// thread did: every holder then learns it lost its lock).
     fn lock(&self) -> MutexGuard<'_, Option<Core>> {
-        self.core.lock().unwrap_or_else(|poisoned| {
-            let mut core = poisoned.into_inner();
-            core.take();
-            core
-        })
+        match self.core.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => {
+                self.end(poisoned.into_inner());
+                self.core.lock().unwrap_or_else(PoisonError::into_inner)
+            }
+        }
+    }
+
+    /// Ends the driver: takes the core out of `guard` and drops it after letting go of the
+    /// mutex (dropping the state tells every holder, and must not meet the mutex held); tells
+    /// the driver thread, which then ends.
+    fn end(&self, mut guard: MutexGuard<'_, Option<Core>>) {
+        let ended = guard.take();
+        self.core.clear_poison();
+        drop(guard);
+        drop(ended);
+        let _ = self.inbox.send(Input::Look);
     }
 
     /// Sends `call` to the driver thread's inbox.
@@ -114,9 +132,12 @@ impl Post for Mailbox {
         // that no answer will come.
         let mut guard = match self.core.try_lock() {
             Ok(guard) => guard,
-            // Held (by the driver thread, or by this very thread handing a call in), or
-            // poisoned (the driver thread ends it): the inbox.
-            Err(TryLockError::WouldBlock | TryLockError::Poisoned(_)) => return self.send(call),
+            // Held (by the driver thread, or by this very thread handing a call in): the inbox.
+            Err(TryLockError::WouldBlock) => return self.send(call),
+            Err(TryLockError::Poisoned(poisoned)) => {
+                self.end(poisoned.into_inner());
+                return self.send(call);
+            }
         };
         let Some(core) = guard
             .as_mut()
@@ -125,12 +146,24 @@ impl Post for Mailbox {
             drop(guard);
             return self.send(call);
         };
-        let now = core.state.clock().now();
-        core.state.handle_call(now, call);
-        let look = core.emit(&self.inbox) || core.wakes_earlier();
-        drop(guard);
-        if look {
-            let _ = self.inbox.send(Input::Look);
+        // A panic here (this crate's bug) ends the driver, as one on the driver thread did, and
+        // never reaches the caller: it may be a lock's `drop`, in a thread already unwinding.
+        let handed = catch_unwind(AssertUnwindSafe(|| {
+            let now = core.state.clock().now();
+            core.state.handle_call(now, call);
+            core.emit(&self.inbox) || core.wakes_earlier()
+        }));
+        match handed {
+            Ok(look) => {
+                drop(guard);
+                if look {
+                    let _ = self.inbox.send(Input::Look);
+                }
+            }
+            Err(_) => {
+                tracing::error!("the driver panicked handing a call in: it ends");
+                self.end(guard);
+            }
         }
     }
 }
@@ -173,9 +206,8 @@ pub(crate) fn start(
         .name("redlock-driver".into())
         .spawn(move || run(&ending, &rx, &tx, &clock));
     if let Err(err) = spawned {
+        // The closure, and with it `Ending`, is dropped: the driver ended.
         tracing::error!(%err, "could not start the driver thread");
-        // The state holds the mailbox: without this, neither would ever be dropped.
-        mailbox.lock().take();
         return Err(Error::Stopped);
     }
     Ok(mailbox)
@@ -187,8 +219,8 @@ struct Ending(Arc<Mailbox>);
 
 impl Drop for Ending {
     fn drop(&mut self) {
-        let ended = self.0.lock().take();
-        drop(ended);
+        let guard = self.0.lock();
+        self.0.end(guard);
     }
 }
 

@@ -12,8 +12,9 @@ use super::watch::LeaseWatch;
 /// [`remaining`](crate::LeaseWatch::remaining)); [`extend`](Lock::extend) to keep it,
 /// [`release`](Lock::release) when done. Its getters are [`LeaseWatch`]'s.
 ///
-/// A handle: the client's driver thread owns the lock, extends it if it was asked to, and keeps
-/// this handle's view current. `Send + Sync`: share it between threads behind an `Arc`.
+/// A handle: the client's driver owns the lock (its state, driven by the driver thread, or by
+/// a caller handing a call in), extends it if it was asked to, and keeps this handle's view
+/// current. `Send + Sync`: share it between threads behind an `Arc`.
 ///
 /// # Drop
 /// Dropping a `Lock` releases it: the driver sends the release (never blocking in `drop`), and
