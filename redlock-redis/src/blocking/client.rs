@@ -161,8 +161,15 @@ mod tests {
     fn a_panic_handing_a_call_in_ends_the_driver_and_never_reaches_the_caller() {
         // Port 1 on loopback: nothing is connected before a batch goes out, and none does.
         let redlock = Redlock::new(["redis://127.0.0.1:1"]).expect("client");
+        // The driver thread idle in its inbox's wait, so that the call below is handed in on
+        // this thread: a flush answered (nothing else to do), then the state's mutex seen free
+        // once; the driver thread takes it again only on an input.
+        assert!(redlock.flush(Duration::from_secs(5)), "nothing in flight");
+        while !redlock.inner.driver.is_free() {
+            std::thread::yield_now();
+        }
         let (responder, answer) = crate::answer::answer::<()>();
-        // Handed in on this thread (nothing else waits): the panic stays inside `post`.
+        // Handed in on this thread: the panic stays inside `post`.
         redlock.driver().post(Call::Panic { answer: responder });
         assert_eq!(answer.wait(), None, "the call's answer slot was dropped");
         // The driver ended: every later call learns it.

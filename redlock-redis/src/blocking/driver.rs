@@ -117,6 +117,13 @@ impl Mailbox {
         let _ = self.inbox.send(Input::Look);
     }
 
+    /// Tests only: whether the state's mutex is free (no one hands a call in, and the driver
+    /// thread is not in a turn).
+    #[cfg(test)]
+    pub(super) fn is_free(&self) -> bool {
+        self.core.try_lock().is_ok()
+    }
+
     /// Sends `call` to the driver thread's inbox.
     fn send(&self, call: Call) {
         self.in_inbox.fetch_add(1, Ordering::SeqCst);
