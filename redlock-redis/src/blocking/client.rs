@@ -157,17 +157,46 @@ mod tests {
     use super::Redlock;
     use crate::{Call, Error};
 
+    /// Waits until the driver thread sleeps with nothing to do and no thread steps the
+    /// driver's state; the driver thread then takes the state again only when rung (nothing
+    /// in these tests moves a deadline).
+    fn idle(redlock: &Redlock) {
+        assert!(redlock.flush(Duration::from_secs(5)), "nothing in flight");
+        while !redlock.inner.driver.is_idle() {
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn an_input_queued_while_another_thread_steps_is_stepped_by_that_thread() {
+        // Port 1 on loopback: nothing is connected before a batch goes out, and none does.
+        let redlock = Redlock::new(["redis://127.0.0.1:1"]).expect("client");
+        idle(&redlock);
+        // While this thread steps a flush, another thread queues a second one: it finds the
+        // state held and leaves its flush to this thread, after this thread took the queue.
+        let (sent, second) = std::sync::mpsc::channel();
+        let driver = redlock.driver();
+        let during: Box<dyn FnOnce() + Send> = Box::new(move || {
+            let queued = std::thread::spawn(move || crate::flush(&*driver));
+            let _ = sent.send(queued.join().expect("the other thread"));
+        });
+        *redlock.inner.driver.during_step.lock().expect("hook") = Some(during);
+        assert!(redlock.flush(Duration::from_secs(5)), "the first flush");
+        let second = second.recv().expect("the second flush was queued");
+        // No deadline wakes the driver thread: only the thread that let go of the state can
+        // have stepped it.
+        assert!(
+            matches!(second.wait_timeout(Duration::from_secs(5)), Ok(Some(()))),
+            "the flush queued during the step was left waiting"
+        );
+    }
+
     #[test]
     fn a_panic_handing_a_call_in_ends_the_driver_and_never_reaches_the_caller() {
         // Port 1 on loopback: nothing is connected before a batch goes out, and none does.
         let redlock = Redlock::new(["redis://127.0.0.1:1"]).expect("client");
-        // The driver thread idle in its inbox's wait, so that the call below is handed in on
-        // this thread: a flush answered (nothing else to do), then the state's mutex seen free
-        // once; the driver thread takes it again only on an input.
-        assert!(redlock.flush(Duration::from_secs(5)), "nothing in flight");
-        while !redlock.inner.driver.is_free() {
-            std::thread::yield_now();
-        }
+        // The call below is stepped on this thread.
+        idle(&redlock);
         let (responder, answer) = crate::answer::answer::<()>();
         // Handed in on this thread: the panic stays inside `post`.
         redlock.driver().post(Call::Panic { answer: responder });

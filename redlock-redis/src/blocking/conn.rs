@@ -1,6 +1,7 @@
 //! One worker thread per node, owning that node's connection and writing the batches the driver
 //! sends it, in order.
 
+use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use crate::{
 };
 use redlock_core::{Batch, Keyspace, NodeErrorKind, Reply, Slot, Transmit};
 
-use super::driver::Input;
+use super::driver::{Input, Mailbox};
 
 /// The most requests one pipeline carries.
 const MAX_BATCH: usize = 256;
@@ -33,7 +34,7 @@ impl Worker {
         io_timeout: Duration,
         watch: crate::MemoryWatchSettings,
         (index, clusters): (usize, Clusters),
-        driver: Sender<Input>,
+        driver: Arc<Mailbox>,
     ) -> Self {
         let (batches, queue) = mpsc::channel();
         let label = addr.label().clone();
@@ -55,11 +56,11 @@ impl Worker {
 
     /// Hands `batch` to the worker; if it is gone, answers every request with a connection
     /// error at once (no request may stay unanswered: its node would stay busy for its lock).
-    pub(crate) fn send(&self, batch: Batch, driver: &Sender<Input>) {
+    pub(crate) fn send(&self, batch: Batch, driver: &Mailbox) {
         if let Err(mpsc::SendError(batch)) = self.batches.send(batch) {
             let failed = Reply::Error(NodeErrorKind::Connection);
             let replies = batch.transmits.iter().map(|t| (t.id, failed));
-            let _ = driver.send(Input::Replies(replies.collect()));
+            driver.push(Input::Replies(replies.collect()));
         }
     }
 }
@@ -154,7 +155,7 @@ impl Connection {
     /// one pipeline (one round trip, same order). The driver never puts two requests of one
     /// lock in flight on a node, so joining batches never lets a request overtake another of
     /// its lock.
-    fn run(mut self, queue: &Receiver<Batch>, driver: &Sender<Input>) {
+    fn run(mut self, queue: &Receiver<Batch>, driver: &Mailbox) {
         while let Ok(first) = queue.recv() {
             let mut transmits = first.transmits;
             while transmits.len() < MAX_BATCH {
@@ -172,8 +173,7 @@ impl Connection {
                 BatchReplies::panicked(&transmits)
             });
             replies.trace(self.addr.label(), started.elapsed());
-            let answered = replies.answers;
-            if driver.send(Input::Replies(answered)).is_err() {
+            if !driver.push(Input::Replies(replies.answers)) {
                 return;
             }
         }

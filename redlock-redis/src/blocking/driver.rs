@@ -1,29 +1,33 @@
-//! The client's driver: one thread that hands batches to the node workers and waits for what
-//! comes back — calls, replies, release notices — or for the next deadline, around the state
-//! of every lock of the client (in [`DriverState`]). Every decision is the engine's.
+//! The client's driver: the state of every lock of the client (in [`DriverState`]) behind a
+//! mutex, a queue of the inputs that reach it — calls, the node workers' replies, release
+//! notices — and one thread that keeps the deadlines. Every decision is the engine's.
 //!
-//! A call is handed in by its caller, on the caller's thread, under the state's mutex, when
-//! the mutex is free and no call (anyone's) waits in the driver thread's inbox: its batches go
-//! to the node workers at once, without a hop through the driver thread (the threads floor's
-//! caller hands its command to the node threads itself). The replies still come back through
-//! the driver thread, which keeps the deadlines. Otherwise — the driver thread or another
-//! caller holds the mutex, or a call waits in the inbox — the call goes through the inbox,
-//! behind the others: one caller's calls are handed in in the order it made them. Under
-//! concurrency the shortcut is often not taken; that costs a hop, never an order. While a
-//! caller holds the mutex it does the driver's work for its call (the engine's step, a due
-//! deadline, starting a notice subscriber), and replies wait for it.
+//! Whoever brings an input steps the state itself, on its own thread, without a hop through
+//! the driver thread (the threads floor's caller hands its command to the node threads
+//! itself, and each node thread hands its reply straight back): it queues the input, and if
+//! the state's mutex is free, takes it and steps every queued input in order, then writes the
+//! batches they made. One that finds the mutex held leaves its input to the holder, which looks
+//! at the queue again after letting go of the mutex: an input never waits for a wake-up, and a
+//! caller's answer comes from the thread whose input decided it (mostly the node worker
+//! whose reply made the quorum). Inputs are stepped in the order they were queued: one
+//! caller's calls, and one node's replies, in the order they came. Under concurrency a holder
+//! steps everyone's inputs at once, with one batch per node for all of them; it hands the
+//! queue to the driver thread after a few passes, so that no caller does the others' work
+//! for long.
+//!
+//! The driver thread sleeps until the next deadline, or until a step moved it earlier.
 //!
 //! # What it never does
 //! It never waits on a socket: each node's worker does, so a slow or dead node never holds up a
 //! decision the other nodes settled, nor delays anything past the engine's per-node deadline.
 //! It holds no lock state outside [`DriverState`], and there is no async runtime in it. A
-//! caller never waits for the state's mutex, and a panic in the driver's code on a caller's
-//! thread never reaches the caller: it ends the driver, as a panicking driver thread does.
+//! caller or a worker never waits for the state's mutex, no thread holds it across I/O or a
+//! wait, and a panic in the driver's code on a caller's or a worker's thread never reaches
+//! that thread's code: it ends the driver, as a panicking driver thread does.
 
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -33,7 +37,7 @@ use crate::{Call, Clock, DriverState, Error, NodeAddr, Output, Post};
 use super::conn::Worker;
 use super::notices::Notices;
 
-/// What reaches the driver thread.
+/// What reaches the driver's state.
 pub(crate) enum Input {
     /// From a handle or the client.
     Call(Call),
@@ -41,28 +45,39 @@ pub(crate) enum Input {
     Replies(Answers),
     /// A release notice on a channel.
     Notice(Vec<u8>),
-    /// A caller handed a call in itself, and the driver thread must look again: the next
-    /// deadline is earlier than the one it sleeps until, or every lock is over.
-    Look,
 }
 
-/// The driver's state and what its outputs go to; the driver thread's, and a caller's while
-/// it hands its call in.
+/// How many times a thread that queued an input steps what is queued before it hands the rest
+/// to the driver thread.
+const PASSES: usize = 4;
+
+/// The driver's state and what its outputs go to.
 struct Core {
     state: DriverState,
     workers: Vec<Worker>,
     notices: Notices,
-    /// When the driver thread wakes if no input comes first (`Instant::now()`'s timeline;
-    /// `None`: only on an input).
+    /// When the driver thread wakes if the bell does not ring first (`Instant::now()`'s
+    /// timeline; `None`: only on the bell).
     sleeps_until: Option<Instant>,
 }
 
 impl Core {
-    /// Sends every output of the state; whether the driver may end (every lock over).
-    fn emit(&mut self, outbox: &Sender<Input>) -> bool {
+    fn handle(&mut self, input: Input) {
+        let state = &mut self.state;
+        let now = state.clock().now();
+        match input {
+            Input::Call(call) => state.handle_call(now, call),
+            Input::Replies(replies) => state.handle_replies(now, replies),
+            Input::Notice(channel) => state.handle_notice(now, &channel),
+        }
+    }
+
+    /// Sends every output of the state (a deadline that is due passes first); whether the
+    /// driver may end (every lock over).
+    fn emit(&mut self, mailbox: &Mailbox) -> bool {
         while let Some(output) = self.state.poll_output() {
             match output {
-                Output::Transmit(batch) => self.workers[batch.node].send(batch, outbox),
+                Output::Transmit(batch) => self.workers[batch.node].send(batch, mailbox),
                 Output::Subscription(change) => {
                     let state = &self.state;
                     self.notices.apply(&change, || state.channels());
@@ -83,19 +98,41 @@ impl Core {
     }
 }
 
-/// How calls reach the driver: handed in by the caller, or through the driver thread's inbox.
+/// The inputs not stepped yet, and the driver thread's bell.
+#[derive(Default)]
+struct Queue {
+    inputs: VecDeque<Input>,
+    /// The driver thread must look: a step moved the next deadline earlier, the driver may
+    /// end, or inputs were left to it.
+    rung: bool,
+    /// The driver ended: inputs are refused.
+    ended: bool,
+    /// Tests only: the driver thread waits for the bell.
+    #[cfg(test)]
+    asleep: bool,
+}
+
+/// Where inputs reach the driver's state, and the state itself.
 pub(crate) struct Mailbox {
-    inbox: Sender<Input>,
+    queue: Mutex<Queue>,
+    /// Wakes the driver thread (with [`Queue::rung`]).
+    bell: Condvar,
     /// `None` before the driver starts and once it ended.
     core: Mutex<Option<Core>>,
-    /// Calls sent to the inbox and not yet handed in by the driver thread: while there are any,
-    /// a call goes the same way, behind them.
-    in_inbox: AtomicUsize,
+    /// Tests only: run once by the next step, after it took the queued inputs, before it lets
+    /// go of the state.
+    #[cfg(test)]
+    pub(super) during_step: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl Mailbox {
-    /// The core, ending the driver if a panic left it half-changed (as a panicking driver
-    /// thread did: every holder then learns it lost its lock).
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // Nothing panics while holding it: a poisoned queue is still whole.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The core, for the driver thread (which may wait for it), ending the driver if a panic
+    /// left it half-changed (every holder then learns it lost its lock).
     fn lock(&self) -> MutexGuard<'_, Option<Core>> {
         match self.core.lock() {
             Ok(guard) => guard,
@@ -106,29 +143,139 @@ impl Mailbox {
         }
     }
 
-    /// Ends the driver: takes the core out of `guard` and drops it after letting go of the
-    /// mutex (dropping the state tells every holder, and must not meet the mutex held); tells
-    /// the driver thread, which then ends.
+    /// Ends the driver: takes the core out of `guard` and the queued inputs out of the queue,
+    /// and drops them after letting go of both mutexes (dropping the state tells every holder,
+    /// and a dropped lock queues its release: neither may meet a mutex held); tells the driver
+    /// thread, which then ends. Inputs queued later are refused.
     fn end(&self, mut guard: MutexGuard<'_, Option<Core>>) {
         let ended = guard.take();
         self.core.clear_poison();
         drop(guard);
+        let left = {
+            let mut queue = self.queue();
+            queue.ended = true;
+            queue.rung = true;
+            std::mem::take(&mut queue.inputs)
+        };
+        self.bell.notify_one();
+        drop(left);
         drop(ended);
-        let _ = self.inbox.send(Input::Look);
     }
 
-    /// Tests only: whether the state's mutex is free (no one hands a call in, and the driver
-    /// thread is not in a turn).
+    /// Tests only: whether the driver thread waits for the bell and no thread steps the
+    /// state.
     #[cfg(test)]
-    pub(super) fn is_free(&self) -> bool {
-        self.core.try_lock().is_ok()
+    pub(super) fn is_idle(&self) -> bool {
+        self.queue().asleep && self.core.try_lock().is_ok()
     }
 
-    /// Sends `call` to the driver thread's inbox.
-    fn send(&self, call: Call) {
-        self.in_inbox.fetch_add(1, Ordering::SeqCst);
-        if self.inbox.send(Input::Call(call)).is_err() {
-            self.in_inbox.fetch_sub(1, Ordering::SeqCst);
+    /// Queues `input` and steps the state if no other thread does; `false` (and the input
+    /// dropped) if the driver ended.
+    pub(super) fn push(&self, input: Input) -> bool {
+        let refused = {
+            let mut queue = self.queue();
+            if queue.ended {
+                Some(input)
+            } else {
+                queue.inputs.push_back(input);
+                None
+            }
+        };
+        if refused.is_some() {
+            return false;
+        }
+        self.combine();
+        true
+    }
+
+    /// Steps every queued input while the state's mutex is free, at most [`PASSES`] times; a
+    /// thread that finds the mutex held leaves the queue to its holder, who looks at the queue
+    /// after letting go. Inputs still queued after the last pass go to the driver thread.
+    fn combine(&self) {
+        for _ in 0..PASSES {
+            let guard = match self.core.try_lock() {
+                Ok(guard) => guard,
+                // Held (by another thread, or by this very thread: an input queued from
+                // inside a step — a lock dropped there): the holder steps it.
+                Err(TryLockError::WouldBlock) => return,
+                Err(TryLockError::Poisoned(poisoned)) => return self.end(poisoned.into_inner()),
+            };
+            self.step(guard);
+            if self.queue().inputs.is_empty() {
+                return;
+            }
+        }
+        self.ring();
+    }
+
+    /// Steps every queued input on the core `guard` holds, in order, then writes the batches
+    /// they made; rings the driver thread when it must look again. A panic in it (this crate's
+    /// bug) ends the driver, as one on the driver thread does, and never reaches this thread's
+    /// code: it may be a lock's `drop`, in a thread already unwinding.
+    fn step(&self, mut guard: MutexGuard<'_, Option<Core>>) {
+        // Ended: the ending took the queue.
+        let Some(core) = guard.as_mut() else { return };
+        let stepped = catch_unwind(AssertUnwindSafe(|| {
+            while let Some(input) = self.pop() {
+                core.handle(input);
+            }
+            #[cfg(test)]
+            if let Some(during) = self.during_step.lock().ok().and_then(|mut d| d.take()) {
+                during();
+            }
+            core.emit(self) || core.wakes_earlier()
+        }));
+        match stepped {
+            Ok(look) => {
+                drop(guard);
+                if look {
+                    self.ring();
+                }
+            }
+            Err(_) => {
+                tracing::error!("the driver panicked outside its thread: it ends");
+                self.end(guard);
+            }
+        }
+    }
+
+    fn pop(&self) -> Option<Input> {
+        self.queue().inputs.pop_front()
+    }
+
+    /// Wakes the driver thread.
+    fn ring(&self) {
+        self.queue().rung = true;
+        self.bell.notify_one();
+    }
+
+    /// The driver thread's sleep: until the bell rings, or `wake` (`None`: only the bell).
+    fn sleep(&self, wake: Option<Instant>) {
+        let mut queue = self.queue();
+        while !queue.rung {
+            #[cfg(test)]
+            {
+                queue.asleep = true;
+            }
+            queue = match wake {
+                Some(wake) => {
+                    let left = wake.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    let slept = self.bell.wait_timeout(queue, left);
+                    slept.unwrap_or_else(PoisonError::into_inner).0
+                }
+                None => self
+                    .bell
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+        }
+        queue.rung = false;
+        #[cfg(test)]
+        {
+            queue.asleep = false;
         }
     }
 }
@@ -137,41 +284,7 @@ impl Post for Mailbox {
     fn post(&self, call: Call) {
         // If the driver is gone, the call (and its answer slot) is dropped: the caller learns
         // that no answer will come.
-        let mut guard = match self.core.try_lock() {
-            Ok(guard) => guard,
-            // Held (by the driver thread, or by this very thread handing a call in): the inbox.
-            Err(TryLockError::WouldBlock) => return self.send(call),
-            Err(TryLockError::Poisoned(poisoned)) => {
-                self.end(poisoned.into_inner());
-                return self.send(call);
-            }
-        };
-        let Some(core) = guard
-            .as_mut()
-            .filter(|_| self.in_inbox.load(Ordering::SeqCst) == 0)
-        else {
-            drop(guard);
-            return self.send(call);
-        };
-        // A panic here (this crate's bug) ends the driver, as one on the driver thread did, and
-        // never reaches the caller: it may be a lock's `drop`, in a thread already unwinding.
-        let handed = catch_unwind(AssertUnwindSafe(|| {
-            let now = core.state.clock().now();
-            core.state.handle_call(now, call);
-            core.emit(&self.inbox) || core.wakes_earlier()
-        }));
-        match handed {
-            Ok(look) => {
-                drop(guard);
-                if look {
-                    let _ = self.inbox.send(Input::Look);
-                }
-            }
-            Err(_) => {
-                tracing::error!("the driver panicked handing a call in: it ends");
-                self.end(guard);
-            }
-        }
+        self.push(Input::Call(call));
     }
 }
 
@@ -183,11 +296,12 @@ pub(crate) fn start(
     io_timeout: Duration,
     memory_watch: crate::MemoryWatchSettings,
 ) -> Result<Arc<Mailbox>, Error> {
-    let (tx, rx) = mpsc::channel();
     let mailbox = Arc::new(Mailbox {
-        inbox: tx.clone(),
+        queue: Mutex::default(),
+        bell: Condvar::new(),
         core: Mutex::new(None),
-        in_inbox: AtomicUsize::new(0),
+        #[cfg(test)]
+        during_step: Mutex::new(None),
     });
     // Counts machine suspends (Linux), for every `now` of the driver and its locks.
     let state = DriverState::new(config, labels, mailbox.clone(), Clock::new())?;
@@ -197,11 +311,16 @@ pub(crate) fn start(
         .enumerate()
         .map(|(index, addr)| {
             let place = (index, clusters.clone());
-            Worker::spawn(addr.clone(), io_timeout, memory_watch, place, tx.clone())
+            Worker::spawn(
+                addr.clone(),
+                io_timeout,
+                memory_watch,
+                place,
+                mailbox.clone(),
+            )
         })
         .collect();
-    let notices = Notices::new(nodes, io_timeout, clusters, tx.clone());
-    let clock = state.clock().clone();
+    let notices = Notices::new(nodes, io_timeout, clusters, mailbox.clone());
     *mailbox.lock() = Some(Core {
         state,
         workers,
@@ -211,7 +330,7 @@ pub(crate) fn start(
     let ending = Ending(mailbox.clone());
     let spawned = thread::Builder::new()
         .name("redlock-driver".into())
-        .spawn(move || run(&ending, &rx, &tx, &clock));
+        .spawn(move || run(&ending));
     if let Err(err) = spawned {
         // The closure, and with it `Ending`, is dropped: the driver ended.
         tracing::error!(%err, "could not start the driver thread");
@@ -231,53 +350,27 @@ impl Drop for Ending {
     }
 }
 
-fn run(ending: &Ending, inbox: &Receiver<Input>, outbox: &Sender<Input>, clock: &Clock) {
+/// The driver thread: steps what was left to it and lets deadlines pass, then sleeps until the
+/// next deadline or the bell. Deadlines are the suspend-aware clock's; the sleep is
+/// `Instant`'s, at most SUSPEND_CHECK while a lock runs (see `DriverState::wake_at`).
+fn run(ending: &Ending) {
     let mailbox = &ending.0;
     loop {
         let wake = {
             let mut guard = mailbox.lock();
             let Some(core) = guard.as_mut() else { return };
-            if core.emit(outbox) {
+            while let Some(input) = mailbox.pop() {
+                core.handle(input);
+            }
+            if core.emit(mailbox) {
                 return;
             }
-            // Deadlines are the suspend-aware clock's; the wait is `Instant`'s, at most
-            // SUSPEND_CHECK while a lock runs (see `DriverState::wake_at`). A caller that
-            // hands in a call needing an earlier wake-up sends `Input::Look`.
             core.sleeps_until = core.state.wake_at();
             core.sleeps_until
         };
-        let input = match wake {
-            Some(wake) => inbox.recv_timeout(wake.saturating_duration_since(Instant::now())),
-            None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        };
-        let mut guard = mailbox.lock();
-        let Some(core) = guard.as_mut() else { return };
-        match input {
-            Ok(input) => {
-                handle(core, mailbox, input);
-                // Take in everything that is already there before writing: one batch per
-                // node for all of it.
-                while let Ok(input) = inbox.try_recv() {
-                    handle(core, mailbox, input);
-                }
-            }
-            Err(RecvTimeoutError::Timeout) => core.state.handle_timeout(clock.now()),
-            // The mailbox holds a sender itself: this does not happen while it lives.
-            Err(RecvTimeoutError::Disconnected) => return,
+        // Inputs queued while this thread held the state are its own to step.
+        if mailbox.queue().inputs.is_empty() {
+            mailbox.sleep(wake);
         }
-    }
-}
-
-fn handle(core: &mut Core, mailbox: &Mailbox, input: Input) {
-    let state = &mut core.state;
-    let now = state.clock().now();
-    match input {
-        Input::Call(call) => {
-            mailbox.in_inbox.fetch_sub(1, Ordering::SeqCst);
-            state.handle_call(now, call);
-        }
-        Input::Replies(replies) => state.handle_replies(now, replies),
-        Input::Notice(channel) => state.handle_notice(now, &channel),
-        Input::Look => {}
     }
 }

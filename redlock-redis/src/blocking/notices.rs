@@ -5,6 +5,7 @@
 //! a dead subscriber connection only means waiting out the jittered pause. Nothing here
 //! decides whether a lock is held.
 
+use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use crate::{NodeAddr, Subscribers};
 use redis::RedisResult;
 use redlock_core::Change;
 
-use super::driver::Input;
+use super::driver::{Input, Mailbox};
 
 /// How often a subscriber thread with subscriptions looks up from its socket for new ones (a
 /// blocking connection cannot be woken otherwise). Channels linger after their last waiter, so
@@ -30,7 +31,7 @@ pub(crate) struct Notices {
     clusters: Clusters,
     /// Each node's thread, by the queue of changes it follows (closed once it ended).
     subscribers: Subscribers<Sender<Change>>,
-    driver: Sender<Input>,
+    driver: Arc<Mailbox>,
 }
 
 impl Notices {
@@ -38,7 +39,7 @@ impl Notices {
         nodes: Vec<NodeAddr>,
         io_timeout: Duration,
         clusters: Clusters,
-        driver: Sender<Input>,
+        driver: Arc<Mailbox>,
     ) -> Self {
         let subscribers = Subscribers::new(nodes.len());
         Self {
@@ -84,7 +85,7 @@ fn follow(
     io_timeout: Duration,
     channels: Vec<Vec<u8>>,
     changes: &Receiver<Change>,
-    driver: &Sender<Input>,
+    driver: &Mailbox,
 ) -> RedisResult<()> {
     let mut conn = client.get_connection_with_timeout(io_timeout)?;
     conn.set_write_timeout(Some(io_timeout))?;
@@ -142,7 +143,7 @@ fn follow(
         match pubsub.get_message() {
             Ok(message) => {
                 if let Ok(channel) = message.get_channel::<Vec<u8>>()
-                    && driver.send(Input::Notice(channel)).is_err()
+                    && !driver.push(Input::Notice(channel))
                 {
                     return Ok(());
                 }

@@ -4,14 +4,14 @@
 //! connection; the map is learnt again after [`RESUBSCRIBE_PAUSE`] and everything is
 //! subscribed anew, for as long as the driver lives.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use redis::Value;
 use redlock_core::Change;
 
 use super::conn::slot_map;
-use super::driver::Input;
+use super::driver::{Input, Mailbox};
 use super::notices::POLL;
 use crate::NodeAddr;
 use crate::cluster::SlotMap;
@@ -27,7 +27,7 @@ pub(super) fn follow_shards(
     mut map: SlotMap,
     channels: Vec<Vec<u8>>,
     changes: &Receiver<Change>,
-    driver: &Sender<Input>,
+    driver: &Mailbox,
 ) {
     let mut plan = ShardPlan::new(channels);
     loop {
@@ -64,8 +64,7 @@ pub(super) fn follow_shards(
                     Err(err) if err.is_timeout() => Heard::Nothing,
                     Err(_) => Heard::Lost,
                 };
-                let Some(whole) = heard.pass(|channel| driver.send(Input::Notice(channel)).is_ok())
-                else {
+                let Some(whole) = heard.pass(|channel| driver.push(Input::Notice(channel))) else {
                     return;
                 };
                 healthy = healthy && whole;
