@@ -214,6 +214,9 @@ pub(crate) struct DriverState {
     clock: Clock,
     /// Locks listening for release notices, as last told to the metrics.
     listening: usize,
+    /// The latest `now` handed in: a deadline due by then passes in
+    /// [`poll_output`](Self::poll_output) without reading the clock again.
+    latest: Option<Instant>,
 }
 
 impl DriverState {
@@ -234,6 +237,7 @@ impl DriverState {
             client_gone: false,
             clock,
             listening: 0,
+            latest: None,
         })
     }
 
@@ -388,9 +392,11 @@ impl DriverState {
         self.deliver(now);
     }
 
-    /// The next thing the shell must do, after letting a deadline that is due pass (by the
-    /// clock): write a batch, apply a change of release channels, or end. Call until `None`
-    /// after every input; then wait for the next input or [`poll_timeout`](Self::poll_timeout).
+    /// The next thing the shell must do, after letting a deadline pass that was due at the
+    /// latest instant handed in: write a batch, apply a change of release channels, or end.
+    /// Call until `None` after every input; then wait for the next input or
+    /// [`poll_timeout`](Self::poll_timeout) (a deadline that came due since the latest input
+    /// is the timer's: it never passes here unread).
     pub(crate) fn poll_output(&mut self) -> Option<Output> {
         loop {
             if let Some(batch) = self.mux.poll_transmit() {
@@ -404,12 +410,14 @@ impl DriverState {
                 return Some(Output::Done);
             }
             // Before the shell sleeps (once a turn, not per output): a deadline already due —
-            // inputs kept the shell busy past it — passes now.
-            let now = self.clock.now();
-            if self.poll_timeout().is_none_or(|timeout| timeout.at > now) {
+            // inputs kept the shell busy past it — passes now. Judged by the latest input's
+            // instant, read when it was handed in (no clock reading per turn); one due since
+            // fires the shell's timer.
+            let due = self.poll_timeout().map(|timeout| timeout.at);
+            if due.is_none_or(|at| self.latest.is_none_or(|latest| at > latest)) {
                 return None;
             }
-            self.handle_timeout(now);
+            self.handle_timeout(self.clock.now());
         }
     }
 
@@ -485,6 +493,7 @@ impl DriverState {
 
     /// Passes every event on to whoever waits for it.
     fn deliver(&mut self, now: Instant) {
+        self.latest = self.latest.max(Some(now));
         while let Some((id, event)) = self.mux.poll_event() {
             self.on_event(now, id, event);
         }

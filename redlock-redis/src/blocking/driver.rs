@@ -250,7 +250,8 @@ impl Mailbox {
     }
 
     /// The driver thread's sleep: until the bell rings, or `wake` (`None`: only the bell).
-    fn sleep(&self, wake: Option<Instant>) {
+    /// Whether the bell rang.
+    fn sleep(&self, wake: Option<Instant>) -> bool {
         let mut queue = self.queue();
         while !queue.rung {
             #[cfg(test)]
@@ -272,11 +273,11 @@ impl Mailbox {
                     .unwrap_or_else(PoisonError::into_inner),
             };
         }
-        queue.rung = false;
         #[cfg(test)]
         {
             queue.asleep = false;
         }
+        std::mem::take(&mut queue.rung)
     }
 }
 
@@ -355,12 +356,17 @@ impl Drop for Ending {
 /// `Instant`'s, at most SUSPEND_CHECK while a lock runs (see `DriverState::wake_at`).
 fn run(ending: &Ending) {
     let mailbox = &ending.0;
+    let mut timed_out = false;
     loop {
         let wake = {
             let mut guard = mailbox.lock();
             let Some(core) = guard.as_mut() else { return };
             while let Some(input) = mailbox.pop() {
                 core.handle(input);
+            }
+            if timed_out {
+                let now = core.state.clock().now();
+                core.state.handle_timeout(now);
             }
             if core.emit(mailbox) {
                 return;
@@ -369,8 +375,6 @@ fn run(ending: &Ending) {
             core.sleeps_until
         };
         // Inputs queued while this thread held the state are its own to step.
-        if mailbox.queue().inputs.is_empty() {
-            mailbox.sleep(wake);
-        }
+        timed_out = mailbox.queue().inputs.is_empty() && !mailbox.sleep(wake);
     }
 }
