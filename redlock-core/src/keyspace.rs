@@ -98,11 +98,12 @@ const INLINE_NAME: usize = 24;
 impl EpochNames {
     /// The node's one epoch: the names every release has used.
     pub fn standalone() -> Self {
-        Self {
+        const STANDALONE: EpochNames = EpochNames {
             slot: None,
             epoch: inline(&[EPOCH_KEY]),
             id: inline(&[EPOCH_ID_KEY]),
-        }
+        };
+        STANDALONE
     }
 
     /// Cluster slot `slot`'s epoch: the names [`Keyspace::epoch_key`] and
@@ -147,17 +148,25 @@ impl EpochNames {
     }
 }
 
-/// `parts` one after another, in an [`InlineName`] (every caller's parts fit).
-fn inline(parts: &[&[u8]]) -> InlineName {
+/// `parts` one after another, in an [`InlineName`] (every caller's parts fit; bytes past
+/// [`INLINE_NAME`] are dropped). A `const fn`: the standalone names are built once, at compile
+/// time.
+const fn inline(parts: &[&[u8]]) -> InlineName {
     let mut name = [0; INLINE_NAME];
-    let mut len = 0;
-    for byte in parts.iter().flat_map(|part| part.iter()) {
-        if let Some(at) = name.get_mut(len) {
-            *at = *byte;
+    // At most INLINE_NAME (24): a u8.
+    let mut len: u8 = 0;
+    let mut part = 0;
+    while part < parts.len() {
+        let bytes = parts[part];
+        let mut at = 0;
+        while at < bytes.len() && (len as usize) < INLINE_NAME {
+            name[len as usize] = bytes[at];
             len += 1;
+            at += 1;
         }
+        part += 1;
     }
-    (name, u8::try_from(len).unwrap_or(u8::MAX))
+    (name, len)
 }
 
 /// `prefix` `{tag}` `rest`, where `tag` names `key`'s slot: the name's hash tag is the first
