@@ -721,17 +721,21 @@ impl NodeBatch {
     /// form, an [embedded](Self::embeds) part once, inside the proof's transaction), and so
     /// how many replies come back.
     pub fn wire_len(&self, transmits: &[Transmit]) -> usize {
+        let forms = transmits.iter().enumerate();
+        self.wire_len_of(forms.map(|(index, transmit)| self.form(index, &transmit.command)))
+    }
+
+    /// [`wire_len`](Self::wire_len) for the requests' forms as [`form`](Self::form) gave them,
+    /// in order (a shell that keeps them does not plan them again).
+    pub fn wire_len_of<'c>(&self, forms: impl IntoIterator<Item = RedisForm<'c>>) -> usize {
         self.reads().len()
-            + transmits
-                .iter()
+            + forms
+                .into_iter()
                 .enumerate()
-                .map(|(index, transmit)| {
-                    let form = self.form(index, &transmit.command);
-                    match self.seal_reads(index) {
-                        [] if form.is_transaction() => form.parts() + 2,
-                        [] => form.parts(),
-                        reads => form.parts() + reads.len() + 2,
-                    }
+                .map(|(index, form)| match self.seal_reads(index) {
+                    [] if form.is_transaction() => form.parts() + 2,
+                    [] => form.parts(),
+                    reads => form.parts() + reads.len() + 2,
                 })
                 .sum::<usize>()
     }

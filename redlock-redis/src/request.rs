@@ -289,6 +289,9 @@ fn is_broken(err: &redis::RedisError) -> bool {
 struct Reading<'a> {
     batch: &'a [Transmit],
     plan: NodeBatch,
+    /// Each request's form on this node, as the plan gave it (planned once: the costly part of
+    /// a batch on our side).
+    forms: smallvec::SmallVec<[RedisForm<'a>; 1]>,
     /// The connection's watch over its node's memory, if it has one.
     tracking: Option<&'a Tracking>,
     /// Each request's part answers, in order.
@@ -361,12 +364,15 @@ impl<'a> Reading<'a> {
         };
         // One by one, as `finish` fills its answers.
         let mut parts = smallvec::SmallVec::new();
-        for _ in batch {
+        let mut forms = smallvec::SmallVec::new();
+        for (index, transmit) in batch.iter().enumerate() {
             parts.push(smallvec::SmallVec::new());
+            forms.push(plan.form(index, &transmit.command));
         }
         Self {
             batch,
             plan,
+            forms,
             tracking,
             parts,
             again: Vec::new(),
@@ -380,13 +386,13 @@ impl<'a> Reading<'a> {
 
     /// Request `index`'s form on this node.
     fn form(&self, index: usize) -> RedisForm<'a> {
-        self.plan.form(index, &self.batch[index].command)
+        self.forms[index]
     }
 
     /// What the batch sends: its pipeline, its one command, or nothing. Decided once per
     /// batch (planning each request's form is the costly part of a batch on our side).
     fn outgoing(&self) -> Outgoing<'a> {
-        let wire_len = self.plan.wire_len(self.batch);
+        let wire_len = self.plan.wire_len_of(self.forms.iter().copied());
         if wire_len == 0 {
             return Outgoing::Nothing;
         }
