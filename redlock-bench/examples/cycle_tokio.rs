@@ -1,7 +1,9 @@
 //! One side of `bench_tokio`'s sequential cycle, alone, for a profiler: `raw` (the floor, see
 //! `common/floor.rs`), `lock` (`redlock-tokio` lock + release, restart-aware voting
 //! off: a plain `SET NX PX` as the floor sends) or `aware` (the same with restart-aware voting,
-//! the default: on stock nodes each `SET` goes sealed in a `MULTI`) or `blocking`
+//! the default: on stock nodes each `SET` goes sealed in a `MULTI`), `plain` (restart-aware on
+//! nodes without `SWAPDB`, as redlock-bench's `--node-config plain`: a plain `SET NX PX` on a
+//! proven connection) or `blocking`
 //! (`redlock-blocking` as `lock`, from a blocking thread), run `CYCLES` times on 5 local redis-servers.
 //! Prints the time per cycle and the client's CPU time per cycle (user + system, from
 //! `/proc/self/stat`); never asserts a time.
@@ -13,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlock_local::Servers;
+use redlock_local::{ServerOptions, Servers};
 use redlock_tokio::Redlock;
 
 #[path = "common/floor.rs"]
@@ -30,15 +32,23 @@ async fn main() {
         None => 20_000,
         Some(Ok(n)) if n > 0 => n,
         Some(_) => {
-            eprintln!("usage: cycle_tokio raw|lock|aware|blocking [CYCLES > 0]");
+            eprintln!("usage: cycle_tokio raw|lock|aware|plain|blocking [CYCLES > 0]");
             std::process::exit(2);
         }
     };
-    let nodes = Servers::start(5);
+    // `plain`: the nodes of redlock-bench's `--node-config plain` (no SWAPDB: a proven
+    // connection's acquisition is the floor's `SET NX PX`).
+    let nodes = match side.as_str() {
+        "plain" => {
+            let options = ServerOptions::new().args(["--rename-command", "SWAPDB", ""]);
+            Servers::start_with(5, &options)
+        }
+        _ => Servers::start(5),
+    };
     let elapsed = match side.as_str() {
         "raw" => raw(&nodes, cycles).await,
         "lock" => lock(&nodes, cycles, false).await,
-        "aware" => lock(&nodes, cycles, true).await,
+        "aware" | "plain" => lock(&nodes, cycles, true).await,
         "blocking" => {
             let urls = nodes.urls();
             tokio::task::spawn_blocking(move || blocking(urls, cycles))
@@ -46,7 +56,7 @@ async fn main() {
                 .expect("blocking side")
         }
         _ => {
-            eprintln!("usage: cycle_tokio raw|lock|aware|blocking [CYCLES > 0]");
+            eprintln!("usage: cycle_tokio raw|lock|aware|plain|blocking [CYCLES > 0]");
             std::process::exit(2);
         }
     };
