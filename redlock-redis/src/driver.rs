@@ -99,6 +99,8 @@ pub(crate) enum Call {
     Panic {
         /// Dropped unanswered by the panic.
         answer: Responder<()>,
+        /// Told the thread that stepped the call, before the panic.
+        stepped_on: std::sync::mpsc::Sender<std::thread::ThreadId>,
     },
 }
 
@@ -360,8 +362,9 @@ impl DriverState {
             Call::Flush { answer } => self.flushes.push(answer),
             Call::ClientGone => self.client_gone = true,
             #[cfg(test)]
-            Call::Panic { answer } => {
+            Call::Panic { answer, stepped_on } => {
                 let _kept_until_the_panic = answer;
+                let _ = stepped_on.send(std::thread::current().id());
                 panic!("a bug in the driver (a test's)");
             }
         }

@@ -198,8 +198,17 @@ mod tests {
         // The call below is stepped on this thread.
         idle(&redlock);
         let (responder, answer) = crate::answer::answer::<()>();
-        // Handed in on this thread: the panic stays inside `post`.
-        redlock.driver().post(Call::Panic { answer: responder });
+        let (stepped_on, thread) = std::sync::mpsc::channel();
+        // Stepped on this thread: the panic stays inside `post`.
+        redlock.driver().post(Call::Panic {
+            answer: responder,
+            stepped_on,
+        });
+        assert_eq!(
+            thread.recv().ok(),
+            Some(std::thread::current().id()),
+            "the call was stepped on this thread (not the driver thread's)"
+        );
         assert_eq!(answer.wait(), None, "the call's answer slot was dropped");
         // The driver ended: every later call learns it.
         let err = redlock

@@ -5,15 +5,16 @@
 //! Whoever brings an input steps the state itself, on its own thread, without a hop through
 //! the driver thread (the threads floor's caller hands its command to the node threads
 //! itself, and each node thread hands its reply straight back): it queues the input, and if
-//! the state's mutex is free, takes it and steps every queued input in order, then writes the
+//! the state's mutex is free, takes it and steps the queued inputs in order, then writes the
 //! batches they made. One that finds the mutex held leaves its input to the holder, which looks
-//! at the queue again after letting go of the mutex: an input never waits for a wake-up, and a
-//! caller's answer comes from the thread whose input decided it (mostly the node worker
-//! whose reply made the quorum). Inputs are stepped in the order they were queued: one
-//! caller's calls, and one node's replies, in the order they came. Under concurrency a holder
-//! steps everyone's inputs at once, with one batch per node for all of them; it hands the
-//! queue to the driver thread after a few passes, so that no caller does the others' work
-//! for long.
+//! at the queue again after letting go of the mutex. A caller's answer comes from the thread
+//! that stepped the input that decided it (alone, the node worker whose reply made the
+//! quorum). Inputs are stepped in the order they were queued: one caller's calls, and one
+//! node's replies, in the order they came. Under concurrency a holder steps everyone's inputs
+//! at once, with one batch per node for all of them. A pass steps at most the inputs queued
+//! when it began, and a thread makes at most [`PASSES`] of them: then it hands the queue to
+//! the driver thread (the only time an input waits for a wake-up), so that no caller or node
+//! worker does the others' work for long.
 //!
 //! The driver thread sleeps until the next deadline, or until a step moved it earlier.
 //!
@@ -21,9 +22,10 @@
 //! It never waits on a socket: each node's worker does, so a slow or dead node never holds up a
 //! decision the other nodes settled, nor delays anything past the engine's per-node deadline.
 //! It holds no lock state outside [`DriverState`], and there is no async runtime in it. A
-//! caller or a worker never waits for the state's mutex, no thread holds it across I/O or a
-//! wait, and a panic in the driver's code on a caller's or a worker's thread never reaches
-//! that thread's code: it ends the driver, as a panicking driver thread does.
+//! caller or a worker never waits for the state's mutex, no thread holds it while reading or
+//! writing a socket or waiting for another thread, and a panic in the driver's code on a
+//! caller's or a worker's thread never reaches that thread's code: it ends the driver, as a
+//! panicking driver thread does.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -107,7 +109,7 @@ struct Queue {
     rung: bool,
     /// The driver ended: inputs are refused.
     ended: bool,
-    /// Tests only: the driver thread waits for the bell.
+    /// Tests only: the driver thread sleeps (until the bell or its deadline).
     #[cfg(test)]
     asleep: bool,
 }
@@ -162,11 +164,13 @@ impl Mailbox {
         drop(ended);
     }
 
-    /// Tests only: whether the driver thread waits for the bell and no thread steps the
-    /// state.
+    /// Tests only: whether the driver thread sleeps, nothing is queued and no thread steps the
+    /// state. Tries the state's mutex under the queue's, so that no input is queued meanwhile
+    /// (one queued after finds the state's mutex free).
     #[cfg(test)]
     pub(super) fn is_idle(&self) -> bool {
-        self.queue().asleep && self.core.try_lock().is_ok()
+        let queue = self.queue();
+        queue.asleep && queue.inputs.is_empty() && self.core.try_lock().is_ok()
     }
 
     /// Queues `input` and steps the state if no other thread does; `false` (and the input
@@ -216,7 +220,9 @@ impl Mailbox {
         // Ended: the ending took the queue.
         let Some(core) = guard.as_mut() else { return };
         let stepped = catch_unwind(AssertUnwindSafe(|| {
-            while let Some(input) = self.pop() {
+            // What came meanwhile waits for the next pass (or the driver thread).
+            let queued = self.queue().inputs.len();
+            for input in std::iter::from_fn(|| self.pop()).take(queued) {
                 core.handle(input);
             }
             #[cfg(test)]
@@ -233,8 +239,8 @@ impl Mailbox {
                 }
             }
             Err(_) => {
-                tracing::error!("the driver panicked outside its thread: it ends");
                 self.end(guard);
+                tracing::error!("the driver panicked outside its thread: it ended");
             }
         }
     }
