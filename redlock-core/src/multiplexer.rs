@@ -570,15 +570,10 @@ impl<R: CryptoRng> Multiplexer<R> {
                     .map_or(WakeReason::RetryPause, |(_, reason)| reason),
             },
         });
-        let linger = self
-            .channels
-            .values()
-            .filter_map(|entry| entry.idle_since)
-            .min()
-            .map(|since| Timeout {
-                at: since + LINGER,
-                reason: TimeoutReason::Linger,
-            });
+        let linger = self.linger_ends().map(|at| Timeout {
+            at,
+            reason: TimeoutReason::Linger,
+        });
         let expiry = self.expiries.first().map(|&(at, lock)| Timeout {
             at,
             reason: TimeoutReason::Expiry { lock },
@@ -587,6 +582,23 @@ impl<R: CryptoRng> Multiplexer<R> {
             .into_iter()
             .flatten()
             .min_by_key(|t| t.at)
+    }
+
+    /// [`poll_timeout`](Multiplexer::poll_timeout)'s instant alone, without finding out why:
+    /// for a shell that only sets its timer (each call of `poll_timeout` looks a lock up).
+    pub fn next_timeout_at(&self) -> Option<Instant> {
+        let lock = self.timers.first().map(|&(at, _)| at);
+        let expiry = self.expiries.first().map(|&(at, _)| at);
+        [lock, self.linger_ends(), expiry]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// When the first idle release channel stops lingering.
+    fn linger_ends(&self) -> Option<Instant> {
+        let idle = self.channels.values().filter_map(|entry| entry.idle_since);
+        idle.min().map(|since| since + LINGER)
     }
 
     /// Makes lock `id`'s lifecycle with `make` and starts driving it.

@@ -73,6 +73,7 @@ impl World {
     /// Jumps to the next timeout and lets it pass.
     fn tick(&mut self) -> Timeout {
         let timeout = self.mux.poll_timeout().expect("something scheduled");
+        assert_eq!(self.mux.next_timeout_at(), Some(timeout.at));
         self.now = self.now.max(timeout.at);
         self.mux.handle_timeout(self.now);
         timeout

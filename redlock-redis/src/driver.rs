@@ -416,7 +416,7 @@ impl DriverState {
             // inputs kept the shell busy past it — passes now. Judged by the latest input's
             // instant, read when it was handed in (no clock reading per turn); one due since
             // fires the shell's timer.
-            let due = self.poll_timeout().map(|timeout| timeout.at);
+            let due = self.mux.next_timeout_at();
             if due.is_none_or(|at| self.latest.is_none_or(|latest| at > latest)) {
                 return None;
             }
@@ -487,8 +487,8 @@ impl DriverState {
     /// deadline's [`sleep_target`](Self::sleep_target); with no deadline, never — unless a lock
     /// runs, which is checked for a suspend every [`SUSPEND_CHECK`]. Both drivers' one rule.
     pub(crate) fn wake_at(&self) -> Option<Instant> {
-        match self.poll_timeout() {
-            Some(timeout) => Some(self.sleep_target(timeout.at)),
+        match self.mux.next_timeout_at() {
+            Some(at) => Some(self.sleep_target(at)),
             None if !self.mux.is_empty() => Some(Instant::now() + SUSPEND_CHECK),
             None => None,
         }

@@ -429,6 +429,11 @@ impl<'s> Client<'s> {
     fn wake(&self) -> Option<Instant> {
         let io = self.in_flight.values().next().map(|flight| flight.deadline);
         let mux = self.mux.poll_timeout().map(|timeout| timeout.at);
+        assert_eq!(
+            self.mux.next_timeout_at(),
+            mux,
+            "the two ways to the next timeout"
+        );
         match (io, mux) {
             (Some(io), Some(mux)) => Some(io.min(mux)),
             (io, mux) => io.or(mux),
