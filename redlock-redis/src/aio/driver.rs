@@ -51,9 +51,8 @@ pub(crate) struct Core<R, F: Future> {
     /// Writes a batch to its node, saying whether a caller waits for it; resolves to one reply
     /// per request.
     write: fn(Arc<[Node]>, Batch, bool) -> F,
-    /// Each batch in flight, boxed: the future is large (a batch's plan and the connection's
-    /// request), and the set moves what it holds into a task of its own.
-    in_flight: FuturesUnordered<Pin<Box<F>>>,
+    /// Each batch in flight.
+    in_flight: FuturesUnordered<F>,
     /// What the turn tells its wake-ups: batches in flight no caller waits for, and whether a
     /// reply may wait for the next turn.
     backstop: Arc<Backstop>,
@@ -125,7 +124,7 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
                             self.backstop.unawaited.fetch_add(1, Ordering::SeqCst);
                         }
                         let write = (self.write)(self.nodes.clone(), batch, awaited);
-                        self.in_flight.push(Box::pin(write));
+                        self.in_flight.push(write);
                         // Written once the next round polls it.
                         sent = true;
                     }
