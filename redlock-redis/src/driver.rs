@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redlock_core::{
     Batch, Change, ExtendOutcome, Lease, LockEvent, LockId, LockRequest, Multiplexer,
-    ReleaseReport, Reply, RequestId, Start, StartError, Timeout, Trigger, Vote,
+    ReleaseReport, Reply, RequestId, Start, StartError, Trigger, Vote,
 };
 
 use crate::answer::{Responder, Turn, ask};
@@ -429,8 +429,11 @@ impl DriverState {
         self.mux.channels().map(<[u8]>::to_vec).collect()
     }
 
-    /// When to call [`handle_timeout`](DriverState::handle_timeout) next, and why.
-    pub(crate) fn poll_timeout(&self) -> Option<Timeout> {
+    /// When to call [`handle_timeout`](DriverState::handle_timeout) next, and why (for the
+    /// async driver's trace of a wake-up; the shells' timers need only
+    /// [`wake_at`](DriverState::wake_at)).
+    #[cfg(any(feature = "tokio", feature = "smol"))]
+    pub(crate) fn poll_timeout(&self) -> Option<redlock_core::Timeout> {
         self.mux.poll_timeout()
     }
 
