@@ -43,8 +43,8 @@
 //!
 //! # What it never does
 //! - A slow or dead node never holds up a decision the other nodes already settled, nor delays
-//!   anything past the engine's per-node deadline: the driver thread waits on its inbox with
-//!   the engine's deadline, while each node's worker thread waits on its socket.
+//!   anything past the engine's per-node deadline: the driver thread sleeps until the engine's
+//!   deadline, while each node's worker thread waits on its socket.
 //! - A late reply is never read as the answer to another request: a connection whose transport
 //!   broke is dropped (the worker reconnects on its next request), and one whose reply timed
 //!   out is kept with that reply counted to be skipped when it comes — so a release never
@@ -55,8 +55,10 @@
 //! - No password in an error, a log line or a `Debug` output: nodes are named by `host:port`.
 //!
 //! # Implementation note
-//! One driver thread per client owns every lock (`redlock_redis::blocking`, around the
-//! engine's `Multiplexer`), and one worker thread per node writes what the driver hands it:
+//! One driver per client owns every lock (`redlock_redis::blocking`, around the engine's
+//! `Multiplexer`): its state is stepped by whichever thread brings an input (a caller's call,
+//! a worker's replies) while no other thread does, and its thread keeps the deadlines. One
+//! worker thread per node writes what the driver hands it:
 //! whatever queued up meanwhile goes out as one pipeline, across locks, with at most one request
 //! per lock in flight on a node (so a lock's requests never overtake each other). A stopped node
 //! delays later requests to that node (up to the I/O timeout each) — they count as timed out
