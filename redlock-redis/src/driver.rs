@@ -398,8 +398,9 @@ impl DriverState {
     /// The next thing the shell must do, after letting a deadline pass that was due at the
     /// latest instant handed in: write a batch, apply a change of release channels, or end.
     /// Call until `None` after every input; then wait for the next input or
-    /// [`poll_timeout`](Self::poll_timeout) (a deadline that came due since the latest input
-    /// is the timer's: it never passes here unread).
+    /// [`wake_at`](Self::wake_at) (a deadline that came due since the latest input is the
+    /// timer's: it never passes here unread; on tokio the timer fires at its next tick, up to
+    /// a millisecond later).
     pub(crate) fn poll_output(&mut self) -> Option<Output> {
         loop {
             if let Some(batch) = self.mux.poll_transmit() {
