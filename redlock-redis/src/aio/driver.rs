@@ -19,6 +19,7 @@ use std::time::Instant;
 use crate::answer::Turn;
 use crate::{Answers, Call, Clock, DriverState, Output, Post};
 use futures_util::StreamExt;
+use futures_util::future::Either;
 use futures_util::stream::FuturesUnordered;
 use redlock_core::Batch;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -51,14 +52,30 @@ pub(crate) struct Core<R, F: Future> {
     /// Writes a batch to its node, saying whether a caller waits for it; resolves to one reply
     /// per request.
     write: fn(Arc<[Node]>, Batch, bool) -> F,
-    /// Each batch in flight.
-    in_flight: FuturesUnordered<F>,
+    /// Each batch in flight, beside one future that never ends ([`in_flight`]).
+    in_flight: FuturesUnordered<InFlight<F>>,
     /// What the turn tells its wake-ups: batches in flight no caller waits for, and whether a
     /// reply may wait for the next turn.
     backstop: Arc<Backstop>,
     /// The timer and the instant it is set for: set again only for an earlier instant (a
     /// timer that fires early costs a turn that finds nothing due).
     sleep: Option<(Instant, Sleep)>,
+}
+
+/// A batch in flight, or the one future that never ends.
+type InFlight<F> = Either<F, std::future::Pending<Written>>;
+
+/// The set of batches in flight, holding one future that never ends. `FuturesUnordered` wakes
+/// its task when one poll polled every future it holds (a yield, so that a large set does not
+/// starve the executor): a turn that just pushed its batches, all still waiting for their
+/// replies, was woken by its own poll — the owner's turn again, or, before the caller first
+/// polled its answer, the driver's task (on a multi-thread runtime, a turn on another thread
+/// per call, contending for the turn's mutex). The future that never ends is polled once and
+/// never woken, so a poll never polls every future: only the replies wake the turn.
+fn in_flight<F: Future<Output = Written>>() -> FuturesUnordered<InFlight<F>> {
+    let set = FuturesUnordered::new();
+    set.push(Either::Right(std::future::pending()));
+    set
 }
 
 /// A runtime's timer, boxed (its type is the runtime's own).
@@ -124,7 +141,7 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
                             self.backstop.unawaited.fetch_add(1, Ordering::SeqCst);
                         }
                         let write = (self.write)(self.nodes.clone(), batch, awaited);
-                        self.in_flight.push(write);
+                        self.in_flight.push(Either::Left(write));
                         // Written once the next round polls it.
                         sent = true;
                     }
@@ -231,7 +248,7 @@ pub(crate) fn start<R: Runtime>(
         notices,
         heard,
         write,
-        in_flight: FuturesUnordered::new(),
+        in_flight: in_flight(),
         backstop: driven.backstop(),
         sleep: None,
     });
