@@ -70,8 +70,9 @@ type InFlight<F> = Either<F, std::future::Pending<Written>>;
 /// starve the executor): a turn that just pushed its batches, all still waiting for their
 /// replies, was woken by its own poll — the owner's turn again, or, before the caller first
 /// polled its answer, the driver's task (on a multi-thread runtime, a turn on another thread
-/// per call, contending for the turn's mutex). The future that never ends is polled once and
-/// never woken, so a poll never polls every future: only the replies wake the turn.
+/// per call, contending for the turn's mutex). The future that never ends is polled once, in
+/// the driver's first turn (whose yield wakes one turn for nothing), and never woken: no later
+/// poll polls every future, and only the replies wake the turn.
 fn in_flight<F: Future<Output = Written>>() -> FuturesUnordered<InFlight<F>> {
     let set = FuturesUnordered::new();
     set.push(Either::Right(std::future::pending()));
