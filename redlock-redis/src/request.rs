@@ -1095,7 +1095,12 @@ pub(crate) async fn run_batch_async<C: redis::aio::ConnectionLike>(
         run_batch_once_async(conn, batch, dialect, tracking, asking).await;
     while !deferred.is_empty() && !replies.reconnect && !replies.rebuild {
         let again: Vec<Transmit> = deferred.iter().map(|&at| batch[at].clone()).collect();
-        let (more, still) = run_batch_once_async(conn, &again, dialect, tracking, asking).await;
+        // Boxed: a deferred pass is rare (a cluster's slot moving), and the future of every
+        // batch would hold its room.
+        let (more, still) = Box::pin(run_batch_once_async(
+            conn, &again, dialect, tracking, asking,
+        ))
+        .await;
         replies.merge(&deferred, more);
         deferred = still.into_iter().map(|at| deferred[at]).collect();
     }
@@ -1137,7 +1142,8 @@ async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
     }
     for index in std::mem::take(&mut reading.again) {
         if let Some(request) = reading.rerun_request(index) {
-            let result = request.run_async(conn).await;
+            // Boxed: a rerun is rare (a node without the script), and large.
+            let result = Box::pin(request.run_async(conn)).await;
             reading.rerun(index, result);
         } else if let Some(wire) = reading.asked_rerun(index) {
             reading.rerun(

@@ -21,7 +21,7 @@ use crate::{
 };
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
-use redlock_core::{Batch, Keyspace, NodeErrorKind, Reply, Transmit};
+use redlock_core::{Keyspace, NodeErrorKind, Reply, Transmit};
 
 type Connected = crate::Connected<MultiplexedConnection>;
 
@@ -212,11 +212,7 @@ impl Node {
     ///
     /// On a cluster node, each request goes to its slot's master instead (see
     /// [`crate::cluster`]), and the batch's answers come back together.
-    pub(crate) async fn run(&self, batch: Batch) -> Answers {
-        self.run_transmits(&batch.transmits).await
-    }
-
-    async fn run_transmits(&self, batch: &[Transmit]) -> Answers {
+    pub(crate) async fn run(&self, batch: &[Transmit]) -> Answers {
         let sent = crate::telemetry::Stopwatch::start();
         let replies = self.replies(batch).await;
         replies.trace(self.addr.label(), sent.elapsed());

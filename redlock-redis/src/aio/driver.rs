@@ -18,13 +18,11 @@ use std::time::Instant;
 
 use crate::answer::Turn;
 use crate::{Answers, Call, Clock, DriverState, Output, Post};
-use futures_util::StreamExt;
-use futures_util::future::Either;
-use futures_util::stream::FuturesUnordered;
 use redlock_core::Batch;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::conn::Node;
+use super::in_flight::InFlight;
 use super::notices::Notices;
 use super::runtime::Runtime;
 use super::turn::{Backstop, Calls, Driven, Polls};
@@ -52,31 +50,14 @@ pub(crate) struct Core<R, F: Future> {
     /// Writes a batch to its node, saying whether a caller waits for it; resolves to one reply
     /// per request.
     write: fn(Arc<[Node]>, Batch, bool) -> F,
-    /// Each batch in flight, beside one future that never ends ([`in_flight`]).
-    in_flight: FuturesUnordered<InFlight<F>>,
+    /// Each batch in flight.
+    in_flight: InFlight<F>,
     /// What the turn tells its wake-ups: batches in flight no caller waits for, and whether a
     /// reply may wait for the next turn.
     backstop: Arc<Backstop>,
     /// The timer and the instant it is set for: set again only for an earlier instant (a
     /// timer that fires early costs a turn that finds nothing due).
     sleep: Option<(Instant, Sleep)>,
-}
-
-/// A batch in flight, or the one future that never ends.
-type InFlight<F> = Either<F, std::future::Pending<Written>>;
-
-/// The set of batches in flight, holding one future that never ends. `FuturesUnordered` wakes
-/// its task when one poll polled every future it holds (a yield, so that a large set does not
-/// starve the executor): a turn that just pushed its batches, all still waiting for their
-/// replies, was woken by its own poll — the owner's turn again, or, before the caller first
-/// polled its answer, the driver's task (on a multi-thread runtime, a turn on another thread
-/// per call, contending for the turn's mutex). The future that never ends is polled once, in
-/// the driver's first turn (whose yield wakes one turn for nothing), and never woken: no later
-/// poll polls every future, and only the replies wake the turn.
-fn in_flight<F: Future<Output = Written>>() -> FuturesUnordered<InFlight<F>> {
-    let set = FuturesUnordered::new();
-    set.push(Either::Right(std::future::pending()));
-    set
 }
 
 /// A runtime's timer, boxed (its type is the runtime's own).
@@ -114,7 +95,7 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
             // it came earlier: the instant it is handed in is the only one known.)
             let mut cx = Context::from_waker(&polls.replies);
             while let Poll::Ready(Some(Written { replies, awaited })) =
-                self.in_flight.poll_next_unpin(&mut cx)
+                self.in_flight.poll_next(&mut cx)
             {
                 if !awaited {
                     self.backstop.unawaited.fetch_sub(1, Ordering::SeqCst);
@@ -141,8 +122,8 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
                         if !awaited {
                             self.backstop.unawaited.fetch_add(1, Ordering::SeqCst);
                         }
-                        let write = (self.write)(self.nodes.clone(), batch, awaited);
-                        self.in_flight.push(Either::Left(write));
+                        let (write, nodes) = (self.write, &self.nodes);
+                        self.in_flight.push(|| write(nodes.clone(), batch, awaited));
                         // Written once the next round polls it.
                         sent = true;
                     }
@@ -249,7 +230,7 @@ pub(crate) fn start<R: Runtime>(
         notices,
         heard,
         write,
-        in_flight: in_flight(),
+        in_flight: InFlight::new(),
         backstop: driven.backstop(),
         sleep: None,
     });
@@ -298,7 +279,7 @@ pub(crate) struct Written {
 /// Writes `batch` to its node; the replies, one per request, with `awaited` as it was.
 async fn write(nodes: Arc<[Node]>, batch: Batch, awaited: bool) -> Written {
     Written {
-        replies: nodes[batch.node].run(batch).await,
+        replies: nodes[batch.node].run(&batch.transmits).await,
         awaited,
     }
 }

@@ -8,6 +8,7 @@
 mod client;
 mod conn;
 mod driver;
+mod in_flight;
 mod lock;
 mod notices;
 mod runtime;
