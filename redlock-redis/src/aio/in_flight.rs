@@ -6,7 +6,8 @@
 //! once it is answered: the set holds and moves a pointer, never the write's state
 //! (`FuturesUnordered` moved each future three times on its way in, then the largest cost of a
 //! batch on our side), and a slot costs no allocation once the client ran as many batches at
-//! once as it ever will.
+//! once as it ever will, up to [`KEPT`] (the set still allocates its own small task per
+//! batch, as it did).
 //!
 //! # What it never does
 //! It never polls a write after it ended, never drops one before it ended (except with the set,
@@ -92,20 +93,21 @@ impl<F: Future> Future for Filled<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // `Filled` is `Unpin` (it holds a pinned box), so its own pinning promises nothing.
         let this = self.get_mut();
-        let Some(slot) = &mut this.0 else {
-            // Polled after it ended: a set never does that.
-            return Poll::Pending;
-        };
-        let Some(write) = slot.as_mut().as_pin_mut() else {
-            return Poll::Pending;
-        };
+        // A set never polls a future after it ended, and `push` fills every slot it adds: a
+        // silent `Pending` here would leave a batch unanswered for good.
+        let slot = this
+            .0
+            .as_mut()
+            .expect("a write is never polled after it ended");
+        let write = slot
+            .as_mut()
+            .as_pin_mut()
+            .expect("a slot in flight holds its write");
         let output = std::task::ready!(write.poll(cx));
         // The write's state is dropped in place, where it was pinned.
         slot.set(None);
-        match this.0.take() {
-            Some(slot) => Poll::Ready((output, slot)),
-            None => Poll::Pending,
-        }
+        let slot = this.0.take().expect("taken once, as the write ends");
+        Poll::Ready((output, slot))
     }
 }
 
@@ -118,6 +120,7 @@ mod tests {
     /// A write that ends on its second poll, and counts its drops.
     struct Write {
         polled: bool,
+        ended: bool,
         value: usize,
         dropped: Arc<AtomicUsize>,
     }
@@ -125,7 +128,9 @@ mod tests {
     impl Future for Write {
         type Output = usize;
         fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+            assert!(!self.ended, "polled after it ended");
             if self.polled {
+                self.ended = true;
                 return Poll::Ready(self.value);
             }
             self.polled = true;
@@ -161,6 +166,7 @@ mod tests {
         let dropped = Arc::new(AtomicUsize::new(0));
         let write = |value| Write {
             polled: false,
+            ended: false,
             value,
             dropped: dropped.clone(),
         };
@@ -190,6 +196,7 @@ mod tests {
         for value in 0..KEPT + 5 {
             set.push(|| Write {
                 polled: false,
+                ended: false,
                 value,
                 dropped: dropped.clone(),
             });
@@ -205,6 +212,7 @@ mod tests {
         let mut set = InFlight::new();
         set.push(|| Write {
             polled: false,
+            ended: false,
             value: 1,
             dropped: dropped.clone(),
         });
@@ -212,5 +220,39 @@ mod tests {
         assert_eq!(dropped.load(Ordering::SeqCst), 0);
         drop(set);
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    }
+
+    /// A write whose reply never comes: it never ends and never wakes the turn.
+    struct Quiet;
+
+    impl Future for Quiet {
+        type Output = usize;
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<usize> {
+            Poll::Pending
+        }
+    }
+
+    /// Counts its wakes.
+    struct Wakes(AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_poll_of_writes_that_all_wait_does_not_wake_the_turn() {
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut set = InFlight::new();
+        // The first poll polls the future that never ends, alone: one wake for nothing.
+        assert!(set.poll_next(&mut cx).is_pending());
+        let first = wakes.0.load(Ordering::SeqCst);
+        set.push(|| Quiet);
+        assert!(set.poll_next(&mut cx).is_pending());
+        // The write waits for its reply: nothing is due until it wakes the turn.
+        assert_eq!(wakes.0.load(Ordering::SeqCst), first);
     }
 }
