@@ -52,6 +52,8 @@ pub(crate) struct Core<R, F: Future> {
     write: fn(Arc<[Node]>, Batch, bool) -> F,
     /// Each batch in flight.
     in_flight: InFlight<F>,
+    /// The replies one round took, handed in together (kept empty between rounds).
+    arrived: Vec<Written>,
     /// What the turn tells its wake-ups: batches in flight no caller waits for, and whether a
     /// reply may wait for the next turn.
     backstop: Arc<Backstop>,
@@ -94,14 +96,19 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
             // deadline. (A reply handed in at or after its deadline counts as a timeout even if
             // it came earlier: the instant it is handed in is the only one known.)
             let mut cx = Context::from_waker(&polls.replies);
-            while let Poll::Ready(Some(Written { replies, awaited })) =
-                self.in_flight.poll_next(&mut cx)
-            {
-                if !awaited {
-                    self.backstop.unawaited.fetch_sub(1, Ordering::SeqCst);
-                }
+            while let Poll::Ready(Some(written)) = self.in_flight.poll_next(&mut cx) {
+                self.arrived.push(written);
+            }
+            if !self.arrived.is_empty() {
+                // One instant for the replies taken together, read after the last was taken:
+                // never earlier than any of them came (a later one only shortens a validity).
                 let now = self.state.clock().now();
-                self.state.handle_replies(now, replies);
+                for Written { replies, awaited } in self.arrived.drain(..) {
+                    if !awaited {
+                        self.backstop.unawaited.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    self.state.handle_replies(now, replies);
+                }
                 changed = true;
             }
             let mut cx = Context::from_waker(&polls.notices);
@@ -231,6 +238,7 @@ pub(crate) fn start<R: Runtime>(
         heard,
         write,
         in_flight: InFlight::new(),
+        arrived: Vec::new(),
         backstop: driven.backstop(),
         sleep: None,
     });
