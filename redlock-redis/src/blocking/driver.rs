@@ -64,6 +64,14 @@ struct Core {
 }
 
 impl Core {
+    /// Steps at most `most` queued inputs, in order: the combining thread takes what was
+    /// queued when its pass began, the driver thread everything.
+    fn take_in(&mut self, mailbox: &Mailbox, most: usize) {
+        for input in std::iter::from_fn(|| mailbox.pop()).take(most) {
+            self.handle(input);
+        }
+    }
+
     fn handle(&mut self, input: Input) {
         let state = &mut self.state;
         let now = state.clock().now();
@@ -222,9 +230,7 @@ impl Mailbox {
         let stepped = catch_unwind(AssertUnwindSafe(|| {
             // What came meanwhile waits for the next pass (or the driver thread).
             let queued = self.queue().inputs.len();
-            for input in std::iter::from_fn(|| self.pop()).take(queued) {
-                core.handle(input);
-            }
+            core.take_in(self, queued);
             #[cfg(test)]
             if let Some(during) = self.during_step.lock().ok().and_then(|mut d| d.take()) {
                 during();
@@ -367,9 +373,7 @@ fn run(ending: &Ending) {
         let wake = {
             let mut guard = mailbox.lock();
             let Some(core) = guard.as_mut() else { return };
-            while let Some(input) = mailbox.pop() {
-                core.handle(input);
-            }
+            core.take_in(mailbox, usize::MAX);
             if timed_out {
                 let now = core.state.clock().now();
                 core.state.handle_timeout(now);
