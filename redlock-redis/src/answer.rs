@@ -3,10 +3,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use crate::driver::{Call, Post};
+use crate::sleepers::Sleepers;
 #[cfg(feature = "blocking")]
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,8 @@ struct State<T> {
 
 struct Slot<T> {
     state: Mutex<State<T>>,
-    ready: Condvar,
+    /// A blocking caller sleeps here until the answer comes.
+    ready: Sleepers,
 }
 
 impl<T> Slot<T> {
@@ -106,7 +108,7 @@ pub(crate) fn answer<T>() -> (Responder<T>, Answer<T>) {
             abandoned: false,
             waker: None,
         }),
-        ready: Condvar::new(),
+        ready: Sleepers::default(),
     });
     (
         Responder { slot: slot.clone() },
@@ -183,11 +185,7 @@ impl<T> Answer<T> {
         self.leave(false);
         let mut state = self.slot.state();
         while !state.closed {
-            state = self
-                .slot
-                .ready
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
+            state = self.slot.ready.wait(state);
         }
         state.value.take()
     }
@@ -206,12 +204,7 @@ impl<T> Answer<T> {
                 if left.is_zero() {
                     break;
                 }
-                state = self
-                    .slot
-                    .ready
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                state = self.slot.ready.wait_timeout(state, left);
             }
             if state.closed {
                 return Ok(state.value.take());

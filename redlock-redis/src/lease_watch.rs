@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use redlock_core::{
 
 use crate::clock::Clock;
 use crate::error::Error;
+use crate::sleepers::Sleepers;
 
 #[derive(Debug)]
 struct State {
@@ -27,7 +28,8 @@ struct State {
 #[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
-    changed: Condvar,
+    /// A blocking waiter for the loss sleeps here.
+    changed: Sleepers,
 }
 
 impl Shared {
@@ -72,7 +74,7 @@ impl LeaseWatch {
                     ended: false,
                     wakers: Vec::new(),
                 }),
-                changed: Condvar::new(),
+                changed: Sleepers::default(),
             }),
         }
     }
@@ -175,13 +177,19 @@ impl LeaseWatch {
     /// from an async lock.
     #[cfg(feature = "blocking")]
     pub(crate) fn wait_lost(&self, timeout: Duration) -> bool {
-        let (state, _) = self
-            .shared
-            .changed
-            .wait_timeout_while(self.shared.state(), timeout, |s| {
-                s.lost.is_none() && !s.ended
-            })
-            .unwrap_or_else(PoisonError::into_inner);
+        let deadline = Instant::now().checked_add(timeout);
+        let mut state = self.shared.state();
+        while state.lost.is_none() && !state.ended {
+            let left = match deadline {
+                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                // Beyond the clock's range: as long as it takes.
+                None => Duration::MAX,
+            };
+            if left.is_zero() {
+                break;
+            }
+            state = self.shared.changed.wait_timeout(state, left);
+        }
         state.lost.is_some() || state.ended
     }
 

@@ -58,6 +58,7 @@ mod node;
 mod reply;
 mod request;
 mod shard_notices;
+mod sleepers;
 mod subscribers;
 pub mod telemetry;
 #[cfg(feature = "tls")]
