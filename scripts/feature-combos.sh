@@ -18,6 +18,11 @@ combos=(
   "-p redlock-smol -p redlock-tokio --features redlock-smol/tls"
   "-p redlock-blocking --no-default-features"
   "-p redlock-redis --no-default-features"
+  # The engine's shell with each runtime alone, its unit tests included: code only one
+  # runtime's tests use must be gated to it.
+  "-p redlock-redis --features tokio --all-targets"
+  "-p redlock-redis --features smol --all-targets"
+  "-p redlock-redis --features blocking --all-targets"
 )
 for combo in "${combos[@]}"; do
   echo "== cargo clippy $combo"

@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use crate::driver::{Call, Post};
 use crate::sleepers::Sleepers;
 #[cfg(feature = "blocking")]
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct State<T> {
     value: Option<T>,
@@ -194,18 +194,11 @@ impl<T> Answer<T> {
     #[cfg(feature = "blocking")]
     pub(crate) fn wait_timeout(mut self, timeout: Duration) -> Result<Option<T>, Self> {
         self.leave(false);
-        let Some(deadline) = Instant::now().checked_add(timeout) else {
-            return Ok(self.wait());
-        };
         {
-            let mut state = self.slot.state();
-            while !state.closed {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                state = self.slot.ready.wait_timeout(state, left);
-            }
+            let mut state = self
+                .slot
+                .ready
+                .wait_timeout_while(self.slot.state(), timeout, |s| !s.closed);
             if state.closed {
                 return Ok(state.value.take());
             }

@@ -94,8 +94,9 @@ pub(crate) enum Call {
     },
     /// The client is gone: end once every lock is over and every request answered.
     ClientGone,
-    /// Tests only: a bug in the driver's code, panicking while the call is handed in.
-    #[cfg(test)]
+    /// Tests only (of the blocking driver): a bug in the driver's code, panicking while the
+    /// call is handed in.
+    #[cfg(all(test, feature = "blocking"))]
     Panic {
         /// Dropped unanswered by the panic.
         answer: Responder<()>,
@@ -361,7 +362,7 @@ impl DriverState {
             }
             Call::Flush { answer } => self.flushes.push(answer),
             Call::ClientGone => self.client_gone = true,
-            #[cfg(test)]
+            #[cfg(all(test, feature = "blocking"))]
             Call::Panic { answer, stepped_on } => {
                 let _kept_until_the_panic = answer;
                 let _ = stepped_on.send(std::thread::current().id());

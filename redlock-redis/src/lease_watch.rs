@@ -177,19 +177,12 @@ impl LeaseWatch {
     /// from an async lock.
     #[cfg(feature = "blocking")]
     pub(crate) fn wait_lost(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now().checked_add(timeout);
-        let mut state = self.shared.state();
-        while state.lost.is_none() && !state.ended {
-            let left = match deadline {
-                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-                // Beyond the clock's range: as long as it takes.
-                None => Duration::MAX,
-            };
-            if left.is_zero() {
-                break;
-            }
-            state = self.shared.changed.wait_timeout(state, left);
-        }
+        let state = self
+            .shared
+            .changed
+            .wait_timeout_while(self.shared.state(), timeout, |s| {
+                s.lost.is_none() && !s.ended
+            });
         state.lost.is_some() || state.ended
     }
 

@@ -1,11 +1,10 @@
 //! A condition variable that costs nothing to notify while no thread sleeps on it.
 //!
 //! `std`'s condition variable makes a system call on every notify, whether or not a thread
-//! waits (on Linux, a `FUTEX_WAKE`). An answer and a lease are notified on every lock call
-//! (the answer when it comes, the lease when the lock ends), and only a blocking caller ever
-//! sleeps on them: an async caller paid two system calls per lock cycle for nobody, in its own
-//! path to the answer. [`Sleepers`] counts the threads asleep on it and notifies only when
-//! there is one.
+//! waits (on Linux, a `FUTEX_WAKE`). An answer is notified when it comes, a lease when it is
+//! extended, lost or ended, and only a blocking caller ever sleeps on them: an async caller
+//! paid a few system calls per lock cycle for nobody, on its own path to the answer.
+//! [`Sleepers`] counts the threads asleep on it and notifies only when there is one.
 //!
 //! # What it never does
 //! It never loses a wake-up: a sleeper counts itself while it holds the mutex guarding the
@@ -49,25 +48,26 @@ impl Sleepers {
         guard
     }
 
-    /// Sleeps until notified or `timeout` passed (or a spurious wake-up): check the condition
-    /// and the time again.
+    /// Sleeps while `sleep` holds, at most `timeout` (a timeout beyond the clock's range:
+    /// as long as it takes); the guard, `sleep` checked on it last.
     #[cfg(feature = "blocking")]
-    pub(crate) fn wait_timeout<'a, T>(
+    pub(crate) fn wait_timeout_while<'a, T>(
         &self,
         guard: MutexGuard<'a, T>,
         timeout: Duration,
+        sleep: impl FnMut(&mut T) -> bool,
     ) -> MutexGuard<'a, T> {
         self.asleep.fetch_add(1, Ordering::SeqCst);
         let (guard, _) = self
             .condvar
-            .wait_timeout(guard, timeout)
+            .wait_timeout_while(guard, timeout, sleep)
             .unwrap_or_else(PoisonError::into_inner);
         self.asleep.fetch_sub(1, Ordering::SeqCst);
         guard
     }
 
     /// How many threads sleep on it now.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "blocking"))]
     pub(crate) fn asleep(&self) -> usize {
         self.asleep.load(Ordering::SeqCst)
     }
@@ -79,31 +79,67 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use std::time::Instant;
 
+    /// Long enough that only a lost wake-up runs it out.
+    const PATIENCE: Duration = Duration::from_secs(60);
+
     #[test]
     fn a_sleeper_is_woken_by_a_change_made_while_it_sleeps() {
         let shared = Arc::new((Mutex::new(false), Sleepers::default()));
-        // Sleeps at most a minute: a skipped notify shows as a sleeper that woke by its timeout.
         let sleeper = {
             let shared = shared.clone();
             std::thread::spawn(move || {
                 let (done, sleepers) = &*shared;
-                let deadline = Instant::now() + Duration::from_secs(60);
-                let mut done = done.lock().unwrap();
-                while !*done && Instant::now() < deadline {
-                    done = sleepers.wait_timeout(done, deadline - Instant::now());
-                }
-                Instant::now() < deadline
+                let slept = Instant::now();
+                let done = sleepers.wait_timeout_while(done.lock().unwrap(), PATIENCE, |d| !*d);
+                *done && slept.elapsed() < PATIENCE
             })
         };
         // Wait until it sleeps: the notify must not be skipped then.
         let started = Instant::now();
         while shared.1.asleep() == 0 {
-            assert!(started.elapsed() < Duration::from_secs(60), "never slept");
+            assert!(started.elapsed() < PATIENCE, "never slept");
             std::thread::yield_now();
         }
         *shared.0.lock().unwrap() = true;
         shared.1.notify_all();
-        assert!(sleeper.join().unwrap(), "woken by its timeout, not the notify");
+        assert!(
+            sleeper.join().unwrap(),
+            "woken by its timeout, not the notify"
+        );
+        assert_eq!(shared.1.asleep(), 0);
+    }
+
+    #[test]
+    fn ten_thousand_hand_offs_race_their_sleepers_and_lose_no_wake_up() {
+        // Two threads pass a turn back and forth, each sleeping until it is its own: every
+        // notify races the other thread on its way to sleep.
+        const TURNS: u64 = 10_000;
+        let shared = Arc::new((Mutex::new(0u64), Sleepers::default()));
+        let player = |parity: u64| {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let (turn, sleepers) = &*shared;
+                loop {
+                    let mut turn =
+                        sleepers.wait_timeout_while(turn.lock().unwrap(), PATIENCE, |turn| {
+                            *turn < TURNS && *turn % 2 != parity
+                        });
+                    if *turn >= TURNS {
+                        return true;
+                    }
+                    if *turn % 2 != parity {
+                        // Woken by the timeout: a notify was lost.
+                        return false;
+                    }
+                    *turn += 1;
+                    drop(turn);
+                    sleepers.notify_all();
+                }
+            })
+        };
+        let (even, odd) = (player(0), player(1));
+        assert!(even.join().unwrap(), "a wake-up was lost");
+        assert!(odd.join().unwrap(), "a wake-up was lost");
         assert_eq!(shared.1.asleep(), 0);
     }
 
@@ -111,7 +147,8 @@ mod tests {
     fn a_sleeper_that_times_out_no_longer_counts() {
         let done = Mutex::new(false);
         let sleepers = Sleepers::default();
-        let guard = sleepers.wait_timeout(done.lock().unwrap(), Duration::from_millis(1));
+        let guard =
+            sleepers.wait_timeout_while(done.lock().unwrap(), Duration::from_millis(1), |d| !*d);
         assert!(!*guard);
         assert_eq!(sleepers.asleep(), 0);
     }

@@ -101,7 +101,9 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
             }
             if !self.arrived.is_empty() {
                 // One instant for the replies taken together, read after the last was taken:
-                // never earlier than any of them came (a later one only shortens a validity).
+                // never earlier than any of them came. A later one only errs on the safe side:
+                // a shorter validity, and a reply that came just before its deadline counted
+                // as a timeout a little more often (the poll of the others is in it).
                 let now = self.state.clock().now();
                 for Written { replies, awaited } in self.arrived.drain(..) {
                     if !awaited {

@@ -200,7 +200,7 @@ impl Mailbox {
         true
     }
 
-    /// Steps every queued input while the state's mutex is free, at most [`PASSES`] times; a
+    /// Steps the queued inputs while the state's mutex is free, at most [`PASSES`] passes; a
     /// thread that finds the mutex held leaves the queue to its holder, who looks at the queue
     /// after letting go. Inputs still queued after the last pass go to the driver thread.
     fn combine(&self) {
@@ -220,10 +220,11 @@ impl Mailbox {
         self.ring();
     }
 
-    /// Steps every queued input on the core `guard` holds, in order, then writes the batches
-    /// they made; rings the driver thread when it must look again. A panic in it (this crate's
-    /// bug) ends the driver, as one on the driver thread does, and never reaches this thread's
-    /// code: it may be a lock's `drop`, in a thread already unwinding.
+    /// Steps the inputs queued when it began on the core `guard` holds, in order (later ones
+    /// wait for the next pass, or the driver thread), then writes the batches they made; rings
+    /// the driver thread when it must look again. A panic in it (this crate's bug) ends the
+    /// driver, as one on the driver thread does, and never reaches this thread's code: it may
+    /// be a lock's `drop`, in a thread already unwinding.
     fn step(&self, mut guard: MutexGuard<'_, Option<Core>>) {
         // Ended: the ending took the queue.
         let Some(core) = guard.as_mut() else { return };
