@@ -166,15 +166,17 @@ impl<T> Answer<T> {
         }
     }
 
-    /// The answer if it came (`Some(None)`: the driver stopped), else registers `waker`.
-    fn settled(&self, waker: &Waker) -> Option<Option<T>> {
+    /// The answer if it came (`Some(None)`: the driver stopped), else registers `waker`
+    /// (`taken`, the one registered before, if it wakes the same task).
+    fn settled(&self, waker: &Waker, taken: Option<Waker>) -> Option<Option<T>> {
         let mut state = self.slot.state();
         if state.closed {
             return Some(state.value.take());
         }
+        let taken = taken.filter(|taken| taken.will_wake(waker));
         match &mut state.waker {
             Some(registered) if registered.will_wake(waker) => {}
-            slot => *slot = Some(waker.clone()),
+            slot => *slot = Some(taken.unwrap_or_else(|| waker.clone())),
         }
         None
     }
@@ -211,18 +213,32 @@ impl<T> Future for Answer<T> {
     type Output = Option<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let runs = self.runs && self.turn.is_some();
         // Read, and the slot's lock let go, before the turn: the turn may answer this slot.
-        let open = !self.slot.state().closed;
-        if self.runs
+        // A caller about to run the turn takes its waker out of the slot first: an answer its
+        // own turn brings then wakes no one. (Left in, it woke this very task while it ran: on
+        // tokio's multi-thread runtime a task woken while it runs is queued again behind the
+        // others, and the other worker is unparked to steal it — a wasted turn and a move to
+        // another thread, after every answer but the first poll's.)
+        let (open, taken) = {
+            let mut state = self.slot.state();
+            let taken = if runs && !state.closed {
+                state.waker.take()
+            } else {
+                None
+            };
+            (!state.closed, taken)
+        };
+        if runs
             && open
             && let Some(turn) = &self.turn
         {
-            // The turn first, the waker after: an answer this turn brings wakes no one (no
-            // second poll of the caller's task for it), and one that comes later finds the
-            // waker, which `settled` registers under the slot's lock.
+            // The turn first, the waker after: an answer this turn brings wakes no one, and
+            // one that comes later (another thread's turn) finds the waker, which `settled`
+            // registers under the slot's lock — or `settled` finds the answer there.
             turn.enter(self.ticket(), cx.waker());
         }
-        match self.settled(cx.waker()) {
+        match self.settled(cx.waker(), taken) {
             Some(value) => {
                 self.leave(true);
                 Poll::Ready(value)
@@ -279,5 +295,87 @@ mod tests {
 
         let (_tx, rx) = answer::<u8>();
         assert!(rx.wait_timeout(Duration::from_millis(1)).is_err());
+    }
+}
+
+#[cfg(test)]
+mod turn_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A turn that answers on its `answers_on`-th entry (0-based), as a caller's own turn
+    /// bringing its answer does.
+    struct Answering {
+        responder: Mutex<Option<Responder<u8>>>,
+        entered: AtomicUsize,
+        answers_on: usize,
+    }
+
+    impl Turn for Answering {
+        fn queue(&self, _: usize, _: Call) -> bool {
+            true
+        }
+
+        fn enter(&self, _: usize, _: &Waker) {
+            if self.entered.fetch_add(1, Ordering::SeqCst) == self.answers_on
+                && let Some(responder) = self.responder.lock().ok().and_then(|mut r| r.take())
+            {
+                let _ = responder.send(7);
+            }
+        }
+
+        fn leave(&self, _: usize, _: bool, _: bool) {}
+    }
+
+    /// Counts its wakes.
+    struct Wakes(AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// An answer whose caller runs the turn, the turn answering on entry `answers_on`; the
+    /// responder too when the turn never answers.
+    fn running(answers_on: usize) -> (Answer<u8>, Option<Responder<u8>>) {
+        let (responder, mut answer) = answer();
+        let (kept, given) = match answers_on {
+            usize::MAX => (Some(responder), None),
+            _ => (None, Some(responder)),
+        };
+        answer.turn = Some(Arc::new(Answering {
+            responder: Mutex::new(given),
+            entered: AtomicUsize::new(0),
+            answers_on,
+        }));
+        answer.runs = true;
+        (answer, kept)
+    }
+
+    #[test]
+    fn an_answer_the_callers_own_turn_brings_wakes_no_one() {
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        // The first poll registers the waker; the second poll's turn brings the answer.
+        let (mut answer, _) = running(1);
+        assert!(Pin::new(&mut answer).poll(&mut cx).is_pending());
+        assert_eq!(Pin::new(&mut answer).poll(&mut cx), Poll::Ready(Some(7)));
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 0, "woken by its own turn");
+    }
+
+    #[test]
+    fn an_answer_that_comes_between_polls_wakes_the_caller() {
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let (mut answer, responder) = running(usize::MAX);
+        // Twice: the waker taken out for the second poll's turn is registered again.
+        assert!(Pin::new(&mut answer).poll(&mut cx).is_pending());
+        assert!(Pin::new(&mut answer).poll(&mut cx).is_pending());
+        let _ = responder.expect("kept").send(9);
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        assert_eq!(Pin::new(&mut answer).poll(&mut cx), Poll::Ready(Some(9)));
     }
 }
