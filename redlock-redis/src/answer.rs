@@ -213,30 +213,31 @@ impl<T> Future for Answer<T> {
     type Output = Option<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        let runs = self.runs && self.turn.is_some();
-        // Read, and the slot's lock let go, before the turn: the turn may answer this slot.
-        // A caller about to run the turn takes its waker out of the slot first: an answer its
-        // own turn brings then wakes no one. (Left in, it woke this very task while it ran: on
-        // tokio's multi-thread runtime a task woken while it runs is queued again behind the
-        // others, and the other worker is unparked to steal it — a wasted turn and a move to
-        // another thread, after every answer but the first poll's.)
-        let (open, taken) = {
-            let mut state = self.slot.state();
-            let taken = if runs && !state.closed {
-                state.waker.take()
-            } else {
-                None
-            };
-            (!state.closed, taken)
-        };
-        if runs
-            && open
+        let mut taken = None;
+        if self.runs
             && let Some(turn) = &self.turn
         {
-            // The turn first, the waker after: an answer this turn brings wakes no one, and
-            // one that comes later (another thread's turn) finds the waker, which `settled`
-            // registers under the slot's lock — or `settled` finds the answer there.
-            turn.enter(self.ticket(), cx.waker());
+            // Read, and the slot's lock let go, before the turn: the turn may answer this
+            // slot. A caller about to run the turn takes its waker out of the slot first: an
+            // answer its own turn brings then wakes no one. (Left in, it woke this very task
+            // while it ran: on tokio's multi-thread runtime a task woken while it runs is
+            // queued again behind the others, and the other worker is unparked to steal it —
+            // a wasted turn and a move to another thread, after every answer but the first
+            // poll's.) A caller that runs no turn takes the slot's lock once, in `settled`.
+            let open = {
+                let mut state = self.slot.state();
+                if !state.closed {
+                    taken = state.waker.take();
+                }
+                !state.closed
+            };
+            if open {
+                // The turn first, the waker after: an answer this turn brings wakes no one,
+                // and one that comes later (another thread's turn) finds the waker, which
+                // `settled` registers under the slot's lock — or `settled` finds the answer
+                // there.
+                turn.enter(self.ticket(), cx.waker());
+            }
         }
         match self.settled(cx.waker(), taken) {
             Some(value) => {
@@ -262,11 +263,14 @@ impl<T> Drop for Answer<T> {
     }
 }
 
-// The blocking waits are the blocking client's.
-#[cfg(all(test, feature = "blocking"))]
+#[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wakes::Wakes;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
+    // The blocking waits are the blocking client's.
+    #[cfg(feature = "blocking")]
     #[test]
     fn an_answer_reaches_a_blocking_and_an_async_caller() {
         let (tx, rx) = answer();
@@ -282,6 +286,7 @@ mod tests {
         assert_eq!(rx.as_mut().poll(&mut cx), Poll::Ready(Some(3)));
     }
 
+    #[cfg(feature = "blocking")]
     #[test]
     fn a_dropped_responder_means_no_answer_and_a_dropped_answer_refuses_the_value() {
         let (tx, rx) = answer::<u8>();
@@ -296,12 +301,6 @@ mod tests {
         let (_tx, rx) = answer::<u8>();
         assert!(rx.wait_timeout(Duration::from_millis(1)).is_err());
     }
-}
-
-#[cfg(test)]
-mod turn_tests {
-    use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A turn that answers on its `answers_on`-th entry (0-based), as a caller's own turn
     /// bringing its answer does.
@@ -327,15 +326,6 @@ mod turn_tests {
         fn leave(&self, _: usize, _: bool, _: bool) {}
     }
 
-    /// Counts its wakes.
-    struct Wakes(AtomicUsize);
-
-    impl std::task::Wake for Wakes {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
     /// An answer whose caller runs the turn, the turn answering on entry `answers_on`; the
     /// responder too when the turn never answers.
     fn running(answers_on: usize) -> (Answer<u8>, Option<Responder<u8>>) {
@@ -355,27 +345,25 @@ mod turn_tests {
 
     #[test]
     fn an_answer_the_callers_own_turn_brings_wakes_no_one() {
-        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
-        let waker = Waker::from(wakes.clone());
+        let (wakes, waker) = Wakes::counting();
         let mut cx = Context::from_waker(&waker);
         // The first poll registers the waker; the second poll's turn brings the answer.
         let (mut answer, _) = running(1);
         assert!(Pin::new(&mut answer).poll(&mut cx).is_pending());
         assert_eq!(Pin::new(&mut answer).poll(&mut cx), Poll::Ready(Some(7)));
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 0, "woken by its own turn");
+        assert_eq!(wakes.count(), 0, "woken by its own turn");
     }
 
     #[test]
     fn an_answer_that_comes_between_polls_wakes_the_caller() {
-        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
-        let waker = Waker::from(wakes.clone());
+        let (wakes, waker) = Wakes::counting();
         let mut cx = Context::from_waker(&waker);
         let (mut answer, responder) = running(usize::MAX);
         // Twice: the waker taken out for the second poll's turn is registered again.
         assert!(Pin::new(&mut answer).poll(&mut cx).is_pending());
         assert!(Pin::new(&mut answer).poll(&mut cx).is_pending());
         let _ = responder.expect("kept").send(9);
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        assert_eq!(wakes.count(), 1);
         assert_eq!(Pin::new(&mut answer).poll(&mut cx), Poll::Ready(Some(9)));
     }
 }

@@ -63,6 +63,8 @@ mod subscribers;
 pub mod telemetry;
 #[cfg(feature = "tls")]
 mod tls;
+#[cfg(test)]
+mod wakes;
 
 #[cfg(any(feature = "tokio", feature = "smol"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "tokio", feature = "smol"))))]

@@ -114,6 +114,7 @@ impl<F: Future> Future for Filled<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wakes::Wakes;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -232,27 +233,17 @@ mod tests {
         }
     }
 
-    /// Counts its wakes.
-    struct Wakes(AtomicUsize);
-
-    impl std::task::Wake for Wakes {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
     #[test]
     fn a_poll_of_writes_that_all_wait_does_not_wake_the_turn() {
-        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
-        let waker = std::task::Waker::from(wakes.clone());
+        let (wakes, waker) = Wakes::counting();
         let mut cx = Context::from_waker(&waker);
         let mut set = InFlight::new();
         // The first poll polls the future that never ends, alone: one wake for nothing.
         assert!(set.poll_next(&mut cx).is_pending());
-        let first = wakes.0.load(Ordering::SeqCst);
+        let first = wakes.count();
         set.push(|| Quiet);
         assert!(set.poll_next(&mut cx).is_pending());
         // The write waits for its reply: nothing is due until it wakes the turn.
-        assert_eq!(wakes.0.load(Ordering::SeqCst), first);
+        assert_eq!(wakes.count(), first);
     }
 }
