@@ -5,14 +5,23 @@
 //! nodes without `SWAPDB`, as redlock-bench's `--node-config plain`: a plain `SET NX PX` on a
 //! proven connection) or `blocking`
 //! (`redlock-blocking` as `lock`, from a blocking thread), run `CYCLES` times on 5 local redis-servers.
-//! Prints the time per cycle and the client's CPU time per cycle (user + system, from
-//! `/proc/self/stat`); never asserts a time.
+//! `raw-64` and `plain-64` run the floor and `plain` from 64 tasks at once, each on a key of its
+//! own, `CYCLES` in all (as redlock-bench's throughput scenario). `raw-async-std`, `async-std`,
+//! `raw-smol` and `smol` run the floor and `plain` on a thread of
+//! their own, blocked on by async-std or smol (as redlock-bench's rows of those names).
+//! Prints the time per cycle, the client's CPU time per cycle (user + system, from
+//! `/proc/self/stat`) and how often the cycle's future was polled per cycle (each poll after
+//! the first is a wake-up the caller's task took); never asserts a time.
 //!
 //! `cargo build --release -p redlock-bench --example cycle_tokio`, then
 //! `perf record -g target/release/examples/cycle_tokio lock 20000` (or
 //! `valgrind --tool=callgrind … lock 2000` for repeatable counts). Built in `redlock-bench`, not
 //! in `redlock-tests`, so that the library is built as a user builds it (no `metrics` feature).
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use redlock_local::{ServerOptions, Servers};
@@ -24,6 +33,11 @@ use floor::Floor;
 
 const TTL: Duration = Duration::from_secs(10);
 
+const USAGE: &str = "usage: cycle_tokio raw|lock|aware|plain|blocking|raw-64|plain-64|raw-async-std|async-std|raw-smol|smol [CYCLES > 0]";
+
+/// How often the measured cycles' futures were polled.
+static POLLS: AtomicU64 = AtomicU64::new(0);
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let mut args = std::env::args().skip(1);
@@ -32,14 +46,14 @@ async fn main() {
         None => 20_000,
         Some(Ok(n)) if n > 0 => n,
         Some(_) => {
-            eprintln!("usage: cycle_tokio raw|lock|aware|plain|blocking [CYCLES > 0]");
+            eprintln!("{USAGE}");
             std::process::exit(2);
         }
     };
     // `plain`: the nodes of redlock-bench's `--node-config plain` (no SWAPDB: a proven
     // connection's acquisition is the floor's `SET NX PX`).
     let nodes = match side.as_str() {
-        "plain" => {
+        "plain" | "plain-64" | "async-std" | "smol" => {
             let options = ServerOptions::new().args(["--rename-command", "SWAPDB", ""]);
             Servers::start_with(5, &options)
         }
@@ -49,37 +63,129 @@ async fn main() {
         "raw" => raw(&nodes, cycles).await,
         "lock" => lock(&nodes, cycles, false).await,
         "aware" | "plain" => lock(&nodes, cycles, true).await,
+        "raw-64" => raw_many(&nodes, cycles).await,
+        "plain-64" => lock_many(&nodes, cycles).await,
         "blocking" => {
             let urls = nodes.urls();
             tokio::task::spawn_blocking(move || blocking(urls, cycles))
                 .await
                 .expect("blocking side")
         }
+        "raw-async-std" | "raw-smol" | "async-std" | "smol" => {
+            let urls = nodes.urls();
+            // A thread outside tokio: the redis crate then runs its connections on smol's
+            // async-io, as it does for redlock-bench's async-std and smol rows.
+            let other = side.clone();
+            std::thread::spawn(move || match other.as_str() {
+                "raw-async-std" => async_std::task::block_on(raw_urls(urls, cycles)),
+                "raw-smol" => smol::block_on(raw_urls(urls, cycles)),
+                "async-std" => async_std::task::block_on(lock_on(
+                    redlock_async_std::Redlock::builder(urls),
+                    cycles,
+                    true,
+                )),
+                _ => smol::block_on(lock_on(redlock_smol::Redlock::builder(urls), cycles, true)),
+            })
+            .join()
+            .expect("async-std or smol side")
+        }
         _ => {
-            eprintln!("usage: cycle_tokio raw|lock|aware|plain|blocking [CYCLES > 0]");
+            eprintln!("{USAGE}");
             std::process::exit(2);
         }
     };
     let (wall, cpu) = elapsed;
     println!(
-        "{side}: {:.1?} per cycle, client CPU {:.1?} per cycle ({cycles} cycles)",
+        "{side}: {:.1?} per cycle, client CPU {:.1?} per cycle, {:.2} polls per cycle ({cycles} cycles)",
         wall / cycles,
-        cpu / cycles
+        cpu / cycles,
+        POLLS.load(Ordering::Relaxed) as f64 / f64::from(cycles)
     );
 }
 
 /// The floor's cycles: (wall time, client CPU time) of the measured ones.
 async fn raw(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
-    let floor = Floor::connect(nodes.urls()).await;
+    raw_urls(nodes.urls(), cycles).await
+}
+
+/// The floor's cycles on the nodes at `urls`.
+async fn raw_urls(urls: Vec<String>, cycles: u32) -> (Duration, Duration) {
+    let floor = Floor::connect(urls).await;
     for _ in 0..200 {
         floor.cycle("cycle", "token").await;
     }
     measure(cycles, async || floor.cycle("cycle", "token").await).await
 }
 
+/// How many tasks the `-64` sides run at once.
+const TASKS: u32 = 64;
+
+/// The floor's cycles from [`TASKS`] tasks at once, `cycles` in all.
+async fn raw_many(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
+    let floor = Floor::connect(nodes.urls()).await;
+    many(cycles, move |key| {
+        let floor = floor.clone();
+        async move { floor.cycle(&key, "token").await }
+    })
+    .await
+}
+
+/// `plain`'s cycles from [`TASKS`] tasks at once, `cycles` in all.
+async fn lock_many(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
+    let redlock = Redlock::new(nodes.urls()).expect("client");
+    many(cycles, move |key| {
+        let redlock = redlock.clone();
+        async move {
+            let lock = redlock.lock(key, TTL).await.expect("lock");
+            lock.release().await;
+        }
+    })
+    .await
+}
+
+/// Runs `one` (a cycle on the key it is given) from [`TASKS`] tasks, each on a key of its own,
+/// 20 warm-up cycles each, then `cycles` in all: (wall time, client CPU time) of those.
+async fn many<F, Fut>(cycles: u32, one: F) -> (Duration, Duration)
+where
+    F: Fn(String) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let run = |count: u32| {
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|task| {
+                let one = one.clone();
+                tokio::spawn(async move {
+                    for _ in 0..count {
+                        Counted(std::pin::pin!(one(format!("cycle:{task}")))).await;
+                    }
+                })
+            })
+            .collect();
+        async move {
+            for task in tasks {
+                task.await.expect("a cycle task");
+            }
+        }
+    };
+    run(20).await;
+    POLLS.store(0, Ordering::Relaxed);
+    let (start, cpu) = (Instant::now(), cpu_time());
+    run(cycles / TASKS).await;
+    (start.elapsed(), cpu_time().saturating_sub(cpu))
+}
+
 /// `redlock-tokio`'s cycles: (wall time, client CPU time) of the measured ones.
 async fn lock(nodes: &Servers, cycles: u32, restart_aware: bool) -> (Duration, Duration) {
-    let redlock = Redlock::builder(nodes.urls())
+    lock_on(Redlock::builder(nodes.urls()), cycles, restart_aware).await
+}
+
+/// The async client's cycles on any runtime: (wall time, client CPU time) of the measured ones.
+async fn lock_on<R: redlock_redis::aio::Runtime>(
+    builder: redlock_redis::aio::RedlockBuilder<R>,
+    cycles: u32,
+    restart_aware: bool,
+) -> (Duration, Duration) {
+    let redlock = builder
         .config(|c| c.restart_aware(restart_aware))
         .build()
         .expect("client");
@@ -117,9 +223,21 @@ fn blocking(urls: Vec<String>, cycles: u32) -> (Duration, Duration) {
 async fn measure(cycles: u32, mut one: impl AsyncFnMut()) -> (Duration, Duration) {
     let (start, cpu) = (Instant::now(), cpu_time());
     for _ in 0..cycles {
-        one().await;
+        Counted(std::pin::pin!(one())).await;
     }
     (start.elapsed(), cpu_time().saturating_sub(cpu))
+}
+
+/// A future that counts its polls in [`POLLS`].
+struct Counted<'a, F>(Pin<&'a mut F>);
+
+impl<F: Future> Future for Counted<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        POLLS.fetch_add(1, Ordering::Relaxed);
+        self.0.as_mut().poll(cx)
+    }
 }
 
 /// This process's user + system CPU time (`/proc/self/stat`, in clock ticks of 10 ms).
