@@ -113,8 +113,12 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
                 }
                 changed = true;
             }
+            // No subscriber task was ever started: no notice can come, and none will wake a
+            // turn (the turn that starts one polls them next round).
             let mut cx = Context::from_waker(&polls.notices);
-            while let Poll::Ready(Some(channel)) = self.heard.poll_recv(&mut cx) {
+            while self.notices.may_come()
+                && let Poll::Ready(Some(channel)) = self.heard.poll_recv(&mut cx)
+            {
                 tracing::trace!("release notice");
                 let now = self.state.clock().now();
                 self.state.handle_notice(now, &channel);

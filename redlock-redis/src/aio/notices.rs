@@ -23,6 +23,8 @@ pub(crate) struct Notices<R> {
     subscribers: Subscribers<UnboundedSender<Change>>,
     /// Where the tasks deliver notices (the driver's inbox).
     heard: UnboundedSender<Vec<u8>>,
+    /// A subscriber task was ever started: until then no notice can come.
+    started: bool,
 }
 
 impl<R: Runtime> Notices<R> {
@@ -33,7 +35,14 @@ impl<R: Runtime> Notices<R> {
             nodes,
             subscribers,
             heard,
+            started: false,
         }
+    }
+
+    /// Whether a notice may come: a subscriber task was started (it may have ended since, and
+    /// its notices still be queued). Until then the driver's turn polls no notices.
+    pub(crate) fn may_come(&self) -> bool {
+        self.started
     }
 
     /// Applies `change` on every node (see [`Subscribers::apply`]).
@@ -43,10 +52,12 @@ impl<R: Runtime> Notices<R> {
             nodes,
             subscribers,
             heard,
+            started,
         } = self;
         let send = |tx: &UnboundedSender<Change>, change| tx.send(change).is_ok();
         subscribers.apply(change, channels, send, |node, channels| {
             let (tx, rx) = unbounded_channel();
+            *started = true;
             runtime.spawn(follow::<R>(
                 nodes.clone(),
                 node,

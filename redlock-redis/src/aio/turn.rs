@@ -9,7 +9,8 @@
 //! # Who runs it
 //! A call made while no other answer waits (a sequential caller) is sent by its caller, in a
 //! turn run at once (every operation is sent when it is called), without waking anyone; the
-//! caller runs the turns that follow when it polls the answer: it becomes the *owner*. A
+//! caller runs the turns that follow when it polls the answer: it becomes the *owner* (a poll
+//! that finds no wake-up since the last turn, whose sources already wake the owner, runs none). A
 //! call made while another answer waits (many callers at once) wakes the driver's task, whose
 //! one turn carries every call queued meanwhile in one write per node, as before. A caller on
 //! another runtime never runs the turn: the driver's timers and connections belong to its
@@ -292,6 +293,9 @@ pub(crate) struct Driven<R: Runtime, F: Future> {
     calls: Calls,
     /// `None` once the driver ended.
     core: Mutex<Option<Core<R, F>>>,
+    /// The last turn polled the sources with the owner's wakers ([`Wakers::by_owner`]): their
+    /// wake-ups reach whoever is the owner when they come. Written by each turn.
+    owner_routes: AtomicBool,
 }
 
 impl<R: Runtime, F> Driven<R, F>
@@ -313,6 +317,7 @@ where
             router,
             calls: Calls::default(),
             core: Mutex::new(None),
+            owner_routes: AtomicBool::new(false),
         }
     }
 
@@ -380,6 +385,8 @@ where
             };
             let Some(turn) = core.as_mut() else { return };
             self.router.dirty.store(false, Ordering::SeqCst);
+            let by_owner = std::ptr::eq(polls, &self.wakers.by_owner);
+            self.owner_routes.store(by_owner, Ordering::Relaxed);
             match turn.turn(polls, &self.wakers.timer, &self.calls) {
                 Flow::Idle => drop(core),
                 Flow::Busy => {
@@ -462,7 +469,15 @@ where
         };
         // Dropped outside the lock: a waker's drop may drop a task, and an answer in it.
         drop(replaced);
-        self.run(&self.wakers.by_owner);
+        // No wake-up since the last turn started (none marked the work undone), and that turn
+        // polled the sources with the owner's wakers: a turn now would find nothing, and the
+        // sources' next wake-up reaches this owner (its waker is the one just registered).
+        // Else a turn: it takes the work, and routes the sources to the owner. (The first
+        // poll after a call sent in its caller's own turn is such a poll: one turn less per
+        // call. A turn of the driver's task running meanwhile loops while wake-ups come.)
+        if self.router.is_dirty() || !self.owner_routes.load(Ordering::Relaxed) {
+            self.run(&self.wakers.by_owner);
+        }
     }
 
     fn leave(&self, ticket: usize, ran: bool, on_task: bool) {
