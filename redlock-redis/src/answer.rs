@@ -72,8 +72,10 @@ pub(crate) trait Turn: Send + Sync {
     fn queue(&self, ticket: usize, call: Call) -> bool;
 
     /// Runs the driver's turn on the calling task if it may (on the driver's runtime, and no
-    /// one runs it now), and has `waker` woken by the replies and notices that come until
-    /// [`leave`](Turn::leave); elsewhere it wakes the driver's task.
+    /// one runs it now) and there is a reason to (a wake-up marked work undone since the last
+    /// turn started, or that turn polled the sources with other wakers than the owner's), and
+    /// has `waker` woken by the replies and notices that come until [`leave`](Turn::leave);
+    /// elsewhere it wakes the driver's task.
     fn enter(&self, ticket: usize, waker: &Waker);
 
     /// Caller `ticket` stops waiting. One that ran turns (`ran`) and stops inside its poll with
@@ -223,7 +225,8 @@ impl<T> Future for Answer<T> {
             // while it ran: on tokio's multi-thread runtime a task woken while it runs is
             // queued again behind the others, and the other worker is unparked to steal it —
             // a wasted turn and a move to another thread, after every answer but the first
-            // poll's.) A caller that runs no turn takes the slot's lock once, in `settled`.
+            // poll's.) A caller that never runs turns (`runs` false) takes the slot's lock
+            // once, in `settled`.
             let open = {
                 let mut state = self.slot.state();
                 if !state.closed {

@@ -114,7 +114,8 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
                 changed = true;
             }
             // No subscriber task was ever started: no notice can come, and none will wake a
-            // turn (the turn that starts one polls them next round).
+            // turn (the round that starts the first one asks for another round, which polls
+            // the channel and leaves its waker there).
             let mut cx = Context::from_waker(&polls.notices);
             while self.notices.may_come()
                 && let Poll::Ready(Some(channel)) = self.heard.poll_recv(&mut cx)
@@ -128,6 +129,8 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
                 return Flow::Idle;
             }
             let mut sent = false;
+            // The first subscriber task started in this round: the channel was never polled.
+            let mut listening = false;
             while let Some(output) = self.state.poll_output() {
                 match output {
                     Output::Transmit(batch) => {
@@ -142,13 +145,15 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
                     }
                     Output::Subscription(change) => {
                         let state = &self.state;
+                        let before = self.notices.may_come();
                         self.notices.apply(&change, || state.channels());
+                        listening |= !before && self.notices.may_come();
                     }
                     Output::Done => return Flow::Done,
                 }
             }
             let fired = self.poll_timer(timer);
-            if !(changed || sent || fired) {
+            if !(changed || sent || fired || listening) {
                 return Flow::Idle;
             }
             settled = !fired;

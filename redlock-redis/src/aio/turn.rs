@@ -10,7 +10,8 @@
 //! A call made while no other answer waits (a sequential caller) is sent by its caller, in a
 //! turn run at once (every operation is sent when it is called), without waking anyone; the
 //! caller runs the turns that follow when it polls the answer: it becomes the *owner* (a poll
-//! that finds no wake-up since the last turn, whose sources already wake the owner, runs none). A
+//! that finds no wake-up since the last turn, a turn that polled the sources with the owner's
+//! wakers, runs none). A
 //! call made while another answer waits (many callers at once) wakes the driver's task, whose
 //! one turn carries every call queued meanwhile in one write per node, as before. A caller on
 //! another runtime never runs the turn: the driver's timers and connections belong to its
@@ -294,7 +295,11 @@ pub(crate) struct Driven<R: Runtime, F: Future> {
     /// `None` once the driver ended.
     core: Mutex<Option<Core<R, F>>>,
     /// The last turn polled the sources with the owner's wakers ([`Wakers::by_owner`]): their
-    /// wake-ups reach whoever is the owner when they come. Written by each turn.
+    /// wake-ups go where [`Target`] says, looking up the owner when they come (the owner while
+    /// it is the only caller waiting and has a waker; else the driver's task). Written at the
+    /// start of each turn, under the core's mutex; read by [`enter`](Turn::enter) without it,
+    /// so possibly a turn late: a stale `true` read while the driver's task runs a turn costs
+    /// at most a hop through that task (its sources then wake it), never a wake-up.
     owner_routes: AtomicBool,
 }
 
@@ -470,11 +475,12 @@ where
         // Dropped outside the lock: a waker's drop may drop a task, and an answer in it.
         drop(replaced);
         // No wake-up since the last turn started (none marked the work undone), and that turn
-        // polled the sources with the owner's wakers: a turn now would find nothing, and the
-        // sources' next wake-up reaches this owner (its waker is the one just registered).
-        // Else a turn: it takes the work, and routes the sources to the owner. (The first
-        // poll after a call sent in its caller's own turn is such a poll: one turn less per
-        // call. A turn of the driver's task running meanwhile loops while wake-ups come.)
+        // polled the sources with the owner's wakers: a turn now would find nothing new, and
+        // the sources' next wake-up goes where `Target` routes it, looking up the owner then
+        // (this caller, its waker just registered, while it is the only one waiting; else the
+        // driver's task). Else a turn: it takes the work, and routes the sources to the owner.
+        // (The first poll after a call sent in its caller's own turn is such a poll: one turn
+        // less per call. A turn still running on another runner loops while wake-ups come.)
         if self.router.is_dirty() || !self.owner_routes.load(Ordering::Relaxed) {
             self.run(&self.wakers.by_owner);
         }
