@@ -33,7 +33,7 @@ use floor::Floor;
 
 const TTL: Duration = Duration::from_secs(10);
 
-const USAGE: &str = "usage: cycle_tokio raw|lock|aware|plain|blocking|raw-64|plain-64|raw-async-std|async-std|raw-smol|smol [CYCLES > 0]";
+const USAGE: &str = "usage: cycle_tokio raw|lock|aware|plain|blocking|raw-64|plain-64|raw-async-std|async-std|raw-smol|smol [CYCLES > 0, a multiple of 64 for the -64 sides]";
 
 /// How often the measured cycles' futures were polled.
 static POLLS: AtomicU64 = AtomicU64::new(0);
@@ -43,8 +43,10 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let side = args.next().unwrap_or_default();
     let cycles: u32 = match args.next().map(|n| n.parse()) {
+        None if side.ends_with("-64") => 64_000,
         None => 20_000,
-        Some(Ok(n)) if n > 0 => n,
+        // The `-64` sides share the cycles out evenly among their tasks.
+        Some(Ok(n)) if n > 0 && (!side.ends_with("-64") || n % TASKS == 0) => n,
         Some(_) => {
             eprintln!("{USAGE}");
             std::process::exit(2);

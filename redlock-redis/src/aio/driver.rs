@@ -145,9 +145,7 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
                     }
                     Output::Subscription(change) => {
                         let state = &self.state;
-                        let before = self.notices.may_come();
-                        self.notices.apply(&change, || state.channels());
-                        listening |= !before && self.notices.may_come();
+                        listening |= self.notices.apply(&change, || state.channels());
                     }
                     Output::Done => return Flow::Done,
                 }

@@ -45,8 +45,10 @@ impl<R: Runtime> Notices<R> {
         self.started
     }
 
-    /// Applies `change` on every node (see [`Subscribers::apply`]).
-    pub(crate) fn apply(&mut self, change: &Change, channels: impl Fn() -> Vec<Vec<u8>>) {
+    /// Applies `change` on every node (see [`Subscribers::apply`]); whether it started the
+    /// driver's first subscriber task (the channel of notices was then never polled).
+    pub(crate) fn apply(&mut self, change: &Change, channels: impl Fn() -> Vec<Vec<u8>>) -> bool {
+        let before = self.started;
         let Self {
             runtime,
             nodes,
@@ -67,6 +69,7 @@ impl<R: Runtime> Notices<R> {
             ));
             Some(tx)
         });
+        !before && self.started
     }
 }
 
