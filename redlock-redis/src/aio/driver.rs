@@ -96,7 +96,7 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
             // deadline. (A reply handed in at or after its deadline counts as a timeout even if
             // it came earlier: the instant it is handed in is the only one known.)
             let mut cx = Context::from_waker(&polls.replies);
-            while let Poll::Ready(Some(written)) = self.in_flight.poll_next(&mut cx) {
+            while let Poll::Ready(written) = self.in_flight.poll_next(&mut cx) {
                 self.arrived.push(written);
             }
             if !self.arrived.is_empty() {

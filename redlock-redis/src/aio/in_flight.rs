@@ -3,23 +3,24 @@
 //!
 //! A batch's write is a large future (the reading of its replies and the connection's request:
 //! over 2 KB). Each one lives in a slot of its own on the heap, which a later batch uses again
-//! once it is answered: the set holds and moves a pointer, never the write's state
-//! (`FuturesUnordered` moved each future three times on its way in, then the largest cost of a
-//! batch on our side), and a slot costs no allocation once the client ran as many batches at
-//! once as it ever will, up to [`KEPT`] (the set still allocates its own small task per
-//! batch, as it did).
+//! once it is answered, up to [`KEPT`] idle slots. Each slot also has its own waker, made once
+//! with the slot and kept for every later batch in it: a write's wake-up queues its slot and
+//! wakes the turn, and a poll polls only the slots queued since the last. So a batch costs no
+//! allocation once the client ran as many batches at once as it ever will (`FuturesUnordered`,
+//! which this replaces, allocated a task for every batch and moved each write three times).
 //!
 //! # What it never does
 //! It never polls a write after it ended, never drops one before it ended (except with the set,
-//! when the driver ends), and never keeps more than [`KEPT`] idle slots.
+//! when the driver ends), never keeps more than [`KEPT`] idle slots, and never wakes the turn
+//! but for a write's own wake-up: a poll whose writes all wait leaves the turn asleep.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 
-use futures_util::StreamExt;
-use futures_util::future::Either;
-use futures_util::stream::FuturesUnordered;
+use futures_util::task::AtomicWaker;
 
 /// How many answered batches' slots are kept for later batches: beyond it (a burst of more
 /// batches at once), a slot is freed when its batch is answered.
@@ -30,50 +31,148 @@ type Slot<F> = Pin<Box<Option<F>>>;
 
 /// The batches in flight, and the slots of answered ones.
 pub(super) struct InFlight<F: Future> {
-    set: FuturesUnordered<Either<Filled<F>, std::future::Pending<Answered<F>>>>,
-    idle: Vec<Slot<F>>,
+    /// Every place a write was ever in, by index: its slot (`None` once freed) and its waker.
+    places: Vec<Place<F>>,
+    /// Places whose slot is empty and kept (at most [`KEPT`]).
+    idle: Vec<usize>,
+    /// Places whose slot was freed.
+    bare: Vec<usize>,
+    /// Places to poll in this turn: the new writes, and those the wake-ups queued.
+    due: Vec<usize>,
+    /// What the places' wakers share with the set.
+    woken: Arc<Woken>,
 }
 
-/// A batch's output and the slot it leaves.
-type Answered<F> = (<F as Future>::Output, Slot<F>);
+/// One place: a slot, and the waker its writes are polled with.
+struct Place<F> {
+    slot: Option<Slot<F>>,
+    /// Whether the slot holds a write that has not ended.
+    busy: bool,
+    waker: Waker,
+    wake: Arc<PlaceWake>,
+}
+
+/// The places woken since the last poll took them, and the turn to wake.
+#[derive(Default)]
+struct Woken {
+    places: Mutex<Vec<usize>>,
+    turn: AtomicWaker,
+}
+
+/// The waker of one place: queues it (once until the next poll of it) and wakes the turn.
+struct PlaceWake {
+    place: usize,
+    queued: AtomicBool,
+    woken: Arc<Woken>,
+}
+
+impl Wake for PlaceWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            self.woken
+                .places
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(self.place);
+        }
+        self.woken.turn.wake();
+    }
+}
 
 impl<F: Future> InFlight<F> {
-    /// An empty set, holding one future that never ends. `FuturesUnordered` wakes its task when
-    /// one poll polled every future it holds (a yield, so that a large set does not starve the
-    /// executor): a turn that just pushed its batches, all still waiting for their replies, was
-    /// woken by its own poll — the owner's turn again, or, before the caller first polled its
-    /// answer, the driver's task (on a multi-thread runtime, a turn on another thread per call,
-    /// contending for the turn's mutex). The future that never ends is polled once, in the
-    /// driver's first turn (whose yield wakes one turn for nothing), and never woken: no later
-    /// poll polls every future, and only the replies wake the turn.
+    /// An empty set.
     pub(super) fn new() -> Self {
-        let set = FuturesUnordered::new();
-        set.push(Either::Right(std::future::pending()));
         Self {
-            set,
+            places: Vec::new(),
             idle: Vec::new(),
+            bare: Vec::new(),
+            due: Vec::new(),
+            woken: Arc::default(),
         }
     }
 
     /// Adds the batch's write that `write` makes (not polled until the next
     /// [`poll_next`](Self::poll_next)), straight into its slot.
     pub(super) fn push(&mut self, write: impl FnOnce() -> F) {
-        let mut slot = self.idle.pop().unwrap_or_else(|| Box::pin(None));
-        slot.set(Some(write()));
-        self.set.push(Either::Left(Filled(Some(slot))));
+        let index = match self.idle.pop().or_else(|| self.bare.pop()) {
+            Some(index) => index,
+            None => {
+                let wake = Arc::new(PlaceWake {
+                    place: self.places.len(),
+                    queued: AtomicBool::new(false),
+                    woken: self.woken.clone(),
+                });
+                self.places.push(Place {
+                    slot: None,
+                    busy: false,
+                    waker: Waker::from(wake.clone()),
+                    wake,
+                });
+                self.places.len() - 1
+            }
+        };
+        let place = &mut self.places[index];
+        place
+            .slot
+            .get_or_insert_with(|| Box::pin(None))
+            .set(Some(write()));
+        place.busy = true;
+        self.due.push(index);
     }
 
     /// The output of a batch that was answered, if any; its slot is kept for a later batch.
-    pub(super) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
-        match self.set.poll_next_unpin(cx) {
-            Poll::Ready(Some((output, slot))) => {
-                if self.idle.len() < KEPT {
-                    self.idle.push(slot);
-                }
-                Poll::Ready(Some(output))
+    /// `Pending` leaves `cx`'s waker to be woken by the next write that wakes.
+    pub(super) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.woken.turn.register(cx.waker());
+        // The queue is taken once per call, before any poll: a write that wakes itself while
+        // polled is polled again in the next call (its wake-up woke the turn), never in a
+        // loop here.
+        {
+            let mut woken = self
+                .woken
+                .places
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if self.due.is_empty() {
+                std::mem::swap(&mut self.due, &mut woken);
+            } else {
+                self.due.append(&mut woken);
             }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
+        }
+        loop {
+            let Some(index) = self.due.pop() else {
+                return Poll::Pending;
+            };
+            let place = &mut self.places[index];
+            // Before the poll: a wake-up during it queues the place again.
+            place.wake.queued.store(false, Ordering::Release);
+            if !place.busy {
+                // A late wake-up of a write that ended, or a place queued twice.
+                continue;
+            }
+            let Some(slot) = place.slot.as_mut() else {
+                continue;
+            };
+            let Some(write) = slot.as_mut().as_pin_mut() else {
+                continue;
+            };
+            let Poll::Ready(output) = write.poll(&mut Context::from_waker(&place.waker)) else {
+                continue;
+            };
+            // The write's state is dropped in place, where it was pinned.
+            slot.set(None);
+            place.busy = false;
+            if self.idle.len() < KEPT {
+                self.idle.push(index);
+            } else {
+                place.slot = None;
+                self.bare.push(index);
+            }
+            return Poll::Ready(output);
         }
     }
 
@@ -81,33 +180,6 @@ impl<F: Future> InFlight<F> {
     #[cfg(test)]
     fn idle(&self) -> usize {
         self.idle.len()
-    }
-}
-
-/// A slot holding a write until it ends; then the write's output, and the slot emptied.
-struct Filled<F>(Option<Slot<F>>);
-
-impl<F: Future> Future for Filled<F> {
-    type Output = Answered<F>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // `Filled` is `Unpin` (it holds a pinned box), so its own pinning promises nothing.
-        let this = self.get_mut();
-        // A set never polls a future after it ended, and `push` fills every slot it adds: a
-        // silent `Pending` here would leave a batch unanswered for good.
-        let slot = this
-            .0
-            .as_mut()
-            .expect("a write is never polled after it ended");
-        let write = slot
-            .as_mut()
-            .as_pin_mut()
-            .expect("a slot in flight holds its write");
-        let output = std::task::ready!(write.poll(cx));
-        // The write's state is dropped in place, where it was pinned.
-        slot.set(None);
-        let slot = this.0.take().expect("taken once, as the write ends");
-        Poll::Ready((output, slot))
     }
 }
 
@@ -154,7 +226,7 @@ mod tests {
             if outputs.len() == count {
                 break;
             }
-            if let Poll::Ready(Some(output)) = set.poll_next(cx) {
+            if let Poll::Ready(output) = set.poll_next(cx) {
                 outputs.push(output);
             }
         }
@@ -238,12 +310,113 @@ mod tests {
         let (wakes, waker) = Wakes::counting();
         let mut cx = Context::from_waker(&waker);
         let mut set = InFlight::new();
-        // The first poll polls the future that never ends, alone: one wake for nothing.
         assert!(set.poll_next(&mut cx).is_pending());
-        let first = wakes.count();
         set.push(|| Quiet);
         assert!(set.poll_next(&mut cx).is_pending());
         // The write waits for its reply: nothing is due until it wakes the turn.
-        assert_eq!(wakes.count(), first);
+        assert_eq!(wakes.count(), 0);
+    }
+
+    /// A write whose reply comes when the test says: it counts its polls, keeps the waker of
+    /// its last poll and ends once `answered` is set.
+    #[derive(Clone, Default)]
+    struct Awaited {
+        polls: Arc<AtomicUsize>,
+        waker: Arc<std::sync::Mutex<Option<Waker>>>,
+        answered: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Awaited {
+        fn answer(&self) {
+            self.answered.store(true, Ordering::SeqCst);
+            self.wake();
+        }
+
+        fn wake(&self) {
+            if let Some(waker) = self.waker.lock().unwrap().as_ref() {
+                waker.wake_by_ref();
+            }
+        }
+
+        fn polls(&self) -> usize {
+            self.polls.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Future for Awaited {
+        type Output = usize;
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            if self.answered.load(Ordering::SeqCst) {
+                return Poll::Ready(self.polls());
+            }
+            *self.waker.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn a_poll_polls_only_the_writes_woken_since_the_last_and_the_wake_up_reaches_the_turn() {
+        let (wakes, waker) = Wakes::counting();
+        let mut cx = Context::from_waker(&waker);
+        let mut set = InFlight::new();
+        let (a, b) = (Awaited::default(), Awaited::default());
+        set.push(|| a.clone());
+        set.push(|| b.clone());
+        assert!(set.poll_next(&mut cx).is_pending());
+        assert_eq!((a.polls(), b.polls()), (1, 1), "a new write is polled once");
+        assert!(set.poll_next(&mut cx).is_pending());
+        assert_eq!((a.polls(), b.polls()), (1, 1), "no write woke: none polled");
+        assert_eq!(wakes.count(), 0);
+        b.answer();
+        assert_eq!(wakes.count(), 1, "a write's wake-up wakes the turn");
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(2));
+        assert!(set.poll_next(&mut cx).is_pending());
+        assert_eq!(a.polls(), 1, "the write that did not wake is not polled");
+        a.answer();
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(2));
+        assert_eq!(set.idle(), 2);
+    }
+
+    #[test]
+    fn a_write_that_wakes_itself_is_polled_once_per_poll_and_wakes_the_turn() {
+        let (wakes, waker) = Wakes::counting();
+        let mut cx = Context::from_waker(&waker);
+        let mut set = InFlight::new();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = polls.clone();
+        set.push(move || {
+            std::future::poll_fn(move |cx: &mut Context<'_>| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                cx.waker().wake_by_ref();
+                Poll::<usize>::Pending
+            })
+        });
+        for poll in 1..=3 {
+            assert!(set.poll_next(&mut cx).is_pending());
+            assert_eq!(polls.load(Ordering::SeqCst), poll);
+            assert_eq!(wakes.count(), poll, "each wake-up reaches the turn");
+        }
+    }
+
+    #[test]
+    fn a_wake_up_of_an_ended_write_polls_nothing_and_its_slot_serves_the_next() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut set = InFlight::new();
+        let first = Awaited::default();
+        set.push(|| first.clone());
+        assert!(set.poll_next(&mut cx).is_pending());
+        first.answer();
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(2));
+        // A late wake-up of the write that ended (a waker clone kept elsewhere).
+        first.wake();
+        assert!(set.poll_next(&mut cx).is_pending());
+        assert_eq!(first.polls(), 2, "an ended write is never polled again");
+        let next = Awaited::default();
+        set.push(|| next.clone());
+        assert_eq!(set.idle(), 0, "the slot serves the next batch");
+        assert!(set.poll_next(&mut cx).is_pending());
+        next.answer();
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(2));
     }
 }
