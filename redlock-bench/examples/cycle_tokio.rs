@@ -98,20 +98,21 @@ async fn main() {
     };
     let (wall, cpu) = elapsed;
     println!(
-        "{side}: {:.1?} per cycle, client CPU {:.1?} per cycle, {:.2} polls per cycle ({cycles} cycles)",
+        "{side}: {:.1?} per cycle, client CPU {:.1?} per cycle (user {:.1?}), {:.2} polls per cycle ({cycles} cycles)",
         wall / cycles,
-        cpu / cycles,
+        (cpu.user + cpu.system) / cycles,
+        cpu.user / cycles,
         POLLS.load(Ordering::Relaxed) as f64 / f64::from(cycles)
     );
 }
 
 /// The floor's cycles: (wall time, client CPU time) of the measured ones.
-async fn raw(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
+async fn raw(nodes: &Servers, cycles: u32) -> (Duration, Cpu) {
     raw_urls(nodes.urls(), cycles).await
 }
 
 /// The floor's cycles on the nodes at `urls`.
-async fn raw_urls(urls: Vec<String>, cycles: u32) -> (Duration, Duration) {
+async fn raw_urls(urls: Vec<String>, cycles: u32) -> (Duration, Cpu) {
     let floor = Floor::connect(urls).await;
     for _ in 0..200 {
         floor.cycle("cycle", "token").await;
@@ -123,7 +124,7 @@ async fn raw_urls(urls: Vec<String>, cycles: u32) -> (Duration, Duration) {
 const TASKS: u32 = 64;
 
 /// The floor's cycles from [`TASKS`] tasks at once, `cycles` in all.
-async fn raw_many(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
+async fn raw_many(nodes: &Servers, cycles: u32) -> (Duration, Cpu) {
     let floor = Floor::connect(nodes.urls()).await;
     many(cycles, move |key| {
         let floor = floor.clone();
@@ -133,7 +134,7 @@ async fn raw_many(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
 }
 
 /// `plain`'s cycles from [`TASKS`] tasks at once, `cycles` in all.
-async fn lock_many(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
+async fn lock_many(nodes: &Servers, cycles: u32) -> (Duration, Cpu) {
     let redlock = Redlock::new(nodes.urls()).expect("client");
     many(cycles, move |key| {
         let redlock = redlock.clone();
@@ -147,7 +148,7 @@ async fn lock_many(nodes: &Servers, cycles: u32) -> (Duration, Duration) {
 
 /// Runs `one` (a cycle on the key it is given) from [`TASKS`] tasks, each on a key of its own,
 /// 20 warm-up cycles each, then `cycles` in all: (wall time, client CPU time) of those.
-async fn many<F, Fut>(cycles: u32, one: F) -> (Duration, Duration)
+async fn many<F, Fut>(cycles: u32, one: F) -> (Duration, Cpu)
 where
     F: Fn(String) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send,
@@ -177,7 +178,7 @@ where
 }
 
 /// `redlock-tokio`'s cycles: (wall time, client CPU time) of the measured ones.
-async fn lock(nodes: &Servers, cycles: u32, restart_aware: bool) -> (Duration, Duration) {
+async fn lock(nodes: &Servers, cycles: u32, restart_aware: bool) -> (Duration, Cpu) {
     lock_on(Redlock::builder(nodes.urls()), cycles, restart_aware).await
 }
 
@@ -186,7 +187,7 @@ async fn lock_on<R: redlock_redis::aio::Runtime>(
     builder: redlock_redis::aio::RedlockBuilder<R>,
     cycles: u32,
     restart_aware: bool,
-) -> (Duration, Duration) {
+) -> (Duration, Cpu) {
     let redlock = builder
         .config(|c| c.restart_aware(restart_aware))
         .build()
@@ -203,7 +204,7 @@ async fn lock_on<R: redlock_redis::aio::Runtime>(
 
 /// `redlock-blocking`'s cycles, restart-aware voting off as `lock`'s, on a thread of its own:
 /// (wall time, client CPU time) of the measured ones.
-fn blocking(urls: Vec<String>, cycles: u32) -> (Duration, Duration) {
+fn blocking(urls: Vec<String>, cycles: u32) -> (Duration, Cpu) {
     let redlock = redlock_blocking::Redlock::builder(urls)
         .config(|c| c.restart_aware(false))
         .build()
@@ -222,7 +223,7 @@ fn blocking(urls: Vec<String>, cycles: u32) -> (Duration, Duration) {
     (start.elapsed(), cpu_time().saturating_sub(cpu))
 }
 
-async fn measure(cycles: u32, mut one: impl AsyncFnMut()) -> (Duration, Duration) {
+async fn measure(cycles: u32, mut one: impl AsyncFnMut()) -> (Duration, Cpu) {
     let (start, cpu) = (Instant::now(), cpu_time());
     for _ in 0..cycles {
         Counted(std::pin::pin!(one())).await;
@@ -242,16 +243,34 @@ impl<F: Future> Future for Counted<'_, F> {
     }
 }
 
-/// This process's user + system CPU time (`/proc/self/stat`, in clock ticks of 10 ms).
-fn cpu_time() -> Duration {
+/// This process's user and system CPU time (`/proc/self/stat`, in clock ticks of 10 ms).
+fn cpu_time() -> Cpu {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // The fields after the command name (which may hold spaces) start at its closing ')'.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let ticks: u64 = after
+    let mut ticks = after
         .split_whitespace()
         .skip(11)
-        .take(2)
-        .filter_map(|field| field.parse::<u64>().ok())
-        .sum();
-    Duration::from_millis(ticks * 10)
+        .map(|field| Duration::from_millis(field.parse::<u64>().unwrap_or(0) * 10));
+    Cpu {
+        user: ticks.next().unwrap_or_default(),
+        system: ticks.next().unwrap_or_default(),
+    }
+}
+
+/// The process's CPU time (every thread), in user and system mode: the system part is mostly
+/// the kernel's TCP work for the loopback connections, the user part the client's code.
+#[derive(Clone, Copy)]
+struct Cpu {
+    user: Duration,
+    system: Duration,
+}
+
+impl Cpu {
+    fn saturating_sub(self, earlier: Self) -> Self {
+        Self {
+            user: self.user.saturating_sub(earlier.user),
+            system: self.system.saturating_sub(earlier.system),
+        }
+    }
 }
