@@ -121,11 +121,16 @@ impl<F: Future> InFlight<F> {
             .get_or_insert_with(|| Box::pin(None))
             .set(Some(write()));
         place.busy = true;
-        self.due.push(index);
+        // Polled in the next call, once: a late wake-up of the place's previous write may
+        // have queued it already.
+        if !place.wake.queued.swap(true, Ordering::AcqRel) {
+            self.due.push(index);
+        }
     }
 
     /// The output of a batch that was answered, if any; its slot is kept for a later batch.
-    /// `Pending` leaves `cx`'s waker to be woken by the next write that wakes.
+    /// Call until `Pending`, which leaves `cx`'s waker to be woken by the next write that
+    /// wakes (a `Ready` may leave queued writes unpolled, and they wake nothing again).
     pub(super) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<F::Output> {
         self.woken.turn.register(cx.waker());
         // The queue is taken once per call, before any poll: a write that wakes itself while
@@ -148,8 +153,12 @@ impl<F: Future> InFlight<F> {
                 return Poll::Pending;
             };
             let place = &mut self.places[index];
-            // Before the poll: a wake-up during it queues the place again.
-            place.wake.queued.store(false, Ordering::Release);
+            // Before the poll, and a read-modify-write: a wake-up's own swap then either
+            // comes after it (and queues the place again) or is read by it (and what the
+            // waker's side did before waking, a reply sent, is seen by the poll). A plain
+            // store could land after the poll read "no reply yet" and after the wake-up read
+            // "queued": the reply would never be polled.
+            place.wake.queued.swap(false, Ordering::AcqRel);
             if !place.busy {
                 // A late wake-up of a write that ended, or a place queued twice.
                 continue;
@@ -218,8 +227,8 @@ mod tests {
         }
     }
 
-    /// Polls `set` until `count` writes were answered (or a bound of polls ran: the set
-    /// yields after a few writes woke themselves).
+    /// Polls `set` until `count` writes were answered (or a bound of polls ran: a write that
+    /// wakes itself is polled once per call).
     fn drain(set: &mut InFlight<Write>, cx: &mut Context<'_>, count: usize) -> Vec<usize> {
         let mut outputs = Vec::new();
         for _ in 0..100 * count {
@@ -397,6 +406,23 @@ mod tests {
             assert_eq!(polls.load(Ordering::SeqCst), poll);
             assert_eq!(wakes.count(), poll, "each wake-up reaches the turn");
         }
+    }
+
+    #[test]
+    fn a_place_queued_by_a_late_wake_up_and_then_reused_is_polled_once() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut set = InFlight::new();
+        let first = Awaited::default();
+        set.push(|| first.clone());
+        assert!(set.poll_next(&mut cx).is_pending());
+        first.answer();
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(2));
+        // A late wake-up queues the place; a new write fills it before the next poll.
+        first.wake();
+        let next = Awaited::default();
+        set.push(|| next.clone());
+        assert!(set.poll_next(&mut cx).is_pending());
+        assert_eq!(next.polls(), 1, "queued once, polled once");
     }
 
     #[test]
