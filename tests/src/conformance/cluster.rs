@@ -375,6 +375,17 @@ pub(super) fn assert_release_wakes_waiter<A: Adapter>(
         },
     );
     let held = holder.lock(resource, 6 * TTL).expect("lock");
+    // The holder's key on every vote first (its lock call returned at a quorum): else the
+    // waiter's first round may take a vote whose `SET` of the holder's is still on its way,
+    // and the release finds the waiter's key there.
+    let everywhere = eventually(Duration::from_secs(20), || {
+        keys.iter().all(|key| {
+            cluster.masters()[cluster.master_of(key.as_bytes())]
+                .get(key)
+                .is_some()
+        })
+    });
+    assert!(everywhere, "the holder's key on every vote");
     std::thread::scope(|scope| {
         let waiting = scope.spawn(|| {
             let lock = waiter.lock(resource, TTL);
