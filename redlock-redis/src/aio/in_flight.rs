@@ -408,15 +408,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_place_queued_by_a_late_wake_up_and_then_reused_is_polled_once() {
-        let mut cx = Context::from_waker(Waker::noop());
+    /// A set whose one write was answered (its place now idle), and that write.
+    fn one_answered(cx: &mut Context<'_>) -> (InFlight<Awaited>, Awaited) {
         let mut set = InFlight::new();
         let first = Awaited::default();
         set.push(|| first.clone());
-        assert!(set.poll_next(&mut cx).is_pending());
+        assert!(set.poll_next(cx).is_pending());
         first.answer();
-        assert_eq!(set.poll_next(&mut cx), Poll::Ready(2));
+        assert_eq!(set.poll_next(cx), Poll::Ready(2));
+        (set, first)
+    }
+
+    #[test]
+    fn a_place_queued_by_a_late_wake_up_and_then_reused_is_polled_once() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut set, first) = one_answered(&mut cx);
         // A late wake-up queues the place; a new write fills it before the next poll.
         first.wake();
         let next = Awaited::default();
@@ -428,12 +434,7 @@ mod tests {
     #[test]
     fn a_wake_up_of_an_ended_write_polls_nothing_and_its_slot_serves_the_next() {
         let mut cx = Context::from_waker(Waker::noop());
-        let mut set = InFlight::new();
-        let first = Awaited::default();
-        set.push(|| first.clone());
-        assert!(set.poll_next(&mut cx).is_pending());
-        first.answer();
-        assert_eq!(set.poll_next(&mut cx), Poll::Ready(2));
+        let (mut set, first) = one_answered(&mut cx);
         // A late wake-up of the write that ended (a waker clone kept elsewhere).
         first.wake();
         assert!(set.poll_next(&mut cx).is_pending());
