@@ -43,11 +43,10 @@ pub(super) struct InFlight<F: Future> {
     woken: Arc<Woken>,
 }
 
-/// One place: a slot, and the waker its writes are polled with.
+/// One place: a slot (holding a write until it ends), and the waker its writes are polled
+/// with.
 struct Place<F> {
     slot: Option<Slot<F>>,
-    /// Whether the slot holds a write that has not ended.
-    busy: bool,
     waker: Waker,
     wake: Arc<PlaceWake>,
 }
@@ -108,7 +107,6 @@ impl<F: Future> InFlight<F> {
                 });
                 self.places.push(Place {
                     slot: None,
-                    busy: false,
                     waker: Waker::from(wake.clone()),
                     wake,
                 });
@@ -120,7 +118,6 @@ impl<F: Future> InFlight<F> {
             .slot
             .get_or_insert_with(|| Box::pin(None))
             .set(Some(write()));
-        place.busy = true;
         // Polled in the next call, once: a late wake-up of the place's previous write may
         // have queued it already.
         if !place.wake.queued.swap(true, Ordering::AcqRel) {
@@ -159,10 +156,7 @@ impl<F: Future> InFlight<F> {
             // store could land after the poll read "no reply yet" and after the wake-up read
             // "queued": the reply would never be polled.
             place.wake.queued.swap(false, Ordering::AcqRel);
-            if !place.busy {
-                // A late wake-up of a write that ended, or a place queued twice.
-                continue;
-            }
+            // An empty slot: a late wake-up of a write that ended.
             let Some(slot) = place.slot.as_mut() else {
                 continue;
             };
@@ -174,7 +168,6 @@ impl<F: Future> InFlight<F> {
             };
             // The write's state is dropped in place, where it was pinned.
             slot.set(None);
-            place.busy = false;
             if self.idle.len() < KEPT {
                 self.idle.push(index);
             } else {
@@ -331,8 +324,8 @@ mod tests {
     #[derive(Clone, Default)]
     struct Awaited {
         polls: Arc<AtomicUsize>,
-        waker: Arc<std::sync::Mutex<Option<Waker>>>,
-        answered: Arc<std::sync::atomic::AtomicBool>,
+        waker: Arc<Mutex<Option<Waker>>>,
+        answered: Arc<AtomicBool>,
     }
 
     impl Awaited {
