@@ -161,7 +161,10 @@ struct Channel {
 /// - **Timers and notices.** The next wake-up is the earliest of every lifecycle's
 ///   ([`poll_timeout`](Multiplexer::poll_timeout), with its reason), and release notices are
 ///   bookkept here: which channels the nodes' subscriber connections must listen on
-///   ([`poll_subscription`](Multiplexer::poll_subscription)), and whom a notice wakes.
+///   ([`poll_subscription`](Multiplexer::poll_subscription)), and whom a notice wakes. A
+///   release of a held lock is this client's own notice: it wakes the client's locks waiting
+///   on the same channels at once, without a node's word (their rounds queue behind the
+///   release on every node).
 /// - **Caller extensions in order.** Each [`extend`](Multiplexer::extend) call is answered by
 ///   exactly one [`LockEvent::Extended`] with [`Trigger::Caller`], in call order: calls are never
 ///   merged, so an outcome never answers a later call.
@@ -364,7 +367,9 @@ impl<R: CryptoRng> Multiplexer<R> {
 
     /// Releases lock `id` ([`Lifecycle::release`]): answered by one [`LockEvent::Released`]
     /// (an empty report when nothing had to be sent, or the lock is not running). Caller
-    /// extensions not yet answered are answered with [`ExtendFailure::Expired`].
+    /// extensions not yet answered are answered with [`ExtendFailure::Expired`]. If the lock
+    /// was held, the client's locks waiting for its keys wake as at a release notice
+    /// ([`handle_notice`](Multiplexer::handle_notice)).
     pub fn release(&mut self, now: Instant, id: LockId) {
         let Some(slot) = self.locks.get_mut(&id) else {
             self.events
@@ -375,9 +380,20 @@ impl<R: CryptoRng> Multiplexer<R> {
             return;
         }
         slot.releasing = true;
+        // A held lock's keys: this client's own locks waiting for them wake now, without the
+        // node's notice (their rounds queue behind this release on every node). Nothing is
+        // looked up while no lock of this client waits.
+        let held = self.listening > 0 && slot.lifecycle.lease().is_some();
+        let freed = match slot.lifecycle.spec() {
+            Some(spec) if held => Self::released_channels(&self.config, spec),
+            _ => Vec::new(),
+        };
         slot.lifecycle.release(now);
         self.answer_extends(id);
         self.drive(now, id);
+        for channel in freed {
+            self.handle_notice(now, &channel);
+        }
     }
 
     /// Gives up lock `id` if it is still being acquired or resumed: an acquisition releases
@@ -755,6 +771,21 @@ impl<R: CryptoRng> Multiplexer<R> {
         self.leave(now, id, &slot.listening);
     }
 
+    /// The channels a release of `spec`'s keys is announced on: each key's, and on a node that
+    /// is one of several votes over one cluster, each vote's own key's.
+    fn released_channels(config: &Config, spec: &crate::LockSpec) -> Vec<Vec<u8>> {
+        let mut voted: Vec<crate::Slot> = (0..config.nodes())
+            .filter_map(|node| config.key_slot(node))
+            .collect();
+        voted.sort_unstable();
+        voted.dedup();
+        let mut channels: Vec<Vec<u8>> = spec.released_channels().collect();
+        for key_slot in voted {
+            channels.extend(spec.in_slot(key_slot).released_channels());
+        }
+        channels
+    }
+
     fn listen(&mut self, id: LockId) {
         let Some(slot) = self.locks.get_mut(&id) else {
             return;
@@ -762,17 +793,7 @@ impl<R: CryptoRng> Multiplexer<R> {
         let Some(spec) = slot.lifecycle.spec() else {
             return;
         };
-        // A node that is one of several votes over one cluster announces its own keys.
-        let mut voted: Vec<crate::Slot> = (0..self.config.nodes())
-            .filter_map(|node| self.config.key_slot(node))
-            .collect();
-        voted.sort_unstable();
-        voted.dedup();
-        slot.listening = spec.released_channels().collect();
-        for key_slot in voted {
-            slot.listening
-                .extend(spec.in_slot(key_slot).released_channels());
-        }
+        slot.listening = Self::released_channels(&self.config, spec);
         self.listening += 1;
         for channel in &slot.listening {
             let entry = self.channels.entry(channel.clone()).or_insert_with(|| {

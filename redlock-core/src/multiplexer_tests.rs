@@ -366,6 +366,36 @@ fn a_paused_lock_listens_and_a_notice_starts_its_next_round() {
 }
 
 #[test]
+fn a_release_wakes_the_same_clients_waiters_at_once() {
+    let config = Config::builder(3).retry(paused()).build().expect("valid");
+    let mut w = World::with(config, 3);
+    let (holder, waiter) = (LockId::new(1), LockId::new(2));
+    w.mux
+        .start(w.now, holder, Start::Acquire, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.settle();
+    assert_eq!(count(&w.events(), is_acquired), 1);
+    w.mux
+        .start(w.now, waiter, Start::Acquire, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.settle();
+    let pause = w.mux.poll_timeout().expect("the waiter's pause").at;
+    assert!(w.mux.channels().next().is_some(), "the waiter listens");
+    // No server says anything: the holder's own release is the news.
+    w.mux.release(w.now, holder);
+    w.settle();
+    let wake = w.mux.poll_timeout().expect("the woken round");
+    assert!(
+        wake.at < pause,
+        "the waiter's next round starts early: {wake:?}"
+    );
+    w.now = wake.at;
+    w.mux.handle_timeout(w.now);
+    w.settle();
+    assert_eq!(count(&w.events(), is_acquired), 1, "the waiter holds it");
+}
+
+#[test]
 fn replies_for_gone_or_unknown_locks_only_free_their_node() {
     let mut w = World::new(3);
     let a = LockId::new(1);

@@ -250,7 +250,7 @@ pub fn duplicate_nodes<A: Adapter>() {
 /// and its identity, its fence counters; its release channels and the eviction events; every
 /// command but the `@dangerous` ones, and `INFO` (the memory identity; `CLIENT TRACKING` and
 /// `CLIENT CACHING`, the memory watch, are not `@dangerous`).
-const LOCK_USER: [&str; 14] = [
+pub(super) const LOCK_USER: [&str; 14] = [
     "--user",
     "locker",
     "on",
@@ -268,7 +268,7 @@ const LOCK_USER: [&str; 14] = [
 ];
 
 /// Node URLs for user `locker`.
-fn as_locker(nodes: &Servers) -> Vec<String> {
+pub(super) fn as_locker(nodes: &Servers) -> Vec<String> {
     nodes
         .addrs()
         .iter()

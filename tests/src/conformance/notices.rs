@@ -13,7 +13,7 @@ use redlock_core::{RetryPolicy, released_channel};
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::scenarios::eventually;
-use crate::{RedisServer, Servers};
+use crate::{RedisServer, ServerOptions, Servers};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -126,6 +126,70 @@ pub fn a_release_wakes_a_waiter_long_before_its_pause_ends<A: Adapter>() {
         // A quorum answered in time (on a loaded machine a straggler may answer after the
         // release's deadline; its key goes all the same).
         assert!(report.released() >= 3, "{report:?}");
+        let lock = woken::<A>(released_at, waiting.join().expect("waiter"), pause);
+        lock.release();
+    });
+}
+
+/// Whether `server`'s ACL log has refused the client a subscription to `key`'s release channel.
+fn refused_listener(server: &RedisServer, key: &str) -> bool {
+    let channel = String::from_utf8_lossy(&released_channel(key.as_bytes())).into_owned();
+    let log: redis::RedisResult<Vec<HashMap<String, redis::Value>>> =
+        redis::cmd("ACL").arg("LOG").query(&mut server.client());
+    log.is_ok_and(|entries| {
+        entries.iter().any(|entry| {
+            entry.get("object").is_some_and(|object| {
+                redis::from_redis_value_ref::<String>(object).is_ok_and(|o| o == channel)
+            })
+        })
+    })
+}
+
+/// A release wakes a waiter of its own client with no word from any node: the user may neither
+/// publish nor subscribe to a release channel (so no notice exists), and the waiter, with a
+/// 30 s pause, takes the lock well within 15 s of the release. The client knows its own
+/// release, and the waiter's round queues behind it on every node. The notice test above uses
+/// two clients, so it still proves the node's notice.
+pub fn a_release_wakes_the_same_clients_waiter_without_a_notice<A: Adapter>() {
+    let rules: Vec<&str> = super::errors::LOCK_USER
+        .into_iter()
+        .filter(|rule| !rule.starts_with("&redlock:released:"))
+        .collect();
+    let server_options = ServerOptions::new().deny_scripting(false).args(rules);
+    let nodes = Servers::start_with(3, &server_options);
+    let pause = Duration::from_secs(30);
+    let options = Options {
+        key_prefix: Some(b"locks:".to_vec()),
+        retry: Some(patient(pause)),
+        ..Options::default()
+    };
+    let client: A = A::build(&super::errors::as_locker(&nodes), &options)
+        .unwrap_or_else(|err| panic!("{}: {err}", A::NAME));
+    // Every node knows the release script first: a release that meets `NOSCRIPT` loads it and
+    // runs again, after the waiter's round (an async client's batches share the connection).
+    client.lock("warm-up", TTL).expect("lock").release();
+    let held = client.lock("own", TTL).expect("lock");
+    thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let lock = client.lock("own", TTL);
+            (Instant::now(), lock)
+        });
+        // The waiter lost its first round: it asked every node for the release channel, and
+        // each refused it.
+        let refused = eventually(Duration::from_secs(20), || {
+            nodes
+                .servers()
+                .iter()
+                .all(|server| refused_listener(server, "locks:own"))
+        });
+        assert!(
+            refused,
+            "{}: the waiter tried to listen on every node",
+            A::NAME
+        );
+        let released_at = Instant::now();
+        let report = held.release();
+        assert!(report.released() >= 2, "{report:?}");
         let lock = woken::<A>(released_at, waiting.join().expect("waiter"), pause);
         lock.release();
     });

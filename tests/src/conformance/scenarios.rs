@@ -980,6 +980,7 @@ macro_rules! conformance_tests {
             a_shared_lock_answers_every_concurrent_extension);
         $crate::conformance_tests!(@notices $adapter;
             a_release_wakes_a_waiter_long_before_its_pause_ends,
+            a_release_wakes_the_same_clients_waiter_without_a_notice,
             a_key_gone_without_a_release_wakes_nobody);
         $crate::conformance_tests!(@tls $adapter;
             tls_lock_contention_release_and_node_down,
