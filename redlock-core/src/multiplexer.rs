@@ -163,8 +163,9 @@ struct Channel {
 ///   bookkept here: which channels the nodes' subscriber connections must listen on
 ///   ([`poll_subscription`](Multiplexer::poll_subscription)), and whom a notice wakes. A
 ///   release of a held lock is this client's own notice: it wakes the client's locks waiting
-///   on the same channels at once, without a node's word (their rounds queue behind the
-///   release on every node).
+///   on the same channels as a notice would, without a node's word. Their rounds queue behind
+///   the release on a node unless the releasing lock still has a request in flight there (a
+///   round that then loses recovers at the nodes' notice or its pause).
 /// - **Caller extensions in order.** Each [`extend`](Multiplexer::extend) call is answered by
 ///   exactly one [`LockEvent::Extended`] with [`Trigger::Caller`], in call order: calls are never
 ///   merged, so an outcome never answers a later call.
@@ -381,8 +382,8 @@ impl<R: CryptoRng> Multiplexer<R> {
         }
         slot.releasing = true;
         // A held lock's keys: this client's own locks waiting for them wake now, without the
-        // node's notice (their rounds queue behind this release on every node). Nothing is
-        // looked up while no lock of this client waits.
+        // node's notice (their rounds queue behind this release on every node where this lock
+        // has nothing else in flight). Nothing is looked up while no lock of this client waits.
         let held = self.listening > 0 && slot.lifecycle.lease().is_some();
         let freed = match slot.lifecycle.spec() {
             Some(spec) if held => Self::released_channels(&self.config, spec),
