@@ -370,7 +370,8 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// (an empty report when nothing had to be sent, or the lock is not running). Caller
     /// extensions not yet answered are answered with [`ExtendFailure::Expired`]. If the lock
     /// was held, the client's locks waiting for its keys wake as at a release notice
-    /// ([`handle_notice`](Multiplexer::handle_notice)).
+    /// ([`handle_notice`](Multiplexer::handle_notice)), each once however many of its
+    /// channels the release frees.
     pub fn release(&mut self, now: Instant, id: LockId) {
         let Some(slot) = self.locks.get_mut(&id) else {
             self.events
@@ -392,9 +393,7 @@ impl<R: CryptoRng> Multiplexer<R> {
         slot.lifecycle.release(now);
         self.answer_extends(id);
         self.drive(now, id);
-        for channel in freed {
-            self.handle_notice(now, &channel);
-        }
+        self.wake_waiters(now, freed.iter().map(Vec::as_slice));
     }
 
     /// Gives up lock `id` if it is still being acquired or resumed: an acquisition releases
@@ -508,10 +507,17 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// A release notice came on `channel`: every lock pausing for it starts its next round
     /// early ([`Lifecycle::handle_wake`]). Harmless for a channel nobody waits on.
     pub fn handle_notice(&mut self, now: Instant, channel: &[u8]) {
-        let waiters: Vec<LockId> = match self.channels.get(channel) {
-            Some(entry) => entry.waiters.iter().copied().collect(),
-            None => return,
-        };
+        self.wake_waiters(now, [channel]);
+    }
+
+    /// Wakes every lock waiting on any of `channels`, each once (a lock listens on every key's
+    /// channel of its request, and on a cluster on each vote's too).
+    fn wake_waiters<'c>(&mut self, now: Instant, channels: impl IntoIterator<Item = &'c [u8]>) {
+        let waiters: BTreeSet<LockId> = channels
+            .into_iter()
+            .filter_map(|channel| self.channels.get(channel))
+            .flat_map(|entry| entry.waiters.iter().copied())
+            .collect();
         for lock in waiters {
             if let Some(slot) = self.locks.get_mut(&lock) {
                 slot.lifecycle.handle_wake(now);
