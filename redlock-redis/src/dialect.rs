@@ -13,6 +13,9 @@
 //! A node that answers neither `HELLO` nor `COMMAND INFO` (an old server, an ACL that denies
 //! them) is taken to run scripts and nothing native ([`Dialect::SCRIPTS`]): every operation
 //! then keeps its script form, which any server with scripting runs.
+//!
+//! The same pipeline loads every script of the engine (`SCRIPT LOAD`), so that no batch on the
+//! new connection meets `NOSCRIPT` unless the node's scripts are flushed later.
 
 use redis::Value;
 use redlock_core::{Dialect, ServerFacts};
@@ -21,9 +24,14 @@ use redlock_core::{Dialect, ServerFacts};
 /// and `SWAPDB` (renamed away, no database can be swapped under a proven connection).
 const NATIVE: [&str; 4] = ["DELIFEQ", "DELEX", "MSETEX", "SWAPDB"];
 
+/// How many of [`probe`]'s replies tell the dialect ([`from_replies`]); the script loads'
+/// follow.
+const ASKED: usize = 4;
+
 /// The one pipeline that asks: `HELLO`, `COMMAND INFO` of the native commands, whether
 /// scripts may run (`SCRIPT EXISTS` of a hash no script has), and whether markers may be
-/// written (`SET … XX` of a marker no proof writes: a write that never happens).
+/// written (`SET … XX` of a marker no proof writes: a write that never happens); then loads
+/// every script of the engine.
 fn probe() -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
@@ -38,6 +46,14 @@ fn probe() -> redis::Pipeline {
         .arg("PX")
         .arg(1)
         .arg("XX");
+    // Loaded before the connection carries any batch: a script that meets `NOSCRIPT` is
+    // loaded and run again after whatever was written on the shared connection meanwhile, so
+    // a later round of another lock could overtake it (and be refused where a release had not
+    // run yet). Only a `SCRIPT FLUSH` on the node can bring that back. Refused where scripts
+    // may not run (the `SCRIPT EXISTS` above says so), which changes nothing.
+    for script in crate::request::SCRIPTS {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
+    }
     pipe
 }
 
@@ -48,7 +64,7 @@ fn probe() -> redis::Pipeline {
 pub(crate) fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, redis::RedisError> {
     let values = probe().query::<Vec<Value>>(conn)?;
     answerable(&values)?;
-    Ok(from_replies(&values))
+    Ok(from_replies(values.get(..ASKED).unwrap_or(&values)))
 }
 
 /// [`detect`] on an async connection.
@@ -58,7 +74,7 @@ pub(crate) async fn detect_async<C: redis::aio::ConnectionLike>(
 ) -> Result<Dialect, redis::RedisError> {
     let values = probe().query_async::<Vec<Value>>(conn).await?;
     answerable(&values)?;
-    Ok(from_replies(&values))
+    Ok(from_replies(values.get(..ASKED).unwrap_or(&values)))
 }
 
 /// A node that is busy running a script or still loading its dataset answers every command

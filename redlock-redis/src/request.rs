@@ -41,6 +41,19 @@ fn is_noscript(result: &Result<redis::Value, redis::RedisError>) -> bool {
     }
 }
 
+/// Every script the engine runs: loaded on each connection as it is made (see
+/// [`crate::dialect`]), so that no batch on it meets `NOSCRIPT` until the node's scripts are
+/// flushed.
+pub(crate) const SCRIPTS: [Script; 7] = [
+    Script::Acquire,
+    Script::Release,
+    Script::Extend,
+    Script::AcquireChecked,
+    Script::Trust,
+    Script::AcquireFenced,
+    Script::CommitFence,
+];
+
 /// The compiled form of one of the engine's scripts.
 fn compiled(script: Script) -> &'static redis::Script {
     match script {
@@ -1162,6 +1175,24 @@ async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_script_is_loaded_on_a_new_connection() {
+        // A script added to the engine must be added to `SCRIPTS`: this match has no
+        // wildcard, so a new variant fails to compile here until it is placed.
+        let place = |script: Script| match script {
+            Script::Acquire => 0,
+            Script::Release => 1,
+            Script::Extend => 2,
+            Script::AcquireChecked => 3,
+            Script::Trust => 4,
+            Script::AcquireFenced => 5,
+            Script::CommitFence => 6,
+        };
+        for (at, script) in SCRIPTS.into_iter().enumerate() {
+            assert_eq!(place(script), at, "{script:?} out of place in SCRIPTS");
+        }
+    }
 
     #[test]
     fn a_deferred_pass_lands_its_answers_in_their_places() {

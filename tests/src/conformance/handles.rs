@@ -218,6 +218,49 @@ pub fn pipelined_requests_survive_a_script_flush<A: Adapter>() {
     assert!(clean, "{}: keys left behind: {left:?}", A::NAME);
 }
 
+/// Every script is loaded when a connection is made: a client's first lock, extension,
+/// fenced lock and releases on nodes that never ran a script meet no `NOSCRIPT` (one would be
+/// loaded and run again behind whatever was written on the connection meanwhile: a round of
+/// another lock could overtake it). Each node ran at least one script by `EVALSHA`, unless its
+/// ACL denies scripting (then no script runs, and there is no `NOSCRIPT` to meet).
+pub fn a_new_connection_never_meets_noscript<A: Adapter>() {
+    let nodes = Servers::start(3);
+    let redlock: A = client(&nodes, &Options::default());
+    let ttl = Duration::from_secs(10);
+    let mut lock = redlock
+        .lock("fresh", ttl)
+        .unwrap_or_else(|err| panic!("{}: lock: {err}", A::NAME));
+    lock.extend(ttl)
+        .unwrap_or_else(|err| panic!("{}: extend: {err}", A::NAME));
+    let report = lock.release();
+    assert_eq!(report.released(), 3, "{}: {report:?}", A::NAME);
+    let fenced = redlock
+        .acquire(LockRequest::new("fresh:fenced", ttl).fenced())
+        .unwrap_or_else(|err| panic!("{}: fenced lock: {err}", A::NAME));
+    let report = fenced.release();
+    assert_eq!(report.released(), 3, "{}: {report:?}", A::NAME);
+    for server in nodes.servers() {
+        let errors: String = redis::cmd("INFO")
+            .arg("errorstats")
+            .query(&mut server.client())
+            .expect("INFO errorstats");
+        assert!(
+            !errors.contains("errorstat_NOSCRIPT"),
+            "{}: {} answered NOSCRIPT: {errors}",
+            A::NAME,
+            server.addr(),
+        );
+        if !server.options().denies_scripting() {
+            assert!(
+                super::sealed::calls(server, "evalsha") > 0,
+                "{}: {} ran no script",
+                A::NAME,
+                server.addr(),
+            );
+        }
+    }
+}
+
 /// A lock shared between threads (`Arc<Lock>`): concurrent extensions from eight threads each
 /// get their own answer (they run one after another, never merged), the validity only moves
 /// forward, and the lock is still held on every node afterwards.

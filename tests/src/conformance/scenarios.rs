@@ -977,6 +977,7 @@ macro_rules! conformance_tests {
             an_idle_auto_extended_lock_is_kept_and_reports_its_loss,
             a_frozen_node_gets_every_queued_request_after_it_thaws,
             pipelined_requests_survive_a_script_flush,
+            a_new_connection_never_meets_noscript,
             a_shared_lock_answers_every_concurrent_extension);
         $crate::conformance_tests!(@notices $adapter;
             a_release_wakes_a_waiter_long_before_its_pause_ends,
