@@ -14,8 +14,10 @@
 //! them) is taken to run scripts and nothing native ([`Dialect::SCRIPTS`]): every operation
 //! then keeps its script form, which any server with scripting runs.
 //!
-//! The same pipeline loads every script of the engine (`SCRIPT LOAD`), so that no batch on the
-//! new connection meets `NOSCRIPT` unless the node's scripts are flushed later.
+//! Where scripts may run, a second pipeline then loads every script of the engine (`SCRIPT
+//! LOAD`), so that no batch on the new connection meets `NOSCRIPT` unless the node's scripts
+//! are flushed later. Where they may not, nothing is loaded (no refusals in the node's ACL log
+//! and error counts beyond the one `SCRIPT EXISTS` that found out).
 
 use redis::Value;
 use redlock_core::{Dialect, ServerFacts};
@@ -24,14 +26,9 @@ use redlock_core::{Dialect, ServerFacts};
 /// and `SWAPDB` (renamed away, no database can be swapped under a proven connection).
 const NATIVE: [&str; 4] = ["DELIFEQ", "DELEX", "MSETEX", "SWAPDB"];
 
-/// How many of [`probe`]'s replies tell the dialect ([`from_replies`]); the script loads'
-/// follow.
-const ASKED: usize = 4;
-
 /// The one pipeline that asks: `HELLO`, `COMMAND INFO` of the native commands, whether
 /// scripts may run (`SCRIPT EXISTS` of a hash no script has), and whether markers may be
-/// written (`SET … XX` of a marker no proof writes: a write that never happens); then loads
-/// every script of the engine.
+/// written (`SET … XX` of a marker no proof writes: a write that never happens).
 fn probe() -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
@@ -46,25 +43,38 @@ fn probe() -> redis::Pipeline {
         .arg("PX")
         .arg(1)
         .arg("XX");
-    // Loaded before the connection carries any batch: a script that meets `NOSCRIPT` is
-    // loaded and run again after whatever was written on the shared connection meanwhile, so
-    // a later round of another lock could overtake it (and be refused where a release had not
-    // run yet). Only a `SCRIPT FLUSH` on the node can bring that back. Refused where scripts
-    // may not run (the `SCRIPT EXISTS` above says so), which changes nothing.
+    pipe
+}
+
+/// The pipeline that loads every script of the engine, sent where [`probe`] found that
+/// scripts may run, before the connection carries any batch. A script that meets `NOSCRIPT` is
+/// loaded and run again after whatever was written on the shared connection meanwhile, so a
+/// later round of another lock could overtake it (and be refused where a release had not run
+/// yet); with the scripts loaded, normally only a flush of the node's scripts brings that back.
+/// A load the node refuses (an ACL that allows `EVALSHA` but not `SCRIPT LOAD`) changes
+/// nothing: such a request then fails as it did before.
+fn loads() -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
     for script in crate::request::SCRIPTS {
         pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
     }
     pipe
 }
 
-/// Asks a blocking connection's node what it can run. An error means the node did not
+/// Asks a blocking connection's node what it can run, and loads the scripts where they may
+/// run ([`loads`]). An error means the node did not
 /// answer at all (the connection is not usable); a node that answers with errors runs
 /// [`Dialect::SCRIPTS`].
 #[cfg(feature = "blocking")]
 pub(crate) fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, redis::RedisError> {
     let values = probe().query::<Vec<Value>>(conn)?;
     answerable(&values)?;
-    Ok(from_replies(values.get(..ASKED).unwrap_or(&values)))
+    let dialect = from_replies(&values);
+    if dialect.scripts {
+        answerable(&loads().query::<Vec<Value>>(conn)?)?;
+    }
+    Ok(dialect)
 }
 
 /// [`detect`] on an async connection.
@@ -74,7 +84,11 @@ pub(crate) async fn detect_async<C: redis::aio::ConnectionLike>(
 ) -> Result<Dialect, redis::RedisError> {
     let values = probe().query_async::<Vec<Value>>(conn).await?;
     answerable(&values)?;
-    Ok(from_replies(values.get(..ASKED).unwrap_or(&values)))
+    let dialect = from_replies(&values);
+    if dialect.scripts {
+        answerable(&loads().query_async::<Vec<Value>>(conn).await?)?;
+    }
+    Ok(dialect)
 }
 
 /// A node that is busy running a script or still loading its dataset answers every command

@@ -54,7 +54,8 @@ pub(crate) const SCRIPTS: [Script; 7] = [
     Script::CommitFence,
 ];
 
-/// The compiled form of one of the engine's scripts.
+/// The compiled form of one of the engine's scripts (a script added here goes in [`SCRIPTS`]
+/// too).
 fn compiled(script: Script) -> &'static redis::Script {
     match script {
         Script::Acquire => &ACQUIRE,
@@ -135,8 +136,8 @@ impl redis::ToRedisArgs for Prefixed<'_> {
     }
 }
 
-/// A script ready to run by `EVALSHA`, loading it on `NOSCRIPT` (after a `SCRIPT FLUSH` or on
-/// a fresh node).
+/// A script ready to run by `EVALSHA`, loading it on `NOSCRIPT` (after a `SCRIPT FLUSH`: each
+/// connection loads the scripts as it is made).
 struct Request(redis::ScriptInvocation<'static>);
 
 impl Request {
@@ -1178,8 +1179,8 @@ mod tests {
 
     #[test]
     fn every_script_is_loaded_on_a_new_connection() {
-        // A script added to the engine must be added to `SCRIPTS`: this match has no
-        // wildcard, so a new variant fails to compile here until it is placed.
+        // Each script listed once, in the enum's order: this match has no wildcard, so a new
+        // variant does not compile here until it has a place (nothing makes it listed).
         let place = |script: Script| match script {
             Script::Acquire => 0,
             Script::Release => 1,
