@@ -26,7 +26,7 @@ use crate::release::Release;
 use crate::reply::Reply;
 use crate::request::LockRequest;
 use crate::retry::{Attempts, RetryPolicy};
-use crate::round::{NodeRelease, Round, Vote};
+use crate::round::{NodeAnswer, NodeRelease, Round, Vote};
 use crate::spec::LockSpec;
 use crate::token::Token;
 use crate::validity::Ttl;
@@ -101,11 +101,14 @@ pub struct Acquire {
     attempts: u32,
     batches: u32,
     round: Round<Vote>,
-    /// The fence commit of a won round (fenced locks).
-    commit: Round<Vote>,
+    /// The fence commit of a won round (fenced locks); made by the first commit, and kept for
+    /// the next.
+    commit: Option<Round<Vote>>,
     /// The fence being committed.
     fence: Option<u64>,
-    cleanup: Round<NodeRelease>,
+    /// The release of a lost round's keys; made by the first lost round, and kept for the next
+    /// (an acquisition won at once never makes one).
+    cleanup: Option<Round<NodeRelease>>,
     last_failure: Option<AcquireFailure>,
     phase: Phase,
 }
@@ -157,9 +160,9 @@ impl Acquire {
             attempts: 0,
             batches: 0,
             round,
-            commit: Round::new(0, Op::CommitFence, ttl.ms, config, now, now),
+            commit: None,
             fence: None,
-            cleanup: Round::new(0, Op::DeleteIfEquals, ttl.ms, config, now, now),
+            cleanup: None,
             last_failure: None,
             phase: Phase::Open,
         })
@@ -179,9 +182,14 @@ impl Acquire {
     /// Names the lock and operation its requests belong to (set by the lifecycle before the
     /// first poll).
     pub(crate) fn set_origin(&mut self, origin: Origin) {
+        // The commit and cleanup rounds, made later, take it from the round.
         self.round.set_origin(origin);
-        self.commit.set_origin(origin);
-        self.cleanup.set_origin(origin);
+        if let Some(commit) = &mut self.commit {
+            commit.set_origin(origin);
+        }
+        if let Some(cleanup) = &mut self.cleanup {
+            cleanup.set_origin(origin);
+        }
     }
 
     /// Whether the machine's current wait is the pause between rounds (rather than replies).
@@ -233,10 +241,14 @@ impl Acquire {
                 self.round.record(now, id, reply);
             }
             Phase::Committing => {
-                self.commit.record(now, id, reply);
+                if let Some(commit) = &mut self.commit {
+                    commit.record(now, id, reply);
+                }
             }
             Phase::CleaningUp(None) => {
-                self.cleanup.record(now, id, reply);
+                if let Some(cleanup) = &mut self.cleanup {
+                    cleanup.record(now, id, reply);
+                }
             }
             _ => {}
         }
@@ -247,8 +259,16 @@ impl Acquire {
     pub fn handle_timeout(&mut self, now: Instant) {
         match self.phase {
             Phase::Collecting => self.round.expire(now),
-            Phase::Committing => self.commit.expire(now),
-            Phase::CleaningUp(None) => self.cleanup.expire(now),
+            Phase::Committing => {
+                if let Some(commit) = &mut self.commit {
+                    commit.expire(now);
+                }
+            }
+            Phase::CleaningUp(None) => {
+                if let Some(cleanup) = &mut self.cleanup {
+                    cleanup.expire(now);
+                }
+            }
             _ => {}
         }
     }
@@ -271,27 +291,29 @@ impl Acquire {
                     }
                 }
                 Phase::Committing => {
-                    if let Some(transmit) = self.commit.next_transmit(&self.spec) {
+                    let commit = made(&mut self.commit, &self.round, Op::CommitFence);
+                    if let Some(transmit) = commit.next_transmit(&self.spec) {
                         return Output::Send(transmit);
                     }
-                    self.commit.expire(now);
-                    match self.commit.tally().decide(self.quorum) {
-                        Decision::Open => return Output::Wait(self.commit.deadline),
+                    commit.expire(now);
+                    match commit.tally().decide(self.quorum) {
+                        Decision::Open => return Output::Wait(commit.deadline),
                         Decision::Won => self.won(now, self.fence),
                         Decision::Lost(reason) => self.lose_round(now, reason),
                     }
                 }
                 Phase::CleaningUp(retry_at) => {
-                    if let Some(transmit) = self.cleanup.next_transmit(&self.spec) {
+                    let cleanup = made(&mut self.cleanup, &self.round, Op::DeleteIfEquals);
+                    if let Some(transmit) = cleanup.next_transmit(&self.spec) {
                         return Output::Send(transmit);
                     }
                     if let Some(at) = *retry_at {
                         self.phase = Phase::Pausing(at);
                         continue;
                     }
-                    self.cleanup.expire(now);
-                    if self.cleanup.has_pending() {
-                        return Output::Wait(self.cleanup.deadline);
+                    cleanup.expire(now);
+                    if cleanup.has_pending() {
+                        return Output::Wait(cleanup.deadline);
                     }
                     self.phase = Phase::Done(self.last_failure.take().map(AcquireOutcome::Failed));
                 }
@@ -374,19 +396,19 @@ impl Acquire {
         if let Some(deadline) = self.deadline {
             reply_by = reply_by.min(deadline.max(now));
         }
-        self.commit
-            .restart(self.batches, Op::CommitFence, now, reply_by);
-        self.commit.set_extras(Extras {
-            fence: Some(fence),
-            ..Extras::default()
-        });
         let granted: Vec<bool> = self
             .round
             .answers
             .iter()
             .map(|vote| *vote == Vote::Granted)
             .collect();
-        self.commit.ask_only(&granted, Vote::Refused);
+        let commit = made(&mut self.commit, &self.round, Op::CommitFence);
+        commit.restart(self.batches, Op::CommitFence, now, reply_by);
+        commit.set_extras(Extras {
+            fence: Some(fence),
+            ..Extras::default()
+        });
+        commit.ask_only(&granted, Vote::Refused);
         self.phase = Phase::Committing;
     }
 
@@ -493,12 +515,12 @@ impl Acquire {
         if self.round_woken {
             self.contention = self.contention.saturating_add(1);
         }
-        self.cleanup.set_extras(Extras {
+        let cleanup = made(&mut self.cleanup, &self.round, Op::DeleteIfEquals);
+        cleanup.set_extras(Extras {
             notify: self.round_woken,
             ..Extras::default()
         });
-        self.cleanup
-            .restart(self.batches, Op::DeleteIfEquals, now, settle_by);
+        cleanup.restart(self.batches, Op::DeleteIfEquals, now, settle_by);
         // A node that refused (its `SET NX` set nothing: the keys were held) holds no key of
         // this round's token, so its release would delete nothing and, announced, wake every
         // waiter for a lock that is no freer. Every other answer is released: a grant, a
@@ -508,7 +530,7 @@ impl Acquire {
         if self.base_token.is_some() {
             for (node, vote) in self.round.answers.iter().enumerate() {
                 if *vote == Vote::Refused {
-                    self.cleanup.leave_out(node, NodeRelease::Absent);
+                    cleanup.leave_out(node, NodeRelease::Absent);
                 }
             }
         }
@@ -521,6 +543,15 @@ impl Acquire {
 }
 
 crate::machine::impl_machine!(Acquire, AcquireOutcome);
+
+/// The round in `slot`, made beside `round` (its nodes, lock and TTL) for `op` the first time.
+fn made<'a, B: NodeAnswer>(
+    slot: &'a mut Option<Round<B>>,
+    round: &Round<Vote>,
+    op: Op,
+) -> &'a mut Round<B> {
+    slot.get_or_insert_with(|| round.sibling(op))
+}
 
 #[cfg(test)]
 mod tests {

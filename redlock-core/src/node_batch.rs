@@ -283,6 +283,9 @@ struct Proof {
     /// Whether the node refused this user the marker (`NOPERM`, an ACL), which aborts a native
     /// proof's transaction: the connection's next proofs write none.
     markers_denied: bool,
+    /// A native proof's marker write: the marker, and its TTL (the longest of the batch's
+    /// proving acquisitions) in decimal, for [`NodeBatch::read_args`].
+    marker: Option<(MarkerKey, Decimal)>,
 }
 
 /// What a native proof's reads say.
@@ -410,8 +413,9 @@ pub struct NodeBatch {
     /// Each request's restart check on this connection, with its longest TTL (`None`: not a
     /// restart-checked acquisition, or an untracked connection).
     checks: SmallVec<[Option<(MemoryCheck, u64)>; 1]>,
-    /// The reads ahead of the batch, when an acquisition proves.
-    proof: Option<Proof>,
+    /// The reads ahead of the batch, when an acquisition proves (boxed: most batches prove
+    /// nothing, and every batch is moved about whole).
+    proof: Option<Box<Proof>>,
     /// Per request: what its seal found changed (`None`: it held), as
     /// [`NodeBatch::handle_seal`] read it; not read counts as changed.
     seal_breach: SmallVec<[Option<SitOutCause>; 1]>,
@@ -425,9 +429,6 @@ pub struct NodeBatch {
     /// the node's memory anew (one database, one marker: no swap between two scripts can put
     /// one name in two databases). `None` on a native proof: its transaction writes it.
     marked: Option<usize>,
-    /// A native proof's marker write: the marker, and its TTL (the longest of the batch's
-    /// proving acquisitions) in decimal, for [`NodeBatch::read_args`].
-    native_marker: Option<(MarkerKey, Decimal)>,
     /// Whether every request proves, each one plain command (`SET NX PX`, `MSETEX`): a native
     /// proof's transaction can then hold them ([`NodeBatch::embeds`]).
     plain_proving: bool,
@@ -528,29 +529,32 @@ impl NodeBatch {
             .iter()
             .any(|check| matches!(check, Some((MemoryCheck::Prove { .. }, _))));
         let opts_in = watch.is_some_and(MemoryWatch::opts_in);
-        let proof = proves.then_some(Proof {
-            native: !dialect.scripts,
-            opts_in,
-            caching: if opts_in { Err(UNANSWERED) } else { Ok(()) },
-            epoch: Err(UNANSWERED),
-            pttl: if dialect.scripts {
-                Ok(None)
-            } else {
-                Err(UNANSWERED)
-            },
-            time: Err(UNANSWERED),
-            stamped: if dialect.scripts {
-                Ok(None)
-            } else {
-                Err(UNANSWERED)
-            },
-            identity: None,
-            evicts: None,
-            claimed: false,
-            asks_notifications: watch.is_some_and(MemoryWatch::asks_notifications),
-            notifications: Err(UNANSWERED),
-            markable: false,
-            markers_denied: false,
+        let proof = proves.then(|| {
+            Box::new(Proof {
+                native: !dialect.scripts,
+                opts_in,
+                caching: if opts_in { Err(UNANSWERED) } else { Ok(()) },
+                epoch: Err(UNANSWERED),
+                pttl: if dialect.scripts {
+                    Ok(None)
+                } else {
+                    Err(UNANSWERED)
+                },
+                time: Err(UNANSWERED),
+                stamped: if dialect.scripts {
+                    Ok(None)
+                } else {
+                    Err(UNANSWERED)
+                },
+                identity: None,
+                evicts: None,
+                claimed: false,
+                asks_notifications: watch.is_some_and(MemoryWatch::asks_notifications),
+                notifications: Err(UNANSWERED),
+                markable: false,
+                markers_denied: false,
+                marker: None,
+            })
         });
         let trusts = transmits.iter().any(|t| t.command.op() == Op::Trust);
         let plain_proving = kept.is_empty()
@@ -573,7 +577,6 @@ impl NodeBatch {
             marks: dialect.swapdb && dialect.markers && watch.is_some_and(MemoryWatch::marks),
             nonce: None,
             marked: None,
-            native_marker: None,
             plain_proving,
             kept,
             sent_at: now,
@@ -633,7 +636,8 @@ impl NodeBatch {
     /// alone ([`SealRead::Marker`]), where the node can swap and does not evict. Without it (or
     /// on a batch that does not prove), nothing changes: seals read the epoch and its stamp.
     pub fn mark(&mut self, nonce: u64) {
-        let Some(proof) = self.proof.as_ref().filter(|_| self.marks) else {
+        let marks = self.marks;
+        let Some(proof) = self.proof.as_deref_mut().filter(|_| marks) else {
             return;
         };
         if proof.native {
@@ -644,7 +648,7 @@ impl NodeBatch {
             });
             if let Some(ttl) = longest.max() {
                 self.nonce = Some(nonce);
-                self.native_marker = Some((MarkerKey::of(nonce), Decimal::of(ttl)));
+                proof.marker = Some((MarkerKey::of(nonce), Decimal::of(ttl)));
             }
             return;
         }
@@ -665,8 +669,10 @@ impl NodeBatch {
     /// the node refuses sets no key. Otherwise the requests follow the reads, as listed.
     pub fn embeds(&self) -> bool {
         self.plain_proving
-            && self.native_marker.is_some()
-            && self.proof.as_ref().is_some_and(|proof| proof.native)
+            && self
+                .proof
+                .as_ref()
+                .is_some_and(|proof| proof.native && proof.marker.is_some())
     }
 
     /// The arguments of the proof read `read` (one of [`reads`](Self::reads)): its
@@ -674,7 +680,8 @@ impl NodeBatch {
     /// its slot's), and for [`ProofRead::Marker`] the write of this proof's marker.
     pub fn read_args(&self, read: ProofRead) -> SmallVec<[&[u8]; 6]> {
         let (epoch, id) = (self.epoch.epoch(), self.epoch.id());
-        match (read, &self.native_marker) {
+        let marker = self.proof.as_ref().and_then(|proof| proof.marker.as_ref());
+        match (read, marker) {
             (ProofRead::Marker, Some((marker, ttl))) => {
                 SmallVec::from_slice(&[b"SET", marker.as_bytes(), b"1", b"PX", ttl.as_bytes()])
             }

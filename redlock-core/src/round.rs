@@ -160,6 +160,26 @@ impl<A: NodeAnswer> Round<A> {
         }
     }
 
+    /// A round of `op` to the same nodes, for the same lock (origin, TTL and key slots), not
+    /// started yet: [`restart`](Round::restart) it before its first request.
+    pub(crate) fn sibling<B: NodeAnswer>(&self, op: Op) -> Round<B> {
+        let nodes = self.answers.len();
+        Round {
+            key_slots: self.key_slots.clone(),
+            origin: self.origin,
+            batch: self.batch,
+            op,
+            ttl_ms: self.ttl_ms,
+            extras: Extras::default(),
+            started: self.started,
+            deadline: self.deadline,
+            answers: smallvec![B::PENDING; nodes],
+            fences: smallvec![None; nodes],
+            skip: smallvec![false; nodes],
+            sent: 0,
+        }
+    }
+
     /// Names the lock and operation this round's requests belong to.
     pub(crate) fn set_origin(&mut self, origin: Origin) {
         self.origin = origin;
