@@ -14,29 +14,35 @@
 //! them) is taken to run scripts and nothing native ([`Dialect::SCRIPTS`]): every operation
 //! then keeps its script form, which any server with scripting runs.
 //!
-//! Where scripts may run, a second pipeline then loads every script of the engine (`SCRIPT
-//! LOAD`), so that no batch on the new connection meets `NOSCRIPT` unless the node's scripts
-//! are flushed later. Where they may not, nothing is loaded (no refusals in the node's ACL log
-//! and error counts beyond the one `SCRIPT EXISTS` that found out).
+//! The `SCRIPT EXISTS` asks about the engine's own scripts; where scripts may run and the node
+//! lacks some of them, a second pipeline loads those (`SCRIPT LOAD`) before the connection
+//! carries any batch, so that no batch on it meets `NOSCRIPT` unless the node's scripts are
+//! flushed later. A node that has them all (any node a client used before, until it restarts)
+//! costs no second round trip; one that may not run scripts is sent no load (no refusals in its
+//! ACL log and error counts beyond the `SCRIPT EXISTS` that found out).
 
 use redis::Value;
 use redlock_core::{Dialect, ServerFacts};
+
+use crate::request::SCRIPTS;
 
 /// The commands whose presence `COMMAND INFO` is asked about, in this order: the native forms,
 /// and `SWAPDB` (renamed away, no database can be swapped under a proven connection).
 const NATIVE: [&str; 4] = ["DELIFEQ", "DELEX", "MSETEX", "SWAPDB"];
 
 /// The one pipeline that asks: `HELLO`, `COMMAND INFO` of the native commands, whether
-/// scripts may run (`SCRIPT EXISTS` of a hash no script has), and whether markers may be
-/// written (`SET … XX` of a marker no proof writes: a write that never happens).
+/// scripts may run and which of the engine's the node has (`SCRIPT EXISTS` of their hashes, in
+/// [`SCRIPTS`] order), and whether markers may be written (`SET … XX` of a marker no proof
+/// writes: a write that never happens).
 fn probe() -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     pipe.cmd("HELLO");
     pipe.cmd("COMMAND").arg("INFO").arg(&NATIVE[..]);
-    pipe.cmd("SCRIPT")
-        .arg("EXISTS")
-        .arg("0000000000000000000000000000000000000000");
+    let exists = pipe.cmd("SCRIPT").arg("EXISTS");
+    for script in SCRIPTS {
+        exists.arg(crate::request::script_hash(script));
+    }
     pipe.cmd("SET")
         .arg("redlock:epoch:m:0")
         .arg(1)
@@ -46,24 +52,35 @@ fn probe() -> redis::Pipeline {
     pipe
 }
 
-/// The pipeline that loads every script of the engine, sent where [`probe`] found that
-/// scripts may run, before the connection carries any batch. A script that meets `NOSCRIPT` is
-/// loaded and run again after whatever was written on the shared connection meanwhile, so a
-/// later round of another lock could overtake it (and be refused where a release had not run
-/// yet); with the scripts loaded, normally only a flush of the node's scripts brings that back.
-/// A load the node refuses (an ACL that allows `EVALSHA` but not `SCRIPT LOAD`) changes
-/// nothing: such a request then fails as it did before.
-fn loads() -> redis::Pipeline {
+/// The pipeline that loads the engine's scripts the node lacks, as [`probe`]'s `SCRIPT EXISTS`
+/// answered (`values`), where scripts may run (`dialect`); `None` when there is nothing to
+/// load. Sent before the connection carries any batch: a script that meets `NOSCRIPT` is loaded
+/// and run again after whatever was written on the shared connection meanwhile, so a later
+/// round of another lock could overtake it (and be refused where a release had not run yet);
+/// with the scripts loaded, normally only a flush of the node's scripts brings that back. An
+/// answer of another shape loads them all. A load the node refuses (an ACL that allows
+/// `EVALSHA` but not `SCRIPT LOAD`) changes nothing: such a request then fails as it did
+/// before.
+fn loads(values: &[Value], dialect: &Dialect) -> Option<redis::Pipeline> {
+    if !dialect.scripts {
+        return None;
+    }
+    let has = match values.get(2) {
+        Some(Value::Array(has)) if has.len() == SCRIPTS.len() => has.as_slice(),
+        _ => &[],
+    };
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for script in crate::request::SCRIPTS {
-        pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
+    for (at, script) in SCRIPTS.into_iter().enumerate() {
+        if !matches!(has.get(at), Some(Value::Int(1))) {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
+        }
     }
-    pipe
+    (!pipe.is_empty()).then_some(pipe)
 }
 
 /// Asks a blocking connection's node what it can run, and loads the scripts where they may
-/// run ([`loads`]). An error means the node did not
+/// run and the node lacks ([`loads`]). An error means the node did not
 /// answer at all (the connection is not usable); a node that answers with errors runs
 /// [`Dialect::SCRIPTS`].
 #[cfg(feature = "blocking")]
@@ -71,8 +88,8 @@ pub(crate) fn detect(conn: &mut dyn redis::ConnectionLike) -> Result<Dialect, re
     let values = probe().query::<Vec<Value>>(conn)?;
     answerable(&values)?;
     let dialect = from_replies(&values);
-    if dialect.scripts {
-        answerable(&loads().query::<Vec<Value>>(conn)?)?;
+    if let Some(loads) = loads(&values, &dialect) {
+        answerable(&loads.query::<Vec<Value>>(conn)?)?;
     }
     Ok(dialect)
 }
@@ -85,8 +102,8 @@ pub(crate) async fn detect_async<C: redis::aio::ConnectionLike>(
     let values = probe().query_async::<Vec<Value>>(conn).await?;
     answerable(&values)?;
     let dialect = from_replies(&values);
-    if dialect.scripts {
-        answerable(&loads().query_async::<Vec<Value>>(conn).await?)?;
+    if let Some(loads) = loads(&values, &dialect) {
+        answerable(&loads.query_async::<Vec<Value>>(conn).await?)?;
     }
     Ok(dialect)
 }
@@ -293,6 +310,45 @@ mod tests {
         assert!(from_replies(&replies).markers);
         let unmarked = from_replies(&[resp3, info([false; 3]), allowed(), error("NOPERM")]);
         assert!(!unmarked.markers && unmarked.scripts);
+    }
+
+    #[test]
+    fn only_the_scripts_a_node_lacks_are_loaded_and_only_where_scripts_may_run() {
+        let exists = |has: [i64; SCRIPTS.len()]| {
+            let has = has.into_iter().map(Value::Int).collect();
+            [Value::Nil, Value::Nil, Value::Array(has)]
+        };
+        let sources = |pipe: &redis::Pipeline| {
+            let packed = pipe.get_packed_pipeline();
+            SCRIPTS.map(|script| {
+                packed
+                    .windows(script.source().len())
+                    .any(|window| window == script.source().as_bytes())
+            })
+        };
+        let scripts = Dialect::SCRIPTS;
+        // A node that has them all: no second round trip.
+        assert!(loads(&exists([1; SCRIPTS.len()]), &scripts).is_none());
+        // A fresh node: every script.
+        let all = loads(&exists([0; SCRIPTS.len()]), &scripts).expect("loads");
+        assert_eq!(all.len(), SCRIPTS.len());
+        assert!(sources(&all).iter().all(|sent| *sent));
+        // Some missing (the release and the fenced acquire): those two only.
+        let mut has = [1; SCRIPTS.len()];
+        has[1] = 0;
+        has[5] = 0;
+        let some = loads(&exists(has), &scripts).expect("loads");
+        assert_eq!(some.len(), 2);
+        assert_eq!(sources(&some).map(|sent| !sent), has.map(|has| has == 1));
+        // An answer of another shape: all of them.
+        let odd = [Value::Nil, Value::Nil, Value::Array(vec![Value::Int(1)])];
+        assert_eq!(loads(&odd, &scripts).map(|pipe| pipe.len()), Some(7));
+        // Scripts may not run: nothing, whatever the node has.
+        let native = Dialect {
+            scripts: false,
+            ..Dialect::SCRIPTS
+        };
+        assert!(loads(&exists([0; SCRIPTS.len()]), &native).is_none());
     }
 
     #[test]

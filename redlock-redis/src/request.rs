@@ -54,6 +54,11 @@ pub(crate) const SCRIPTS: [Script; 7] = [
     Script::CommitFence,
 ];
 
+/// The SHA1 `script` runs by (`EVALSHA`), as `SCRIPT EXISTS` asks about it.
+pub(crate) fn script_hash(script: Script) -> &'static str {
+    compiled(script).get_hash()
+}
+
 /// The compiled form of one of the engine's scripts (a script added here goes in [`SCRIPTS`]
 /// too).
 fn compiled(script: Script) -> &'static redis::Script {

@@ -221,8 +221,9 @@ pub fn pipelined_requests_survive_a_script_flush<A: Adapter>() {
 /// Every script is loaded when a connection is made: a client's first lock, extension,
 /// fenced lock and releases on nodes that never ran a script meet no `NOSCRIPT` (one would be
 /// loaded and run again behind whatever was written on the connection meanwhile: a round of
-/// another lock could overtake it), and each node ran at least one script by `EVALSHA`. Where
-/// the ACL denies scripting, no load is even tried (no refusal beyond the probe's).
+/// another lock could overtake it), and each node ran at least one script by `EVALSHA`. A
+/// second client on the same nodes, which have every script by then, loads none. Where the ACL
+/// denies scripting, no load is even tried (no refusal beyond the probe's).
 pub fn a_new_connection_never_meets_noscript<A: Adapter>() {
     let nodes = Servers::start(3);
     let redlock: A = client(&nodes, &Options::default());
@@ -239,6 +240,26 @@ pub fn a_new_connection_never_meets_noscript<A: Adapter>() {
         .unwrap_or_else(|err| panic!("{}: fenced lock: {err}", A::NAME));
     let report = fenced.release();
     assert_eq!(report.released(), 3, "{}: {report:?}", A::NAME);
+    let loaded: Vec<u64> = nodes
+        .servers()
+        .iter()
+        .map(|server| super::sealed::calls(server, "script|load"))
+        .collect();
+    let second: A = client(&nodes, &Options::default());
+    let lock = second
+        .lock("fresh", ttl)
+        .unwrap_or_else(|err| panic!("{}: second client's lock: {err}", A::NAME));
+    let report = lock.release();
+    assert_eq!(report.released(), 3, "{}: {report:?}", A::NAME);
+    for (server, loaded) in nodes.servers().iter().zip(loaded) {
+        assert_eq!(
+            super::sealed::calls(server, "script|load"),
+            loaded,
+            "{}: {}: the second client loaded scripts the node had",
+            A::NAME,
+            server.addr(),
+        );
+    }
     for server in nodes.servers() {
         let info = |section: &str| -> String {
             redis::cmd("INFO")
