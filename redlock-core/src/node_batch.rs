@@ -458,6 +458,52 @@ impl NodeBatch {
         watch: Option<&MemoryWatch>,
         now: Instant,
     ) -> Self {
+        let checked = transmits
+            .iter()
+            .any(|transmit| transmit.command.restart_check_ms().is_some());
+        match checked || dialect.keyspace == Keyspace::Cluster {
+            true => Self::planned(transmits, dialect, watch, now),
+            false => Self::unchecked(transmits, dialect, watch, now),
+        }
+    }
+
+    /// [`new`](Self::new) for a batch of which no request is restart-checked (releases,
+    /// extensions, acquisitions with restart-aware voting off), on a standalone node: no epoch,
+    /// check, seal or proof to plan. Exactly what [`planned`](Self::planned) makes of it,
+    /// without its passes over the batch (a release batch is half of every lock's).
+    fn unchecked(
+        transmits: &[Transmit],
+        dialect: &Dialect,
+        watch: Option<&MemoryWatch>,
+        now: Instant,
+    ) -> Self {
+        let count = transmits.len();
+        Self {
+            dialect: *dialect,
+            epoch: EpochNames::standalone(),
+            epochs: SmallVec::new(),
+            deferred: Vec::new(),
+            checks: SmallVec::from_elem(None, count),
+            proof: None,
+            seal_breach: SmallVec::from_elem(Some(SitOutCause::Changed), count),
+            trusts: transmits.iter().any(|t| t.command.op() == Op::Trust),
+            marks: dialect.swapdb && dialect.markers && watch.is_some_and(MemoryWatch::marks),
+            nonce: None,
+            marked: None,
+            // Every request proves a plain command: vacuously, of none.
+            plain_proving: count == 0,
+            kept: Vec::new(),
+            sent_at: now,
+        }
+    }
+
+    /// [`new`](Self::new), planned in full.
+    fn planned(
+        transmits: &[Transmit],
+        dialect: &Dialect,
+        watch: Option<&MemoryWatch>,
+        now: Instant,
+    ) -> Self {
         // A standalone node has one epoch; a cluster master one per slot: each acquisition is
         // checked against its own slot's (vouched where that slot is proven), and a batch
         // proves one slot, its first acquisition's that must prove. An acquisition that must
@@ -1160,6 +1206,48 @@ mod tests {
             }
         }
         batch.finish(Some(watch), answers);
+    }
+
+    #[test]
+    fn a_batch_with_nothing_checked_is_planned_as_in_full() {
+        let (_, release) = commands("r");
+        // An acquisition with restart-aware voting off: not checked.
+        let config = Config::builder(1)
+            .restart_aware(false)
+            .build()
+            .expect("valid");
+        let request = LockRequest::new("u", Duration::from_secs(10));
+        let mut rng = crate::testing::rng(2);
+        let mut acquire = crate::Acquire::new(now(), &config, &request, &mut rng).expect("valid");
+        let crate::Output::Send(unchecked) = acquire.poll_output(now()) else {
+            panic!("an acquisition sends");
+        };
+        assert_eq!(unchecked.command.restart_check_ms(), None);
+        let swapping = Dialect {
+            swapdb: true,
+            markers: true,
+            ..Dialect::SCRIPTS
+        };
+        let (watch, at) = (MemoryWatch::new(), now());
+        let batches: [&[Transmit]; 4] = [
+            &[],
+            std::slice::from_ref(&release),
+            &[release.clone(), unchecked.clone()],
+            &[unchecked.clone(), release.clone(), release.clone()],
+        ];
+        for transmits in batches {
+            for dialect in [Dialect::SCRIPTS, native(), swapping] {
+                for watch in [None, Some(&watch)] {
+                    assert_eq!(
+                        NodeBatch::unchecked(transmits, &dialect, watch, at),
+                        NodeBatch::planned(transmits, &dialect, watch, at),
+                        "{} requests on {dialect:?}, watched: {}",
+                        transmits.len(),
+                        watch.is_some(),
+                    );
+                }
+            }
+        }
     }
 
     #[test]
