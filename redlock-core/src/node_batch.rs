@@ -247,7 +247,7 @@ const PROVE_NATIVELY_NOLOOP_MARKED: &[ProofRead] = &[
 /// Not answered (yet): what a read is until its reply is handed in.
 const UNANSWERED: NodeErrorKind = NodeErrorKind::Protocol;
 
-/// The reads of a proving batch, as they came back.
+/// The reads of a proving batch, as they came back, and the marker a native proof writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Proof {
     /// Whether the node runs no script: the watch decides from the epoch and the time.
@@ -1228,12 +1228,25 @@ mod tests {
             markers: true,
             ..Dialect::SCRIPTS
         };
+        // A trust and an extension of the released lock: not checked either.
+        let like = |op, ttl_ms| Transmit {
+            id: release.id,
+            command: Command::new(
+                op,
+                release.command.spec().clone(),
+                ttl_ms,
+                crate::command::Extras::default(),
+            ),
+        };
+        let (trust, extend) = (like(Op::Trust, 0), like(Op::ExpireIfEquals, 10_000));
         let (watch, at) = (MemoryWatch::new(), now());
-        let batches: [&[Transmit]; 4] = [
+        let batches: [&[Transmit]; 6] = [
             &[],
             std::slice::from_ref(&release),
             &[release.clone(), unchecked.clone()],
             &[unchecked.clone(), release.clone(), release.clone()],
+            std::slice::from_ref(&trust),
+            &[extend.clone(), trust.clone()],
         ];
         for transmits in batches {
             for dialect in [Dialect::SCRIPTS, native(), swapping] {
@@ -1248,6 +1261,27 @@ mod tests {
                 }
             }
         }
+        // And `new` takes the full plan wherever anything is checked, or on a cluster master
+        // (whose every request has its slot's epoch).
+        let (checked, _) = commands("c");
+        let mixed = [checked, release.clone()];
+        for (transmits, dialect) in [
+            (&mixed[..], Dialect::SCRIPTS),
+            (std::slice::from_ref(&release), cluster()),
+            (std::slice::from_ref(&trust), cluster()),
+        ] {
+            for watch in [None, Some(&watch)] {
+                assert_eq!(
+                    NodeBatch::new(transmits, &dialect, watch, at),
+                    NodeBatch::planned(transmits, &dialect, watch, at),
+                );
+            }
+        }
+        assert_ne!(
+            NodeBatch::unchecked(std::slice::from_ref(&release), &cluster(), None, at),
+            NodeBatch::planned(std::slice::from_ref(&release), &cluster(), None, at),
+            "a cluster master's plan differs: the dispatch must not skip it",
+        );
     }
 
     #[test]

@@ -160,8 +160,9 @@ impl<A: NodeAnswer> Round<A> {
         }
     }
 
-    /// A round of `op` to the same nodes, for the same lock (origin, TTL and key slots), not
-    /// started yet: [`restart`](Round::restart) it before its first request.
+    /// A round of `op` to the same nodes, for the same lock (origin, TTL and key slots), with
+    /// this round's batch and times until [`restart`](Round::restart)ed, which it must be
+    /// before its first request.
     pub(crate) fn sibling<B: NodeAnswer>(&self, op: Op) -> Round<B> {
         let nodes = self.answers.len();
         Round {
