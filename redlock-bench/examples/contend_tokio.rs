@@ -100,18 +100,8 @@ async fn main() {
 fn counts(nodes: &Servers) -> [u64; 4] {
     let mut sums = [0; 4];
     for server in nodes.servers() {
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut server.client())
-            .expect("INFO commandstats");
         for (sum, command) in sums.iter_mut().zip(COUNTED) {
-            let prefix = format!("cmdstat_{command}:calls=");
-            *sum += stats
-                .lines()
-                .find_map(|line| line.strip_prefix(prefix.as_str()))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|calls| calls.parse::<u64>().ok())
-                .unwrap_or(0);
+            *sum += server.calls(command);
         }
     }
     sums

@@ -91,6 +91,19 @@ impl RedisServer {
             .unwrap_or_else(|err| panic!("connecting to redis-server on {}: {err}", self.addr()))
     }
 
+    /// Calls of `command` the server ran so far, as `INFO commandstats` names it (`set`,
+    /// `evalsha`, `script|load`; 0 for one never called). The `INFO` itself counts after it.
+    pub fn calls(&self, command: &str) -> u64 {
+        let stats: String = self.run(redis::cmd("INFO").arg("commandstats"), "INFO commandstats");
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|calls| calls.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// `GET key`.
     pub fn get(&self, key: impl ToRedisArgs) -> Option<Vec<u8>> {
         self.query("GET", key)

@@ -41,9 +41,9 @@ fn is_noscript(result: &Result<redis::Value, redis::RedisError>) -> bool {
     }
 }
 
-/// Every script the engine runs: loaded on each connection as it is made (see
-/// [`crate::dialect`]), so that no batch on it meets `NOSCRIPT` until the node's scripts are
-/// flushed.
+/// Every script the engine runs: those a node lacks are loaded on each connection as it is
+/// made (see [`crate::dialect`]), so that no batch on it meets `NOSCRIPT` until the node's
+/// scripts are flushed.
 pub(crate) const SCRIPTS: [Script; 7] = [
     Script::Acquire,
     Script::Release,
@@ -1183,7 +1183,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_script_is_loaded_on_a_new_connection() {
+    fn every_script_is_listed_once_in_the_enums_order() {
         // Each script listed once, in the enum's order: this match has no wildcard, so a new
         // variant does not compile here until it has a place (nothing makes it listed).
         let place = |script: Script| match script {

@@ -9,7 +9,6 @@ use redlock_redis::Error;
 
 use super::adapter::{Adapter, HeldLock, Options};
 use super::scenarios::eventually;
-use super::sealed::calls;
 use crate::{CLUSTER_NODE_TIMEOUT, RedisCluster, RedisServer, ServerOptions, Servers};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -112,13 +111,13 @@ pub fn a_cluster_node_votes_for_keys_on_every_master<A: Adapter>() {
         let master = &cluster.masters()[cluster.master_of(resource.as_bytes())];
         let fresh: A = build(&[cluster.masters()[1].url()], &once());
         for (who, vouched) in [(&fresh, false), (&client, true), (&fresh, true)] {
-            let (proofs, sets) = (calls(master, "client|caching"), calls(master, "set"));
+            let (proofs, sets) = (master.calls("client|caching"), master.calls("set"));
             let lock = who.lock(resource, TTL).expect("granted by the cluster");
             assert_eq!(lock.release().released(), 1);
-            let proved = calls(master, "client|caching") > proofs;
+            let proved = master.calls("client|caching") > proofs;
             assert_eq!(proved, !vouched, "{}: {resource} proved: {proved}", A::NAME);
             if vouched {
-                assert_eq!(calls(master, "set"), sets + 1, "{}: one SET NX PX", A::NAME);
+                assert_eq!(master.calls("set"), sets + 1, "{}: one SET NX PX", A::NAME);
             }
         }
     }

@@ -13,7 +13,6 @@ use redlock_core::{Keyspace, SitOutCause, Slot, Vote, WatchFault};
 use super::adapter::{Adapter, HeldLock, Options};
 use super::cluster::{build, once, sole_vote};
 use super::scenarios::scripting_denied;
-use super::sealed::calls;
 use crate::{RedisCluster, RedisServer};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -58,7 +57,7 @@ fn holder_and_rival<A: Adapter>(
 
 /// The proofs `master` ran so far (each starts with `CLIENT CACHING YES`).
 fn proofs(master: &RedisServer) -> u64 {
-    calls(master, "client|caching")
+    master.calls("client|caching")
 }
 
 /// A holder's key of `resources[0]` on master 0, under a rival whose connection proved both

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use super::adapter::{Adapter, HeldLock};
 use super::cluster::{build, once, one_per_master};
-use super::sealed::calls;
 use crate::{RedisCluster, RedisServer, ServerOptions};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -53,7 +52,7 @@ pub fn a_mixed_version_cluster_speaks_each_masters_dialect<A: Adapter>() {
         let before: Vec<u64> = cluster
             .masters()
             .iter()
-            .map(|master| calls(master, "delifeq"))
+            .map(|master| master.calls("delifeq"))
             .collect();
         for (master, resource) in resources.iter().enumerate() {
             let mut lock = client
@@ -73,7 +72,7 @@ pub fn a_mixed_version_cluster_speaks_each_masters_dialect<A: Adapter>() {
         }
         for (master, server) in cluster.masters().iter().enumerate() {
             assert_eq!(
-                calls(server, "delifeq") - before[master],
+                server.calls("delifeq") - before[master],
                 u64::from(native[master]),
                 "{}: master {master}'s release form (seed {seed}, native: {})",
                 A::NAME,

@@ -383,7 +383,7 @@ pub fn a_user_denied_the_markers_seals_with_the_stamps<A: Adapter>() {
             lock.release();
         }
         for server in nodes.servers() {
-            let mget = super::sealed::calls(server, "mget");
+            let mget = server.calls("mget");
             assert!(
                 mget >= u64::try_from(LOCKS - 1).unwrap_or(0),
                 "{name}: {} sealed {mget} of {LOCKS} locks with the stamps",

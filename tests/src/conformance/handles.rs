@@ -243,7 +243,7 @@ pub fn a_new_connection_never_meets_noscript<A: Adapter>() {
     let loaded: Vec<u64> = nodes
         .servers()
         .iter()
-        .map(|server| super::sealed::calls(server, "script|load"))
+        .map(|server| server.calls("script|load"))
         .collect();
     let second: A = client(&nodes, &Options::default());
     let lock = second
@@ -253,7 +253,7 @@ pub fn a_new_connection_never_meets_noscript<A: Adapter>() {
     assert_eq!(report.released(), 3, "{}: {report:?}", A::NAME);
     for (server, loaded) in nodes.servers().iter().zip(loaded) {
         assert_eq!(
-            super::sealed::calls(server, "script|load"),
+            server.calls("script|load"),
             loaded,
             "{}: {}: the second client loaded scripts the node had",
             A::NAME,
@@ -280,10 +280,7 @@ pub fn a_new_connection_never_meets_noscript<A: Adapter>() {
             !errors.contains("errorstat_NOSCRIPT"),
             "{name}: answered NOSCRIPT: {errors}"
         );
-        assert!(
-            super::sealed::calls(server, "evalsha") > 0,
-            "{name}: ran no script"
-        );
+        assert!(server.calls("evalsha") > 0, "{name}: ran no script");
     }
 }
 

@@ -205,13 +205,13 @@ fn vouched_acquisitions_read_the_marker<A: Adapter>(deny_scripting: bool) {
     }
     for server in nodes.servers() {
         // The first lock proves; every later one is vouched and sealed.
-        let exists = calls(server, "exists");
+        let exists = server.calls("exists");
         assert!(
             exists >= u64::try_from(LOCKS - 1).unwrap_or(0),
             "{name}: {} read the marker {exists} times for {LOCKS} locks",
             server.addr(),
         );
-        assert_eq!(calls(server, "mget"), 0, "{name}: no seal read the stamps");
+        assert_eq!(server.calls("mget"), 0, "{name}: no seal read the stamps");
         let markers: Vec<String> = redis::cmd("KEYS")
             .arg("redlock:epoch:m:*")
             .query(&mut server.client())
@@ -253,22 +253,6 @@ pub fn a_heard_eviction_votes_for_a_deaf_connection<A: Adapter>() {
         rival_try::<A>(Loss::HeardEviction, Rival::Faulty(WatchFault::Deaf)),
         "deaf to the eviction events",
     );
-}
-
-/// Calls of `command` the node ran so far (`INFO commandstats`, which counts calls before its
-/// own).
-pub(super) fn calls(server: &RedisServer, command: &str) -> u64 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.client())
-        .expect("INFO commandstats");
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|calls| calls.parse().ok())
-        .unwrap_or(0)
 }
 
 /// How many `INFO` calls node 0 of three evicting nodes ran for `ACQUISITIONS` vouched
@@ -313,7 +297,7 @@ fn info_reads<A: Adapter>(publishes: bool, acl: Option<&[&str]>) -> u64 {
         .release();
     let node = &nodes.servers()[0];
     // Each count is read by an INFO of its own: one call per reading.
-    let (sets, infos) = (calls(node, "set"), calls(node, "info") + 2);
+    let (sets, infos) = (node.calls("set"), node.calls("info") + 2);
     for i in 0..ACQUISITIONS {
         client
             .lock(&format!("r{i}"), ttl)
@@ -323,10 +307,10 @@ fn info_reads<A: Adapter>(publishes: bool, acl: Option<&[&str]>) -> u64 {
     // A lock returns on a quorum: wait until node 0 ran every acquisition (its reads went in
     // the same MULTI).
     let ran = super::scenarios::eventually(std::time::Duration::from_secs(10), || {
-        calls(node, "set") >= sets + ACQUISITIONS
+        node.calls("set") >= sets + ACQUISITIONS
     });
     assert!(ran, "{}: node 0 ran every acquisition", A::NAME);
-    calls(node, "info").saturating_sub(infos)
+    node.calls("info").saturating_sub(infos)
 }
 
 /// Vouched acquisitions per cost case.
