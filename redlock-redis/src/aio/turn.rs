@@ -13,7 +13,9 @@
 //! that finds no wake-up since the last turn, a turn that polled the sources with the owner's
 //! wakers, runs none). A
 //! call made while another answer waits (many callers at once) wakes the driver's task, whose
-//! one turn carries every call queued meanwhile in one write per node, as before. A caller on
+//! one turn carries every call queued meanwhile in one write per node, as before (the task
+//! yields once to the runtime first, so that the callers ready to run queue theirs: see
+//! [`super::driver`]'s task). A caller on
 //! another runtime never runs the turn: the driver's timers and connections belong to its
 //! runtime.
 //!
@@ -351,6 +353,12 @@ where
     /// Whether the driver ended (its runtime shut down, or the client and every lock are gone).
     pub(crate) fn is_closed(&self) -> bool {
         self.calls.is_closed()
+    }
+
+    /// Whether more than one caller waits for an answer: calls are coming in faster than one
+    /// at a time, so a turn that waits for the callers ready to run carries more of them.
+    pub(crate) fn is_crowded(&self) -> bool {
+        self.router.waiting.load(Ordering::Relaxed) > 1
     }
 
     /// The driver's task: registers itself, runs turns while woken; ends with the driver.
