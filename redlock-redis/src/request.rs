@@ -75,7 +75,8 @@ fn compiled(script: Script) -> &'static redis::Script {
 
 /// One part of a form as a plain `redis::Cmd` to put in a pipeline: a native command, or
 /// `EVALSHA <sha1> n keys… args…` for a script (a node that does not know the script answers
-/// `NOSCRIPT`: run that one again as a [`Request`], which loads it).
+/// `NOSCRIPT`: a release or an extension runs again as a [`Request`], which loads it; any
+/// other request is not run again, see [`Reading::reruns`]).
 fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
     // Room for every argument up front: one allocation each for the data and the offsets.
     const NUMBER: usize = 20;
@@ -691,6 +692,41 @@ impl<'a> Reading<'a> {
         }
     }
 
+    /// Whether request `index`, whose script the node did not know, runs again: only where a
+    /// run behind what the connection carried meanwhile is harmless
+    /// ([`Script::runs_late_safely`]; an async connection is shared, and a blocking one is held
+    /// to the same rule, so that every adapter behaves alike). When not, the scripts are loaded
+    /// ([`Reading::scripts_load`]) and its answer is `NOSCRIPT` ([`Reading::lost`]).
+    fn reruns(&self, index: usize) -> bool {
+        matches!(self.form(index), RedisForm::Script { script, .. } if script.runs_late_safely())
+    }
+
+    /// `SCRIPT LOAD` of every script of the engine ([`SCRIPTS`]), as one pipeline: the node's
+    /// cache was flushed, and each script that meets `NOSCRIPT` without running again loses
+    /// its request. Sent once per batch that met it, so the requests after it find them.
+    fn scripts_load(&self) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for script in SCRIPTS {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
+        }
+        pipe
+    }
+
+    /// What the scripts' load answered: nothing but a broken connection matters (a request
+    /// that meets `NOSCRIPT` again is answered so again).
+    fn loaded(&mut self, values: Result<Vec<redis::Value>, redis::RedisError>) {
+        if let Err(err) = values {
+            note_failure(&Err(err), &mut self.reconnect, &mut self.rebuild);
+        }
+    }
+
+    /// Request `index` met `NOSCRIPT` and is not run again: its answer is the node's
+    /// `NOSCRIPT` (a vote lost, as to a node that failed).
+    fn lost(&mut self, index: usize) {
+        self.parts[index] = smallvec::smallvec![Reply::Error(NodeErrorKind::NoScript)];
+    }
+
     /// Request `index`'s script to run again on its own after an `ASK`: `SCRIPT LOAD`, then
     /// the call after `ASKING` (the script loader of the `redis` crate sends no `ASKING`);
     /// its answer is the last reply ([`last`]).
@@ -989,8 +1025,9 @@ fn note_failure(
 }
 
 /// Runs `batch` on a blocking connection to a node of `dialect` as one write (one round trip,
-/// in order), each request in its form there; then runs again on its own each request whose
-/// script the node did not know, and reads the holder of each key a compare-and-delete missed
+/// in order), each request in its form there; then runs again on its own each release or
+/// extension whose script the node did not know (any other such request answers `NOSCRIPT`,
+/// and every script is loaded again: [`Reading::reruns`]), and reads the holder of each key a compare-and-delete missed
 /// (one more round trip, only when one did).
 ///
 /// # Implementation note
@@ -1069,8 +1106,16 @@ fn run_batch_once(
         let wire = reading.wire(pipe);
         reading.stamped(wire.own_values(wire.pipe.query(conn)));
     }
+    let mut reloaded = false;
     for index in std::mem::take(&mut reading.again) {
-        if let Some(request) = reading.rerun_request(index) {
+        if !reading.reruns(index) {
+            if !reloaded {
+                reloaded = true;
+                let values = reading.scripts_load().query(conn);
+                reading.loaded(values);
+            }
+            reading.lost(index);
+        } else if let Some(request) = reading.rerun_request(index) {
             let result = request.run(conn);
             reading.rerun(index, result);
         } else if let Some(wire) = reading.asked_rerun(index) {
@@ -1159,8 +1204,18 @@ async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
         let wire = reading.wire(pipe);
         reading.stamped(wire.own_values(wire.pipe.query_async(conn).await));
     }
+    let mut reloaded = false;
     for index in std::mem::take(&mut reading.again) {
-        if let Some(request) = reading.rerun_request(index) {
+        // Other batches went out on this shared connection since: an acquisition run now
+        // could land behind its own lock's release (a key left for its TTL on this node).
+        if !reading.reruns(index) {
+            if !reloaded {
+                reloaded = true;
+                let values = reading.scripts_load().query_async(conn).await;
+                reading.loaded(values);
+            }
+            reading.lost(index);
+        } else if let Some(request) = reading.rerun_request(index) {
             // Boxed: a rerun is rare (a node without the script), and large.
             let result = Box::pin(request.run_async(conn)).await;
             reading.rerun(index, result);

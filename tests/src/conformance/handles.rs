@@ -284,6 +284,100 @@ pub fn a_new_connection_never_meets_noscript<A: Adapter>() {
     }
 }
 
+/// How often `server` answered `NOSCRIPT` so far (`INFO errorstats`).
+fn noscript_errors(server: &crate::RedisServer) -> u64 {
+    let errors: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query(&mut server.client())
+        .unwrap_or_else(|err| panic!("INFO errorstats: {err}"));
+    errors
+        .lines()
+        .find_map(|line| line.strip_prefix("errorstat_NOSCRIPT:count="))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The script cache of one node flushed between a client's lock calls: a fenced acquisition
+/// that meets `NOSCRIPT` there is never run again (on a shared connection the run could land
+/// behind the lock's own release, and leave a key no release comes for). That node's vote is
+/// lost, its script loaded, and the next lock gets its vote; a release that meets `NOSCRIPT`
+/// does run again, and deletes its key. Where the fenced acquisition is a native command, the
+/// flush changes nothing: the node votes.
+pub fn an_acquisition_that_meets_noscript_is_not_run_again<A: Adapter>() {
+    let nodes = Servers::start(3);
+    let redlock: A = client(&nodes, &Options::default());
+    let ttl = Duration::from_secs(30);
+    let fenced = |resource: &str| {
+        redlock
+            .acquire(LockRequest::new(resource, ttl).fenced())
+            .unwrap_or_else(|err| panic!("{}: fenced lock {resource}: {err}", A::NAME))
+    };
+    // Connections made and proven, the scripts loaded.
+    fenced("warm").release();
+    let flushed = &nodes.servers()[0];
+    let flush = || {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut flushed.client())
+            .expect("SCRIPT FLUSH");
+    };
+    let (refused, loaded) = (noscript_errors(flushed), flushed.calls("script|load"));
+    flush();
+    let first = fenced("flushed");
+    // Either the node met NOSCRIPT (a scripted acquisition), or it voted (a native one).
+    let settled = eventually(Duration::from_secs(10), || {
+        noscript_errors(flushed) > refused || flushed.exists("flushed")
+    });
+    assert!(
+        settled,
+        "{}: the flushed node neither refused nor voted",
+        A::NAME
+    );
+    if noscript_errors(flushed) > refused {
+        // Calls of another lock run the driver's turns, which carry the late replies on (with
+        // no call waiting, they wait for the driver's timer): a rerun's `EVALSHA` follows its
+        // script's load.
+        let probe = || fenced("probe").release();
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                probe();
+                flushed.calls("script|load") > loaded
+            }),
+            "{}: the script that met NOSCRIPT was not loaded again",
+            A::NAME
+        );
+        for _ in 0..20 {
+            probe();
+        }
+        assert!(
+            !flushed.exists("flushed"),
+            "{}: the acquisition that met NOSCRIPT ran again",
+            A::NAME
+        );
+    }
+    let report = first.release();
+    assert!(report.released() >= 2, "{}: {report:?}", A::NAME);
+    // The script is back: the next lock gets the node's vote, and its release meets a flush.
+    let second = fenced("loaded");
+    assert!(
+        eventually(Duration::from_secs(10), || flushed.exists("loaded")),
+        "{}: the node did not vote after its script was loaded",
+        A::NAME
+    );
+    flush();
+    let report = second.release();
+    assert_eq!(report.released(), 3, "{}: {report:?}", A::NAME);
+    assert!(
+        eventually(Duration::from_secs(10), || !nodes.servers().iter().any(
+            |server| ["flushed", "loaded", "probe"]
+                .iter()
+                .any(|key| server.exists(*key))
+        )),
+        "{}: a lock key left behind",
+        A::NAME
+    );
+}
+
 /// A lock shared between threads (`Arc<Lock>`): concurrent extensions from eight threads each
 /// get their own answer (they run one after another, never merged), the validity only moves
 /// forward, and the lock is still held on every node afterwards.
