@@ -10,8 +10,9 @@
 //! `raw-smol` and `smol` run the floor and `plain` on a thread of
 //! their own, blocked on by async-std or smol (as redlock-bench's rows of those names).
 //! Prints the time per cycle, the client's CPU time per cycle (user + system, from
-//! `/proc/self/stat`) and how often the cycle's future was polled per cycle (each poll after
-//! the first is a wake-up the caller's task took); never asserts a time.
+//! `/proc/self/stat`), how often the cycle's future was polled per cycle (each poll after the
+//! first is a wake-up the caller's task took) and the machine's idle share over the measured
+//! cycles (`/proc/stat`); never asserts a time.
 //!
 //! `cargo build --release -p redlock-bench --example cycle_tokio`, then
 //! `perf record -g target/release/examples/cycle_tokio lock 20000` (or
@@ -98,11 +99,12 @@ async fn main() {
     };
     let (wall, cpu) = elapsed;
     println!(
-        "{side}: {:.1?} per cycle, client CPU {:.1?} per cycle (user {:.1?}), {:.2} polls per cycle ({cycles} cycles)",
+        "{side}: {:.1?} per cycle, client CPU {:.1?} per cycle (user {:.1?}), {:.2} polls per cycle, machine idle {:.0} % ({cycles} cycles)",
         wall / cycles,
         (cpu.user + cpu.system) / cycles,
         cpu.user / cycles,
-        POLLS.load(Ordering::Relaxed) as f64 / f64::from(cycles)
+        POLLS.load(Ordering::Relaxed) as f64 / f64::from(cycles),
+        cpu.idle_percent()
     );
 }
 
@@ -252,18 +254,44 @@ fn cpu_time() -> Cpu {
         .split_whitespace()
         .skip(11)
         .map(|field| Duration::from_millis(field.parse::<u64>().unwrap_or(0) * 10));
+    let (idle, total) = machine_ticks();
     Cpu {
         user: ticks.next().unwrap_or_default(),
         system: ticks.next().unwrap_or_default(),
+        idle,
+        total,
     }
+}
+
+/// The whole machine's idle and total CPU time so far (`/proc/stat`'s `cpu` line, in clock
+/// ticks: idle and iowait, and every field up to steal).
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .find_map(|line| line.strip_prefix("cpu "))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let idle = fields.get(3..5).map_or(0, |idle| idle.iter().sum());
+    let total = fields.iter().take(8).sum();
+    (idle, total)
 }
 
 /// The process's CPU time (every thread), in user and system mode: the system part is mostly
 /// the kernel's TCP work for the loopback connections, the user part the client's code.
+/// Beside it, the whole machine's idle and total ticks: the share of both cores no thread used
+/// (the client, its connections and the 5 nodes share them), which a client that keeps the
+/// nodes waiting on its own turns leaves higher than the floor.
 #[derive(Clone, Copy)]
 struct Cpu {
     user: Duration,
     system: Duration,
+    idle: u64,
+    total: u64,
 }
 
 impl Cpu {
@@ -271,6 +299,13 @@ impl Cpu {
         Self {
             user: self.user.saturating_sub(earlier.user),
             system: self.system.saturating_sub(earlier.system),
+            idle: self.idle.saturating_sub(earlier.idle),
+            total: self.total.saturating_sub(earlier.total),
         }
+    }
+
+    /// The machine's idle share, in percent.
+    fn idle_percent(self) -> f64 {
+        100.0 * self.idle as f64 / self.total.max(1) as f64
     }
 }
