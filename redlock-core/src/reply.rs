@@ -41,9 +41,10 @@ pub enum NodeErrorKind {
     /// The user may not run the command or touch the key (`NOPERM`).
     NoPermission,
     /// The script cache does not have the script (`NOSCRIPT`): flushed (`SCRIPT FLUSH`) while
-    /// a request using it was on its way. The adapter loads it again; it runs a release or an
-    /// extension again too, but not an acquisition on a shared connection, which could land
-    /// behind its own lock's release: that vote is lost, as to a node that failed.
+    /// a request using it was on its way. The adapter loads it again; it runs a release, an
+    /// extension or a fence's commit again too, but not an acquisition, which could land behind
+    /// its own lock's release on a shared connection: that vote is lost, as to a node that
+    /// failed.
     NoScript,
     /// A key holds a value of another type (`WRONGTYPE`).
     WrongType,

@@ -75,8 +75,8 @@ fn compiled(script: Script) -> &'static redis::Script {
 
 /// One part of a form as a plain `redis::Cmd` to put in a pipeline: a native command, or
 /// `EVALSHA <sha1> n keys… args…` for a script (a node that does not know the script answers
-/// `NOSCRIPT`: a release or an extension runs again as a [`Request`], which loads it; any
-/// other request is not run again, see [`Reading::reruns`]).
+/// `NOSCRIPT`: a release, an extension or a fence's commit runs again as a [`Request`], which
+/// loads it; any other request is not run again, see [`Reading::reruns`]).
 fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
     // Room for every argument up front: one allocation each for the data and the offsets.
     const NUMBER: usize = 20;
@@ -1025,10 +1025,10 @@ fn note_failure(
 }
 
 /// Runs `batch` on a blocking connection to a node of `dialect` as one write (one round trip,
-/// in order), each request in its form there; then runs again on its own each release or
-/// extension whose script the node did not know (any other such request answers `NOSCRIPT`,
-/// and every script is loaded again: [`Reading::reruns`]), and reads the holder of each key a compare-and-delete missed
-/// (one more round trip, only when one did).
+/// in order), each request in its form there; then runs again on its own each release,
+/// extension or fence commit whose script the node did not know (any other such request
+/// answers `NOSCRIPT`, and every script is loaded again: [`Reading::reruns`]), and reads the
+/// holder of each key a compare-and-delete missed (one more round trip, only when one did).
 ///
 /// # Implementation note
 /// A reply that does not come within the connection's read timeout (`read_timeout`) fails its

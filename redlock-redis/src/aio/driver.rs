@@ -274,8 +274,9 @@ where
 /// if the runtime drops it first (shut down).
 ///
 /// Woken while several callers wait ([`Driven::is_crowded`]), it first yields once to the
-/// runtime (it wakes itself and returns `Pending`, which every runtime takes as a yield: the
-/// task goes to the back of the queue), so that the callers the runtime has ready run first
+/// runtime (it wakes itself and returns `Pending`: every runtime queues it again behind the
+/// tasks already queued, and polls it at once if there are none), so that the callers the
+/// runtime has ready run first
 /// and queue their calls; the turn then carries them all in one write per node. Without it, a
 /// multi-thread tokio runtime runs the task a caller woke right after that caller (its LIFO
 /// slot), and each turn carried few calls (3.7 on average, 64 tasks on one client): those

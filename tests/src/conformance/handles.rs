@@ -305,7 +305,15 @@ fn noscript_errors(server: &crate::RedisServer) -> u64 {
 /// flush changes nothing: the node votes.
 pub fn an_acquisition_that_meets_noscript_is_not_run_again<A: Adapter>() {
     let nodes = Servers::start(3);
-    let redlock: A = client(&nodes, &Options::default());
+    // Generous timeouts, as in `pipelined_requests_survive_a_script_flush`: on a loaded
+    // machine a first round lost to a late reply elsewhere would be retried, and the retry
+    // would set the key on the flushed node (its scripts loaded by then) as it should.
+    let options = Options {
+        io_timeout: Some(Duration::from_secs(30)),
+        node_timeout: Some(Duration::from_secs(5)),
+        ..Options::default()
+    };
+    let redlock: A = client(&nodes, &options);
     let ttl = Duration::from_secs(30);
     let fenced = |resource: &str| {
         redlock
