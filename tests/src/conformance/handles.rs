@@ -16,6 +16,22 @@ fn client<A: Adapter>(nodes: &Servers, options: &Options) -> A {
     A::build(&nodes.urls(), options).unwrap_or_else(|err| panic!("{}: build: {err}", A::NAME))
 }
 
+/// Options for the tests about scripts flushed under load, with generous timeouts.
+///
+/// A generous I/O timeout: a request that times out drops its connection, and a command still
+/// in flight on it can then land after a later one sent on a new connection (a key left for
+/// its TTL). That is not what these tests are about; on a loaded machine it would blur the
+/// ordering they check. A generous node timeout too: a release whose replies come late on two
+/// of the three nodes (a script reloaded after the flush, 32 threads on a loaded 2-core
+/// machine: once in CI past the 1 s a 30 s lock gets by default) counts as released on one.
+fn generous() -> Options {
+    Options {
+        io_timeout: Some(Duration::from_secs(30)),
+        node_timeout: Some(Duration::from_secs(5)),
+        ..Options::default()
+    }
+}
+
 fn total_keys(nodes: &Servers) -> i64 {
     nodes.servers().iter().map(|s| s.dbsize()).sum()
 }
@@ -163,19 +179,7 @@ fn connections_received(conn: &mut redis::Connection) -> u64 {
 /// run, in order: no release overtakes its own acquire, so no key is left behind.
 pub fn pipelined_requests_survive_a_script_flush<A: Adapter>() {
     let nodes = Servers::start(3);
-    // A generous I/O timeout: a request that times out drops its connection, and a command
-    // still in flight on it can then land after a later one sent on a new connection (a key
-    // left for its TTL). That is not what this test is about; on a loaded machine it would
-    // blur the ordering this test checks.
-    // A generous node timeout too: a release whose replies come late on two of the three
-    // nodes (a script reloaded after the flush, 32 threads on a loaded 2-core machine: once in
-    // CI past the 1 s a 30 s lock gets by default) counts as released on one.
-    let options = Options {
-        io_timeout: Some(Duration::from_secs(30)),
-        node_timeout: Some(Duration::from_secs(5)),
-        ..Options::default()
-    };
-    let redlock: A = client(&nodes, &options);
+    let redlock: A = client(&nodes, &generous());
     let cycles = AtomicUsize::new(0);
     thread::scope(|scope| {
         for thread in 0..32 {
@@ -305,15 +309,10 @@ fn noscript_errors(server: &crate::RedisServer) -> u64 {
 /// flush changes nothing: the node votes.
 pub fn an_acquisition_that_meets_noscript_is_not_run_again<A: Adapter>() {
     let nodes = Servers::start(3);
-    // Generous timeouts, as in `pipelined_requests_survive_a_script_flush`: on a loaded
-    // machine a first round lost to a late reply elsewhere would be retried, and the retry
-    // would set the key on the flushed node (its scripts loaded by then) as it should.
-    let options = Options {
-        io_timeout: Some(Duration::from_secs(30)),
-        node_timeout: Some(Duration::from_secs(5)),
-        ..Options::default()
-    };
-    let redlock: A = client(&nodes, &options);
+    // On a loaded machine a first round lost to a late reply elsewhere would be retried, and
+    // the retry would set the key on the flushed node (its scripts loaded by then) as it
+    // should: the timeouts keep it to one round.
+    let redlock: A = client(&nodes, &generous());
     let ttl = Duration::from_secs(30);
     let fenced = |resource: &str| {
         redlock
