@@ -298,7 +298,13 @@ fn a_cluster_node_shows_its_shards_and_where_its_votes_land() {
         .args(voted)
         .output()
         .expect("run redlock");
-    assert!(trusted.status.success(), "{}", stderr(&trusted));
+    // Each vote's answer (stdout) beside the summary (stderr): a vote not trusted says why.
+    assert!(
+        trusted.status.success(),
+        "{}{}",
+        stdout(&trusted),
+        stderr(&trusted)
+    );
     let report = json(&check(&urls, &[&voted[..], &["--json"]].concat()));
     let shards = report["nodes"][0]["cluster"]["shards"]
         .as_array()
