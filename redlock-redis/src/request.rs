@@ -717,14 +717,6 @@ impl<'a> Reading<'a> {
         pipe
     }
 
-    /// What the scripts' load answered: nothing but a broken connection matters (a request
-    /// that meets `NOSCRIPT` again is answered so again).
-    fn loaded(&mut self, values: Result<Vec<redis::Value>, redis::RedisError>) {
-        if let Err(err) = values {
-            note_failure(&Err(err), &mut self.reconnect, &mut self.rebuild);
-        }
-    }
-
     /// Request `index` met `NOSCRIPT` and is not run again: its answer is the node's
     /// `NOSCRIPT` (a vote lost, as to a node that failed).
     fn lost(&mut self, index: usize) {
@@ -775,9 +767,11 @@ impl<'a> Reading<'a> {
         Some(pipe)
     }
 
-    /// What the stamps answered: nothing but a broken connection matters (the next proof reads
-    /// what they left).
-    fn stamped(&mut self, values: Result<Vec<redis::Value>, redis::RedisError>) {
+    /// What a pipeline sent beside the batch's requests answered (the stamps a native proof
+    /// calls for, or the scripts' reload after `NOSCRIPT`): nothing but a broken connection
+    /// matters (the next proof reads what the stamps left; a request that meets `NOSCRIPT`
+    /// again is answered so again).
+    fn ran_aside(&mut self, values: Result<Vec<redis::Value>, redis::RedisError>) {
         if let Err(err) = values {
             note_failure(&Err(err), &mut self.reconnect, &mut self.rebuild);
         }
@@ -1108,7 +1102,7 @@ fn run_batch_once(
     }
     if let Some(pipe) = reading.stamp_pipeline() {
         let wire = reading.wire(pipe);
-        reading.stamped(wire.own_values(wire.pipe.query(conn)));
+        reading.ran_aside(wire.own_values(wire.pipe.query(conn)));
     }
     let mut reloaded = false;
     for index in std::mem::take(&mut reading.again) {
@@ -1116,7 +1110,7 @@ fn run_batch_once(
             if !reloaded {
                 reloaded = true;
                 let values = reading.scripts_load().query(conn);
-                reading.loaded(values);
+                reading.ran_aside(values);
             }
             reading.lost(index);
         } else if let Some(request) = reading.rerun_request(index) {
@@ -1206,7 +1200,7 @@ async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
     }
     if let Some(pipe) = reading.stamp_pipeline() {
         let wire = reading.wire(pipe);
-        reading.stamped(wire.own_values(wire.pipe.query_async(conn).await));
+        reading.ran_aside(wire.own_values(wire.pipe.query_async(conn).await));
     }
     let mut reloaded = false;
     for index in std::mem::take(&mut reading.again) {
@@ -1216,7 +1210,7 @@ async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
             if !reloaded {
                 reloaded = true;
                 let values = reading.scripts_load().query_async(conn).await;
-                reading.loaded(values);
+                reading.ran_aside(values);
             }
             reading.lost(index);
         } else if let Some(request) = reading.rerun_request(index) {
