@@ -698,11 +698,7 @@ impl<'a> Reading<'a> {
     /// to the same rule, so that every adapter behaves alike). When not, the scripts are loaded
     /// ([`Reading::scripts_load`]) and its answer is `NOSCRIPT` ([`Reading::lost`]).
     fn reruns(&self, index: usize) -> bool {
-        // A trust also runs again, as it always did: `nodes trust` failed once in CI on every
-        // vote of a cluster right after this rule came in, and whether that was `NOSCRIPT` or
-        // the load is not known yet (its late epoch write is the risk `runs_late_safely` names).
-        matches!(self.form(index), RedisForm::Script { script, .. }
-            if script.runs_late_safely() || script == Script::Trust)
+        matches!(self.form(index), RedisForm::Script { script, .. } if script.runs_late_safely())
     }
 
     /// `SCRIPT LOAD` of every script of the engine ([`SCRIPTS`]), as one pipeline: the node's

@@ -92,8 +92,8 @@ pub trait Adapter: Sized + Send + Sync + 'static {
     /// The request form.
     fn acquire(&self, request: LockRequest) -> Result<Self::Lock, Error>;
     /// `trust_nodes()`: every node trusted (its epoch set to `0`), over the client's own
-    /// connections.
-    fn trust_nodes(&self) -> Result<(), Error>;
+    /// connections; how many nodes answered that they are.
+    fn trust_nodes(&self) -> Result<usize, Error>;
     /// The client's `flush(timeout)`: whether every request sent so far was answered in time.
     fn flush(&self, timeout: Duration) -> bool;
     /// `resume(resource, token, ttl)`: take over a lock another client acquired.
@@ -169,4 +169,12 @@ pub fn transport<C: redlock_redis::FromSettings>(
         builder = builder.cluster_addresses(move |_, port| (host.clone(), port));
     }
     builder.swapdb_never_runs_on(options.swapdb_never_runs_on.iter().copied())
+}
+
+/// How many of a trust's answers say the node is trusted.
+pub(super) fn granted(votes: &[redlock_redis::NodeReport<redlock_core::Vote>]) -> usize {
+    votes
+        .iter()
+        .filter(|vote| vote.result == redlock_core::Vote::Granted)
+        .count()
 }

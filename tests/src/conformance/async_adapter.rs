@@ -102,10 +102,10 @@ impl<E: TestExecutor> Adapter for AsyncAdapter<E> {
         Ok(self.wrap(lock))
     }
 
-    fn trust_nodes(&self) -> Result<(), Error> {
+    fn trust_nodes(&self) -> Result<usize, Error> {
         self.executor
             .block_on(self.client.trust_nodes())
-            .map(|_| ())
+            .map(|votes| super::adapter::granted(&votes))
     }
 
     fn flush(&self, timeout: Duration) -> bool {

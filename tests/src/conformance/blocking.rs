@@ -44,8 +44,10 @@ impl Adapter for Blocking {
             .map(|lock| BlockingLock { lock })
     }
 
-    fn trust_nodes(&self) -> Result<(), Error> {
-        self.client.trust_nodes().map(|_| ())
+    fn trust_nodes(&self) -> Result<usize, Error> {
+        self.client
+            .trust_nodes()
+            .map(|votes| super::adapter::granted(&votes))
     }
 
     fn flush(&self, timeout: Duration) -> bool {

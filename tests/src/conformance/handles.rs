@@ -385,6 +385,44 @@ pub fn an_acquisition_that_meets_noscript_is_not_run_again<A: Adapter>() {
     );
 }
 
+/// A trust that meets `NOSCRIPT` (its node's script cache flushed) runs again, so the node is
+/// trusted: a trust is paired with no later command of its own, so a late run is a trust sent
+/// later ([`Script::runs_late_safely`](redlock_core::Script::runs_late_safely)). Where the
+/// trust is a native `SET` (a node without scripts), the flush changes nothing.
+pub fn a_trust_that_meets_noscript_runs_again<A: Adapter>() {
+    let nodes = Servers::start(3);
+    let redlock: A = client(&nodes, &generous());
+    // Connections made and proven, the scripts loaded.
+    redlock
+        .lock("warm", Duration::from_secs(10))
+        .unwrap_or_else(|err| panic!("{}: lock: {err}", A::NAME))
+        .release();
+    let flushed = &nodes.servers()[0];
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut flushed.client())
+        .expect("SCRIPT FLUSH");
+    let _: () = redis::cmd("SET")
+        .arg(redlock_core::EPOCH_KEY)
+        .arg("12345")
+        .query(&mut flushed.client())
+        .expect("SET epoch");
+    let trusted = redlock
+        .trust_nodes()
+        .unwrap_or_else(|err| panic!("{}: trust: {err}", A::NAME));
+    assert_eq!(trusted, 3, "{}: every node trusted", A::NAME);
+    let epoch: Option<String> = redis::cmd("GET")
+        .arg(redlock_core::EPOCH_KEY)
+        .query(&mut flushed.client())
+        .expect("GET epoch");
+    assert_eq!(
+        epoch.as_deref(),
+        Some("0"),
+        "{}: the flushed node's epoch",
+        A::NAME
+    );
+}
+
 /// A lock shared between threads (`Arc<Lock>`): concurrent extensions from eight threads each
 /// get their own answer (they run one after another, never merged), the validity only moves
 /// forward, and the lock is still held on every node afterwards.
