@@ -20,8 +20,15 @@ use crate::round::Vote;
 use crate::spec::LockSpec;
 
 /// How long the trust command waits for answers: the node timeout of a lock with this TTL
-/// (1 s with the default settings).
+/// (1 s with the default settings), but never less than [`LEAST_WAIT`].
 const WAIT_AS_FOR_TTL: Duration = Duration::from_secs(10);
+
+/// The least a trust waits for each node's answer. A trust is an operator's one-shot command,
+/// often a client's first contact with its nodes (connections made, a cluster's map learnt and
+/// its masters connected, before the trust itself goes out): a lock's node timeout is too short
+/// for that on a loaded machine (`redlock nodes trust` on a fresh cluster timed out on every
+/// vote at 1 s), and waiting longer costs a lock nothing.
+const LEAST_WAIT: Duration = Duration::from_secs(10);
 
 /// Marks every node trusted. Inputs and outputs as for [`Acquire`](crate::Acquire); the outcome
 /// is each node's answer (`Granted` = trusted).
@@ -31,7 +38,7 @@ pub struct Trust(Broadcast<Vote>);
 impl Trust {
     /// Prepares the trust command for every node.
     pub fn new(now: Instant, config: &Config) -> Self {
-        let timeout = config.node_timeout(WAIT_AS_FOR_TTL);
+        let timeout = config.node_timeout(WAIT_AS_FOR_TTL).max(LEAST_WAIT);
         let deadline = now.checked_add(timeout).unwrap_or(now);
         Self(Broadcast::new(
             Op::Trust,
@@ -64,3 +71,53 @@ impl Trust {
 }
 
 crate::machine::impl_machine!(Trust, Vec<Vote>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A trust waits at least [`LEAST_WAIT`] for each answer, whatever the node timeout of the
+    /// locks: a reply that comes after a lock's node timeout still trusts its node.
+    #[test]
+    fn a_trust_waits_longer_than_a_locks_node_timeout() {
+        for node_timeout in [None, Some(Duration::from_millis(50))] {
+            let mut builder = Config::builder(1);
+            if let Some(timeout) = node_timeout {
+                builder = builder.node_timeout(timeout);
+            }
+            let config = builder.build().expect("valid");
+            let now = crate::testing::epoch();
+            let mut trust = Trust::new(now, &config);
+            let Output::Send(transmit) = trust.poll_output(now) else {
+                panic!("a trust sends");
+            };
+            let Output::Wait(deadline) = trust.poll_output(now) else {
+                panic!("a trust waits for its answer");
+            };
+            assert_eq!(deadline, now + LEAST_WAIT, "{node_timeout:?}");
+            // Later than any lock's node timeout (1 s at most), before the trust's own.
+            let late = now + Duration::from_secs(5);
+            trust.handle_reply(late, transmit.id, Reply::Int(1));
+            let Output::Done(votes) = trust.poll_output(late) else {
+                panic!("one node answered: done");
+            };
+            assert_eq!(votes, vec![Vote::Granted], "{node_timeout:?}");
+        }
+    }
+
+    /// An explicit node timeout longer than [`LEAST_WAIT`] is kept.
+    #[test]
+    fn a_longer_node_timeout_is_kept() {
+        let config = Config::builder(1)
+            .node_timeout(Duration::from_secs(30))
+            .build()
+            .expect("valid");
+        let now = crate::testing::epoch();
+        let mut trust = Trust::new(now, &config);
+        assert!(matches!(trust.poll_output(now), Output::Send(_)));
+        assert_eq!(
+            trust.poll_output(now),
+            Output::Wait(now + Duration::from_secs(30))
+        );
+    }
+}
