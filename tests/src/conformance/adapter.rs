@@ -94,6 +94,14 @@ pub trait Adapter: Sized + Send + Sync + 'static {
     /// `trust_nodes()`: every node trusted (its epoch set to `0`), over the client's own
     /// connections; how many nodes answered that they are.
     fn trust_nodes(&self) -> Result<usize, Error>;
+    /// `trust_nodes()`, which must answer and trust `count` nodes (votes, on a cluster node
+    /// with several): `what` names the step in the panic message.
+    fn trust_every_node(&self, count: usize, what: &str) {
+        match self.trust_nodes() {
+            Ok(trusted) => assert_eq!(trusted, count, "{}: {what}: nodes trusted", Self::NAME),
+            Err(err) => panic!("{}: {what}: {err}", Self::NAME),
+        }
+    }
     /// The client's `flush(timeout)`: whether every request sent so far was answered in time.
     fn flush(&self, timeout: Duration) -> bool;
     /// `resume(resource, token, ttl)`: take over a lock another client acquired.

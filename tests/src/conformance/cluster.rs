@@ -82,7 +82,7 @@ pub fn a_cluster_node_votes_for_keys_on_every_master<A: Adapter>() {
     );
     assert_eq!(cluster.get(resources[0].as_bytes()), None, "nothing locked");
 
-    client.trust_nodes().expect("trust");
+    client.trust_every_node(1, "trust");
     for master in 0..3 {
         let (from, to) = cluster.slots_of(master);
         for slot in [from, from + 1, (from + to) / 2, to] {
@@ -133,7 +133,7 @@ pub fn a_cluster_node_votes_for_keys_on_every_master<A: Adapter>() {
             ..once()
         },
     );
-    strict.trust_nodes().expect("trust");
+    strict.trust_every_node(3, "trust");
     let lock = strict.lock(&resources[2], TTL).expect("all three grant");
     assert_eq!(nodes.count_with_key(&resources[2]), 2);
     assert_eq!(cluster.get(resources[2].as_bytes()), Some(lock.token()));
@@ -449,7 +449,7 @@ pub fn a_cluster_lock_user_with_the_documented_acl_runs_every_operation<A: Adapt
     let cluster =
         RedisCluster::try_start_with(3, 0, &granted).unwrap_or_else(|err| panic!("{err}"));
     let client: A = build(&as_locker(&cluster), &options);
-    client.trust_nodes().expect("every slot trusted");
+    client.trust_every_node(1, "every slot trusted");
     let lock = client
         .acquire(LockRequest::new("job", TTL).fenced())
         .unwrap_or_else(|err| panic!("{}: fenced lock: {err}", A::NAME));

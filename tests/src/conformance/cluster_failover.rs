@@ -64,7 +64,7 @@ pub fn a_promoted_replica_sits_out_for_its_slots<A: Adapter>() {
             ..once()
         };
         let holder: A = build(&[cluster.masters()[2].url()], &options);
-        holder.trust_nodes().expect("trust");
+        holder.trust_every_node(1, "trust");
         // The trust stamps each slot's epoch with its master's identity (never an empty one,
         // which the first acquisition would adopt in the same script as its key: a failover
         // that lost both would leave the replica adopting its own identity, and voting).
@@ -121,7 +121,7 @@ pub fn a_cluster_failover_and_failback_under_open_connections_sits_out<A: Adapte
         let seed = [cluster.masters()[2].url()];
         let holder: A = build(&seed, &options);
         let rival: A = build(&seed, &options);
-        holder.trust_nodes().expect("trust");
+        holder.trust_every_node(1, "trust");
         // The rival's connection to `m`, used once: it stays open to the end.
         let first = rival.lock(resource, TTL).expect("granted by m");
         assert_eq!(first.release().released(), 1);
@@ -131,7 +131,7 @@ pub fn a_cluster_failover_and_failback_under_open_connections_sits_out<A: Adapte
         let outcome = holder.try_lock(resource, TTL);
         if restart_aware {
             assert_sits_out(outcome, "a new master after a planned failover");
-            holder.trust_nodes().expect("trust the new master");
+            holder.trust_every_node(1, "trust the new master");
         } else {
             let probe = outcome.expect("granted by r");
             assert_eq!(probe.release().released(), 1);
@@ -188,7 +188,7 @@ pub fn a_cluster_slot_migrated_with_a_held_key_keeps_exclusion<A: Adapter>() {
         let seed = [to.url()];
         let holder: A = build(&seed, &options);
         let rival: A = build(&seed, &options);
-        holder.trust_nodes().expect("trust");
+        holder.trust_every_node(1, "trust");
         let [kept, lost, moved_atomically] = on_master(&cluster, master, "migrated");
         let locks: Vec<_> = [&kept, &lost, &moved_atomically]
             .into_iter()

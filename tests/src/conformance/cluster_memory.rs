@@ -44,7 +44,7 @@ fn holder_and_rival<A: Adapter>(
 ) -> (A, A) {
     let seed = [cluster.masters()[seed].url()];
     let holder: A = build(&seed, &once());
-    holder.trust_nodes().expect("trust every slot");
+    holder.trust_every_node(1, "trust every slot");
     let rival: A = build(
         &seed,
         &Options {
@@ -153,9 +153,7 @@ pub fn a_cluster_master_proves_each_slot_of_concurrent_first_locks<A: Adapter>()
         }
     }
     let seed = [cluster.masters()[1].url()];
-    build::<A>(&seed, &once())
-        .trust_nodes()
-        .expect("trust every slot");
+    build::<A>(&seed, &once()).trust_every_node(1, "trust every slot");
     for round in 0..3 {
         let client: A = build(&seed, &once());
         let before = proofs(&cluster.masters()[0]);

@@ -59,7 +59,8 @@ impl Deployment {
         }
         let client = A::build(&urls, &options)
             .unwrap_or_else(|err| panic!("{}: build failed: {err}", A::NAME));
-        client.trust_nodes().expect("trust every node and slot");
+        let votes = options.cluster_votes.first().map_or(1, |&(_, votes)| votes);
+        client.trust_every_node(urls.len() - 1 + votes, "trust every node and slot");
         client
     }
 

@@ -39,7 +39,7 @@ pub fn a_cluster_lends_votes_on_distinct_masters_and_a_lock_survives_a_failover<
         ..once()
     };
     let client: A = build(&seed, &options);
-    client.trust_nodes().expect("trust every vote's slots");
+    client.trust_every_node(3, "trust every vote's slots");
     let (stock, invoice) = ("{order-7}:stock", "invoice");
     assert_ne!(Slot::of(stock.as_bytes()), Slot::of(invoice.as_bytes()));
     let mut lock = client

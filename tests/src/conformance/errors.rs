@@ -291,7 +291,7 @@ pub fn a_user_with_the_documented_acl_runs_every_operation<A: Adapter>() {
         &ServerOptions::new().deny_scripting(false).args(LOCK_USER),
     );
     let client = A::build(&as_locker(&nodes), &options).expect("build");
-    client.trust_nodes().expect("trusted");
+    client.trust_every_node(3, "trusted");
     let lock = client
         .acquire(LockRequest::new("job", TTL).fenced())
         .unwrap_or_else(|err| panic!("{}: fenced lock: {err}", A::NAME));
@@ -375,7 +375,7 @@ pub fn a_user_denied_the_markers_seals_with_the_stamps<A: Adapter>() {
         let server_options = ServerOptions::new().deny_scripting(false).args(rules);
         let nodes = Servers::start_with(3, &server_options);
         let client = A::build(&as_locker(&nodes), &options).expect("build");
-        client.trust_nodes().expect("trusted");
+        client.trust_every_node(3, "trusted");
         for i in 0..LOCKS {
             let lock = client
                 .lock(&format!("job-{i}"), TTL)
@@ -422,7 +422,7 @@ pub fn a_marker_refused_after_connecting_leaves_no_key_behind<A: Adapter>() {
         let server_options = ServerOptions::new().deny_scripting(false).args(rules);
         let nodes = Servers::start_with(1, &server_options);
         let client = A::build(&as_locker(&nodes), &options).expect("build");
-        client.trust_nodes().expect("trusted");
+        client.trust_every_node(1, "trusted");
         let ttl = Duration::from_secs(2);
         // Another resource: on a node that deletes only by script, no release deletes a key.
         let lock = client

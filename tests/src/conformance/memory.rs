@@ -358,7 +358,7 @@ fn trust_then_eviction<A: Adapter>(rival: Rival) -> Outcome<A> {
     let holder: A = client(&nodes, Rival::Tracked);
     let rival: A = client(&nodes, rival);
     rival.lock("warm-up", TTL).expect("warm-up").release();
-    rival.trust_nodes().expect("B trusts every node");
+    rival.trust_every_node(5, "B trusts every node");
     let held = holder.lock("res", TTL).expect("A locks res");
     wait_for_every_node::<A>(&nodes, &held);
     for node in LOSERS {
