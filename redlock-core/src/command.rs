@@ -403,17 +403,20 @@ impl Script {
     /// Whether a run of this script that comes late, behind commands written after it on the
     /// same connection, leaves the node as a run in order would. A compare-and-delete,
     /// compare-and-pexpire or compare-and-raise (a fence's commit) by the lock's own token does:
-    /// once the lock moved on it touches nothing, and a fence counter only ever rises. A trust
-    /// does too: it is paired with no later command of its own, so a late run is a trust sent
-    /// at that later moment (it may land over a stamp written meanwhile, as a trust sent after
-    /// that stamp would: the operator's word that no lock is live is what it carries). An
+    /// once the lock moved on it touches nothing, and a fence counter only ever rises. An
     /// acquisition does not: run behind its own lock's release, it would set a key no release
-    /// comes for. (An adapter runs a script that met `NOSCRIPT` again only if this holds: an
-    /// async connection is shared, and other batches went out meanwhile.)
+    /// comes for. Nor does a trust: the operator vouches that no lock is live *when they ask*,
+    /// and run late, behind a lock the client took meanwhile on the same connection and a loss
+    /// of the node's memory that a stamp recorded, its epoch write would make the node vote at
+    /// once on a memory that lost that lock's key (a trust not run again answers `NOSCRIPT`,
+    /// and the operator asks again). (An adapter runs a script that met `NOSCRIPT` again only
+    /// if this holds: an async connection is shared, and other batches went out meanwhile.)
     pub fn runs_late_safely(self) -> bool {
         match self {
-            Script::Release | Script::Extend | Script::CommitFence | Script::Trust => true,
-            Script::Acquire | Script::AcquireChecked | Script::AcquireFenced => false,
+            Script::Release | Script::Extend | Script::CommitFence => true,
+            Script::Acquire | Script::AcquireChecked | Script::Trust | Script::AcquireFenced => {
+                false
+            }
         }
     }
 

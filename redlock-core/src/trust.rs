@@ -19,15 +19,13 @@ use crate::reply::Reply;
 use crate::round::Vote;
 use crate::spec::LockSpec;
 
-/// How long the trust command waits for answers: the node timeout of a lock with this TTL
-/// (1 s with the default settings), but never less than [`LEAST_WAIT`].
-const WAIT_AS_FOR_TTL: Duration = Duration::from_secs(10);
-
-/// The least a trust waits for each node's answer. A trust is an operator's one-shot command,
-/// often a client's first contact with its nodes (connections made, a cluster's map learnt and
-/// its masters connected, before the trust itself goes out): a lock's node timeout is too short
-/// for that on a loaded machine (`redlock nodes trust` on a fresh cluster timed out on every
-/// vote at 1 s), and waiting longer costs a lock nothing.
+/// The least a trust waits for each node's answer (a node timeout set longer is kept). A trust
+/// is an operator's one-shot command, often a client's first contact with its nodes
+/// (connections made, a cluster's map learnt and its masters connected, before the trust
+/// itself goes out): a lock's node timeout (at most 1 s unless set) is too short for that on a
+/// loaded machine (`redlock nodes trust` on a fresh cluster timed out on every vote at 1 s),
+/// and waiting longer costs a lock nothing. Each step is still bounded by the transport's I/O
+/// timeout.
 const LEAST_WAIT: Duration = Duration::from_secs(10);
 
 /// Marks every node trusted. Inputs and outputs as for [`Acquire`](crate::Acquire); the outcome
@@ -38,7 +36,8 @@ pub struct Trust(Broadcast<Vote>);
 impl Trust {
     /// Prepares the trust command for every node.
     pub fn new(now: Instant, config: &Config) -> Self {
-        let timeout = config.node_timeout(WAIT_AS_FOR_TTL).max(LEAST_WAIT);
+        // The node timeout derived from a TTL is at most 1 s: only one set longer wins.
+        let timeout = config.node_timeout(LEAST_WAIT).max(LEAST_WAIT);
         let deadline = now.checked_add(timeout).unwrap_or(now);
         Self(Broadcast::new(
             Op::Trust,
@@ -95,7 +94,7 @@ mod tests {
                 panic!("a trust waits for its answer");
             };
             assert_eq!(deadline, now + LEAST_WAIT, "{node_timeout:?}");
-            // Later than any lock's node timeout (1 s at most), before the trust's own.
+            // Later than the node timeout of any lock here, before the trust's own.
             let late = now + Duration::from_secs(5);
             trust.handle_reply(late, transmit.id, Reply::Int(1));
             let Output::Done(votes) = trust.poll_output(late) else {

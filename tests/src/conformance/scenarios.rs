@@ -988,7 +988,7 @@ macro_rules! conformance_tests {
             pipelined_requests_survive_a_script_flush,
             a_new_connection_never_meets_noscript,
             an_acquisition_that_meets_noscript_is_not_run_again,
-            a_trust_that_meets_noscript_runs_again,
+            a_trust_that_meets_noscript_is_refused_until_asked_again,
             a_shared_lock_answers_every_concurrent_extension);
         $crate::conformance_tests!(@notices $adapter;
             a_release_wakes_a_waiter_long_before_its_pause_ends,
