@@ -102,7 +102,8 @@ impl SlotMap {
     /// (its IP, or its host name with `cluster-preferred-endpoint-type hostname`; empty or `?`
     /// reads as `seed_host`) and `port`, or `tls-port` for a TLS client (`tls`) where the node
     /// has one. A shard without slots lends only its node ids; a replica whose health is
-    /// `fail` is left out. `None` when the reply has another shape.
+    /// `fail` is left out. `None` when the reply has another shape, or when a shard that
+    /// serves slots lists more than one master whose health is not `fail`.
     pub fn parse_shards(reply: &Value, seed_host: &str, tls: bool) -> Option<Self> {
         let Value::Array(shards) = reply else {
             return None;
@@ -118,6 +119,7 @@ impl SlotMap {
                 return None;
             };
             let mut master = None;
+            let mut live_masters = 0_usize;
             let mut replicas = Vec::new();
             for node in nodes {
                 let node = fields(node)?;
@@ -136,7 +138,9 @@ impl SlotMap {
                 };
                 let address = (host, u16::try_from(port).ok()?);
                 let failed = get("health").and_then(text).as_deref() == Some("fail");
-                match get("role").and_then(text).as_deref() {
+                let role = get("role").and_then(text);
+                live_masters += usize::from(role.as_deref() == Some("master") && !failed);
+                match role.as_deref() {
                     // A failed master (the old one, beside its promoted replica) never wins.
                     Some("master") if !failed || master.is_none() => master = Some(address),
                     _ if failed => {}
@@ -145,6 +149,12 @@ impl SlotMap {
             }
             if bounds.is_empty() {
                 continue;
+            }
+            // Two live masters in a shard that serves slots (Valkey groups a shard by its id,
+            // so a failed-back master sits beside its dead former replica until that one is
+            // flagged failed): the reply does not say which serves them. `CLUSTER SLOTS` does.
+            if live_masters > 1 {
+                return None;
             }
             let Some(master) = master else { continue };
             let index = match map.masters.iter().position(|m| *m == master) {
@@ -713,6 +723,30 @@ pub(crate) mod tests {
         assert_eq!(from_shards(Err(unknown), "s", false).ok(), Some(None));
         let broken = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
         assert!(from_shards(Err(broken), "s", false).is_err());
+    }
+
+    /// Valkey lists a shard by its id: after a failback the old master `m` stands beside its
+    /// dead former replica `r`, which others see as a live master until they flag it failed.
+    /// The reply does not say which serves the slots, so it reads as unknown (ask `CLUSTER
+    /// SLOTS`); once `r` is flagged failed, `m` serves them whichever is listed last.
+    #[test]
+    fn a_shard_with_two_live_masters_asks_the_older_command() {
+        let shard = |r_health: &str| {
+            Value::Array(vec![Value::Array(vec![
+                bulk("slots"),
+                Value::Array(vec![Value::Int(0), Value::Int(16383)]),
+                bulk("nodes"),
+                Value::Array(vec![
+                    shard_node("m", "10.0.0.1", 7000, "master", "online"),
+                    shard_node("r", "10.0.0.2", 7001, "master", r_health),
+                ]),
+            ])])
+        };
+        assert_eq!(SlotMap::parse_shards(&shard("online"), "s", false), None);
+        assert_eq!(SlotMap::parse_shards(&shard("loading"), "s", false), None);
+        let settled = SlotMap::parse_shards(&shard("fail"), "s", false).expect("parses");
+        assert_eq!(settled.masters(), [("10.0.0.1".to_owned(), 7000)]);
+        assert!(settled.is_complete());
     }
 
     fn slots_reply(ranges: &[(i64, i64, &str, i64)]) -> Value {
