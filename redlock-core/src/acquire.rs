@@ -347,6 +347,12 @@ impl Acquire {
             .then(|| Release::for_spec(now, config, self.spec.clone(), self.ttl.duration()))
     }
 
+    /// Whether this acquisition drew its own token (one per round), rather than taking the
+    /// caller's: a node that refused one of its rounds holds another's key, never its own.
+    pub(crate) fn draws_its_tokens(&self) -> bool {
+        self.base_token.is_some()
+    }
+
     fn round_is_fenced(&self) -> bool {
         self.round.fences.iter().any(Option::is_some)
     }

@@ -39,6 +39,11 @@ impl<A: NodeAnswer> Broadcast<A> {
         self.round.set_extras(extras);
     }
 
+    /// Does not send to `node`: it counts as `answer` from the start.
+    pub(crate) fn leave_out(&mut self, node: usize, answer: A) {
+        self.round.leave_out(node, answer);
+    }
+
     pub(crate) fn spec(&self) -> &LockSpec {
         &self.spec
     }

@@ -76,6 +76,23 @@ struct Held {
     /// (a node that keeps failing or timing out is asked again, and each such call may have
     /// raised another holder's key — by at most the TTL asked, which only makes others wait).
     not_held: Vec<bool>,
+    /// The nodes that refused the winning round of a token this lifecycle drew: another token
+    /// held the key there, and ours never reaches it, so the release does not ask them
+    /// ([`Release::skip_refused`]). Empty for a caller's token, which may still be held where
+    /// it was refused (an earlier round's key under it), and when no node refused. A node that
+    /// later answered an extension "not held" is still asked: its answer tells the report
+    /// whose key is there now.
+    refused: Vec<bool>,
+}
+
+/// How a held lock's keys came to be.
+#[derive(Debug, Clone, Copy)]
+enum Keys {
+    /// This lifecycle set them itself, so it knows every TTL on them; `drew_token`: under a
+    /// token it drew, rather than the caller's.
+    Set { drew_token: bool },
+    /// Resumed by token: set by whoever held the token before.
+    Resumed,
 }
 
 #[derive(Debug)]
@@ -224,7 +241,7 @@ impl Lifecycle {
     #[cfg(any(test, feature = "testing"))]
     pub fn holding(now: Instant, config: &Config, lease: Lease) -> Self {
         let mut lifecycle = Self::start(now, config, Origin::new(0, 1), Stage::Ended);
-        lifecycle.hold(now, lease, false, true);
+        lifecycle.hold(now, lease, false, Keys::Set { drew_token: false });
         lifecycle.ready = None;
         lifecycle
     }
@@ -386,7 +403,9 @@ impl Lifecycle {
     }
 
     /// Releases the lock on every node (compare-and-delete; keys under another token are never
-    /// touched); the report comes out as [`LockEvent::Released`]. Also ends an acquisition in
+    /// touched) but those that refused the winning round of a token this lifecycle drew (they
+    /// hold another's key, and report [`NodeRelease::HeldByOther`](crate::NodeRelease)
+    /// unasked); the report comes out as [`LockEvent::Released`]. Also ends an acquisition in
     /// progress: whatever its requests may have set is released, and if nothing was sent yet the
     /// lifecycle just ends. An extension in flight is dropped: its requests go first on each
     /// node, so the release still runs after them there. A resumption in progress just ends (its
@@ -395,7 +414,11 @@ impl Lifecycle {
     pub fn release(&mut self, now: Instant) {
         let release = match &mut self.stage {
             Stage::Acquiring { machine, .. } => machine.abandon(now, &self.config),
-            Stage::Held(held) => Some(Release::new(now, &self.config, &held.lease)),
+            Stage::Held(held) => {
+                let mut release = Release::new(now, &self.config, &held.lease);
+                release.skip_refused(&held.refused);
+                Some(release)
+            }
             Stage::Resuming { .. } => None,
             Stage::Releasing(_) | Stage::Trusting(_) | Stage::Ended => return,
         };
@@ -433,7 +456,8 @@ impl Lifecycle {
                     }
                     Output::Done(AcquireOutcome::Acquired(lease)) => {
                         let auto_extend = *auto_extend;
-                        self.hold(now, lease, auto_extend, true);
+                        let drew_token = machine.draws_its_tokens();
+                        self.hold(now, lease, auto_extend, Keys::Set { drew_token });
                     }
                     Output::Done(AcquireOutcome::Failed(failure)) => {
                         self.stage = Stage::Ended;
@@ -466,7 +490,7 @@ impl Lifecycle {
                             fence: None,
                         };
                         let auto_extend = *auto_extend;
-                        self.hold(now, lease, auto_extend, false);
+                        self.hold(now, lease, auto_extend, Keys::Resumed);
                     }
                     Output::Done(ExtendOutcome::NotExtended { reason, votes }) => {
                         self.stage = Stage::Ended;
@@ -588,16 +612,18 @@ impl Lifecycle {
     }
 
     /// The lock is held: hand the lease out, and start the renewal schedule if asked.
-    /// `acquired`: this lifecycle set the keys itself (so it knows every TTL on them), rather
-    /// than resuming them by token.
-    fn hold(&mut self, now: Instant, lease: Lease, auto_extend: bool, acquired: bool) {
+    fn hold(&mut self, now: Instant, lease: Lease, auto_extend: bool, keys: Keys) {
         // The TTL as sent: whole milliseconds, rounded down (never above what the keys got).
-        let ttl_ceiling_ms =
-            acquired.then(|| u64::try_from(lease.ttl().as_millis()).unwrap_or(u64::MAX));
+        let ttl_ceiling_ms = matches!(keys, Keys::Set { .. })
+            .then(|| u64::try_from(lease.ttl().as_millis()).unwrap_or(u64::MAX));
         let renewal =
             auto_extend.then(|| Renewal::new(now, &lease, self.config.node_timeout(lease.ttl())));
         let mut not_held = Vec::new();
         mark_not_held(&mut not_held, lease.votes());
+        let refused = match keys {
+            Keys::Set { drew_token: true } => not_held.clone(),
+            Keys::Set { drew_token: false } | Keys::Resumed => Vec::new(),
+        };
         self.ready = Some(LockEvent::Acquired(lease.clone()));
         self.held_since = Some(now);
         self.stage = Stage::Held(Box::new(Held {
@@ -609,6 +635,7 @@ impl Lifecycle {
             lost: false,
             ttl_ceiling_ms,
             not_held,
+            refused,
         }));
     }
 

@@ -642,6 +642,70 @@ fn a_held_lock_release_announces_itself_and_a_lost_rounds_clean_up_does_not() {
     assert_eq!(channels, vec![b"redlock:released:r".to_vec()]);
 }
 
+/// The nodes each release command of `net` went to, from `from` on.
+fn release_targets(net: &Net<'_>, from: usize) -> Vec<usize> {
+    net.sent[from..]
+        .iter()
+        .filter(|(_, cmd)| cmd.op() == Op::DeleteIfEquals)
+        .map(|(id, _)| id.node())
+        .collect()
+}
+
+/// A held lock's release does not ask the nodes that refused its winning round: another's key
+/// was there and ours never reaches them (a compare-and-delete would delete nothing, and,
+/// announced, wake every waiter for a lock that is no freer). A node that answered an
+/// extension "not held" is asked: the report says whose key is there now. A caller's token may
+/// be held where it was refused (an earlier round's key under it), so a lock taken with one
+/// releases everywhere.
+#[test]
+fn a_release_skips_the_nodes_its_own_token_was_refused_by() {
+    let config = config(RetryPolicy::once());
+    let mut nodes = held_by_another(2, 5);
+    let mut net = Net::new(&mut nodes, epoch());
+    let mut lock = Lifecycle::acquire(net.now, &config, &LockRequest::new("r", TTL), &mut rng(21))
+        .expect("ok");
+    acquired(net.next_event(&mut lock, None));
+    // Node 2 loses our key; an extension hears "not held" there.
+    net.nodes[2].keys.remove(&b"r"[..]);
+    lock.extend(net.now, TTL).expect("valid TTL");
+    net.next_event(&mut lock, None);
+    let from = net.sent.len();
+    lock.release(net.now);
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::Released(report)) => assert_eq!(
+            report.nodes,
+            [
+                NodeRelease::HeldByOther,
+                NodeRelease::HeldByOther,
+                NodeRelease::Absent,
+                NodeRelease::Released,
+                NodeRelease::Released
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(release_targets(&net, from), [2, 3, 4]);
+    let left: Vec<&[u8]> = net.nodes.iter().filter_map(|n| n.token(b"r")).collect();
+    assert_eq!(left, [&b"other"[..], &b"other"[..]]);
+
+    // A caller's token: every node is asked, and a leftover key of it goes.
+    let mut nodes = held_by_another(2, 5);
+    nodes[1].put(b"r".to_vec(), b"mine".to_vec());
+    let mut net = Net::new(&mut nodes, epoch());
+    let request = LockRequest::new("r", TTL).token("mine");
+    let mut lock = Lifecycle::acquire(net.now, &config, &request, &mut rng(22)).expect("ok");
+    acquired(net.next_event(&mut lock, None));
+    let from = net.sent.len();
+    lock.release(net.now);
+    match net.next_event(&mut lock, None) {
+        Some(LockEvent::Released(report)) => assert_eq!(report.released(), 4),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(release_targets(&net, from), [0, 1, 2, 3, 4]);
+    let left: Vec<&[u8]> = net.nodes.iter().filter_map(|n| n.token(b"r")).collect();
+    assert_eq!(left, [&b"other"[..]]);
+}
+
 #[test]
 fn rounds_started_by_wakes_and_lost_announce_their_clean_up_and_widen_the_wake_window() {
     let wake_jitter = Duration::from_millis(1);

@@ -91,6 +91,18 @@ impl Release {
         self.0.spec()
     }
 
+    /// Sends nothing to the nodes `refused` marks: they refused this token because another
+    /// held the key, so a compare-and-delete would delete nothing there and, announced, wake
+    /// every waiter for a lock that is no freer. They count as [`NodeRelease::HeldByOther`],
+    /// as they answered. Only for a token no other round or client ever used: a caller's
+    /// token may be held, from an earlier round whose release failed, on a node that refused
+    /// it.
+    pub(crate) fn skip_refused(&mut self, refused: &[bool]) {
+        for (node, _) in refused.iter().enumerate().filter(|(_, refused)| **refused) {
+            self.0.leave_out(node, NodeRelease::HeldByOther);
+        }
+    }
+
     /// Names the lock and operation its requests belong to.
     pub(crate) fn set_origin(&mut self, origin: Origin) {
         self.0.set_origin(origin);
