@@ -533,11 +533,19 @@ impl Acquire {
         // failure, a timeout, and a sit-out (a vouched reply voided by a push may have set the
         // key). Only where each round has a token of its own: a caller's token is every round's,
         // and a refusal may be an earlier round's key under it, whose release failed.
-        if self.base_token.is_some() {
-            for (node, vote) in self.round.answers.iter().enumerate() {
-                if *vote == Vote::Refused {
-                    cleanup.leave_out(node, NodeRelease::Absent);
-                }
+        //
+        // Only a node heard granting is announced. The others (no answer yet — a round is lost
+        // as soon as a quorum cannot form — a failure, a timeout, a sit-out) mostly refused or
+        // set nothing: the release script announces only what it deleted, but a native
+        // compare-and-delete (`DELIFEQ` then `PUBLISH`) announces unconditionally, and woke
+        // every waiter for a lock that was no freer. A split vote whose grants were all still
+        // unheard at every waiter stays quiet: its waiters fall back to their pauses.
+        let own_tokens = self.base_token.is_some();
+        for (node, vote) in self.round.answers.iter().enumerate() {
+            match vote {
+                Vote::Granted => {}
+                Vote::Refused if own_tokens => cleanup.leave_out(node, NodeRelease::Absent),
+                _ => cleanup.keep_quiet(node),
             }
         }
         self.phase = Phase::CleaningUp(retry_at);

@@ -768,6 +768,44 @@ fn rounds_started_by_wakes_and_lost_announce_their_clean_up_and_widen_the_wake_w
     );
 }
 
+/// A woken round is lost as soon as a quorum cannot form, often before every node answered.
+/// Its clean-up announces only on the nodes heard granting: a node not heard from mostly
+/// refused too, and a native compare-and-delete (`DELIFEQ` then `PUBLISH`) announces whether
+/// or not it deleted anything, waking every waiter for a lock that is no freer.
+#[test]
+fn a_lost_rounds_clean_up_announces_only_on_nodes_heard_granting() {
+    let policy = RetryPolicy::default()
+        .delay(Duration::from_secs(5))
+        .no_deadline()
+        .wake_jitter(Duration::from_millis(1));
+    let mut nodes = held_by_another(3, 5);
+    let t0 = epoch();
+    let mut lock = acquiring(t0, policy, 4);
+    let mut net = Net::new(&mut nodes, t0);
+    net.links[4] = Link::Silent;
+    assert_eq!(
+        net.next_event(&mut lock, Some(t0 + Duration::from_secs(1))),
+        None
+    );
+    let woken_at = net.now;
+    lock.handle_wake(woken_at);
+    let LockOutput::Wait { at, .. } = lock.poll_output(woken_at) else {
+        panic!("a pause");
+    };
+    net.sent.clear();
+    assert_eq!(
+        net.next_event(&mut lock, Some(at + Duration::from_millis(1))),
+        None
+    );
+    let cleanups: Vec<(usize, bool)> = net
+        .sent
+        .iter()
+        .filter(|(_, c)| c.op() == Op::DeleteIfEquals)
+        .map(|(id, c)| (id.node(), c.notifies()))
+        .collect();
+    assert_eq!(cleanups, [(3, true), (4, false)]);
+}
+
 /// A woken round that every node refused frees nothing: it sends no release, so it announces
 /// nothing, and the other waiters that heard the same notice are not woken again for a lock
 /// that is no freer (the loop that made 16 contending waiters send ~70 rounds per hand-over).

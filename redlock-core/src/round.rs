@@ -127,6 +127,9 @@ pub(crate) struct Round<A> {
     pub(crate) fences: PerNode<Option<u64>>,
     /// Nodes this round does not ask (a fence commit asks only the nodes that granted).
     skip: PerNode<bool>,
+    /// Nodes whose command does not announce itself, whatever the extras say (a lost round's
+    /// clean-up on a node whose vote it never heard granted).
+    quiet: PerNode<bool>,
     sent: usize,
     /// Per node, the slot whose tag goes before its keys (one of several votes over one
     /// cluster), when any node has one.
@@ -156,6 +159,7 @@ impl<A: NodeAnswer> Round<A> {
             answers: smallvec![A::PENDING; nodes],
             fences: smallvec![None; nodes],
             skip: smallvec![false; nodes],
+            quiet: smallvec![false; nodes],
             sent: 0,
         }
     }
@@ -177,6 +181,7 @@ impl<A: NodeAnswer> Round<A> {
             answers: smallvec![B::PENDING; nodes],
             fences: smallvec![None; nodes],
             skip: smallvec![false; nodes],
+            quiet: smallvec![false; nodes],
             sent: 0,
         }
     }
@@ -206,6 +211,14 @@ impl<A: NodeAnswer> Round<A> {
         }
     }
 
+    /// Sends `node` its command without the announcement the extras ask for
+    /// ([`Extras::notify`](crate::command::Extras)).
+    pub(crate) fn keep_quiet(&mut self, node: usize) {
+        if let Some(quiet) = self.quiet.get_mut(node) {
+            *quiet = true;
+        }
+    }
+
     /// Reuses the round's storage for a new batch.
     pub(crate) fn restart(&mut self, batch: u32, op: Op, now: Instant, deadline: Instant) {
         self.batch = batch;
@@ -215,6 +228,7 @@ impl<A: NodeAnswer> Round<A> {
         self.answers.fill(A::PENDING);
         self.fences.fill(None);
         self.skip.fill(false);
+        self.quiet.fill(false);
         self.sent = 0;
     }
 
@@ -230,9 +244,11 @@ impl<A: NodeAnswer> Round<A> {
         self.sent += 1;
         let slot = self.key_slots.as_ref().and_then(|slots| slots[node]);
         let spec = slot.map_or_else(|| spec.clone(), |slot| spec.in_slot(slot));
+        let mut extras = self.extras;
+        extras.notify &= !self.quiet[node];
         Some(Transmit {
             id: RequestId::new(self.origin, self.batch, node),
-            command: Command::new(self.op, spec, self.ttl_ms, self.extras),
+            command: Command::new(self.op, spec, self.ttl_ms, extras),
         })
     }
 
