@@ -642,15 +642,6 @@ fn a_held_lock_release_announces_itself_and_a_lost_rounds_clean_up_does_not() {
     assert_eq!(channels, vec![b"redlock:released:r".to_vec()]);
 }
 
-/// The nodes each release command of `net` went to, from `from` on.
-fn release_targets(net: &Net<'_>, from: usize) -> Vec<usize> {
-    net.sent[from..]
-        .iter()
-        .filter(|(_, cmd)| cmd.op() == Op::DeleteIfEquals)
-        .map(|(id, _)| id.node())
-        .collect()
-}
-
 /// A held lock's release does not ask the nodes that refused its winning round: another's key
 /// was there and ours never reaches them (a compare-and-delete would delete nothing, and,
 /// announced, wake every waiter for a lock that is no freer). A node that answered an
@@ -733,28 +724,13 @@ fn rounds_started_by_wakes_and_lost_announce_their_clean_up_and_widen_the_wake_w
         };
         assert!(quiet(&net));
         for lost in 1..=3_u32 {
-            let woken_at = net.now;
-            lock.handle_wake(woken_at);
-            let LockOutput::Wait { at, .. } = lock.poll_output(woken_at) else {
-                panic!("a pause");
-            };
-            let window = wake_jitter * (1 << (lost - 1));
-            assert!(at - woken_at <= window, "seed {seed}, round {lost}");
-            if lost == 3 {
-                widest_after_three = widest_after_three.max(at - woken_at);
-            }
-            net.sent.clear();
             // The woken round is lost too: its clean-up of the two keys it set is announced.
-            assert_eq!(
-                net.next_event(&mut lock, Some(at + Duration::from_millis(1))),
-                None
-            );
-            let cleanups: Vec<(usize, bool)> = net
-                .sent
-                .iter()
-                .filter(|(_, c)| c.op() == Op::DeleteIfEquals)
-                .map(|(id, c)| (id.node(), c.notifies()))
-                .collect();
+            let (pause, cleanups) = lose_a_woken_round(&mut net, &mut lock);
+            let window = wake_jitter * (1 << (lost - 1));
+            assert!(pause <= window, "seed {seed}, round {lost}");
+            if lost == 3 {
+                widest_after_three = widest_after_three.max(pause);
+            }
             assert_eq!(
                 cleanups,
                 [(3, true), (4, true)],
@@ -787,6 +763,13 @@ fn a_lost_rounds_clean_up_announces_only_on_nodes_heard_granting() {
         net.next_event(&mut lock, Some(t0 + Duration::from_secs(1))),
         None
     );
+    let (_, cleanups) = lose_a_woken_round(&mut net, &mut lock);
+    assert_eq!(cleanups, [(3, true), (4, false)]);
+}
+
+/// Wakes `lock` in its pause and lets the round the wake starts run and lose: how long the
+/// wake left it pausing first, and each clean-up it sent (node, whether it announces).
+fn lose_a_woken_round(net: &mut Net<'_>, lock: &mut Lifecycle) -> (Duration, Vec<(usize, bool)>) {
     let woken_at = net.now;
     lock.handle_wake(woken_at);
     let LockOutput::Wait { at, .. } = lock.poll_output(woken_at) else {
@@ -794,16 +777,16 @@ fn a_lost_rounds_clean_up_announces_only_on_nodes_heard_granting() {
     };
     net.sent.clear();
     assert_eq!(
-        net.next_event(&mut lock, Some(at + Duration::from_millis(1))),
+        net.next_event(lock, Some(at + Duration::from_millis(1))),
         None
     );
-    let cleanups: Vec<(usize, bool)> = net
+    let cleanups = net
         .sent
         .iter()
         .filter(|(_, c)| c.op() == Op::DeleteIfEquals)
         .map(|(id, c)| (id.node(), c.notifies()))
         .collect();
-    assert_eq!(cleanups, [(3, true), (4, false)]);
+    (at - woken_at, cleanups)
 }
 
 /// A woken round that every node refused frees nothing: it sends no release, so it announces
@@ -976,12 +959,21 @@ fn config_without_restart_check() -> Config {
         .expect("valid")
 }
 
-fn extension_targets(net: &Net<'_>, from: usize) -> Vec<usize> {
+/// The nodes each command of `op` that `net` sent went to, from `from` on.
+fn targets(net: &Net<'_>, from: usize, op: Op) -> Vec<usize> {
     net.sent[from..]
         .iter()
-        .filter(|(_, cmd)| cmd.op() == Op::ExpireIfEquals)
+        .filter(|(_, cmd)| cmd.op() == op)
         .map(|(id, _)| id.node())
         .collect()
+}
+
+fn extension_targets(net: &Net<'_>, from: usize) -> Vec<usize> {
+    targets(net, from, Op::ExpireIfEquals)
+}
+
+fn release_targets(net: &Net<'_>, from: usize) -> Vec<usize> {
+    targets(net, from, Op::DeleteIfEquals)
 }
 
 /// On nodes that run no script an extension of unknown TTL history raises each key's TTL
