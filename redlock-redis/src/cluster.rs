@@ -1,5 +1,6 @@
 //! A cluster node's routing, shared by both drivers and free of I/O: the slot map a seed
-//! answers (`CLUSTER SHARDS`, or `CLUSTER SLOTS` on Redis 6), which master each request goes to, and how a batch's answers come
+//! answers (`CLUSTER SHARDS`, or `CLUSTER SLOTS` on Redis 6 and where `SHARDS` leaves a slot's
+//! master in doubt), which master each request goes to, and how a batch's answers come
 //! back together in order.
 //!
 //! A node URL whose server runs in cluster mode is one node of the lock (one vote), whose keys
@@ -102,8 +103,8 @@ impl SlotMap {
     /// (its IP, or its host name with `cluster-preferred-endpoint-type hostname`; empty or `?`
     /// reads as `seed_host`) and `port`, or `tls-port` for a TLS client (`tls`) where the node
     /// has one. A shard without slots lends only its node ids; a replica whose health is
-    /// `fail` is left out. `None` when the reply has another shape, or when a shard that
-    /// serves slots lists more than one master whose health is not `fail`.
+    /// `fail` is left out. `None` when the reply has another shape, or when a shard lists more
+    /// than one master whose health is not `fail`.
     pub fn parse_shards(reply: &Value, seed_host: &str, tls: bool) -> Option<Self> {
         let Value::Array(shards) = reply else {
             return None;
@@ -147,14 +148,15 @@ impl SlotMap {
                     _ => replicas.push(address),
                 }
             }
-            if bounds.is_empty() {
-                continue;
-            }
-            // Two live masters in a shard that serves slots (Valkey groups a shard by its id,
-            // so a failed-back master sits beside its dead former replica until that one is
-            // flagged failed): the reply does not say which serves them. `CLUSTER SLOTS` does.
+            // Two live masters in a shard (Valkey groups a shard by its id, so a failed-back
+            // master sits beside its dead former replica until that one is flagged failed):
+            // the reply does not say which serves its slots, nor whether the ones it lists (or
+            // leaves empty) were read from the stale one. `CLUSTER SLOTS` says.
             if live_masters > 1 {
                 return None;
+            }
+            if bounds.is_empty() {
+                continue;
             }
             let Some(master) = master else { continue };
             let index = match map.masters.iter().position(|m| *m == master) {
@@ -341,14 +343,17 @@ pub(crate) fn shares_master(map: &SlotMap, vote: ClusterVote) -> Option<usize> {
 }
 
 /// The map a node answered `CLUSTER SHARDS` with (`Ok(None)`: the server has no such command,
-/// or answered another shape — ask `CLUSTER SLOTS`), or the transport error.
+/// answered another shape, named two live masters in a shard, or left a slot without a master
+/// — ask `CLUSTER SLOTS`, which names each slot's owner), or the transport error.
 pub(crate) fn from_shards(
     reply: redis::RedisResult<Value>,
     seed_host: &str,
     tls: bool,
 ) -> redis::RedisResult<Option<SlotMap>> {
     match reply {
-        Ok(reply) => Ok(SlotMap::parse_shards(&reply, seed_host, tls)),
+        // A shard whose slots the reply lists empty (a server that reads them from a stale
+        // master listed first) leaves them unserved here, not in `CLUSTER SLOTS`.
+        Ok(reply) => Ok(SlotMap::parse_shards(&reply, seed_host, tls).filter(SlotMap::is_complete)),
         // A server error (an unknown subcommand on Redis 6): the older command.
         Err(err) if err.code().is_some() => Ok(None),
         Err(err) => Err(err),
@@ -727,14 +732,16 @@ pub(crate) mod tests {
 
     /// Valkey lists a shard by its id: after a failback the old master `m` stands beside its
     /// dead former replica `r`, which others see as a live master until they flag it failed.
-    /// The reply does not say which serves the slots, so it reads as unknown (ask `CLUSTER
-    /// SLOTS`); once `r` is flagged failed, `m` serves them whichever is listed last.
+    /// The reply does not say which serves the slots (a server may even read them from `r`, and
+    /// list none), so it reads as unknown (ask `CLUSTER SLOTS`); once `r` is flagged failed,
+    /// `m` serves them whichever is listed last. A map that leaves a slot without a master asks
+    /// the older command too.
     #[test]
     fn a_shard_with_two_live_masters_asks_the_older_command() {
-        let shard = |r_health: &str| {
+        let shard_of = |slots: Vec<Value>, r_health: &str| {
             Value::Array(vec![Value::Array(vec![
                 bulk("slots"),
-                Value::Array(vec![Value::Int(0), Value::Int(16383)]),
+                Value::Array(slots),
                 bulk("nodes"),
                 Value::Array(vec![
                     shard_node("m", "10.0.0.1", 7000, "master", "online"),
@@ -742,8 +749,18 @@ pub(crate) mod tests {
                 ]),
             ])])
         };
+        let shard = |r_health: &str| shard_of(vec![Value::Int(0), Value::Int(16383)], r_health);
         assert_eq!(SlotMap::parse_shards(&shard("online"), "s", false), None);
-        assert_eq!(SlotMap::parse_shards(&shard("loading"), "s", false), None);
+        // A server may read the shard's slots from the stale master listed first: none.
+        assert_eq!(
+            SlotMap::parse_shards(&shard_of(Vec::new(), "online"), "s", false),
+            None
+        );
+        // A map that leaves a slot without a master asks the older command too.
+        let half = shard_of(vec![Value::Int(0), Value::Int(99)], "fail");
+        assert!(SlotMap::parse_shards(&half, "s", false).is_some());
+        assert_eq!(from_shards(Ok(half), "s", false).ok(), Some(None));
+        assert!(from_shards(Ok(shard("fail")), "s", false).is_ok_and(|map| map.is_some()));
         let settled = SlotMap::parse_shards(&shard("fail"), "s", false).expect("parses");
         assert_eq!(settled.masters(), [("10.0.0.1".to_owned(), 7000)]);
         assert!(settled.is_complete());

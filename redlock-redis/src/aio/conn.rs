@@ -542,7 +542,8 @@ enum Ask {
 }
 
 /// A cluster's slot map, as the node `node` answers on `conn`: `CLUSTER SHARDS`, or
-/// `CLUSTER SLOTS` where the server has no `SHARDS` (Redis 6).
+/// `CLUSTER SLOTS` where the server has no `SHARDS` (Redis 6) or its answer leaves a slot's
+/// master in doubt ([`from_shards`]).
 pub(super) async fn slot_map(
     conn: &mut MultiplexedConnection,
     node: &NodeAddr,

@@ -478,7 +478,8 @@ impl Connection {
 }
 
 /// A cluster's slot map, as the node `node` answers on `conn`: `CLUSTER SHARDS`, or
-/// `CLUSTER SLOTS` where the server has no `SHARDS` (Redis 6).
+/// `CLUSTER SLOTS` where the server has no `SHARDS` (Redis 6) or its answer leaves a slot's
+/// master in doubt ([`from_shards`]).
 pub(super) fn slot_map(
     conn: &mut redis::Connection,
     node: &NodeAddr,
