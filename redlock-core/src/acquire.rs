@@ -348,7 +348,7 @@ impl Acquire {
     }
 
     /// Whether this acquisition drew its own token (one per round), rather than taking the
-    /// caller's: a node that refused one of its rounds holds another's key, never its own.
+    /// caller's: a node that refused one of its rounds holds another token's key, never this round's.
     pub(crate) fn draws_its_tokens(&self) -> bool {
         self.base_token.is_some()
     }
@@ -534,18 +534,19 @@ impl Acquire {
         // key). Only where each round has a token of its own: a caller's token is every round's,
         // and a refusal may be an earlier round's key under it, whose release failed.
         //
-        // Only a node heard granting is announced. The others (no answer yet — a round is lost
-        // as soon as a quorum cannot form — a failure, a timeout, a sit-out) mostly refused or
-        // set nothing: the release script announces only what it deleted, but a native
-        // compare-and-delete (`DELIFEQ` then `PUBLISH`) announces unconditionally, and woke
-        // every waiter for a lock that was no freer. A split vote whose grants were all still
-        // unheard at every waiter stays quiet: its waiters fall back to their pauses.
+        // The others (no answer yet — a round is lost as soon as a quorum cannot form — a
+        // failure, a timeout, a sit-out, a refusal of a caller's token) mostly set nothing.
+        // The release script announces only what it deleted, so it is told to announce as on
+        // any node; the native form (`DELIFEQ` then `PUBLISH`) would announce unconditionally
+        // and wake every waiter for a lock that is no freer, so it announces nothing there
+        // (`Extras::unheard`). A split vote whose grants were all still unheard at every waiter
+        // is then announced by no native release: those waiters fall back to their pauses.
         let own_tokens = self.base_token.is_some();
         for (node, vote) in self.round.answers.iter().enumerate() {
             match vote {
                 Vote::Granted => {}
                 Vote::Refused if own_tokens => cleanup.leave_out(node, NodeRelease::Absent),
-                _ => cleanup.keep_quiet(node),
+                _ => cleanup.mark_unheard(node),
             }
         }
         self.phase = Phase::CleaningUp(retry_at);

@@ -991,6 +991,10 @@ pub(crate) struct Extras {
     /// of a lost round does not, or waiters fighting over a minority of nodes would wake each
     /// other in a loop while the holder keeps the majority).
     pub(crate) notify: bool,
+    /// A clean-up release to a node not heard granting: it most likely set nothing there. The
+    /// release script still announces what it deleted (it publishes only then), but the native
+    /// form, whose `PUBLISH` goes out whether or not the delete found a key, announces nothing.
+    pub(crate) unheard: bool,
     /// Whether an extension may set its TTL exactly: it is at least every TTL this lock's
     /// rounds have put on its keys, so no key can hold a longer one ([`Command::sets_exact_ttl`]).
     pub(crate) exact_ttl: bool,
@@ -1026,7 +1030,9 @@ impl Command {
         &self.spec
     }
 
-    /// Whether this release announces itself on the keys' release channels.
+    /// Whether this release announces itself on the keys' release channels (by script: what
+    /// it deleted; natively: every key, except on a node not heard granting, where it does not
+    /// announce at all).
     pub fn notifies(&self) -> bool {
         self.op == Op::DeleteIfEquals && self.extras.notify
     }
@@ -1108,7 +1114,7 @@ impl Command {
             Op::DeleteIfEquals if dialect.native_release() => Some(RedisForm::DeleteEach {
                 spec: &self.spec,
                 how: dialect.delete_if_eq,
-                notify: self.extras.notify,
+                notify: self.extras.notify && !self.extras.unheard,
                 keyspace: dialect.keyspace,
             }),
             Op::ExpireIfEquals if dialect.set_if_eq && self.extras.exact_ttl => {

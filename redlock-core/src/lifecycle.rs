@@ -404,7 +404,7 @@ impl Lifecycle {
 
     /// Releases the lock on every node (compare-and-delete; keys under another token are never
     /// touched) but those that refused the winning round of a token this lifecycle drew (they
-    /// hold another's key, and report [`NodeRelease::HeldByOther`](crate::NodeRelease)
+    /// hold another token's key, and report [`NodeRelease::HeldByOther`](crate::NodeRelease)
     /// unasked); the report comes out as [`LockEvent::Released`]. Also ends an acquisition in
     /// progress: whatever its requests may have set is released, and if nothing was sent yet the
     /// lifecycle just ends. An extension in flight is dropped: its requests go first on each

@@ -745,11 +745,13 @@ fn rounds_started_by_wakes_and_lost_announce_their_clean_up_and_widen_the_wake_w
 }
 
 /// A woken round is lost as soon as a quorum cannot form, often before every node answered.
-/// Its clean-up announces only on the nodes heard granting: a node not heard from mostly
-/// refused too, and a native compare-and-delete (`DELIFEQ` then `PUBLISH`) announces whether
-/// or not it deleted anything, waking every waiter for a lock that is no freer.
+/// Its clean-up asks every node it may have set keys on to announce what it frees: the release
+/// script announces only what it deleted. The native form (`DELIFEQ` then `PUBLISH`) announces
+/// whether or not it deleted anything, so it announces only on the nodes heard granting: a
+/// node not heard from mostly refused too, and would wake every waiter for a lock that is no
+/// freer. A node heard granting in a later round is announced again.
 #[test]
-fn a_lost_rounds_clean_up_announces_only_on_nodes_heard_granting() {
+fn a_lost_rounds_native_clean_up_announces_only_on_nodes_heard_granting() {
     let policy = RetryPolicy::default()
         .delay(Duration::from_secs(5))
         .no_deadline()
@@ -763,8 +765,34 @@ fn a_lost_rounds_clean_up_announces_only_on_nodes_heard_granting() {
         net.next_event(&mut lock, Some(t0 + Duration::from_secs(1))),
         None
     );
+    let native = crate::Dialect {
+        delete_if_eq: crate::DeleteIfEq::DelIfEq,
+        ..crate::Dialect::SCRIPTS
+    };
+    // Each clean-up: its node, whether its native form announces, the script's `ARGV[2]`.
+    let forms = |net: &Net<'_>| -> Vec<(usize, bool, Vec<u64>)> {
+        net.sent
+            .iter()
+            .filter(|(_, c)| c.op() == Op::DeleteIfEquals)
+            .map(|(id, c)| {
+                let announces = matches!(
+                    c.redis_form_on(&native),
+                    crate::RedisForm::DeleteEach { notify: true, .. }
+                );
+                let crate::RedisForm::Script { args, .. } = c.redis_form() else {
+                    panic!("the release script");
+                };
+                (id.node(), announces, args.numbers().collect())
+            })
+            .collect()
+    };
     let (_, cleanups) = lose_a_woken_round(&mut net, &mut lock);
-    assert_eq!(cleanups, [(3, true), (4, false)]);
+    assert_eq!(cleanups, [(3, true), (4, true)]);
+    assert_eq!(forms(&net), [(3, true, vec![1]), (4, false, vec![1])]);
+    // Node 4 answers again: heard granting, its clean-up announces natively too.
+    net.links[4] = Link::Up;
+    lose_a_woken_round(&mut net, &mut lock);
+    assert_eq!(forms(&net), [(3, true, vec![1]), (4, true, vec![1])]);
 }
 
 /// Wakes `lock` in its pause and lets the round the wake starts run and lose: how long the

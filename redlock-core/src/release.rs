@@ -1,7 +1,8 @@
 //! The release machine: compare-and-delete on every node.
 //!
 //! Step 5 of the Redlock description. Every node is asked, whether or not it granted the lock
-//! (a request that timed out may still have set its key). Done when every node answered or the
+//! (a request that timed out may still have set its key), but one that refused the winning
+//! round of a token drawn for that round alone ([`Release::skip_refused`]). Done when every node answered or the
 //! deadline passed; a key held by another token is never touched. Releasing a lock that expired
 //! is an ordinary report (`Absent` or `HeldByOther`), not an error.
 
@@ -92,9 +93,10 @@ impl Release {
     }
 
     /// Sends nothing to the nodes `refused` marks: they refused this token because another
-    /// held the key, so a compare-and-delete would delete nothing there and, announced, wake
+    /// token held the key, and this one never reaches them, so a compare-and-delete would
+    /// delete nothing there and, announced, wake
     /// every waiter for a lock that is no freer. They count as [`NodeRelease::HeldByOther`],
-    /// as they answered. Only for a token no other round or client ever used: a caller's
+    /// as they answered the acquisition (that other key may have expired since). Only for a token no other round or client ever used: a caller's
     /// token may be held, from an earlier round whose release failed, on a node that refused
     /// it.
     pub(crate) fn skip_refused(&mut self, refused: &[bool]) {

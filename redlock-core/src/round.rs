@@ -51,7 +51,9 @@ pub enum NodeRelease {
     Released,
     /// None of our keys was there (expired, or never set).
     Absent,
-    /// A key is held by another token; it was left alone (ours, if any, were deleted).
+    /// A key is held by another token; it was left alone (ours, if any, were deleted). Also a
+    /// node a held lock's release did not ask: it refused the winning round, when another
+    /// token held the key (which may have expired since).
     HeldByOther,
     /// The request failed.
     Failed(NodeErrorKind),
@@ -127,9 +129,9 @@ pub(crate) struct Round<A> {
     pub(crate) fences: PerNode<Option<u64>>,
     /// Nodes this round does not ask (a fence commit asks only the nodes that granted).
     skip: PerNode<bool>,
-    /// Nodes whose command does not announce itself, whatever the extras say (a lost round's
-    /// clean-up on a node whose vote it never heard granted).
-    quiet: PerNode<bool>,
+    /// Nodes whose command goes as to a node not heard granting
+    /// ([`Extras::unheard`](crate::command::Extras)): a lost round's clean-up there.
+    unheard: PerNode<bool>,
     sent: usize,
     /// Per node, the slot whose tag goes before its keys (one of several votes over one
     /// cluster), when any node has one.
@@ -159,7 +161,7 @@ impl<A: NodeAnswer> Round<A> {
             answers: smallvec![A::PENDING; nodes],
             fences: smallvec![None; nodes],
             skip: smallvec![false; nodes],
-            quiet: smallvec![false; nodes],
+            unheard: smallvec![false; nodes],
             sent: 0,
         }
     }
@@ -181,7 +183,7 @@ impl<A: NodeAnswer> Round<A> {
             answers: smallvec![B::PENDING; nodes],
             fences: smallvec![None; nodes],
             skip: smallvec![false; nodes],
-            quiet: smallvec![false; nodes],
+            unheard: smallvec![false; nodes],
             sent: 0,
         }
     }
@@ -211,11 +213,11 @@ impl<A: NodeAnswer> Round<A> {
         }
     }
 
-    /// Sends `node` its command without the announcement the extras ask for
-    /// ([`Extras::notify`](crate::command::Extras)).
-    pub(crate) fn keep_quiet(&mut self, node: usize) {
-        if let Some(quiet) = self.quiet.get_mut(node) {
-            *quiet = true;
+    /// Sends `node` its command as to a node not heard granting
+    /// ([`Extras::unheard`](crate::command::Extras)).
+    pub(crate) fn mark_unheard(&mut self, node: usize) {
+        if let Some(unheard) = self.unheard.get_mut(node) {
+            *unheard = true;
         }
     }
 
@@ -228,7 +230,7 @@ impl<A: NodeAnswer> Round<A> {
         self.answers.fill(A::PENDING);
         self.fences.fill(None);
         self.skip.fill(false);
-        self.quiet.fill(false);
+        self.unheard.fill(false);
         self.sent = 0;
     }
 
@@ -245,7 +247,7 @@ impl<A: NodeAnswer> Round<A> {
         let slot = self.key_slots.as_ref().and_then(|slots| slots[node]);
         let spec = slot.map_or_else(|| spec.clone(), |slot| spec.in_slot(slot));
         let mut extras = self.extras;
-        extras.notify &= !self.quiet[node];
+        extras.unheard = self.unheard[node];
         Some(Transmit {
             id: RequestId::new(self.origin, self.batch, node),
             command: Command::new(self.op, spec, self.ttl_ms, extras),
