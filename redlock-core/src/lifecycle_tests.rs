@@ -1092,3 +1092,49 @@ fn a_lock_is_resumed_and_extended_on_nodes_that_run_no_script() {
     }
     assert!(net.nodes.iter().all(|n| n.keys[&b"r"[..]].0 == token));
 }
+
+fn any_link() -> impl proptest::strategy::Strategy<Value = Link> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(Link::Up),
+        Just(Link::LostReply),
+        Just(Link::Silent),
+        Just(Link::Refused)
+    ]
+}
+
+proptest::proptest! {
+    /// However the nodes answer an acquisition (another token's key on some, replies lost,
+    /// silent or refused links, several rounds), once it ends — acquired then released over
+    /// working links, or not acquired — no node holds a key of any of its rounds' tokens, and
+    /// every other token's key is untouched: the release's skip of the nodes that refused its
+    /// winning round never leaves one of ours behind.
+    #[test]
+    fn a_drawn_token_lock_leaves_no_key_of_its_own(
+        held in proptest::collection::vec(proptest::prelude::any::<bool>(), 5),
+        links in proptest::collection::vec(any_link(), 5),
+        attempts in 1_u32..4,
+        seed in proptest::prelude::any::<u64>(),
+    ) {
+        let policy = RetryPolicy::default().attempts(attempts).no_deadline();
+        let mut nodes = vec![FakeNode::default(); 5];
+        for (node, held) in nodes.iter_mut().zip(&held) {
+            if *held {
+                node.put(b"r".to_vec(), b"other".to_vec());
+            }
+        }
+        let mut net = Net::new(&mut nodes, epoch());
+        net.links = links;
+        let mut lock = acquiring(net.now, policy, seed);
+        if let Some(LockEvent::Acquired(_)) = net.next_event(&mut lock, None) {
+            net.links = vec![Link::Up; 5];
+            lock.release(net.now);
+            let released = net.next_event(&mut lock, None);
+            proptest::prop_assert!(matches!(released, Some(LockEvent::Released(_))));
+        }
+        for (node, held) in net.nodes.iter().zip(&held) {
+            let expected: Option<&[u8]> = held.then_some(&b"other"[..]);
+            proptest::prop_assert_eq!(node.token(b"r"), expected);
+        }
+    }
+}
