@@ -348,7 +348,8 @@ impl Acquire {
     }
 
     /// Whether this acquisition drew its own token (one per round), rather than taking the
-    /// caller's: a node that refused one of its rounds holds another token's key, never this round's.
+    /// caller's: a node that refused one of its rounds holds another token's key, never this
+    /// round's.
     pub(crate) fn draws_its_tokens(&self) -> bool {
         self.base_token.is_some()
     }

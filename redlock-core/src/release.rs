@@ -2,9 +2,10 @@
 //!
 //! Step 5 of the Redlock description. Every node is asked, whether or not it granted the lock
 //! (a request that timed out may still have set its key), but one that refused the winning
-//! round of a token drawn for that round alone ([`Release::skip_refused`]). Done when every node answered or the
-//! deadline passed; a key held by another token is never touched. Releasing a lock that expired
-//! is an ordinary report (`Absent` or `HeldByOther`), not an error.
+//! round of a token drawn for that round alone ([`Release::skip_refused`]). Done when every
+//! node answered or the deadline passed; a key held by another token is never touched.
+//! Releasing a lock that expired is an ordinary report (`Absent` or `HeldByOther`), not an
+//! error.
 
 #![cfg_attr(not(any(test, feature = "testing")), allow(unreachable_pub))]
 
@@ -94,11 +95,11 @@ impl Release {
 
     /// Sends nothing to the nodes `refused` marks: they refused this token because another
     /// token held the key, and this one never reaches them, so a compare-and-delete would
-    /// delete nothing there and, announced, wake
-    /// every waiter for a lock that is no freer. They count as [`NodeRelease::HeldByOther`],
-    /// as they answered the acquisition (that other key may have expired since). Only for a token no other round or client ever used: a caller's
-    /// token may be held, from an earlier round whose release failed, on a node that refused
-    /// it.
+    /// delete nothing there and, announced, wake every waiter for a lock that is no freer.
+    /// They count as [`NodeRelease::HeldByOther`], as they answered the acquisition (that
+    /// other key may have expired since). Only for a token no other round or client ever used:
+    /// a caller's token may be held, from an earlier round whose release failed, on a node
+    /// that refused it.
     pub(crate) fn skip_refused(&mut self, refused: &[bool]) {
         for (node, _) in refused.iter().enumerate().filter(|(_, refused)| **refused) {
             self.0.leave_out(node, NodeRelease::HeldByOther);
