@@ -11,7 +11,7 @@ use redlock_core::LockRequest;
 use redlock_redis::aio::{Lock, Redlock};
 
 use super::async_adapter::TestExecutor;
-use crate::Servers;
+use crate::{FaultProxy, Servers};
 
 /// A long TTL: nothing here may end by expiry.
 const LONG: Duration = Duration::from_secs(60);
@@ -31,8 +31,51 @@ fn client<E: TestExecutor>(nodes: &Servers) -> Redlock<E::Runtime> {
     Redlock::new(nodes.urls()).expect("client")
 }
 
+/// A client whose every node is reached through a proxy of its own, so that its replies can be
+/// held back while a caller's first poll runs.
+struct Held<E: TestExecutor> {
+    redlock: Redlock<E::Runtime>,
+    links: Vec<FaultProxy>,
+}
+
+impl<E: TestExecutor> Held<E> {
+    fn new(nodes: &Servers) -> Self {
+        let links: Vec<FaultProxy> = nodes
+            .servers()
+            .iter()
+            .map(|server| FaultProxy::start(server.addr()))
+            .collect();
+        let redlock =
+            Redlock::new(links.iter().map(FaultProxy::url).collect::<Vec<_>>()).expect("client");
+        Self { redlock, links }
+    }
+
+    /// Connects every node (a lock taken and released), so that the next call's requests are
+    /// written in its caller's turn, not queued behind a connection's set-up.
+    async fn warm(&self) {
+        let lock = self.redlock.lock("warm-up", LONG).await.expect("warm-up");
+        assert_eq!(lock.release().await.released(), self.links.len());
+    }
+
+    /// Polls `future` once (its caller runs the turn that writes its requests) while every
+    /// link holds its bytes, then lets them through: the first poll cannot find its answer,
+    /// however fast the nodes answer or however late the caller's thread is scheduled (on a
+    /// multi-thread runtime a reply may otherwise arrive while that turn still runs, and the
+    /// turn takes it).
+    async fn poll_once_held<F: Future + Unpin>(&self, future: &mut F) -> Option<F::Output> {
+        for link in &self.links {
+            link.stall();
+        }
+        let output = poll_once(future).await;
+        for link in &self.links {
+            link.heal();
+        }
+        output
+    }
+}
+
 /// An acquisition polled once on an idle client (its caller ran the turn and became the one
-/// its replies wake) and then set aside, neither polled nor dropped, for several TTLs of an
+/// its replies wake; the links hold the replies back during that poll) and then set aside, neither polled nor dropped, for several TTLs of an
 /// auto-extended lock acquired meanwhile: that lock stays valid and held (its extensions'
 /// replies are taken before any deadline passes, even while they wake a caller that does not
 /// poll), another caller locks and releases meanwhile, and the set-aside acquisition is
@@ -40,12 +83,17 @@ fn client<E: TestExecutor>(nodes: &Servers) -> Redlock<E::Runtime> {
 pub fn a_caller_that_stops_polling_midway_stalls_no_lock<E: TestExecutor>() {
     let nodes = Servers::start(3);
     let executor = E::for_test();
-    let redlock = client::<E>(&nodes);
+    let held = Held::<E>::new(&nodes);
+    let redlock = &held.redlock;
     let rival = client::<E>(&nodes);
     let ttl = Duration::from_millis(600);
     executor.block_on(async {
+        held.warm().await;
         let mut aside = Box::pin(redlock.lock("set-aside", LONG));
-        assert!(poll_once(&mut aside).await.is_none(), "still on its way");
+        assert!(
+            held.poll_once_held(&mut aside).await.is_none(),
+            "still on its way"
+        );
         let kept = redlock
             .acquire(LockRequest::new("kept", ttl).auto_extend())
             .await
@@ -73,16 +121,21 @@ pub fn a_caller_that_stops_polling_midway_stalls_no_lock<E: TestExecutor>() {
 }
 
 /// An acquisition dropped right after its first poll — its caller ran the turn and its
-/// requests are on their way — is finished by the driver's task: once nothing is outstanding
+/// requests are on their way, their replies held back during that poll — is finished by the driver's task: once nothing is outstanding
 /// (`flush`), whatever it set is released (no key is left, long before its 60 s TTL), and the
 /// key is granted to the next caller.
 pub fn an_acquisition_dropped_midway_through_its_turn_is_abandoned<E: TestExecutor>() {
     let nodes = Servers::start(3);
     let executor = E::for_test();
-    let redlock = client::<E>(&nodes);
+    let held = Held::<E>::new(&nodes);
+    let redlock = &held.redlock;
     executor.block_on(async {
+        held.warm().await;
         let mut dropped = Box::pin(redlock.lock("dropped", LONG));
-        assert!(poll_once(&mut dropped).await.is_none(), "still on its way");
+        assert!(
+            held.poll_once_held(&mut dropped).await.is_none(),
+            "still on its way"
+        );
         drop(dropped);
         assert!(
             redlock.flush(Duration::from_secs(20)).await,
