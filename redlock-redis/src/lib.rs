@@ -49,6 +49,8 @@ mod cluster;
 mod deployment;
 mod dialect;
 mod driver;
+#[cfg(any(feature = "tokio", feature = "smol"))]
+mod encoded;
 mod entropy;
 mod error;
 mod handle;

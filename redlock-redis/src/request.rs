@@ -77,29 +77,24 @@ fn compiled(script: Script) -> &'static redis::Script {
 /// `EVALSHA <sha1> n keys… args…` for a script (a node that does not know the script answers
 /// `NOSCRIPT`: a release, an extension or a fence's commit runs again as a [`Request`], which
 /// loads it; any other request is not run again, see [`Reading::reruns`]).
-fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
+pub(crate) fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
     // Room for every argument up front: one allocation each for the data and the offsets.
+    let (count, size) = part_room(form, part);
+    let mut cmd = redis::Cmd::with_capacity(count, size);
+    write_part(form, part, &mut cmd);
+    cmd
+}
+
+/// How many arguments [`write_part`] writes, and about how many bytes (numbers at their
+/// longest): the room [`part_cmd`] makes for them up front.
+fn part_room(form: &RedisForm<'_>, part: usize) -> (usize, usize) {
     const NUMBER: usize = 20;
-    if let RedisForm::Script { script, keys, args } = *form {
+    if let RedisForm::Script { keys, args, .. } = *form {
         let mut key_bytes = 0;
         keys.for_each(|key| key_bytes += key.len());
         let count = 3 + keys.len() + args.len();
         let size = 7 + 40 + NUMBER + key_bytes + args.token.len() + NUMBER * args.len();
-        let mut cmd = redis::Cmd::with_capacity(count, size);
-        cmd.arg("EVALSHA")
-            .arg(compiled(script).get_hash())
-            .arg(keys.len());
-        keys.for_each(|key| {
-            cmd.arg(key);
-        });
-        cmd.arg(args.token);
-        for number in args.numbers() {
-            cmd.arg(number);
-        }
-        if let Some(tag) = args.tag() {
-            cmd.arg(tag);
-        }
-        return cmd;
+        return (count, size);
     }
     let (mut count, mut size) = (0, 0);
     form.for_each_arg(part, |arg| {
@@ -112,19 +107,40 @@ fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
             Arg::Fence(_, key) => FENCE_KEY_PREFIX.len() + key.len(),
         };
     });
-    let mut cmd = redis::Cmd::with_capacity(count, size);
-    form.for_each_arg(part, |arg| {
-        match arg {
-            Arg::Bytes(bytes) => cmd.arg(bytes),
-            Arg::Number(n) => cmd.arg(n),
-            Arg::Channel(Keyspace::Standalone, key) => {
-                cmd.arg(Prefixed(RELEASED_CHANNEL_PREFIX, key))
-            }
-            Arg::Channel(keyspace, key) => cmd.arg(keyspace.released_channel(key)),
-            Arg::Fence(keyspace, key) => cmd.arg(keyspace.fence_key(key)),
-        };
+    (count, size)
+}
+
+/// Writes the arguments of one part of a form to `out`, in order: the one encoding of a form,
+/// which [`part_cmd`] builds a command of and [`crate::encoded`] compares a command with.
+pub(crate) fn write_part<W: redis::RedisWrite + ?Sized>(
+    form: &RedisForm<'_>,
+    part: usize,
+    out: &mut W,
+) {
+    use redis::ToRedisArgs;
+    if let RedisForm::Script { script, keys, args } = *form {
+        "EVALSHA".write_redis_args(out);
+        compiled(script).get_hash().write_redis_args(out);
+        keys.len().write_redis_args(out);
+        keys.for_each(|key| key.write_redis_args(out));
+        args.token.write_redis_args(out);
+        for number in args.numbers() {
+            number.write_redis_args(out);
+        }
+        if let Some(tag) = args.tag() {
+            tag.write_redis_args(out);
+        }
+        return;
+    }
+    form.for_each_arg(part, |arg| match arg {
+        Arg::Bytes(bytes) => bytes.write_redis_args(out),
+        Arg::Number(n) => n.write_redis_args(out),
+        Arg::Channel(Keyspace::Standalone, key) => {
+            Prefixed(RELEASED_CHANNEL_PREFIX, key).write_redis_args(out);
+        }
+        Arg::Channel(keyspace, key) => keyspace.released_channel(key).write_redis_args(out),
+        Arg::Fence(keyspace, key) => keyspace.fence_key(key).write_redis_args(out),
     });
-    cmd
 }
 
 /// One argument made of a prefix and a key (a release channel), written straight into the
@@ -1179,7 +1195,10 @@ async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
     match reading.outgoing() {
         Outgoing::Nothing => {}
         Outgoing::Single(form) => {
-            let result = part_cmd(&form, 0).query_async(conn).await;
+            // The round's other nodes were likely sent the same: encoded once for them all.
+            let result = crate::encoded::part_cmd_shared(&form, 0)
+                .query_async(conn)
+                .await;
             reading.read([result]);
         }
         Outgoing::Pipeline(wire) => match wire.pipe.query_async::<Vec<redis::Value>>(conn).await {

@@ -1,0 +1,231 @@
+use std::time::{Duration, Instant};
+
+use rand_core::SeedableRng;
+use redlock_core::{
+    Command, Config, DeleteIfEq, Dialect, Keyspace, LockId, LockRequest, Multiplexer, Start,
+};
+
+use super::*;
+
+/// The commands the engine sends one node for `start` of `request`: its first batch's.
+fn commands(start: Start, request: &LockRequest, restart_aware: bool) -> Vec<Command> {
+    let config = Config::builder(1)
+        .restart_aware(restart_aware)
+        .build()
+        .expect("config");
+    let mut mux = Multiplexer::new(config, chacha20::ChaCha20Rng::seed_from_u64(7));
+    mux.start(Instant::now(), LockId::new(1), start, request)
+        .expect("starts");
+    let batch = mux.poll_transmit().expect("a batch");
+    batch.transmits.into_iter().map(|t| t.command).collect()
+}
+
+/// Acquisitions, fenced ones, and releases by token, of one key or several, keys of which one
+/// is a prefix of another (a channel argument written in pieces must end where the other's
+/// does).
+fn every_command() -> Vec<Command> {
+    let ttl = Duration::from_secs(10);
+    let mut all = Vec::new();
+    for resource in ["lock", "lock2", "{tag}lock"] {
+        for token in ["token-a", "token-ab"] {
+            let plain = LockRequest::new(resource, ttl).token(token);
+            let many = plain.clone().resource(format!("{resource}:other"));
+            for request in [plain, many] {
+                for restart_aware in [false, true] {
+                    all.extend(commands(Start::Acquire, &request, restart_aware));
+                    let fenced = request.clone().fenced();
+                    all.extend(commands(Start::Acquire, &fenced, restart_aware));
+                }
+                all.extend(commands(Start::ReleaseByToken, &request, false));
+            }
+        }
+    }
+    all.extend(commands(
+        Start::Acquire,
+        &LockRequest::new("lock", Duration::from_millis(1500)).token("token-a"),
+        false,
+    ));
+    all
+}
+
+fn dialects() -> Vec<Dialect> {
+    let native = Dialect {
+        delete_if_eq: DeleteIfEq::DelIfEq,
+        set_if_eq: true,
+        msetex: true,
+        ..Dialect::SCRIPTS
+    };
+    let delex = Dialect {
+        delete_if_eq: DeleteIfEq::DelEx,
+        ..native
+    };
+    let mut all = Vec::new();
+    for dialect in [Dialect::SCRIPTS, native, delex] {
+        for scripts in [true, false] {
+            for keyspace in [Keyspace::Standalone, Keyspace::Cluster] {
+                all.push(Dialect {
+                    scripts,
+                    keyspace,
+                    ..dialect
+                });
+            }
+        }
+    }
+    all
+}
+
+/// Every part of every form of every command on every dialect, with its packed bytes.
+fn every_part<'c>(commands: &'c [Command]) -> Vec<(RedisForm<'c>, usize, Vec<u8>)> {
+    let mut parts = Vec::new();
+    let mut forms_seen = Vec::new();
+    for command in commands {
+        for dialect in dialects() {
+            let forms = [
+                command.redis_form_on(&dialect),
+                command.redis_form_vouched(&dialect),
+            ];
+            for form in forms {
+                for part in 0..form.parts() {
+                    let packed = part_cmd(&form, part).get_packed_command();
+                    // One of each form and part: the same form of another dialect adds nothing.
+                    let seen = format!("{form:?} {part}");
+                    if !forms_seen.contains(&seen) {
+                        forms_seen.push(seen);
+                        parts.push((form, part, packed));
+                    }
+                }
+            }
+        }
+    }
+    parts
+}
+
+#[test]
+fn a_form_encodes_to_a_command_exactly_when_its_bytes_are_the_same() {
+    let commands = every_command();
+    let parts = every_part(&commands);
+    let written = |name: &[u8]| {
+        parts
+            .iter()
+            .any(|(_, _, packed)| packed.windows(name.len()).any(|w| w == name))
+    };
+    // The forms cover what a node is sent: scripts, plain and native commands, notices
+    // (a channel written in pieces), fence counters, transactions' parts.
+    for name in [
+        &b"EVALSHA"[..],
+        b"$2\r\nNX\r\n",
+        b"MSETEX",
+        b"DELIFEQ",
+        b"DELEX",
+        b"PUBLISH",
+        b"SPUBLISH",
+        b"ZSCORE",
+    ] {
+        assert!(
+            written(name),
+            "no form writes {}",
+            String::from_utf8_lossy(name)
+        );
+    }
+    let mut shared = 0;
+    for (form, part, packed) in &parts {
+        let cmd = part_cmd(form, *part);
+        assert!(
+            encodes_to(form, *part, &cmd),
+            "{form:?} part {part} and its own command"
+        );
+        for (other, other_part, other_packed) in &parts {
+            let same = packed == other_packed;
+            shared += usize::from(same);
+            assert_eq!(
+                encodes_to(other, *other_part, &cmd),
+                same,
+                "{other:?} part {other_part} against {form:?} part {part}"
+            );
+        }
+    }
+    assert!(shared > parts.len(), "some different forms encode alike");
+    eprintln!("{} parts, {shared} pairs alike", parts.len());
+}
+
+#[test]
+fn a_thread_hands_out_its_last_command_again_only_for_the_same_bytes() {
+    let commands = every_command();
+    let parts = every_part(&commands);
+    for (form, part, packed) in &parts {
+        let first = part_cmd_shared(form, *part);
+        let again = part_cmd_shared(form, *part);
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "{form:?} part {part} encoded twice"
+        );
+        assert_eq!(&again.get_packed_command(), packed);
+    }
+    // Each in turn after every other: the last command only where the bytes are the same.
+    for (form, part, packed) in &parts {
+        for (other, other_part, other_packed) in &parts {
+            let before = part_cmd_shared(other, *other_part);
+            let cmd = part_cmd_shared(form, *part);
+            assert_eq!(&cmd.get_packed_command(), packed);
+            assert_eq!(Arc::ptr_eq(&before, &cmd), packed == other_packed);
+        }
+    }
+}
+
+#[test]
+fn an_argument_written_in_pieces_must_match_all_of_the_expected_one() {
+    let mut expected = redis::Cmd::new();
+    expected.arg("PUBLISH").arg("redlock:released:lock").arg(1);
+    let compare = |pieces: &[&[&[u8]]]| {
+        let mut same = Same {
+            expected: expected.args_iter(),
+            open: None,
+            same: true,
+        };
+        for arg in pieces {
+            if let [whole] = arg {
+                same.write_arg(whole);
+                continue;
+            }
+            let mut writer = same.writer_for_next_arg();
+            for piece in *arg {
+                io::Write::write_all(&mut writer, piece).expect("written");
+            }
+        }
+        same.finish()
+    };
+    let one: &[u8] = b"1";
+    assert!(compare(&[
+        &[b"PUBLISH"],
+        &[b"redlock:released:", b"lock"],
+        &[one]
+    ]));
+    // Shorter, longer, different, an argument missing or one too many: not the same.
+    assert!(!compare(&[
+        &[b"PUBLISH"],
+        &[b"redlock:released:", b"loc"],
+        &[one]
+    ]));
+    assert!(!compare(&[
+        &[b"PUBLISH"],
+        &[b"redlock:released:", b"locks"],
+        &[one]
+    ]));
+    assert!(!compare(&[
+        &[b"PUBLISH"],
+        &[b"redlock:released:", b"lack"],
+        &[one]
+    ]));
+    assert!(!compare(&[&[b"PUBLISH"], &[b"redlock:released:", b"lock"]]));
+    assert!(!compare(&[
+        &[b"PUBLISH"],
+        &[b"redlock:released:", b"lock"],
+        &[one],
+        &[one]
+    ]));
+    assert!(!compare(&[
+        &[b"PUBLISH"],
+        &[b"redlock:released:lock", b""],
+        &[b"2"]
+    ]));
+}
