@@ -1,21 +1,22 @@
 //! A command encoded once for every node of a round.
 //!
-//! A round sends each node the same command (the same key, token and TTL), and an async
-//! driver starts the round's writes one after the other on one thread. Each write asks
-//! [`part_cmd_shared`] for its command: the last one encoded on the thread is handed out again
-//! when the write's form would encode to exactly its arguments, byte for byte (compared by the
-//! one encoding, [`write_part`], never by a summary of the form). Else the form is encoded, and
-//! kept as the thread's last. The nodes after the first so compare a command instead of
-//! building one: no allocation, no number formatted twice.
+//! A round sends each node the same command (the same key, token and TTL). The last command
+//! encoded is handed out again when a write's form would encode to exactly its arguments, byte
+//! for byte (compared by the one encoding, [`write_part`], never by a summary of the form);
+//! else the form is encoded, and kept as the last. The nodes after the first so compare a
+//! command instead of building one: no allocation, no number formatted twice.
+//! - An async driver starts the round's writes one after the other on one thread: the last
+//!   command is the thread's ([`part_cmd_shared`]).
+//! - A blocking client's node workers each run on a thread of their own: the last command,
+//!   and its packed bytes, are the client's ([`LastPacked`]).
 //!
 //! # What it never does
 //! It never hands out a command whose arguments differ in any byte from the form's own (a
 //! node's proof, seal, marker or cluster channel that differs makes it encode its own), never
-//! shares a command across threads other than through the `Arc` its writes hold, never keeps
-//! more than one command per thread, and never panics where the thread's slot is taken or gone
-//! (it encodes the form then).
+//! keeps more than one command per thread (async) or per client (blocking), never holds a lock
+//! while it encodes or compares, and never panics where the thread's slot is taken or gone (it
+//! encodes the form then).
 
-use std::cell::RefCell;
 use std::io;
 use std::sync::Arc;
 
@@ -24,13 +25,16 @@ use redlock_core::RedisForm;
 
 use crate::request::{part_cmd, write_part};
 
+#[cfg(any(feature = "tokio", feature = "smol"))]
 thread_local! {
     /// The last command encoded on this thread.
-    static LAST: RefCell<Option<Arc<redis::Cmd>>> = const { RefCell::new(None) };
+    static LAST: std::cell::RefCell<Option<Arc<redis::Cmd>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Part `part` of `form` as a command: the thread's last one when it encodes the same, else a
 /// new one (kept as the last).
+#[cfg(any(feature = "tokio", feature = "smol"))]
 pub(crate) fn part_cmd_shared(form: &RedisForm<'_>, part: usize) -> Arc<redis::Cmd> {
     let shared = LAST.try_with(|last| {
         let mut last = last.try_borrow_mut().ok()?;
@@ -47,6 +51,56 @@ pub(crate) fn part_cmd_shared(form: &RedisForm<'_>, part: usize) -> Arc<redis::C
         .ok()
         .flatten()
         .unwrap_or_else(|| Arc::new(part_cmd(form, part)))
+}
+
+/// A command and its packed bytes, as a blocking connection sends them.
+#[cfg(feature = "blocking")]
+pub(crate) struct Packed {
+    cmd: redis::Cmd,
+    bytes: Vec<u8>,
+}
+
+#[cfg(feature = "blocking")]
+impl Packed {
+    /// The bytes to write.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// The last command a blocking client's node workers packed, shared by them all (cheap to
+/// clone: the clones share it).
+#[cfg(feature = "blocking")]
+#[derive(Clone, Default)]
+pub(crate) struct LastPacked(Arc<std::sync::Mutex<Option<Arc<Packed>>>>);
+
+#[cfg(feature = "blocking")]
+impl LastPacked {
+    /// Part `part` of `form`, packed: the client's last when it encodes the same, else packed
+    /// anew (and kept as the last). The lock is held only to take or put the last, never while
+    /// comparing or encoding: workers never wait on one another's work.
+    pub(crate) fn packed(&self, form: &RedisForm<'_>, part: usize) -> Arc<Packed> {
+        let slot = || {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let last = slot().clone();
+        if let Some(last) = last
+            && encodes_to(form, part, &last.cmd)
+        {
+            return last;
+        }
+        let cmd = part_cmd(form, part);
+        let packed = Arc::new(Packed {
+            bytes: cmd.get_packed_command(),
+            cmd,
+        });
+        let replaced = slot().replace(Arc::clone(&packed));
+        // Dropped outside the lock.
+        drop(replaced);
+        packed
+    }
 }
 
 /// Whether part `part` of `form` encodes to exactly the arguments of `cmd`.

@@ -49,7 +49,7 @@ mod cluster;
 mod deployment;
 mod dialect;
 mod driver;
-#[cfg(any(feature = "tokio", feature = "smol"))]
+#[cfg(any(feature = "tokio", feature = "smol", feature = "blocking"))]
 mod encoded;
 mod entropy;
 mod error;

@@ -359,12 +359,34 @@ enum Outgoing<'a> {
 
 impl Outgoing<'_> {
     /// The write, packed, and how many replies come back; `None` when nothing is to be sent.
+    /// One command is packed once for the round's nodes (see [`crate::encoded`]).
     #[cfg(feature = "blocking")]
-    fn packed(&self) -> Option<(Vec<u8>, usize)> {
+    fn packed(&self, last: &crate::encoded::LastPacked) -> Option<(PackedWrite, usize)> {
         match self {
             Outgoing::Nothing => None,
-            Outgoing::Single(form) => Some((part_cmd(form, 0).get_packed_command(), 1)),
-            Outgoing::Pipeline(wire) => Some((wire.pipe.get_packed_pipeline(), wire.len())),
+            Outgoing::Single(form) => Some((PackedWrite::Shared(last.packed(form, 0)), 1)),
+            Outgoing::Pipeline(wire) => Some((
+                PackedWrite::Own(wire.pipe.get_packed_pipeline()),
+                wire.len(),
+            )),
+        }
+    }
+}
+
+/// The bytes a blocking connection writes: one command packed for the round's nodes, or a
+/// pipeline of this node's own.
+#[cfg(feature = "blocking")]
+enum PackedWrite {
+    Shared(std::sync::Arc<crate::encoded::Packed>),
+    Own(Vec<u8>),
+}
+
+#[cfg(feature = "blocking")]
+impl PackedWrite {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            PackedWrite::Shared(packed) => packed.bytes(),
+            PackedWrite::Own(bytes) => bytes,
         }
     }
 }
@@ -1056,9 +1078,10 @@ pub(crate) fn run_batch(
     tracking: Option<&Tracking>,
     read_timeout: std::time::Duration,
     asking: bool,
+    last: &crate::encoded::LastPacked,
 ) -> BatchReplies {
     let run = |conn: &mut redis::Connection, batch: &[Transmit]| {
-        run_batch_once(conn, batch, dialect, tracking, read_timeout, asking)
+        run_batch_once(conn, batch, dialect, tracking, (read_timeout, asking), last)
     };
     let (mut replies, mut deferred) = run(conn, batch);
     while !deferred.is_empty() && !replies.reconnect && !replies.rebuild {
@@ -1078,14 +1101,14 @@ fn run_batch_once(
     batch: &[Transmit],
     dialect: &Dialect,
     tracking: Option<&Tracking>,
-    read_timeout: std::time::Duration,
-    asking: bool,
+    (read_timeout, asking): (std::time::Duration, bool),
+    packed_last: &crate::encoded::LastPacked,
 ) -> (BatchReplies, Vec<usize>) {
     let mut reading = Reading::new(batch, dialect, tracking, asking);
     let deferred = reading.plan.deferred().to_vec();
     let outgoing = reading.outgoing();
-    if let Some((packed, wire_len)) = outgoing.packed() {
-        if let Err(err) = conn.send_packed_command(&packed) {
+    if let Some((packed, wire_len)) = outgoing.packed(packed_last) {
+        if let Err(err) = conn.send_packed_command(packed.bytes()) {
             // Part of the write may have gone out: the stream is not to be trusted.
             let mut replies = BatchReplies::failed(batch, &err);
             replies.reconnect = true;

@@ -11,6 +11,7 @@ use crate::cluster::{
     Clusters, Gathered, Routes, SlotMap, Unmapped, from_shards, from_slots, identity,
     identity_read, shares_master, trust_answer, trust_commands,
 };
+use crate::encoded::LastPacked;
 use crate::{
     BatchReplies, NodeAddr, Tracking, detect_dialect, resp3_client, run_batch, speaks_no_resp3,
 };
@@ -33,7 +34,7 @@ impl Worker {
         addr: NodeAddr,
         io_timeout: Duration,
         watch: crate::MemoryWatchSettings,
-        (index, clusters): (usize, Clusters),
+        (index, clusters, last): (usize, Clusters, LastPacked),
         driver: Arc<Mailbox>,
     ) -> Self {
         let (batches, queue) = mpsc::channel();
@@ -44,6 +45,7 @@ impl Worker {
                 let connection = Connection {
                     index,
                     clusters,
+                    last,
                     ..Connection::new(addr, io_timeout, watch)
                 };
                 connection.run(&queue, &driver)
@@ -81,6 +83,8 @@ struct Connection {
     /// The node's place in the client's list, and the clusters the client's nodes lead to.
     index: usize,
     clusters: Clusters,
+    /// The last command the client's workers packed ([`crate::encoded`]).
+    last: LastPacked,
 }
 
 /// What a cluster node knows of its cluster: which master serves each slot, and a connection
@@ -131,6 +135,7 @@ impl Connection {
             cluster: None,
             index: 0,
             clusters: Clusters::default(),
+            last: LastPacked::default(),
         }
     }
 
@@ -140,6 +145,7 @@ impl Connection {
     fn master(&self, addr: NodeAddr) -> Self {
         Self {
             routes: false,
+            last: self.last.clone(),
             ..Self::new(
                 addr,
                 self.io_timeout,
@@ -192,6 +198,7 @@ impl Connection {
             return BatchReplies::answered(self.run_on_cluster(batch));
         }
         let (io_timeout, routes) = (self.io_timeout, self.routes);
+        let last = self.last.clone();
         let seeded = !self.addr.seeds().is_empty();
         let voting = self.addr.vote().is_some();
         let replies = match self.connect() {
@@ -201,7 +208,7 @@ impl Connection {
             },
             // One server never casts several votes.
             Ok(_) if routes && voting => BatchReplies::refused(batch, NodeErrorKind::NotACluster),
-            Ok(c) => run_on(c, batch, io_timeout, false),
+            Ok(c) => run_on(c, batch, (io_timeout, false), &last),
             // A cluster node whose URL does not answer: its other seeds may.
             Err(err) if routes && seeded => match self.learn(false) {
                 Ok(()) => return BatchReplies::answered(self.run_on_cluster(batch)),
@@ -318,9 +325,9 @@ impl Connection {
 
     /// Runs `batch` on this master after an `ASK`: each command after `ASKING`.
     fn execute_asked(&mut self, batch: &[Transmit]) -> BatchReplies {
-        let io_timeout = self.io_timeout;
+        let (io_timeout, last) = (self.io_timeout, self.last.clone());
         let replies = match self.connect() {
-            Ok(c) => run_on(c, batch, io_timeout, true),
+            Ok(c) => run_on(c, batch, (io_timeout, true), &last),
             Err(err) => BatchReplies::failed(batch, &err),
         };
         if replies.reconnect {
@@ -496,8 +503,8 @@ pub(super) fn slot_map(
 fn run_on(
     c: &mut Connected,
     batch: &[Transmit],
-    io_timeout: Duration,
-    asking: bool,
+    (io_timeout, asking): (Duration, bool),
+    last: &LastPacked,
 ) -> BatchReplies {
     run_batch(
         &mut c.conn,
@@ -506,6 +513,7 @@ fn run_on(
         c.tracking.as_ref(),
         io_timeout,
         asking,
+        last,
     )
 }
 

@@ -320,11 +320,13 @@ pub(crate) fn start(
     // Counts machine suspends (Linux), for every `now` of the driver and its locks.
     let state = DriverState::new(config, labels, mailbox.clone(), Clock::new())?;
     let clusters = crate::cluster::Clusters::default();
+    // The workers' last packed command: a round's is packed once for its nodes.
+    let last = crate::encoded::LastPacked::default();
     let workers = nodes
         .iter()
         .enumerate()
         .map(|(index, addr)| {
-            let place = (index, clusters.clone());
+            let place = (index, clusters.clone(), last.clone());
             Worker::spawn(
                 addr.clone(),
                 io_timeout,

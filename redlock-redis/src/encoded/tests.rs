@@ -148,6 +148,7 @@ fn a_form_encodes_to_a_command_exactly_when_its_bytes_are_the_same() {
     eprintln!("{} parts, {shared} pairs alike", parts.len());
 }
 
+#[cfg(any(feature = "tokio", feature = "smol"))]
 #[test]
 fn a_thread_hands_out_its_last_command_again_only_for_the_same_bytes() {
     let commands = every_command();
@@ -168,6 +169,38 @@ fn a_thread_hands_out_its_last_command_again_only_for_the_same_bytes() {
             let cmd = part_cmd_shared(form, *part);
             assert_eq!(&cmd.get_packed_command(), packed);
             assert_eq!(Arc::ptr_eq(&before, &cmd), packed == other_packed);
+        }
+    }
+}
+
+#[cfg(feature = "blocking")]
+#[test]
+fn a_blocking_client_packs_once_what_its_workers_send_alike() {
+    let commands = every_command();
+    let parts = every_part(&commands);
+    let last = LastPacked::default();
+    // Another client's slot is its own.
+    let other_client = LastPacked::default();
+    for (form, part, packed) in &parts {
+        let first = last.packed(form, *part);
+        let again = std::thread::scope(|s| {
+            let worker = last.clone();
+            s.spawn(move || worker.packed(form, *part)).join()
+        })
+        .expect("a worker");
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "{form:?} part {part} packed twice"
+        );
+        assert_eq!(again.bytes(), packed);
+        assert!(!Arc::ptr_eq(&other_client.packed(form, *part), &first));
+    }
+    for (form, part, packed) in &parts {
+        for (other, other_part, other_packed) in &parts {
+            let before = last.packed(other, *other_part);
+            let packed_now = last.packed(form, *part);
+            assert_eq!(packed_now.bytes(), packed);
+            assert_eq!(Arc::ptr_eq(&before, &packed_now), packed == other_packed);
         }
     }
 }
