@@ -1,24 +1,25 @@
 //! A command encoded once for every node of a round.
 //!
-//! A round sends each node the same command (the same key, token and TTL). The last command
-//! encoded is handed out again when a write's form would encode to exactly its arguments, byte
-//! for byte (compared by the one encoding, [`write_part`], never by a summary of the form);
-//! else the form is encoded, and kept as the last. The nodes after the first so compare a
-//! command instead of building one: no allocation, no number formatted twice.
-//! - An async driver starts the round's writes one after the other on one thread: the last
-//!   command is the thread's ([`part_cmd_shared`]).
-//! - A blocking client's node workers each run on a thread of their own: the last command,
-//!   and its packed bytes, are the client's ([`LastPacked`]).
+//! A round sends each node the same command (the same key, token and TTL). The command a write
+//! of the round still holds is handed out again when another write's form would encode to
+//! exactly its arguments, byte for byte (compared by the one encoding, [`write_part`], never by
+//! a summary of the form); else the form is encoded, and becomes the one handed out. The nodes
+//! after the first so compare a command instead of building one: no command built twice.
+//! - An async driver starts the round's writes one after the other on one thread: the command
+//!   is the thread's ([`part_cmd_shared`]).
+//! - A blocking client's node workers each run on a thread of their own: the command, and its
+//!   packed bytes, are the client's ([`LastPacked`]).
 //!
 //! # What it never does
 //! It never hands out a command whose arguments differ in any byte from the form's own (a
 //! node's proof, seal, marker or cluster channel that differs makes it encode its own), never
-//! keeps more than one command per thread (async) or per client (blocking), never holds a lock
-//! while it encodes or compares, and never panics where the thread's slot is taken or gone (it
-//! encodes the form then).
+//! keeps a command alive once no write holds it (only a weak reference stays: the key and the
+//! token go with the round), never holds the blocking client's lock while it encodes or
+//! compares (the async path compares inside its own thread's slot, which no other thread
+//! sees), and never panics where the thread's slot is taken or gone (it encodes the form then).
 
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use redis::RedisWrite;
 use redlock_core::RedisForm;
@@ -27,24 +28,24 @@ use crate::request::{part_cmd, write_part};
 
 #[cfg(any(feature = "tokio", feature = "smol"))]
 thread_local! {
-    /// The last command encoded on this thread.
-    static LAST: std::cell::RefCell<Option<Arc<redis::Cmd>>> =
-        const { std::cell::RefCell::new(None) };
+    /// The last command encoded on this thread, while a write holds it.
+    static LAST: std::cell::RefCell<Weak<redis::Cmd>> =
+        const { std::cell::RefCell::new(Weak::new()) };
 }
 
-/// Part `part` of `form` as a command: the thread's last one when it encodes the same, else a
-/// new one (kept as the last).
+/// Part `part` of `form` as a command: the thread's last one when a write still holds it and
+/// it encodes the same, else a new one (the thread's last from then on).
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub(crate) fn part_cmd_shared(form: &RedisForm<'_>, part: usize) -> Arc<redis::Cmd> {
     let shared = LAST.try_with(|last| {
         let mut last = last.try_borrow_mut().ok()?;
-        if let Some(cmd) = last.as_ref()
-            && encodes_to(form, part, cmd)
+        if let Some(cmd) = last.upgrade()
+            && encodes_to(form, part, &cmd)
         {
-            return Some(Arc::clone(cmd));
+            return Some(cmd);
         }
         let cmd = Arc::new(part_cmd(form, part));
-        *last = Some(Arc::clone(&cmd));
+        *last = Arc::downgrade(&cmd);
         Some(cmd)
     });
     shared
@@ -68,24 +69,25 @@ impl Packed {
     }
 }
 
-/// The last command a blocking client's node workers packed, shared by them all (cheap to
-/// clone: the clones share it).
+/// The last command a blocking client's node workers packed, while a worker holds it, shared by
+/// them all (cheap to clone: the clones share it).
 #[cfg(feature = "blocking")]
 #[derive(Clone, Default)]
-pub(crate) struct LastPacked(Arc<std::sync::Mutex<Option<Arc<Packed>>>>);
+pub(crate) struct LastPacked(Arc<std::sync::Mutex<Weak<Packed>>>);
 
 #[cfg(feature = "blocking")]
 impl LastPacked {
-    /// Part `part` of `form`, packed: the client's last when it encodes the same, else packed
-    /// anew (and kept as the last). The lock is held only to take or put the last, never while
-    /// comparing or encoding: workers never wait on one another's work.
+    /// Part `part` of `form`, packed: the client's last when a worker still holds it and it
+    /// encodes the same, else packed anew (the client's last from then on). The lock is held
+    /// only to take or put the last, never while comparing or encoding: workers never wait on
+    /// one another's work.
     pub(crate) fn packed(&self, form: &RedisForm<'_>, part: usize) -> Arc<Packed> {
         let slot = || {
             self.0
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
-        let last = slot().clone();
+        let last = slot().upgrade();
         if let Some(last) = last
             && encodes_to(form, part, &last.cmd)
         {
@@ -96,9 +98,7 @@ impl LastPacked {
             bytes: cmd.get_packed_command(),
             cmd,
         });
-        let replaced = slot().replace(Arc::clone(&packed));
-        // Dropped outside the lock.
-        drop(replaced);
+        *slot() = Arc::downgrade(&packed);
         packed
     }
 }

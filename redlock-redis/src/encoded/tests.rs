@@ -26,8 +26,9 @@ fn commands(start: Start, request: &LockRequest, restart_aware: bool) -> Vec<Com
 fn every_command() -> Vec<Command> {
     let ttl = Duration::from_secs(10);
     let mut all = Vec::new();
-    for resource in ["lock", "lock2", "{tag}lock"] {
-        for token in ["token-a", "token-ab"] {
+    // Keys, tokens and TTLs alike in length and unlike in content, and unlike in length.
+    for resource in ["lock", "lock2", "lack", "{tag}lock"] {
+        for token in ["token-a", "token-b", "token-ab"] {
             let plain = LockRequest::new(resource, ttl).token(token);
             let many = plain.clone().resource(format!("{resource}:other"));
             for request in [plain, many] {
@@ -40,11 +41,11 @@ fn every_command() -> Vec<Command> {
             }
         }
     }
-    all.extend(commands(
-        Start::Acquire,
-        &LockRequest::new("lock", Duration::from_millis(1500)).token("token-a"),
-        false,
-    ));
+    for ttl_ms in [1500, 20_000] {
+        let ttl = Duration::from_millis(ttl_ms);
+        let request = LockRequest::new("lock", ttl).token("token-a");
+        all.extend(commands(Start::Acquire, &request, false));
+    }
     all
 }
 
@@ -98,6 +99,82 @@ fn every_part<'c>(commands: &'c [Command]) -> Vec<(RedisForm<'c>, usize, Vec<u8>
         }
     }
     parts
+}
+
+/// What the forms that carry a round's command are sent as, built argument by argument here
+/// (independently of [`write_part`]): a plain `SET`, a script call, a compare-and-delete and its
+/// notice.
+#[test]
+fn the_one_encoding_sends_each_form_as_its_command() {
+    let commands = every_command();
+    let parts = every_part(&commands);
+    let (mut sets, mut scripts, mut deletes, mut notices) = (0, 0, 0, 0);
+    for (form, part, packed) in &parts {
+        let mut expected = redis::Cmd::new();
+        match *form {
+            RedisForm::Set { key, token, ttl_ms } => {
+                sets += 1;
+                expected
+                    .arg("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms);
+            }
+            RedisForm::Script { script, keys, args } => {
+                scripts += 1;
+                expected
+                    .arg("EVALSHA")
+                    .arg(crate::request::script_hash(script))
+                    .arg(keys.len());
+                keys.for_each(|key| {
+                    expected.arg(key);
+                });
+                expected.arg(args.token);
+                for number in args.numbers() {
+                    expected.arg(number);
+                }
+                if let Some(tag) = args.tag() {
+                    expected.arg(tag);
+                }
+            }
+            RedisForm::DeleteEach {
+                spec,
+                how,
+                keyspace,
+                ..
+            } => match spec.keys().nth(*part) {
+                Some(key) => {
+                    deletes += 1;
+                    let token = spec.token().as_bytes();
+                    match how {
+                        DeleteIfEq::DelEx => expected.arg("DELEX").arg(key).arg("IFEQ").arg(token),
+                        _ => expected.arg("DELIFEQ").arg(key).arg(token),
+                    };
+                }
+                None => {
+                    notices += 1;
+                    let key = spec.keys().nth(part - spec.len()).expect("a key");
+                    let publish = match keyspace {
+                        Keyspace::Cluster => "SPUBLISH",
+                        _ => "PUBLISH",
+                    };
+                    expected
+                        .arg(publish)
+                        .arg(keyspace.released_channel(key))
+                        .arg(1);
+                }
+            },
+            _ => continue,
+        }
+        assert_eq!(
+            String::from_utf8_lossy(packed),
+            String::from_utf8_lossy(&expected.get_packed_command()),
+            "{form:?} part {part}"
+        );
+    }
+    assert!(sets > 0 && scripts > 0 && deletes > 0 && notices > 0);
 }
 
 #[test]
@@ -161,6 +238,13 @@ fn a_thread_hands_out_its_last_command_again_only_for_the_same_bytes() {
             "{form:?} part {part} encoded twice"
         );
         assert_eq!(&again.get_packed_command(), packed);
+        // Once no write holds it, nothing keeps it (nor its key and token).
+        let gone = Arc::downgrade(&first);
+        drop((first, again));
+        assert!(
+            gone.upgrade().is_none(),
+            "{form:?} part {part} outlived its writes"
+        );
     }
     // Each in turn after every other: the last command only where the bytes are the same.
     for (form, part, packed) in &parts {
@@ -194,6 +278,13 @@ fn a_blocking_client_packs_once_what_its_workers_send_alike() {
         );
         assert_eq!(again.bytes(), packed);
         assert!(!Arc::ptr_eq(&other_client.packed(form, *part), &first));
+        // Once no worker holds it, nothing keeps it (nor its key and token).
+        let gone = Arc::downgrade(&first);
+        drop((first, again));
+        assert!(
+            gone.upgrade().is_none(),
+            "{form:?} part {part} outlived its workers"
+        );
     }
     for (form, part, packed) in &parts {
         for (other, other_part, other_packed) in &parts {
