@@ -2,7 +2,8 @@ use std::time::{Duration, Instant};
 
 use rand_core::SeedableRng;
 use redlock_core::{
-    Command, Config, DeleteIfEq, Dialect, Keyspace, LockId, LockRequest, Multiplexer, Start,
+    Command, Config, DeleteIfEq, Dialect, FENCE_MEMBER, Keyspace, LockId, LockRequest, Multiplexer,
+    Start,
 };
 
 use super::*;
@@ -103,12 +104,13 @@ fn every_part<'c>(commands: &'c [Command]) -> Vec<(RedisForm<'c>, usize, Vec<u8>
 
 /// What the forms that carry a round's command are sent as, built argument by argument here
 /// (independently of [`write_part`]): a plain `SET`, a script call, a compare-and-delete and its
-/// notice.
+/// notice, `MSETEX`, and a fenced acquisition's parts.
 #[test]
 fn the_one_encoding_sends_each_form_as_its_command() {
     let commands = every_command();
     let parts = every_part(&commands);
     let (mut sets, mut scripts, mut deletes, mut notices) = (0, 0, 0, 0);
+    let (mut msetexes, mut fenced) = (0, 0);
     for (form, part, packed) in &parts {
         let mut expected = redis::Cmd::new();
         match *form {
@@ -166,6 +168,34 @@ fn the_one_encoding_sends_each_form_as_its_command() {
                         .arg(1);
                 }
             },
+            RedisForm::MSetEx { spec, ttl_ms } => {
+                msetexes += 1;
+                msetex(&mut expected, spec, ttl_ms);
+            }
+            RedisForm::FencedSet {
+                spec,
+                ttl_ms,
+                keyspace,
+            } => {
+                fenced += 1;
+                match *part {
+                    0 if spec.len() == 1 => {
+                        let key = spec.keys().next().expect("a key");
+                        let token = spec.token().as_bytes();
+                        expected.arg("SET").arg(key).arg(token).arg("NX").arg("PX");
+                        expected.arg(ttl_ms);
+                    }
+                    0 => msetex(&mut expected, spec, ttl_ms),
+                    at if at <= spec.len() => {
+                        let key = spec.keys().nth(at - 1).expect("a key");
+                        let counter = keyspace.fence_key(key);
+                        expected.arg("ZSCORE").arg(counter).arg(FENCE_MEMBER);
+                    }
+                    _ => {
+                        expected.arg("TIME");
+                    }
+                }
+            }
             _ => continue,
         }
         assert_eq!(
@@ -175,6 +205,16 @@ fn the_one_encoding_sends_each_form_as_its_command() {
         );
     }
     assert!(sets > 0 && scripts > 0 && deletes > 0 && notices > 0);
+    assert!(msetexes > 0 && fenced > 0);
+}
+
+/// `MSETEX n key token … NX PX ttl_ms`, argument by argument.
+fn msetex(expected: &mut redis::Cmd, spec: &redlock_core::LockSpec, ttl_ms: u64) {
+    expected.arg("MSETEX").arg(spec.len());
+    for key in spec.keys() {
+        expected.arg(key).arg(spec.token().as_bytes());
+    }
+    expected.arg("NX").arg("PX").arg(ttl_ms);
 }
 
 #[test]
