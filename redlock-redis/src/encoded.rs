@@ -104,7 +104,7 @@ impl LastPacked {
 }
 
 /// Whether part `part` of `form` encodes to exactly the arguments of `cmd`.
-pub(crate) fn encodes_to(form: &RedisForm<'_>, part: usize, cmd: &redis::Cmd) -> bool {
+fn encodes_to(form: &RedisForm<'_>, part: usize, cmd: &redis::Cmd) -> bool {
     let mut same = Same {
         expected: cmd.args_iter(),
         open: None,

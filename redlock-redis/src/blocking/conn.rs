@@ -198,17 +198,18 @@ impl Connection {
             return BatchReplies::answered(self.run_on_cluster(batch));
         }
         let (io_timeout, routes) = (self.io_timeout, self.routes);
-        let last = self.last.clone();
         let seeded = !self.addr.seeds().is_empty();
         let voting = self.addr.vote().is_some();
         let replies = match self.connect() {
-            Ok(c) if routes && c.dialect.keyspace == Keyspace::Cluster => match self.learn(true) {
-                Ok(()) => return BatchReplies::answered(self.run_on_cluster(batch)),
-                Err(unmapped) => unmapped.answers(batch),
-            },
+            Ok((c, _)) if routes && c.dialect.keyspace == Keyspace::Cluster => {
+                match self.learn(true) {
+                    Ok(()) => return BatchReplies::answered(self.run_on_cluster(batch)),
+                    Err(unmapped) => unmapped.answers(batch),
+                }
+            }
             // One server never casts several votes.
             Ok(_) if routes && voting => BatchReplies::refused(batch, NodeErrorKind::NotACluster),
-            Ok(c) => run_on(c, batch, (io_timeout, false), &last),
+            Ok((c, last)) => run_on(c, batch, (io_timeout, false), last),
             // A cluster node whose URL does not answer: its other seeds may.
             Err(err) if routes && seeded => match self.learn(false) {
                 Ok(()) => return BatchReplies::answered(self.run_on_cluster(batch)),
@@ -325,9 +326,9 @@ impl Connection {
 
     /// Runs `batch` on this master after an `ASK`: each command after `ASKING`.
     fn execute_asked(&mut self, batch: &[Transmit]) -> BatchReplies {
-        let (io_timeout, last) = (self.io_timeout, self.last.clone());
+        let io_timeout = self.io_timeout;
         let replies = match self.connect() {
-            Ok(c) => run_on(c, batch, (io_timeout, true), &last),
+            Ok((c, last)) => run_on(c, batch, (io_timeout, true), last),
             Err(err) => BatchReplies::failed(batch, &err),
         };
         if replies.reconnect {
@@ -338,7 +339,7 @@ impl Connection {
 
     /// Stamps `slots` trusted on this master, with its identity.
     fn stamp_trusted(&mut self, slots: impl Iterator<Item = Slot>) -> redis::RedisResult<()> {
-        let conn = &mut self.connect()?.conn;
+        let conn = &mut self.connect()?.0.conn;
         let identity = identity(identity_read().query(conn))?;
         trust_commands(slots, identity.as_deref()).query::<()>(conn)
     }
@@ -423,7 +424,7 @@ impl Connection {
     /// `SHARDS`); a connection whose transport broke is dropped.
     fn slots(&mut self) -> redis::RedisResult<SlotMap> {
         let addr = self.addr.clone();
-        let answer = slot_map(&mut self.connect()?.conn, &addr);
+        let answer = slot_map(&mut self.connect()?.0.conn, &addr);
         if let Err(err) = &answer
             && err.code().is_none()
             && err.kind() != redis::ErrorKind::Parse
@@ -440,7 +441,9 @@ impl Connection {
         }
     }
 
-    fn connect(&mut self) -> Result<&mut Connected, redis::RedisError> {
+    /// The connection (made now if there is none), and beside it the client's last packed
+    /// command, which a batch on it shares ([`crate::encoded`]).
+    fn connect(&mut self) -> Result<(&mut Connected, &LastPacked), redis::RedisError> {
         let connected = match self.conn.take() {
             Some(connected) => connected,
             None if self.watch.untracked => self.connect_untracked()?,
@@ -451,7 +454,7 @@ impl Connection {
                 Err(_) => self.connect_untracked()?,
             },
         };
-        Ok(self.conn.insert(connected))
+        Ok((self.conn.insert(connected), &self.last))
     }
 
     /// A connection without client tracking: every restart-checked acquisition is checked on

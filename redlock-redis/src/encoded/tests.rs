@@ -286,13 +286,22 @@ fn a_thread_hands_out_its_last_command_again_only_for_the_same_bytes() {
             "{form:?} part {part} outlived its writes"
         );
     }
-    // Each in turn after every other: the last command only where the bytes are the same.
-    for (form, part, packed) in &parts {
-        for (other, other_part, other_packed) in &parts {
-            let before = part_cmd_shared(other, *other_part);
-            let cmd = part_cmd_shared(form, *part);
-            assert_eq!(&cmd.get_packed_command(), packed);
-            assert_eq!(Arc::ptr_eq(&before, &cmd), packed == other_packed);
+    shared_exactly_when_alike(&parts, part_cmd_shared, redis::Cmd::get_packed_command);
+}
+
+/// Each part asked for after every other, while the other's is held: handed out again exactly
+/// where the packed bytes are the same, and always with the part's own bytes.
+fn shared_exactly_when_alike<T>(
+    parts: &[(RedisForm<'_>, usize, Vec<u8>)],
+    share: impl Fn(&RedisForm<'_>, usize) -> Arc<T>,
+    bytes: impl Fn(&T) -> Vec<u8>,
+) {
+    for (form, part, packed) in parts {
+        for (other, other_part, other_packed) in parts {
+            let before = share(other, *other_part);
+            let now = share(form, *part);
+            assert_eq!(&bytes(&now), packed, "{form:?} part {part}");
+            assert_eq!(Arc::ptr_eq(&before, &now), packed == other_packed);
         }
     }
 }
@@ -326,14 +335,11 @@ fn a_blocking_client_packs_once_what_its_workers_send_alike() {
             "{form:?} part {part} outlived its workers"
         );
     }
-    for (form, part, packed) in &parts {
-        for (other, other_part, other_packed) in &parts {
-            let before = last.packed(other, *other_part);
-            let packed_now = last.packed(form, *part);
-            assert_eq!(packed_now.bytes(), packed);
-            assert_eq!(Arc::ptr_eq(&before, &packed_now), packed == other_packed);
-        }
-    }
+    shared_exactly_when_alike(
+        &parts,
+        |form, part| last.packed(form, part),
+        |packed| packed.bytes().to_vec(),
+    );
 }
 
 #[test]
