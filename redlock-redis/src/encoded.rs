@@ -5,6 +5,9 @@
 //! exactly its arguments, byte for byte (compared by the one encoding, [`write_part`], never by
 //! a summary of the form); else the form is encoded, and becomes the one handed out. The nodes
 //! after the first so compare a command instead of building one: no command built twice.
+//! A batch of several commands with nothing to read beside them (a release and its notice, or
+//! several locks' requests) is a pipeline of the forms' parts alone ([`parts_pipeline`]):
+//! handed out again so too, compared command by command, in a slot of its own.
 //! - An async driver starts the round's writes one after the other on one thread: the command
 //!   is the thread's ([`part_cmd_shared`]).
 //! - A blocking client's node workers each run on a thread of their own: the command, and its
@@ -12,7 +15,9 @@
 //!
 //! # What it never does
 //! It never hands out a command whose arguments differ in any byte from the form's own (a
-//! node's proof, seal, marker or cluster channel that differs makes it encode its own), never
+//! node's proof, seal, marker or cluster channel that differs makes it encode its own), nor a
+//! pipeline with a command more, less or out of place (a batch that reads, seals or follows
+//! an `ASK` never shares its pipeline), never
 //! keeps a command alive once no write holds it (only a weak reference stays: the key and the
 //! token go with the round), never holds the blocking client's lock while it encodes or
 //! compares (the async path compares inside its own thread's slot, which no other thread
@@ -24,12 +29,17 @@ use std::sync::{Arc, Weak};
 use redis::RedisWrite;
 use redlock_core::RedisForm;
 
-use crate::request::{part_cmd, write_part};
+use crate::request::{part_cmd, parts_pipeline, write_part};
 
 #[cfg(any(feature = "tokio", feature = "smol"))]
 thread_local! {
     /// The last command encoded on this thread, while a write holds it.
     static LAST: std::cell::RefCell<Weak<redis::Cmd>> =
+        const { std::cell::RefCell::new(Weak::new()) };
+    /// The last pipeline of parts built on this thread, while a write holds it (a slot of its
+    /// own: a batch of one command and one of several, one after the other, never evict each
+    /// other).
+    static LAST_PARTS: std::cell::RefCell<Weak<redis::Pipeline>> =
         const { std::cell::RefCell::new(Weak::new()) };
 }
 
@@ -37,43 +47,73 @@ thread_local! {
 /// it encodes the same, else a new one (the thread's last from then on).
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub(crate) fn part_cmd_shared(form: &RedisForm<'_>, part: usize) -> Arc<redis::Cmd> {
-    let shared = LAST.try_with(|last| {
-        let mut last = last.try_borrow_mut().ok()?;
-        if let Some(cmd) = last.upgrade()
-            && encodes_to(form, part, &cmd)
-        {
-            return Some(cmd);
-        }
-        let cmd = Arc::new(part_cmd(form, part));
-        *last = Arc::downgrade(&cmd);
-        Some(cmd)
-    });
-    shared
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| Arc::new(part_cmd(form, part)))
+    shared_on_thread(
+        &LAST,
+        |cmd| encodes_to(form, part, cmd),
+        || part_cmd(form, part),
+    )
 }
 
-/// A command and its packed bytes, as a blocking connection sends them.
+/// The pipeline of `forms`' parts ([`parts_pipeline`]): the thread's last one when a write
+/// still holds it and it encodes the same, else a new one (the thread's last from then on).
+#[cfg(any(feature = "tokio", feature = "smol"))]
+pub(crate) fn parts_pipeline_shared(forms: &[RedisForm<'_>]) -> Arc<redis::Pipeline> {
+    shared_on_thread(
+        &LAST_PARTS,
+        |pipe| parts_encode_to(forms, pipe),
+        || parts_pipeline(forms),
+    )
+}
+
+/// The thread's last in `slot` when it is still held and `same`, else `build`'s (the slot's
+/// from then on); `build`'s too when the slot is taken or gone.
+#[cfg(any(feature = "tokio", feature = "smol"))]
+fn shared_on_thread<T>(
+    slot: &'static std::thread::LocalKey<std::cell::RefCell<Weak<T>>>,
+    same: impl FnOnce(&T) -> bool,
+    build: impl Fn() -> T,
+) -> Arc<T> {
+    let shared = slot.try_with(|last| {
+        let mut last = last.try_borrow_mut().ok()?;
+        if let Some(encoded) = last.upgrade()
+            && same(&encoded)
+        {
+            return Some(encoded);
+        }
+        let encoded = Arc::new(build());
+        *last = Arc::downgrade(&encoded);
+        Some(encoded)
+    });
+    shared.ok().flatten().unwrap_or_else(|| Arc::new(build()))
+}
+
+/// A command or a pipeline, and its packed bytes, as a blocking connection sends them.
 #[cfg(feature = "blocking")]
-pub(crate) struct Packed {
-    cmd: redis::Cmd,
+pub(crate) struct Packed<E> {
+    encoded: E,
     bytes: Vec<u8>,
 }
 
 #[cfg(feature = "blocking")]
-impl Packed {
+impl<E> Packed<E> {
     /// The bytes to write.
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
     }
 }
 
-/// The last command a blocking client's node workers packed, while a worker holds it, shared by
-/// them all (cheap to clone: the clones share it).
+/// The last command, and the last pipeline of parts, a blocking client's node workers packed,
+/// each while a worker holds it, shared by them all (cheap to clone: the clones share them).
 #[cfg(feature = "blocking")]
 #[derive(Clone, Default)]
-pub(crate) struct LastPacked(Arc<std::sync::Mutex<Weak<Packed>>>);
+pub(crate) struct LastPacked(Arc<Slots>);
+
+#[cfg(feature = "blocking")]
+#[derive(Default)]
+struct Slots {
+    single: std::sync::Mutex<Weak<Packed<redis::Cmd>>>,
+    parts: std::sync::Mutex<Weak<Packed<redis::Pipeline>>>,
+}
 
 #[cfg(feature = "blocking")]
 impl LastPacked {
@@ -81,26 +121,83 @@ impl LastPacked {
     /// encodes the same, else packed anew (the client's last from then on). The lock is held
     /// only to take or put the last, never while comparing or encoding: workers never wait on
     /// one another's work.
-    pub(crate) fn packed(&self, form: &RedisForm<'_>, part: usize) -> Arc<Packed> {
-        let slot = || {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        };
-        let last = slot().upgrade();
-        if let Some(last) = last
-            && encodes_to(form, part, &last.cmd)
-        {
-            return last;
-        }
-        let cmd = part_cmd(form, part);
-        let packed = Arc::new(Packed {
-            bytes: cmd.get_packed_command(),
-            cmd,
-        });
-        *slot() = Arc::downgrade(&packed);
-        packed
+    pub(crate) fn packed(&self, form: &RedisForm<'_>, part: usize) -> Arc<Packed<redis::Cmd>> {
+        shared_by_workers(
+            &self.0.single,
+            |cmd| encodes_to(form, part, cmd),
+            || {
+                let cmd = part_cmd(form, part);
+                (cmd.get_packed_command(), cmd)
+            },
+        )
     }
+
+    /// The pipeline of `forms`' parts, packed: as [`packed`](Self::packed), in a slot of its
+    /// own.
+    pub(crate) fn packed_parts(&self, forms: &[RedisForm<'_>]) -> Arc<Packed<redis::Pipeline>> {
+        shared_by_workers(
+            &self.0.parts,
+            |pipe| parts_encode_to(forms, pipe),
+            || {
+                let pipe = parts_pipeline(forms);
+                (pipe.get_packed_pipeline(), pipe)
+            },
+        )
+    }
+}
+
+/// The last in `slot` when a worker still holds it and it is `same`, else `pack`'s (the slot's
+/// from then on); the lock held only to take or put.
+#[cfg(feature = "blocking")]
+fn shared_by_workers<E>(
+    slot: &std::sync::Mutex<Weak<Packed<E>>>,
+    same: impl FnOnce(&E) -> bool,
+    pack: impl FnOnce() -> (Vec<u8>, E),
+) -> Arc<Packed<E>> {
+    let lock = || {
+        slot.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    let last = lock().upgrade();
+    if let Some(last) = last
+        && same(&last.encoded)
+    {
+        return last;
+    }
+    let (bytes, encoded) = pack();
+    let packed = Arc::new(Packed { encoded, bytes });
+    *lock() = Arc::downgrade(&packed);
+    packed
+}
+
+/// Whether `pipe` is exactly the pipeline of `forms`' parts: command by command in
+/// [`parts_pipeline`]'s order, each `MULTI` and `EXEC` a command of that one word, each part
+/// encoding to its command, and no command left over. (Only [`parts_pipeline`] builds what is
+/// compared here, so its other settings, such as ignoring errors, are the same.)
+fn parts_encode_to(forms: &[RedisForm<'_>], pipe: &redis::Pipeline) -> bool {
+    let mut cmds = pipe.cmd_iter();
+    let word = |cmd: Option<&redis::Cmd>, word: &[u8]| {
+        cmd.is_some_and(|cmd| {
+            let mut args = cmd.args_iter();
+            matches!(args.next(), Some(redis::Arg::Simple(arg)) if arg == word)
+                && args.next().is_none()
+        })
+    };
+    for form in forms {
+        let transaction = form.is_transaction();
+        if transaction && !word(cmds.next(), b"MULTI") {
+            return false;
+        }
+        for part in 0..form.parts() {
+            if !cmds.next().is_some_and(|cmd| encodes_to(form, part, cmd)) {
+                return false;
+            }
+        }
+        if transaction && !word(cmds.next(), b"EXEC") {
+            return false;
+        }
+    }
+    cmds.next().is_none()
 }
 
 /// Whether part `part` of `form` encodes to exactly the arguments of `cmd`.

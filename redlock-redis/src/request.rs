@@ -85,6 +85,47 @@ pub(crate) fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
     cmd
 }
 
+/// The pipeline of `forms`' parts alone, each transaction form in its own `MULTI`: what a
+/// batch with nothing to read beside its requests sends ([`Outgoing::Parts`]). The one builder
+/// of such pipelines, whose output [`crate::encoded`] compares with.
+pub(crate) fn parts_pipeline(forms: &[RedisForm<'_>]) -> redis::Pipeline {
+    let mut pipe = each_answered();
+    for form in forms {
+        push_request(&mut pipe, form, std::iter::empty());
+    }
+    pipe
+}
+
+/// An empty pipeline whose every command's reply is read, an error reply too (not the first
+/// error for the whole pipeline): each request's parts are answered one by one.
+fn each_answered() -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe
+}
+
+/// One request in a pipeline: its form's parts, then its seal's reads; in a `MULTI` of its
+/// own when it has a seal or its form is a transaction.
+fn push_request(
+    pipe: &mut redis::Pipeline,
+    form: &RedisForm<'_>,
+    seal: impl ExactSizeIterator<Item = redis::Cmd>,
+) {
+    let transaction = seal.len() > 0 || form.is_transaction();
+    if transaction {
+        pipe.cmd("MULTI");
+    }
+    for part in 0..form.parts() {
+        pipe.add_command(part_cmd(form, part));
+    }
+    for cmd in seal {
+        pipe.add_command(cmd);
+    }
+    if transaction {
+        pipe.cmd("EXEC");
+    }
+}
+
 /// How many arguments [`write_part`] writes, and about how many bytes (numbers at their
 /// longest): the room [`part_cmd`] makes for them up front.
 fn part_room(form: &RedisForm<'_>, part: usize) -> (usize, usize) {
@@ -353,6 +394,11 @@ enum Outgoing<'a> {
     /// One command on its own: a batch of one request whose form is one command, with nothing
     /// to read beside it.
     Single(RedisForm<'a>),
+    /// The requests' parts alone, as [`parts_pipeline`] builds them from the forms (nothing to
+    /// read beside them, no seal, no `ASKING`), and how many replies come back: the same for
+    /// every node sent the same forms, so built once for the round's nodes
+    /// ([`crate::encoded`]).
+    Parts(usize),
     /// A pipeline of every read and part.
     Pipeline(Wire),
 }
@@ -361,10 +407,17 @@ impl Outgoing<'_> {
     /// The write, packed, and how many replies come back; `None` when nothing is to be sent.
     /// One command is packed once for the round's nodes (see [`crate::encoded`]).
     #[cfg(feature = "blocking")]
-    fn packed(&self, last: &crate::encoded::LastPacked) -> Option<(PackedWrite, usize)> {
+    fn packed(
+        &self,
+        forms: &[RedisForm<'_>],
+        last: &crate::encoded::LastPacked,
+    ) -> Option<(PackedWrite, usize)> {
         match self {
             Outgoing::Nothing => None,
             Outgoing::Single(form) => Some((PackedWrite::Shared(last.packed(form, 0)), 1)),
+            Outgoing::Parts(len) => {
+                Some((PackedWrite::SharedParts(last.packed_parts(forms)), *len))
+            }
             Outgoing::Pipeline(wire) => Some((
                 PackedWrite::Own(wire.pipe.get_packed_pipeline()),
                 wire.len(),
@@ -377,7 +430,8 @@ impl Outgoing<'_> {
 /// pipeline of this node's own.
 #[cfg(feature = "blocking")]
 enum PackedWrite {
-    Shared(std::sync::Arc<crate::encoded::Packed>),
+    Shared(std::sync::Arc<crate::encoded::Packed<redis::Cmd>>),
+    SharedParts(std::sync::Arc<crate::encoded::Packed<redis::Pipeline>>),
     Own(Vec<u8>),
 }
 
@@ -386,6 +440,7 @@ impl PackedWrite {
     fn bytes(&self) -> &[u8] {
         match self {
             PackedWrite::Shared(packed) => packed.bytes(),
+            PackedWrite::SharedParts(packed) => packed.bytes(),
             PackedWrite::Own(bytes) => bytes,
         }
     }
@@ -458,6 +513,10 @@ impl<'a> Reading<'a> {
         if !self.asking && wire_len == 1 && self.batch.len() == 1 && self.plan.reads().is_empty() {
             return Outgoing::Single(self.form(0));
         }
+        let sealed = (0..self.batch.len()).any(|index| !self.plan.seal_reads(index).is_empty());
+        if !self.asking && self.plan.reads().is_empty() && !sealed {
+            return Outgoing::Parts(wire_len);
+        }
         Outgoing::Pipeline(self.wire(self.pipeline()))
     }
 
@@ -479,8 +538,7 @@ impl<'a> Reading<'a> {
     }
 
     fn pipeline(&self) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
+        let mut pipe = each_answered();
         // Embedded requests go inside the proof's transaction, right before its `EXEC`.
         let embeds = self.plan.embeds();
         for read in self.plan.reads() {
@@ -502,25 +560,14 @@ impl<'a> Reading<'a> {
     /// Every request's parts, a sealed request or a transaction form in its own `MULTI`.
     fn push_requests(&self, pipe: &mut redis::Pipeline) {
         for index in 0..self.batch.len() {
-            let form = self.form(index);
-            let seal = self.plan.seal_reads(index);
-            let transaction = !seal.is_empty() || form.is_transaction();
-            if transaction {
-                pipe.cmd("MULTI");
-            }
-            for part in 0..form.parts() {
-                pipe.add_command(part_cmd(&form, part));
-            }
-            for read in seal {
+            let seal = self.plan.seal_reads(index).iter().map(|read| {
                 let mut cmd = redis::Cmd::new();
                 for arg in self.plan.seal_args(index, *read) {
                     cmd.arg(arg);
                 }
-                pipe.add_command(cmd);
-            }
-            if transaction {
-                pipe.cmd("EXEC");
-            }
+                cmd
+            });
+            push_request(pipe, &self.form(index), seal);
         }
     }
 
@@ -1107,7 +1154,7 @@ fn run_batch_once(
     let mut reading = Reading::new(batch, dialect, tracking, asking);
     let deferred = reading.plan.deferred().to_vec();
     let outgoing = reading.outgoing();
-    if let Some((packed, wire_len)) = outgoing.packed(packed_last) {
+    if let Some((packed, wire_len)) = outgoing.packed(&reading.forms, packed_last) {
         if let Err(err) = conn.send_packed_command(packed.bytes()) {
             // Part of the write may have gone out: the stream is not to be trusted.
             let mut replies = BatchReplies::failed(batch, &err);
@@ -1204,6 +1251,31 @@ pub(crate) async fn run_batch_async<C: redis::aio::ConnectionLike>(
     replies
 }
 
+/// Reads a pipeline's `values` (`len` of them on the wire; `own` leaves the batch's own);
+/// `Some`: the batch ended with these replies (the pipeline failed, or did not answer once per
+/// command, and the connection cannot be trusted any more).
+#[cfg(any(feature = "tokio", feature = "smol"))]
+fn read_values<I: IntoIterator<Item = redis::Value>>(
+    reading: &mut Reading<'_>,
+    values: redis::RedisResult<Vec<redis::Value>>,
+    len: usize,
+    own: impl FnOnce(Vec<redis::Value>) -> I,
+) -> Option<BatchReplies> {
+    match values {
+        Ok(values) if values.len() == len => {
+            reading.read(own(values).into_iter().map(Ok));
+            None
+        }
+        Ok(_) => {
+            let mut replies =
+                BatchReplies::all(reading.batch, Reply::Error(NodeErrorKind::Protocol), true);
+            replies.rebuild = true;
+            Some(replies)
+        }
+        Err(err) => Some(BatchReplies::failed(reading.batch, &err)),
+    }
+}
+
 /// One pass of [`run_batch_async`]: the batch's replies, and the requests it deferred.
 #[cfg(any(feature = "tokio", feature = "smol"))]
 async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
@@ -1224,17 +1296,20 @@ async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
                 .await;
             reading.read([result]);
         }
-        Outgoing::Pipeline(wire) => match wire.pipe.query_async::<Vec<redis::Value>>(conn).await {
-            Ok(values) if values.len() == wire.len() => reading.read(wire.own(values).map(Ok)),
-            // Not one answer per command: the connection cannot be trusted any more.
-            Ok(_) => {
-                let mut replies =
-                    BatchReplies::all(batch, Reply::Error(NodeErrorKind::Protocol), true);
-                replies.rebuild = true;
-                return (replies, Vec::new());
+        Outgoing::Parts(len) => {
+            // Likely the same pipeline as the round's other nodes': built once for them all.
+            let pipe = crate::encoded::parts_pipeline_shared(&reading.forms);
+            let values = pipe.query_async::<Vec<redis::Value>>(conn).await;
+            if let Some(ended) = read_values(&mut reading, values, len, |values| values) {
+                return (ended, Vec::new());
             }
-            Err(err) => return (BatchReplies::failed(batch, &err), Vec::new()),
-        },
+        }
+        Outgoing::Pipeline(wire) => {
+            let values = wire.pipe.query_async::<Vec<redis::Value>>(conn).await;
+            if let Some(ended) = read_values(&mut reading, values, wire.len(), |v| wire.own(v)) {
+                return (ended, Vec::new());
+            }
+        }
     }
     if let Some(pipe) = reading.stamp_pipeline() {
         let wire = reading.wire(pipe);

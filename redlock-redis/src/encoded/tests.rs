@@ -286,24 +286,140 @@ fn a_thread_hands_out_its_last_command_again_only_for_the_same_bytes() {
             "{form:?} part {part} outlived its writes"
         );
     }
-    shared_exactly_when_alike(&parts, part_cmd_shared, redis::Cmd::get_packed_command);
+    shared_exactly_when_alike(
+        &keyed(&parts),
+        |(form, part)| part_cmd_shared(form, *part),
+        redis::Cmd::get_packed_command,
+    );
 }
 
-/// Each part asked for after every other, while the other's is held: handed out again exactly
-/// where the packed bytes are the same, and always with the part's own bytes.
-fn shared_exactly_when_alike<T>(
-    parts: &[(RedisForm<'_>, usize, Vec<u8>)],
-    share: impl Fn(&RedisForm<'_>, usize) -> Arc<T>,
+/// Each part keyed by what it is, with its packed bytes.
+fn keyed<'c>(parts: &[(RedisForm<'c>, usize, Vec<u8>)]) -> Vec<((RedisForm<'c>, usize), Vec<u8>)> {
+    let key =
+        |(form, part, packed): &(RedisForm<'c>, usize, Vec<u8>)| ((*form, *part), packed.clone());
+    parts.iter().map(key).collect()
+}
+
+/// Each item asked for after every other, while the other's is held: handed out again exactly
+/// where the packed bytes are the same, and always with the item's own bytes.
+fn shared_exactly_when_alike<K: std::fmt::Debug, T>(
+    items: &[(K, Vec<u8>)],
+    share: impl Fn(&K) -> Arc<T>,
     bytes: impl Fn(&T) -> Vec<u8>,
 ) {
-    for (form, part, packed) in parts {
-        for (other, other_part, other_packed) in parts {
-            let before = share(other, *other_part);
-            let now = share(form, *part);
-            assert_eq!(&bytes(&now), packed, "{form:?} part {part}");
-            assert_eq!(Arc::ptr_eq(&before, &now), packed == other_packed);
+    for (item, packed) in items {
+        for (other, other_packed) in items {
+            let before = share(other);
+            let now = share(item);
+            assert_eq!(&bytes(&now), packed, "{item:?}");
+            assert_eq!(
+                Arc::ptr_eq(&before, &now),
+                packed == other_packed,
+                "{item:?} after {other:?}"
+            );
         }
     }
+}
+
+/// Lists of forms a batch with nothing to read sends as a pipeline of their parts, each with
+/// its packed pipeline: every form alone, and pairs of some (a pair and its first form alone
+/// differ by a form left over).
+fn every_parts_list<'c>(
+    parts: &[(RedisForm<'c>, usize, Vec<u8>)],
+) -> Vec<(Vec<RedisForm<'c>>, Vec<u8>)> {
+    // One of each form (debug-printed alike: the same form).
+    let mut forms: Vec<RedisForm<'c>> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for (form, _, _) in parts {
+        let printed = format!("{form:?}");
+        if !seen.contains(&printed) {
+            seen.push(printed);
+            forms.push(*form);
+        }
+    }
+    let mut lists: Vec<Vec<RedisForm<'c>>> = forms.iter().map(|form| vec![*form]).collect();
+    // Some pairs of every kind: transactions, notices, scripts and plain commands together.
+    let mut some: Vec<RedisForm<'c>> = Vec::new();
+    for form in &forms {
+        let kind = std::mem::discriminant(form);
+        let many = some
+            .iter()
+            .filter(|f| std::mem::discriminant(*f) == kind)
+            .count();
+        if many < 2 {
+            some.push(*form);
+        }
+    }
+    for first in &some {
+        for second in &some {
+            lists.push(vec![*first, *second]);
+        }
+    }
+    let packed = |list: Vec<RedisForm<'c>>| {
+        let bytes = parts_pipeline(&list).get_packed_pipeline();
+        (list, bytes)
+    };
+    lists.into_iter().map(packed).collect()
+}
+
+#[test]
+fn a_pipeline_of_parts_encodes_to_forms_exactly_when_its_bytes_are_the_same() {
+    let commands = every_command();
+    let parts = every_part(&commands);
+    let lists = every_parts_list(&parts);
+    // Transactions (a `MULTI` of their own) and notices (a second command) are among them.
+    let transactions = lists
+        .iter()
+        .filter(|(list, _)| list.iter().any(RedisForm::is_transaction));
+    assert!(transactions.count() > 0, "no transaction form");
+    assert!(
+        lists
+            .iter()
+            .any(|(list, _)| list.len() == 1 && list[0].parts() == 2)
+    );
+    let mut shared = 0;
+    for (list, packed) in &lists {
+        let pipe = parts_pipeline(list);
+        assert!(
+            parts_encode_to(list, &pipe),
+            "{list:?} and its own pipeline"
+        );
+        for (other, other_packed) in &lists {
+            let same = packed == other_packed;
+            shared += usize::from(same);
+            assert_eq!(
+                parts_encode_to(other, &pipe),
+                same,
+                "{other:?} against the pipeline of {list:?}"
+            );
+        }
+    }
+    assert!(shared > lists.len(), "some different lists encode alike");
+    eprintln!("{} lists, {shared} pairs alike", lists.len());
+}
+
+#[cfg(any(feature = "tokio", feature = "smol"))]
+#[test]
+fn a_thread_hands_out_its_last_pipeline_of_parts_again_only_for_the_same_bytes() {
+    let commands = every_command();
+    let parts = every_part(&commands);
+    let lists = every_parts_list(&parts);
+    for (list, packed) in &lists {
+        let first = parts_pipeline_shared(list);
+        // A single command between them takes a slot of its own.
+        let single = part_cmd_shared(&list[0], 0);
+        let again = parts_pipeline_shared(list);
+        assert!(Arc::ptr_eq(&first, &again), "{list:?} built twice");
+        assert_eq!(&again.get_packed_pipeline(), packed);
+        let gone = Arc::downgrade(&first);
+        drop((first, again, single));
+        assert!(gone.upgrade().is_none(), "{list:?} outlived its writes");
+    }
+    shared_exactly_when_alike(
+        &lists,
+        |list| parts_pipeline_shared(list),
+        redis::Pipeline::get_packed_pipeline,
+    );
 }
 
 #[cfg(feature = "blocking")]
@@ -336,8 +452,41 @@ fn a_blocking_client_packs_once_what_its_workers_send_alike() {
         );
     }
     shared_exactly_when_alike(
-        &parts,
-        |form, part| last.packed(form, part),
+        &keyed(&parts),
+        |(form, part)| last.packed(form, *part),
+        |packed| packed.bytes().to_vec(),
+    );
+}
+
+#[cfg(feature = "blocking")]
+#[test]
+fn a_blocking_client_packs_once_the_pipelines_of_parts_its_workers_send_alike() {
+    let commands = every_command();
+    let parts = every_part(&commands);
+    let lists = every_parts_list(&parts);
+    let last = LastPacked::default();
+    let other_client = LastPacked::default();
+    for (list, packed) in &lists {
+        let first = last.packed_parts(list);
+        let again = std::thread::scope(|s| {
+            let worker = last.clone();
+            // A single command between them takes a slot of its own.
+            let single = last.packed(&list[0], 0);
+            let again = s.spawn(move || worker.packed_parts(list)).join();
+            drop(single);
+            again
+        })
+        .expect("a worker");
+        assert!(Arc::ptr_eq(&first, &again), "{list:?} packed twice");
+        assert_eq!(again.bytes(), packed);
+        assert!(!Arc::ptr_eq(&other_client.packed_parts(list), &first));
+        let gone = Arc::downgrade(&first);
+        drop((first, again));
+        assert!(gone.upgrade().is_none(), "{list:?} outlived its workers");
+    }
+    shared_exactly_when_alike(
+        &lists,
+        |list| last.packed_parts(list),
         |packed| packed.bytes().to_vec(),
     );
 }
@@ -398,4 +547,47 @@ fn an_argument_written_in_pieces_must_match_all_of_the_expected_one() {
         &[b"redlock:released:lock", b""],
         &[b"2"]
     ]));
+}
+
+/// A transaction form's pipeline with anything but a bare `MULTI` before its parts, or a bare
+/// `EXEC` after them, is not the form's (the same parts in the same place, but another command
+/// around them).
+#[test]
+fn a_transactions_markers_must_be_exactly_multi_and_exec() {
+    let commands = every_command();
+    let parts = every_part(&commands);
+    let lists = every_parts_list(&parts);
+    let mut transactions = 0;
+    for (list, _) in lists.iter().filter(|(list, _)| list.len() == 1) {
+        let form = &list[0];
+        if !form.is_transaction() {
+            continue;
+        }
+        transactions += 1;
+        let around = |before: redis::Cmd, after: redis::Cmd| {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors().add_command(before);
+            for part in 0..form.parts() {
+                pipe.add_command(part_cmd(form, part));
+            }
+            pipe.add_command(after);
+            pipe
+        };
+        let word = |word: &str| redis::cmd(word);
+        let mut multi_more = redis::cmd("MULTI");
+        multi_more.arg("now");
+        let mut exec_more = redis::cmd("EXEC");
+        exec_more.arg("now");
+        assert!(parts_encode_to(list, &around(word("MULTI"), word("EXEC"))));
+        for (before, after) in [
+            (word("PING"), word("EXEC")),
+            (multi_more, word("EXEC")),
+            (word("MULTI"), word("PING")),
+            (word("MULTI"), exec_more),
+        ] {
+            let pipe = around(before, after);
+            assert!(!parts_encode_to(list, &pipe), "{form:?}");
+        }
+    }
+    assert!(transactions > 0, "no transaction form");
 }
