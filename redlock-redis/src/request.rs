@@ -405,7 +405,8 @@ enum Outgoing<'a> {
 
 impl Outgoing<'_> {
     /// The write, packed, and how many replies come back; `None` when nothing is to be sent.
-    /// One command is packed once for the round's nodes (see [`crate::encoded`]).
+    /// One command, or a pipeline of parts alone, is packed once for the round's nodes (see
+    /// [`crate::encoded`]).
     #[cfg(feature = "blocking")]
     fn packed(
         &self,
@@ -426,8 +427,8 @@ impl Outgoing<'_> {
     }
 }
 
-/// The bytes a blocking connection writes: one command packed for the round's nodes, or a
-/// pipeline of this node's own.
+/// The bytes a blocking connection writes: one command or a pipeline of parts alone, packed
+/// for the round's nodes, or a pipeline of this node's own.
 #[cfg(feature = "blocking")]
 enum PackedWrite {
     Shared(std::sync::Arc<crate::encoded::Packed<redis::Cmd>>),
