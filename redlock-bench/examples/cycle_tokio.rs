@@ -9,6 +9,10 @@
 //! own, `CYCLES` in all (as redlock-bench's throughput scenario). `raw-async-std`, `async-std`,
 //! `raw-smol` and `smol` run the floor and `plain` on a thread of
 //! their own, blocked on by async-std or smol (as redlock-bench's rows of those names).
+//! `raw`, `lock`, `aware` and `plain` run on the thread that blocks on `main` (every turn of the
+//! client runs there, and the workers wake it for each reply); `raw-task` and `plain-task` run
+//! the floor and `plain` in a task of their own on a worker, as redlock-bench's sequential
+//! scenario runs every tokio contender.
 //! Prints the time per cycle, the client's CPU time per cycle (user + system, from
 //! `/proc/self/stat`), how often the cycle's future was polled per cycle (each poll after the
 //! first is a wake-up the caller's task took) and the machine's idle share over the measured
@@ -34,7 +38,7 @@ use floor::Floor;
 
 const TTL: Duration = Duration::from_secs(10);
 
-const USAGE: &str = "usage: cycle_tokio raw|lock|aware|plain|blocking|raw-64|plain-64|raw-async-std|async-std|raw-smol|smol [CYCLES > 0, a multiple of 64 for the -64 sides]";
+const USAGE: &str = "usage: cycle_tokio raw|lock|aware|plain|raw-task|plain-task|blocking|raw-64|plain-64|raw-async-std|async-std|raw-smol|smol [CYCLES > 0, a multiple of 64 for the -64 sides]";
 
 /// How often the measured cycles' futures were polled.
 static POLLS: AtomicU64 = AtomicU64::new(0);
@@ -56,7 +60,7 @@ async fn main() {
     // `plain`: the nodes of redlock-bench's `--node-config plain` (no SWAPDB: a proven
     // connection's acquisition is the floor's `SET NX PX`).
     let nodes = match side.as_str() {
-        "plain" | "plain-64" | "async-std" | "smol" => {
+        "plain" | "plain-task" | "plain-64" | "async-std" | "smol" => {
             let options = ServerOptions::new().args(["--rename-command", "SWAPDB", ""]);
             Servers::start_with(5, &options)
         }
@@ -64,6 +68,14 @@ async fn main() {
     };
     let elapsed = match side.as_str() {
         "raw" => raw(&nodes, cycles).await,
+        // In a task of their own, as redlock-bench's sequential scenario runs every tokio
+        // contender: the lock calls' turns run on a worker, not on the thread blocking on main.
+        "raw-task" => tokio::spawn(raw_urls(nodes.urls(), cycles))
+            .await
+            .expect("the floor's task"),
+        "plain-task" => tokio::spawn(lock_on(Redlock::builder(nodes.urls()), cycles, true))
+            .await
+            .expect("plain's task"),
         "lock" => lock(&nodes, cycles, false).await,
         "aware" | "plain" => lock(&nodes, cycles, true).await,
         "raw-64" => raw_many(&nodes, cycles).await,
@@ -119,7 +131,7 @@ async fn raw_urls(urls: Vec<String>, cycles: u32) -> (Duration, Cpu) {
     for _ in 0..200 {
         floor.cycle("cycle", "token").await;
     }
-    measure(cycles, async || floor.cycle("cycle", "token").await).await
+    measure(cycles, || floor.cycle("cycle", "token")).await
 }
 
 /// How many tasks the `-64` sides run at once.
@@ -194,7 +206,8 @@ async fn lock_on<R: redlock_redis::aio::Runtime>(
         .config(|c| c.restart_aware(restart_aware))
         .build()
         .expect("client");
-    let one = async || {
+    let redlock = &redlock;
+    let one = move || async move {
         let lock = redlock.lock("cycle", TTL).await.expect("lock");
         lock.release().await;
     };
@@ -225,7 +238,10 @@ fn blocking(urls: Vec<String>, cycles: u32) -> (Duration, Cpu) {
     (start.elapsed(), cpu_time().saturating_sub(cpu))
 }
 
-async fn measure(cycles: u32, mut one: impl AsyncFnMut()) -> (Duration, Cpu) {
+async fn measure<F: Future<Output = ()>>(
+    cycles: u32,
+    mut one: impl FnMut() -> F,
+) -> (Duration, Cpu) {
     let (start, cpu) = (Instant::now(), cpu_time());
     for _ in 0..cycles {
         Counted(std::pin::pin!(one())).await;
