@@ -29,7 +29,7 @@ use std::sync::{Arc, Weak};
 use redis::RedisWrite;
 use redlock_core::RedisForm;
 
-use crate::request::{part_cmd, parts_pipeline, write_part};
+use crate::request::{Step, part_cmd, parts_pipeline, request_steps, write_part};
 
 #[cfg(any(feature = "tokio", feature = "smol"))]
 thread_local! {
@@ -170,34 +170,28 @@ fn shared_by_workers<E>(
     packed
 }
 
-/// Whether `pipe` is exactly the pipeline of `forms`' parts: command by command in
-/// [`parts_pipeline`]'s order, each `MULTI` and `EXEC` a command of that one word, each part
-/// encoding to its command, and no command left over. (Only [`parts_pipeline`] builds what is
-/// compared here, so its other settings, such as ignoring errors, are the same.)
+/// Whether `pipe` is exactly the pipeline of `forms`' parts: command by command in the steps
+/// [`parts_pipeline`] builds it from ([`request_steps`]), each `MULTI` and `EXEC` a command of
+/// that one word, each part encoding to its command, and no command left over. (Only
+/// [`parts_pipeline`] builds what is compared here, so its other settings, such as ignoring
+/// errors, are the same.)
 fn parts_encode_to(forms: &[RedisForm<'_>], pipe: &redis::Pipeline) -> bool {
     let mut cmds = pipe.cmd_iter();
-    let word = |cmd: Option<&redis::Cmd>, word: &[u8]| {
-        cmd.is_some_and(|cmd| {
-            let mut args = cmd.args_iter();
-            matches!(args.next(), Some(redis::Arg::Simple(arg)) if arg == word)
-                && args.next().is_none()
-        })
+    let one_word = |cmd: &redis::Cmd, word: &str| {
+        let mut args = cmd.args_iter();
+        matches!(args.next(), Some(redis::Arg::Simple(arg)) if arg == word.as_bytes())
+            && args.next().is_none()
     };
-    for form in forms {
-        let transaction = form.is_transaction();
-        if transaction && !word(cmds.next(), b"MULTI") {
-            return false;
-        }
-        for part in 0..form.parts() {
-            if !cmds.next().is_some_and(|cmd| encodes_to(form, part, cmd)) {
-                return false;
-            }
-        }
-        if transaction && !word(cmds.next(), b"EXEC") {
-            return false;
-        }
-    }
-    cmds.next().is_none()
+    let mut steps = forms.iter().flat_map(|form| request_steps(form, 0));
+    let same = steps.all(|step| {
+        cmds.next().is_some_and(|cmd| match step {
+            Step::Marker(word) => one_word(cmd, word),
+            Step::Part(form, part) => encodes_to(form, part, cmd),
+            // A pipeline of parts alone reads no seal.
+            Step::Seal(_) => false,
+        })
+    });
+    same && cmds.next().is_none()
 }
 
 /// Whether part `part` of `form` encodes to exactly the arguments of `cmd`.

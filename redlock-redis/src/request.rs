@@ -87,11 +87,11 @@ pub(crate) fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
 
 /// The pipeline of `forms`' parts alone, each transaction form in its own `MULTI`: what a
 /// batch with nothing to read beside its requests sends ([`Outgoing::Parts`]). The one builder
-/// of such pipelines, whose output [`crate::encoded`] compares with.
+/// of such pipelines, whose output [`crate::encoded`] compares with, step by step.
 pub(crate) fn parts_pipeline(forms: &[RedisForm<'_>]) -> redis::Pipeline {
     let mut pipe = each_answered();
     for form in forms {
-        push_request(&mut pipe, form, std::iter::empty());
+        push_request(&mut pipe, form, |_| redis::Cmd::new(), 0);
     }
     pipe
 }
@@ -104,25 +104,45 @@ fn each_answered() -> redis::Pipeline {
     pipe
 }
 
-/// One request in a pipeline: its form's parts, then its seal's reads; in a `MULTI` of its
-/// own when it has a seal or its form is a transaction.
+/// One command of a request in a pipeline ([`request_steps`]).
+pub(crate) enum Step<'f, 'a> {
+    /// A command of one word: `MULTI` or `EXEC`.
+    Marker(&'static str),
+    /// Part `.1` of the form.
+    Part(&'f RedisForm<'a>, usize),
+    /// The request's seal read of this index.
+    Seal(usize),
+}
+
+/// The commands of a request whose form is `form` and whose seal reads `seals` values, in
+/// their order in a pipeline: its parts, then its seal's reads; in a `MULTI` of its own when
+/// it has a seal or its form is a transaction.
+pub(crate) fn request_steps<'f, 'a>(
+    form: &'f RedisForm<'a>,
+    seals: usize,
+) -> impl Iterator<Item = Step<'f, 'a>> {
+    let transaction = seals > 0 || form.is_transaction();
+    let marker = move |word| transaction.then_some(Step::Marker(word));
+    marker("MULTI")
+        .into_iter()
+        .chain((0..form.parts()).map(move |part| Step::Part(form, part)))
+        .chain((0..seals).map(Step::Seal))
+        .chain(marker("EXEC"))
+}
+
+/// Adds request `form` to `pipe` ([`request_steps`]), its seal's reads made by `seal`.
 fn push_request(
     pipe: &mut redis::Pipeline,
     form: &RedisForm<'_>,
-    seal: impl ExactSizeIterator<Item = redis::Cmd>,
+    seal: impl Fn(usize) -> redis::Cmd,
+    seals: usize,
 ) {
-    let transaction = seal.len() > 0 || form.is_transaction();
-    if transaction {
-        pipe.cmd("MULTI");
-    }
-    for part in 0..form.parts() {
-        pipe.add_command(part_cmd(form, part));
-    }
-    for cmd in seal {
-        pipe.add_command(cmd);
-    }
-    if transaction {
-        pipe.cmd("EXEC");
+    for step in request_steps(form, seals) {
+        match step {
+            Step::Marker(word) => pipe.cmd(word),
+            Step::Part(form, part) => pipe.add_command(part_cmd(form, part)),
+            Step::Seal(read) => pipe.add_command(seal(read)),
+        };
     }
 }
 
@@ -561,14 +581,15 @@ impl<'a> Reading<'a> {
     /// Every request's parts, a sealed request or a transaction form in its own `MULTI`.
     fn push_requests(&self, pipe: &mut redis::Pipeline) {
         for index in 0..self.batch.len() {
-            let seal = self.plan.seal_reads(index).iter().map(|read| {
+            let reads = self.plan.seal_reads(index);
+            let seal = |at: usize| {
                 let mut cmd = redis::Cmd::new();
-                for arg in self.plan.seal_args(index, *read) {
+                for arg in self.plan.seal_args(index, reads[at]) {
                     cmd.arg(arg);
                 }
                 cmd
-            });
-            push_request(pipe, &self.form(index), seal);
+            };
+            push_request(pipe, &self.form(index), seal, reads.len());
         }
     }
 
