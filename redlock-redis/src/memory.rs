@@ -31,25 +31,26 @@ pub struct MemoryWatchSettings {
     pub(crate) restart_unaware: bool,
 }
 
-/// One connection's watch over its node's memory.
+/// One connection's watch over its node's memory: one `Arc`, so that a batch's clone of its
+/// connection's watch costs one count up and one down.
 #[derive(Debug, Clone)]
-pub(crate) struct Tracking {
-    watch: Arc<Mutex<MemoryWatch>>,
+pub(crate) struct Tracking(Arc<Watched>);
+
+/// What a connection's [`Tracking`] clones share.
+#[derive(Debug)]
+struct Watched {
+    watch: Mutex<MemoryWatch>,
     /// The pushes a blocking connection read, not yet handed to the watch.
-    queued: Option<Arc<Mutex<Receiver<PushInfo>>>>,
+    queued: Option<Mutex<Receiver<PushInfo>>>,
     /// The channel of the node's eviction events in the connection's database
     /// ([`redlock_core::eviction_channel`]).
-    evictions: Arc<[u8]>,
+    evictions: Box<[u8]>,
 }
 
 impl Tracking {
     /// A watch for a new connection to `database`; `fault` only for negative controls.
     pub(crate) fn new(fault: Option<WatchFault>, database: u32) -> Self {
-        Self {
-            watch: Arc::new(Mutex::new(MemoryWatch::with_fault(fault))),
-            queued: None,
-            evictions: redlock_core::eviction_channel(database).into(),
-        }
+        Self::with_queue(fault, database, None)
     }
 
     /// A watch for a blocking connection to `database` whose pushes arrive on `pushes`.
@@ -59,17 +60,26 @@ impl Tracking {
         database: u32,
         pushes: Receiver<PushInfo>,
     ) -> Self {
-        Self {
-            queued: Some(Arc::new(Mutex::new(pushes))),
-            ..Self::new(fault, database)
-        }
+        Self::with_queue(fault, database, Some(Mutex::new(pushes)))
+    }
+
+    fn with_queue(
+        fault: Option<WatchFault>,
+        database: u32,
+        queued: Option<Mutex<Receiver<PushInfo>>>,
+    ) -> Self {
+        Self(Arc::new(Watched {
+            watch: Mutex::new(MemoryWatch::with_fault(fault)),
+            queued,
+            evictions: redlock_core::eviction_channel(database).into(),
+        }))
     }
 
     /// The channel to subscribe the connection to, right after tracking is on: the node's
     /// eviction events in its database. Once subscribed ([`subscribed`](Self::subscribed)),
     /// each proof asks the node whether it publishes them.
     pub(crate) fn eviction_channel(&self) -> &[u8] {
-        &self.evictions
+        &self.0.evictions
     }
 
     /// The connection subscribed to [`eviction_channel`](Self::eviction_channel).
@@ -102,7 +112,7 @@ impl Tracking {
             PushKind::Disconnection => watch.handle_closed(),
             // An eviction the node published: `[channel, key]`.
             PushKind::Message
-                if push.data.first().and_then(key_bytes) == Some(&self.evictions[..]) =>
+                if push.data.first().and_then(key_bytes) == Some(&self.0.evictions[..]) =>
             {
                 watch.handle_eviction();
             }
@@ -117,7 +127,7 @@ impl Tracking {
 
     /// Hands every push a blocking connection has read so far to the watch.
     pub(crate) fn drain(&self) {
-        let Some(queued) = &self.queued else {
+        let Some(queued) = &self.0.queued else {
             return;
         };
         let pushes = queued.lock().unwrap_or_else(PoisonError::into_inner);
@@ -127,7 +137,7 @@ impl Tracking {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, MemoryWatch> {
-        self.watch.lock().unwrap_or_else(PoisonError::into_inner)
+        self.0.watch.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
