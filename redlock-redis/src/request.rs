@@ -2,6 +2,9 @@
 
 use std::sync::LazyLock;
 
+#[cfg(any(feature = "tokio", feature = "smol"))]
+use redis::aio::MultiplexedConnection;
+
 use redlock_core::{
     Arg, Dialect, FENCE_KEY_PREFIX, Keyspace, NodeBatch, NodeErrorKind, PartValue, ProofRead,
     RELEASED_CHANNEL_PREFIX, RedisForm, Reply, RequestId, Script, SealRead, SealReplies, Transmit,
@@ -1250,8 +1253,8 @@ fn recv_reply(conn: &mut redis::Connection) -> Result<redis::Value, redis::Redis
 
 /// [`run_batch`] on an async connection.
 #[cfg(any(feature = "tokio", feature = "smol"))]
-pub(crate) async fn run_batch_async<C: redis::aio::ConnectionLike>(
-    conn: &mut C,
+pub(crate) async fn run_batch_async(
+    conn: &mut MultiplexedConnection,
     batch: &[Transmit],
     dialect: &Dialect,
     tracking: Option<&Tracking>,
@@ -1298,10 +1301,33 @@ fn read_values<I: IntoIterator<Item = redis::Value>>(
     }
 }
 
+/// `cmd`'s reply on `conn`, as `Cmd::query_async` reads it (an error reply is an `Err`),
+/// without the boxed future the `redis` crate's `ConnectionLike` makes for every request: one
+/// allocation per batch less.
+#[cfg(any(feature = "tokio", feature = "smol"))]
+async fn send_one(
+    conn: &mut MultiplexedConnection,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<redis::Value> {
+    conn.send_packed_command(cmd).await?.extract_error()
+}
+
+/// `pipe`'s replies on `conn`, one per command, as `Pipeline::query_async` reads them for a
+/// pipeline of ours ([`each_answered`]: an error reply stays in its place; never a transaction
+/// of the `redis` crate's, nothing ignored), without its boxed future.
+#[cfg(any(feature = "tokio", feature = "smol"))]
+async fn send_pipeline(
+    conn: &mut MultiplexedConnection,
+    pipe: &redis::Pipeline,
+) -> redis::RedisResult<Vec<redis::Value>> {
+    debug_assert!(!pipe.is_transaction());
+    conn.send_packed_commands(pipe, 0, pipe.len()).await
+}
+
 /// One pass of [`run_batch_async`]: the batch's replies, and the requests it deferred.
 #[cfg(any(feature = "tokio", feature = "smol"))]
-async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
-    conn: &mut C,
+async fn run_batch_once_async(
+    conn: &mut MultiplexedConnection,
     batch: &[Transmit],
     dialect: &Dialect,
     tracking: Option<&Tracking>,
@@ -1313,21 +1339,20 @@ async fn run_batch_once_async<C: redis::aio::ConnectionLike>(
         Outgoing::Nothing => {}
         Outgoing::Single(form) => {
             // The round's other nodes were likely sent the same: encoded once for them all.
-            let result = crate::encoded::part_cmd_shared(&form, 0)
-                .query_async(conn)
-                .await;
+            let cmd = crate::encoded::part_cmd_shared(&form, 0);
+            let result = send_one(conn, &cmd).await;
             reading.read([result]);
         }
         Outgoing::Parts(len) => {
             // Likely the same pipeline as the round's other nodes': built once for them all.
             let pipe = crate::encoded::parts_pipeline_shared(&reading.forms);
-            let values = pipe.query_async::<Vec<redis::Value>>(conn).await;
+            let values = send_pipeline(conn, &pipe).await;
             if let Some(ended) = read_values(&mut reading, values, len, |values| values) {
                 return (ended, Vec::new());
             }
         }
         Outgoing::Pipeline(wire) => {
-            let values = wire.pipe.query_async::<Vec<redis::Value>>(conn).await;
+            let values = send_pipeline(conn, &wire.pipe).await;
             if let Some(ended) = read_values(&mut reading, values, wire.len(), |v| wire.own(v)) {
                 return (ended, Vec::new());
             }
