@@ -49,6 +49,7 @@ struct Watched {
 
 impl Tracking {
     /// A watch for a new connection to `database`; `fault` only for negative controls.
+    #[cfg(any(feature = "tokio", feature = "smol", test))]
     pub(crate) fn new(fault: Option<WatchFault>, database: u32) -> Self {
         Self::with_queue(fault, database, None)
     }
