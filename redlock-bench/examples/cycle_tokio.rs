@@ -4,7 +4,9 @@
 //! the default: on stock nodes each `SET` goes sealed in a `MULTI`), `plain` (restart-aware on
 //! nodes without `SWAPDB`, as redlock-bench's `--node-config plain`: a plain `SET NX PX` on a
 //! proven connection) or `blocking`
-//! (`redlock-blocking` as `lock`, from a blocking thread), run `CYCLES` times on 5 local redis-servers.
+//! (`redlock-blocking` as `lock`, from a blocking thread), run `CYCLES` times on 5 local redis-servers;
+//! `raw-blocking` runs the floor's commands from a blocking thread through one thread and
+//! blocking connection per node (`common/floor_threads.rs`), `blocking`'s own floor.
 //! `raw-64` and `plain-64` run the floor and `plain` from 64 tasks at once, each on a key of its
 //! own, `CYCLES` in all (as redlock-bench's throughput scenario). `raw-async-std`, `async-std`,
 //! `raw-smol` and `smol` run the floor and `plain` on a thread of
@@ -35,10 +37,13 @@ use redlock_tokio::Redlock;
 #[path = "common/floor.rs"]
 mod floor;
 use floor::Floor;
+#[path = "common/floor_threads.rs"]
+mod floor_threads;
+use floor_threads::FloorThreads;
 
 const TTL: Duration = Duration::from_secs(10);
 
-const USAGE: &str = "usage: cycle_tokio raw|lock|aware|plain|raw-task|plain-task|blocking|raw-64|plain-64|raw-async-std|async-std|raw-smol|smol [CYCLES > 0, a multiple of 64 for the -64 sides]";
+const USAGE: &str = "usage: cycle_tokio raw|lock|aware|plain|raw-task|plain-task|blocking|raw-blocking|raw-64|plain-64|raw-async-std|async-std|raw-smol|smol [CYCLES > 0, a multiple of 64 for the -64 sides]";
 
 /// How often the measured cycles' futures were polled.
 static POLLS: AtomicU64 = AtomicU64::new(0);
@@ -85,6 +90,12 @@ async fn main() {
             tokio::task::spawn_blocking(move || blocking(urls, cycles))
                 .await
                 .expect("blocking side")
+        }
+        "raw-blocking" => {
+            let urls = nodes.urls();
+            tokio::task::spawn_blocking(move || raw_blocking(urls, cycles))
+                .await
+                .expect("raw-blocking side")
         }
         "raw-async-std" | "raw-smol" | "async-std" | "smol" => {
             let urls = nodes.urls();
@@ -234,6 +245,20 @@ fn blocking(urls: Vec<String>, cycles: u32) -> (Duration, Cpu) {
     let (start, cpu) = (Instant::now(), cpu_time());
     for _ in 0..cycles {
         one();
+    }
+    (start.elapsed(), cpu_time().saturating_sub(cpu))
+}
+
+/// The threads floor's cycles on a thread of its own: (wall time, client CPU time) of the
+/// measured ones.
+fn raw_blocking(urls: Vec<String>, cycles: u32) -> (Duration, Cpu) {
+    let floor = FloorThreads::connect(urls);
+    for _ in 0..200 {
+        floor.cycle("cycle", "token");
+    }
+    let (start, cpu) = (Instant::now(), cpu_time());
+    for _ in 0..cycles {
+        floor.cycle("cycle", "token");
     }
     (start.elapsed(), cpu_time().saturating_sub(cpu))
 }
