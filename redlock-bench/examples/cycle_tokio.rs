@@ -5,8 +5,8 @@
 //! nodes without `SWAPDB`, as redlock-bench's `--node-config plain`: a plain `SET NX PX` on a
 //! proven connection) or `blocking`
 //! (`redlock-blocking` as `lock`, from a blocking thread), run `CYCLES` times on 5 local redis-servers;
-//! `raw-blocking` runs the floor's commands from a blocking thread through one thread and
-//! blocking connection per node (`common/floor_threads.rs`), `blocking`'s own floor.
+//! `raw-blocking` runs redlock-bench's threads floor (`src/clients/raw_threads.rs`: one thread
+//! and blocking connection per node) from a blocking thread, `blocking`'s own floor.
 //! `raw-64` and `plain-64` run the floor and `plain` from 64 tasks at once, each on a key of its
 //! own, `CYCLES` in all (as redlock-bench's throughput scenario). `raw-async-std`, `async-std`,
 //! `raw-smol` and `smol` run the floor and `plain` on a thread of
@@ -37,9 +37,14 @@ use redlock_tokio::Redlock;
 #[path = "common/floor.rs"]
 mod floor;
 use floor::Floor;
-#[path = "common/floor_threads.rs"]
-mod floor_threads;
-use floor_threads::FloorThreads;
+// redlock-bench's own clients: `raw-blocking` runs its threads floor itself, not a copy.
+// Most of the module is the bench's other contenders, unused here.
+#[allow(dead_code)]
+#[path = "../src/clients/mod.rs"]
+mod clients;
+use clients::BlockingClient;
+use clients::raw::RawClient;
+use clients::raw_threads::NodeThreads;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -252,13 +257,17 @@ fn blocking(urls: Vec<String>, cycles: u32) -> (Duration, Cpu) {
 /// The threads floor's cycles on a thread of its own: (wall time, client CPU time) of the
 /// measured ones.
 fn raw_blocking(urls: Vec<String>, cycles: u32) -> (Duration, Cpu) {
-    let floor = FloorThreads::connect(urls);
+    let floor = RawClient::new(NodeThreads::connect(&urls));
+    let one = || {
+        let held = floor.lock_key("cycle").expect("the floor's SETs");
+        floor.unlock(held);
+    };
     for _ in 0..200 {
-        floor.cycle("cycle", "token");
+        one();
     }
     let (start, cpu) = (Instant::now(), cpu_time());
     for _ in 0..cycles {
-        floor.cycle("cycle", "token");
+        one();
     }
     (start.elapsed(), cpu_time().saturating_sub(cpu))
 }
