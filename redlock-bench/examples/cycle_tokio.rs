@@ -244,14 +244,7 @@ fn blocking(urls: Vec<String>, cycles: u32) -> (Duration, Cpu) {
         let lock = redlock.lock("cycle", TTL).expect("lock");
         lock.release();
     };
-    for _ in 0..200 {
-        one();
-    }
-    let (start, cpu) = (Instant::now(), cpu_time());
-    for _ in 0..cycles {
-        one();
-    }
-    (start.elapsed(), cpu_time().saturating_sub(cpu))
+    measure_blocking(cycles, one)
 }
 
 /// The threads floor's cycles on a thread of its own: (wall time, client CPU time) of the
@@ -262,6 +255,12 @@ fn raw_blocking(urls: Vec<String>, cycles: u32) -> (Duration, Cpu) {
         let held = floor.lock_key("cycle").expect("the floor's SETs");
         floor.unlock(held);
     };
+    measure_blocking(cycles, one)
+}
+
+/// 200 warm-up cycles of `one` on this thread, then `cycles` measured: (wall time, client CPU
+/// time) of those.
+fn measure_blocking(cycles: u32, one: impl Fn()) -> (Duration, Cpu) {
     for _ in 0..200 {
         one();
     }
