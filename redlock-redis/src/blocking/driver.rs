@@ -7,7 +7,7 @@
 //! itself, and each node thread hands its reply straight back): it queues the input, and if
 //! the state's mutex is free, takes it and steps the queued inputs in order, then writes the
 //! batches they made. One that finds the mutex held leaves its input to the holder, which looks
-//! at the queue again after letting go of the mutex. A caller's answer comes from the thread
+//! at the queue again before letting go of the mutex, under the queue's lock. A caller's answer comes from the thread
 //! that stepped the input that decided it (alone, the node worker whose reply made the
 //! quorum). Inputs are stepped in the order they were queued: one caller's calls, and one
 //! node's replies, in the order they came. Under concurrency a holder steps everyone's inputs
@@ -61,13 +61,20 @@ struct Core {
     /// When the driver thread wakes if the bell does not ring first (`Instant::now()`'s
     /// timeline; `None`: only on the bell).
     sleeps_until: Option<Instant>,
+    /// The inputs of the pass under way, taken from the queue all at once (the queue keeps
+    /// this one's emptied buffer in exchange). Left here by a panic, they go with the core,
+    /// dropped after the mutexes are let go of.
+    stepping: VecDeque<Input>,
 }
 
 impl Core {
-    /// Steps at most `most` queued inputs, in order: the combining thread takes what was
-    /// queued when its pass began, the driver thread everything.
-    fn take_in(&mut self, mailbox: &Mailbox, most: usize) {
-        for input in std::iter::from_fn(|| mailbox.pop()).take(most) {
+    /// Takes every queued input in one hold of the queue's lock (`queue`, let go of before
+    /// any is stepped) and steps them in order: what is queued meanwhile waits for the next
+    /// pass.
+    fn take_in(&mut self, mut queue: MutexGuard<'_, Queue>) {
+        std::mem::swap(&mut queue.inputs, &mut self.stepping);
+        drop(queue);
+        while let Some(input) = self.stepping.pop_front() {
             self.handle(input);
         }
     }
@@ -184,54 +191,74 @@ impl Mailbox {
     /// Queues `input` and steps the state if no other thread does; `false` (and the input
     /// dropped) if the driver ended.
     pub(super) fn push(&self, input: Input) -> bool {
-        let refused = {
-            let mut queue = self.queue();
-            if queue.ended {
-                Some(input)
-            } else {
-                queue.inputs.push_back(input);
-                None
-            }
-        };
-        if refused.is_some() {
+        let mut queue = self.queue();
+        if queue.ended {
+            drop(queue);
+            // Dropped with no mutex held: a lock in it may queue its release.
+            drop(input);
             return false;
         }
-        self.combine();
+        queue.inputs.push_back(input);
+        self.combine(queue);
         true
     }
 
-    /// Steps the queued inputs while the state's mutex is free, at most [`PASSES`] passes; a
-    /// thread that finds the mutex held leaves the queue to its holder, who looks at the queue
-    /// after letting go. Inputs still queued after the last pass go to the driver thread.
-    fn combine(&self) {
+    /// Steps the queued inputs if the state's mutex is free, at most [`PASSES`] passes, each
+    /// of the inputs queued when it began; inputs still queued after the last pass go to the
+    /// driver thread. `queue` is the queue's lock, held since the caller's input was queued.
+    ///
+    /// The state's mutex is tried, and let go of, only under the queue's lock: a thread that
+    /// finds it held has queued its input before, and the holder sees that input before it
+    /// lets go. So no input is ever left with no thread to step it, at two holds of the
+    /// queue's lock per pass (taking the inputs, looking for more).
+    fn combine(&self, queue: MutexGuard<'_, Queue>) {
+        let mut guard = match self.core.try_lock() {
+            Ok(guard) => guard,
+            // Held (by another thread, or by this very thread: an input queued from
+            // inside a step — a lock dropped there): the holder steps it.
+            Err(TryLockError::WouldBlock) => return,
+            Err(TryLockError::Poisoned(poisoned)) => {
+                drop(queue);
+                return self.end(poisoned.into_inner());
+            }
+        };
+        let mut queue = queue;
+        let mut look = false;
         for _ in 0..PASSES {
-            let guard = match self.core.try_lock() {
-                Ok(guard) => guard,
-                // Held (by another thread, or by this very thread: an input queued from
-                // inside a step — a lock dropped there): the holder steps it.
-                Err(TryLockError::WouldBlock) => return,
-                Err(TryLockError::Poisoned(poisoned)) => return self.end(poisoned.into_inner()),
-            };
-            self.step(guard);
-            if self.queue().inputs.is_empty() {
+            let Some((stepped, rung)) = self.step(guard, queue) else {
                 return;
+            };
+            (guard, look) = (stepped, look || rung);
+            queue = self.queue();
+            if queue.inputs.is_empty() {
+                break;
             }
         }
-        self.ring();
+        // Inputs left after the last pass are the driver thread's.
+        look |= !queue.inputs.is_empty();
+        drop(guard);
+        if look {
+            queue.rung = true;
+            drop(queue);
+            self.bell.notify_one();
+        }
     }
 
-    /// Steps the inputs queued when it began on the core `guard` holds, in order (later ones
-    /// wait for the next pass, or the driver thread), then writes the batches they made; rings
-    /// the driver thread when it must look again. A panic in it (this crate's bug) ends the
-    /// driver, as one on the driver thread does, and never reaches this thread's code: it may
-    /// be a lock's `drop`, in a thread already unwinding.
-    fn step(&self, mut guard: MutexGuard<'_, Option<Core>>) {
+    /// Steps the inputs queued when it began (taken under `queue`, let go of before any is
+    /// stepped) on the core `guard` holds, in order, then writes the batches they made.
+    /// Returns the guard, and whether the driver thread must look again; `None` once the
+    /// driver ended. A panic in it (this crate's bug) ends the driver, as one on the driver
+    /// thread does, and never reaches this thread's code: it may be a lock's `drop`, in a
+    /// thread already unwinding.
+    fn step<'a>(
+        &'a self,
+        mut guard: MutexGuard<'a, Option<Core>>,
+        queue: MutexGuard<'_, Queue>,
+    ) -> Option<(MutexGuard<'a, Option<Core>>, bool)> {
         // Ended: the ending took the queue.
-        let Some(core) = guard.as_mut() else { return };
+        let core = guard.as_mut()?;
         let stepped = catch_unwind(AssertUnwindSafe(|| {
-            // What came meanwhile waits for the next pass (or the driver thread).
-            let queued = self.queue().inputs.len();
-            core.take_in(self, queued);
+            core.take_in(queue);
             #[cfg(test)]
             if let Some(during) = self.during_step.lock().ok().and_then(|mut d| d.take()) {
                 during();
@@ -239,27 +266,13 @@ impl Mailbox {
             core.emit(self) || core.wakes_earlier()
         }));
         match stepped {
-            Ok(look) => {
-                drop(guard);
-                if look {
-                    self.ring();
-                }
-            }
+            Ok(look) => Some((guard, look)),
             Err(_) => {
                 self.end(guard);
                 tracing::error!("the driver panicked outside its thread: it ended");
+                None
             }
         }
-    }
-
-    fn pop(&self) -> Option<Input> {
-        self.queue().inputs.pop_front()
-    }
-
-    /// Wakes the driver thread.
-    fn ring(&self) {
-        self.queue().rung = true;
-        self.bell.notify_one();
     }
 
     /// The driver thread's sleep: until the bell rings, or `wake` (`None`: only the bell).
@@ -342,6 +355,7 @@ pub(crate) fn start(
         workers,
         notices,
         sleeps_until: None,
+        stepping: VecDeque::new(),
     });
     let ending = Ending(mailbox.clone());
     let spawned = thread::Builder::new()
@@ -376,7 +390,13 @@ fn run(ending: &Ending) {
         let wake = {
             let mut guard = mailbox.lock();
             let Some(core) = guard.as_mut() else { return };
-            core.take_in(mailbox, usize::MAX);
+            loop {
+                let queue = mailbox.queue();
+                if queue.inputs.is_empty() {
+                    break;
+                }
+                core.take_in(queue);
+            }
             if timed_out {
                 let now = core.state.clock().now();
                 core.state.handle_timeout(now);
