@@ -530,8 +530,12 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// flight there, in queue order. Call until `None` after every input.
     pub fn poll_transmit(&mut self) -> Option<Batch> {
         let count = self.nodes.len();
-        for step in 0..count {
-            let index = (self.next_node + step) % count;
+        // The nodes from `next_node` on, then wrapping round (no division per node: this runs
+        // after every input, most often to find every queue empty).
+        let mut next = self.next_node;
+        for _ in 0..count {
+            let index = if next < count { next } else { 0 };
+            next = index + 1;
             let node = &mut self.nodes[index];
             if node.queued.is_empty() {
                 continue;
@@ -553,7 +557,7 @@ impl<R: CryptoRng> Multiplexer<R> {
                 }
             }
             if !transmits.is_empty() {
-                self.next_node = (index + 1) % count;
+                self.next_node = next;
                 return Some(Batch {
                     node: index,
                     transmits,
