@@ -25,7 +25,7 @@ use super::conn::Node;
 use super::in_flight::InFlight;
 use super::notices::Notices;
 use super::runtime::Runtime;
-use super::turn::{Backstop, Calls, Driven, Polls};
+use super::turn::{Backstop, Calls, Driven, Polls, TaskPoll};
 
 /// How many rounds of inputs one turn handles before it lets the runtime run others.
 const BUDGET: usize = 32;
@@ -282,7 +282,9 @@ where
 /// slot), and each turn carried few calls (3.7 on average, 64 tasks on one client): those
 /// tasks spent half again as much of the client's CPU per cycle, most of it in turns, which
 /// only one thread at a time can run. The yield delays no turn past the next poll, and never
-/// happens twice in a row.
+/// happens twice in a row: a poll whose own turns left work undone (a turn that ended
+/// [`Flow::Busy`], or turns woken again and again) woke the task itself, which queued it behind
+/// the others already, so its next poll runs the turn at once.
 async fn run<R: Runtime, F>(ending: Ending<R, F>)
 where
     F: Future<Output = Written> + Send + 'static,
@@ -294,11 +296,17 @@ where
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        yielded = false;
-        if ending.0.poll_task(cx.waker()) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
+        match ending.0.poll_task(cx.waker()) {
+            TaskPoll::Ended => Poll::Ready(()),
+            // Its own wake-up already queued it behind the others: no second yield.
+            TaskPoll::GaveWay => {
+                yielded = true;
+                Poll::Pending
+            }
+            TaskPoll::Waits => {
+                yielded = false;
+                Poll::Pending
+            }
         }
     })
     .await;

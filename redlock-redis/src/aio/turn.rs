@@ -64,6 +64,18 @@ use crate::answer::Turn;
 /// How many turns one poll runs at most while wake-ups keep coming.
 const ROUNDS: usize = 4;
 
+/// How a poll of the driver's task ended ([`Driven::poll_task`]).
+pub(crate) enum TaskPoll {
+    /// The driver ended.
+    Ended,
+    /// Its turns left work undone and it woke itself for it: like any task woken during its
+    /// own poll, every runtime queues it behind the tasks already ready, so it has already
+    /// given way to them.
+    GaveWay,
+    /// Nothing undone: it waits for a wake-up.
+    Waits,
+}
+
 /// Where the turn's wake-ups go.
 pub(crate) struct Router {
     /// The caller running turns now, by its answer's ticket, and its waker (`None` until its
@@ -362,29 +374,33 @@ where
     }
 
     /// The driver's task: registers itself, runs turns while woken; ends with the driver.
-    pub(crate) fn poll_task(&self, waker: &Waker) -> bool {
+    pub(crate) fn poll_task(&self, waker: &Waker) -> TaskPoll {
         self.router.driver.register(waker);
         // While an owner waits and no background work is about, the replies this turn polls
         // go to the owner once it polls (see `Target::Settle`); else to the driver's task.
         let owned = self.router.owner().is_some() && self.router.backstop.lets_wait();
-        self.run(if owned {
+        let gave_way = self.run(if owned {
             &self.wakers.by_driver_for_owner
         } else {
             &self.wakers.by_driver
         });
-        self.is_closed()
+        match (self.is_closed(), gave_way) {
+            (true, _) => TaskPoll::Ended,
+            (false, true) => TaskPoll::GaveWay,
+            (false, false) => TaskPoll::Waits,
+        }
     }
 
     /// Runs turns while there is undone work and no one else runs one, at most [`ROUNDS`] in
     /// a row (a source that wakes at once while it returns `Pending`, as tokio's spent
     /// cooperative budget does, would keep the mark set within one poll); work still undone
-    /// then goes to the driver's task.
-    fn run(&self, polls: &Polls) {
+    /// then goes to the driver's task. Whether it woke the driver's task for work left.
+    fn run(&self, polls: &Polls) -> bool {
         for _ in 0..ROUNDS {
             let mut core = match self.core.try_lock() {
                 Ok(core) => core,
                 // The runner looks at the mark once it lets go.
-                Err(TryLockError::WouldBlock) => return,
+                Err(TryLockError::WouldBlock) => return false,
                 // A turn panicked halfway (on some caller's task): the state may be torn, so
                 // the driver ends as a driver task that panicked did (every lock reports its
                 // loss, `Error::Stopped`), and the next call starts a new one.
@@ -393,10 +409,12 @@ where
                     let ended = core.take();
                     drop(core);
                     self.end(ended);
-                    return;
+                    return false;
                 }
             };
-            let Some(turn) = core.as_mut() else { return };
+            let Some(turn) = core.as_mut() else {
+                return false;
+            };
             self.router.dirty.store(false, Ordering::SeqCst);
             let by_owner = std::ptr::eq(polls, &self.wakers.by_owner);
             self.owner_routes.store(by_owner, Ordering::Relaxed);
@@ -406,21 +424,22 @@ where
                     drop(core);
                     // Others get their turn on the runtime; the driver's task goes on.
                     self.router.wake_driver();
-                    return;
+                    return true;
                 }
                 Flow::Done => {
                     let ended = core.take();
                     drop(core);
                     self.end(ended);
-                    return;
+                    return false;
                 }
             }
             if !self.router.is_dirty() {
-                return;
+                return false;
             }
         }
         // Still undone (a call queued meanwhile wakes no one): the driver's task goes on.
         self.router.wake_driver();
+        true
     }
 
     /// Ends the driver: later calls are refused, queued ones dropped (their callers learn that
