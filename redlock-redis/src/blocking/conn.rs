@@ -442,49 +442,71 @@ impl Connection {
     }
 
     /// The connection (made now if there is none), and beside it the client's last packed
-    /// command, which a batch on it shares ([`crate::encoded`]).
+    /// command, which a batch on it shares ([`crate::encoded`]). The connection stays in its
+    /// place: a batch on it moves nothing.
     fn connect(&mut self) -> Result<(&mut Connected, &LastPacked), redis::RedisError> {
-        let connected = match self.conn.take() {
+        let connected = match &mut self.conn {
             Some(connected) => connected,
-            None if self.watch.untracked => self.connect_untracked()?,
-            None => match self.connect_tracked() {
-                Ok(connected) => connected,
-                Err(err) if !speaks_no_resp3(&err) => return Err(err),
-                // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by script.
-                Err(_) => self.connect_untracked()?,
-            },
+            empty @ None => empty.insert(dial(&self.addr, self.io_timeout, self.watch)?),
         };
-        Ok((self.conn.insert(connected), &self.last))
+        Ok((connected, &self.last))
     }
+}
 
-    /// A connection without client tracking: every restart-checked acquisition is checked on
-    /// its own.
-    fn connect_untracked(&self) -> Result<Connected, redis::RedisError> {
-        let mut conn = self.open(self.addr.client())?;
-        let dialect = self.addr.dialect(detect_dialect(&mut conn)?);
-        Connected::new(conn, dialect, None, self.addr.label())
+/// A new connection to `addr`: tracked unless `watch` says not to (or the node speaks no RESP3).
+fn dial(
+    addr: &NodeAddr,
+    io_timeout: Duration,
+    watch: crate::MemoryWatchSettings,
+) -> Result<Connected, redis::RedisError> {
+    if watch.untracked {
+        return connect_untracked(addr, io_timeout);
     }
+    match connect_tracked(addr, io_timeout, watch) {
+        Ok(connected) => Ok(connected),
+        Err(err) if !speaks_no_resp3(&err) => Err(err),
+        // No RESP3 (`HELLO 3` refused): the plain connection, restart checks by script.
+        Err(_) => connect_untracked(addr, io_timeout),
+    }
+}
 
-    fn open(&self, client: &redis::Client) -> Result<redis::Connection, redis::RedisError> {
-        let conn = client.get_connection_with_timeout(self.io_timeout)?;
-        conn.set_read_timeout(Some(self.io_timeout))?;
-        conn.set_write_timeout(Some(self.io_timeout))?;
-        Ok(conn)
-    }
+/// A connection without client tracking: every restart-checked acquisition is checked on its
+/// own.
+fn connect_untracked(
+    addr: &NodeAddr,
+    io_timeout: Duration,
+) -> Result<Connected, redis::RedisError> {
+    let mut conn = open(addr.client(), io_timeout)?;
+    let dialect = addr.dialect(detect_dialect(&mut conn)?);
+    Connected::new(conn, dialect, None, addr.label())
+}
 
-    /// A RESP3 connection with client tracking on (untracked if the node refuses tracking).
-    fn connect_tracked(&self) -> Result<Connected, redis::RedisError> {
-        let mut conn = self.open(&resp3_client(self.addr.client())?)?;
-        let (pushes, queued) = mpsc::channel();
-        conn.set_push_sender(pushes);
-        let dialect = self.addr.dialect(detect_dialect(&mut conn)?);
-        let tracking = Tracking::queued(self.watch.fault, self.addr.database(), queued);
-        let tracked = tracking.tracking_on().query::<()>(&mut conn);
-        if tracked.is_ok() {
-            subscribe(&mut conn, &tracking, self.addr.label())?;
-        }
-        Connected::new(conn, dialect, Some((tracking, tracked)), self.addr.label())
+fn open(
+    client: &redis::Client,
+    io_timeout: Duration,
+) -> Result<redis::Connection, redis::RedisError> {
+    let conn = client.get_connection_with_timeout(io_timeout)?;
+    conn.set_read_timeout(Some(io_timeout))?;
+    conn.set_write_timeout(Some(io_timeout))?;
+    Ok(conn)
+}
+
+/// A RESP3 connection with client tracking on (untracked if the node refuses tracking).
+fn connect_tracked(
+    addr: &NodeAddr,
+    io_timeout: Duration,
+    watch: crate::MemoryWatchSettings,
+) -> Result<Connected, redis::RedisError> {
+    let mut conn = open(&resp3_client(addr.client())?, io_timeout)?;
+    let (pushes, queued) = mpsc::channel();
+    conn.set_push_sender(pushes);
+    let dialect = addr.dialect(detect_dialect(&mut conn)?);
+    let tracking = Tracking::queued(watch.fault, addr.database(), queued);
+    let tracked = tracking.tracking_on().query::<()>(&mut conn);
+    if tracked.is_ok() {
+        subscribe(&mut conn, &tracking, addr.label())?;
     }
+    Connected::new(conn, dialect, Some((tracking, tracked)), addr.label())
 }
 
 /// A cluster's slot map, as the node `node` answers on `conn`: `CLUSTER SHARDS`, or
