@@ -1187,7 +1187,9 @@ fn run_batch_once(
             return (replies, Vec::new());
         }
         let mut gave_up = false;
-        let mut results = Vec::with_capacity(wire_len);
+        // Inline for the common batch (one command, or a release and its notice): no
+        // allocation per batch.
+        let mut results = smallvec::SmallVec::<[_; 2]>::with_capacity(wire_len);
         for _ in 0..wire_len {
             let result = recv_reply(conn);
             if let Err(err) = &result
