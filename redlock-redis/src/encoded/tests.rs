@@ -2,8 +2,8 @@ use std::time::{Duration, Instant};
 
 use rand_core::SeedableRng;
 use redlock_core::{
-    Command, Config, DeleteIfEq, Dialect, FENCE_MEMBER, Keyspace, LockId, LockRequest, Multiplexer,
-    Start,
+    Command, Config, DeleteIfEq, Dialect, FENCE_MEMBER, FENCE_RETENTION_MS, Keyspace, LockId,
+    LockRequest, Multiplexer, Op, Reply, Start,
 };
 
 use super::*;
@@ -21,9 +21,55 @@ fn commands(start: Start, request: &LockRequest, restart_aware: bool) -> Vec<Com
     batch.transmits.into_iter().map(|t| t.command).collect()
 }
 
-/// Acquisitions, fenced ones, and releases by token, of one key or several, keys of which one
-/// is a prefix of another (a channel argument written in pieces must end where the other's
-/// does).
+/// The command the engine sends its one node after the first batch of `start` of `request`
+/// was answered `reply`, and `then` ran: an extension of the lock acquired (`then` extends
+/// it), or the commit of a fence (`then` does nothing).
+fn command_after(
+    request: &LockRequest,
+    reply: Reply,
+    then: impl FnOnce(&mut Multiplexer<chacha20::ChaCha20Rng>, LockId),
+) -> Command {
+    let config = Config::builder(1)
+        .restart_aware(false)
+        .build()
+        .expect("config");
+    let mut mux = Multiplexer::new(config, chacha20::ChaCha20Rng::seed_from_u64(7));
+    let (now, id) = (Instant::now(), LockId::new(1));
+    mux.start(now, id, Start::Acquire, request).expect("starts");
+    let first = mux.poll_transmit().expect("the acquisition");
+    for transmit in first.transmits {
+        mux.handle_reply(now, transmit.id, reply);
+    }
+    then(&mut mux, id);
+    let next = mux.poll_transmit().expect("a second batch");
+    let mut commands = next.transmits.into_iter().map(|t| t.command);
+    commands.next().expect("a command")
+}
+
+/// An extension of `request`'s lock once acquired, as the engine sends it, and the same with
+/// the exact TTL marked safe (the native form that sets it).
+fn extensions(request: &LockRequest) -> [Command; 2] {
+    let extend = |mux: &mut Multiplexer<_>, id| {
+        let ttl = Duration::from_secs(20);
+        mux.extend(Instant::now(), id, ttl).expect("extends");
+    };
+    let extension = command_after(request, Reply::Ok, extend);
+    assert_eq!(extension.op(), Op::ExpireIfEquals, "{extension:?}");
+    let mut exact = extension.clone();
+    exact.force_exact_ttl_for_tests();
+    [extension, exact]
+}
+
+/// The commit of the fence a fenced acquisition of `request` was answered.
+fn commit(request: &LockRequest) -> Command {
+    let commit = command_after(&request.clone().fenced(), Reply::Int(42), |_, _| {});
+    assert_eq!(commit.op(), Op::CommitFence, "{commit:?}");
+    commit
+}
+
+/// Acquisitions, fenced ones, releases by token, extensions and fence commits, of one key or
+/// several, keys of which one is a prefix of another (a channel argument written in pieces
+/// must end where the other's does).
 fn every_command() -> Vec<Command> {
     let ttl = Duration::from_secs(10);
     let mut all = Vec::new();
@@ -39,6 +85,8 @@ fn every_command() -> Vec<Command> {
                     all.extend(commands(Start::Acquire, &fenced, restart_aware));
                 }
                 all.extend(commands(Start::ReleaseByToken, &request, false));
+                all.extend(extensions(&request));
+                all.push(commit(&request));
             }
         }
     }
@@ -104,13 +152,15 @@ fn every_part<'c>(commands: &'c [Command]) -> Vec<(RedisForm<'c>, usize, Vec<u8>
 
 /// What the forms that carry a round's command are sent as, built argument by argument here
 /// (independently of [`write_part`]): a plain `SET`, a script call, a compare-and-delete and its
-/// notice, `MSETEX`, and a fenced acquisition's parts.
+/// notice, `MSETEX`, a fenced acquisition's parts, both native extensions' parts and a fence
+/// commit's.
 #[test]
 fn the_one_encoding_sends_each_form_as_its_command() {
     let commands = every_command();
     let parts = every_part(&commands);
     let (mut sets, mut scripts, mut deletes, mut notices) = (0, 0, 0, 0);
     let (mut msetexes, mut fenced) = (0, 0);
+    let (mut set_if_eqs, mut expire_gts, mut commits) = (0, 0, 0);
     for (form, part, packed) in &parts {
         let mut expected = redis::Cmd::new();
         match *form {
@@ -196,6 +246,54 @@ fn the_one_encoding_sends_each_form_as_its_command() {
                     }
                 }
             }
+            RedisForm::SetIfEqEach { spec, ttl_ms } => {
+                set_if_eqs += 1;
+                let key = spec.keys().nth(*part).expect("a key per part");
+                let token = spec.token().as_bytes();
+                expected
+                    .arg("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("IFEQ")
+                    .arg(token);
+                expected.arg("PX").arg(ttl_ms);
+            }
+            RedisForm::ExpireGtEach { spec, ttl_ms } => {
+                expire_gts += 1;
+                // One `PEXPIRE … GT` per key, then one `GET` per key.
+                match spec.keys().nth(*part) {
+                    Some(key) => expected.arg("PEXPIRE").arg(key).arg(ttl_ms).arg("GT"),
+                    None => {
+                        let key = spec.keys().nth(part - spec.len()).expect("a key");
+                        expected.arg("GET").arg(key)
+                    }
+                };
+            }
+            RedisForm::CommitFenceEach {
+                spec,
+                fence,
+                keyspace,
+            } => {
+                commits += 1;
+                // Per key, its counter raised to the fence and kept for the retention; then
+                // one `GET` per lock key.
+                let n = spec.len();
+                match spec.keys().nth(part / 2) {
+                    Some(key) if *part < 2 * n && part.is_multiple_of(2) => {
+                        let counter = keyspace.fence_key(key);
+                        expected.arg("ZADD").arg(counter).arg("GT").arg(fence);
+                        expected.arg(FENCE_MEMBER);
+                    }
+                    Some(key) if *part < 2 * n => {
+                        let counter = keyspace.fence_key(key);
+                        expected.arg("PEXPIRE").arg(counter).arg(FENCE_RETENTION_MS);
+                    }
+                    _ => {
+                        let key = spec.keys().nth(part - 2 * n).expect("a key");
+                        expected.arg("GET").arg(key);
+                    }
+                }
+            }
             _ => continue,
         }
         assert_eq!(
@@ -206,6 +304,7 @@ fn the_one_encoding_sends_each_form_as_its_command() {
     }
     assert!(sets > 0 && scripts > 0 && deletes > 0 && notices > 0);
     assert!(msetexes > 0 && fenced > 0);
+    assert!(set_if_eqs > 0 && expire_gts > 0 && commits > 0);
 }
 
 /// `MSETEX n key token … NX PX ttl_ms`, argument by argument.
@@ -227,7 +326,8 @@ fn a_form_encodes_to_a_command_exactly_when_its_bytes_are_the_same() {
             .any(|(_, _, packed)| packed.windows(name.len()).any(|w| w == name))
     };
     // The forms cover what a node is sent: scripts, plain and native commands, notices
-    // (a channel written in pieces), fence counters, transactions' parts.
+    // (a channel written in pieces), fence counters, transactions' parts, native extensions
+    // and fence commits.
     for name in [
         &b"EVALSHA"[..],
         b"$2\r\nNX\r\n",
@@ -237,6 +337,9 @@ fn a_form_encodes_to_a_command_exactly_when_its_bytes_are_the_same() {
         b"PUBLISH",
         b"SPUBLISH",
         b"ZSCORE",
+        b"IFEQ",
+        b"ZADD",
+        b"$2\r\nGT\r\n",
     ] {
         assert!(
             written(name),
