@@ -188,7 +188,7 @@ fn parts_encode_to(forms: &[RedisForm<'_>], pipe: &redis::Pipeline) -> bool {
             Step::Marker(word) => one_word(cmd, word),
             Step::Part(form, part) => encodes_to(form, part, cmd),
             // A pipeline of parts alone reads no seal.
-            Step::Seal(_) => false,
+            Step::Seal => false,
         })
     });
     same && cmds.next().is_none()

@@ -94,7 +94,7 @@ pub(crate) fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
 pub(crate) fn parts_pipeline(forms: &[RedisForm<'_>]) -> redis::Pipeline {
     let mut pipe = each_answered();
     for form in forms {
-        push_request(&mut pipe, form, |_| redis::Cmd::new(), 0);
+        push_request(&mut pipe, form, Seals::new());
     }
     pipe
 }
@@ -113,8 +113,8 @@ pub(crate) enum Step<'f, 'a> {
     Marker(&'static str),
     /// Part `.1` of the form.
     Part(&'f RedisForm<'a>, usize),
-    /// The request's seal read of this index.
-    Seal(usize),
+    /// The request's next seal read (they come in order).
+    Seal,
 }
 
 /// The commands of a request whose form is `form` and whose seal reads `seals` values, in
@@ -129,23 +129,31 @@ pub(crate) fn request_steps<'f, 'a>(
     marker("MULTI")
         .into_iter()
         .chain((0..form.parts()).map(move |part| Step::Part(form, part)))
-        .chain((0..seals).map(Step::Seal))
+        .chain((0..seals).map(|_| Step::Seal))
         .chain(marker("EXEC"))
 }
 
-/// Adds request `form` to `pipe` ([`request_steps`]), its seal's reads made by `seal`.
-fn push_request(
-    pipe: &mut redis::Pipeline,
-    form: &RedisForm<'_>,
-    seal: impl Fn(usize) -> redis::Cmd,
-    seals: usize,
-) {
-    for step in request_steps(form, seals) {
+/// A request's seal reads, in order (inline: a seal reads one or two values).
+type Seals = smallvec::SmallVec<[redis::Cmd; 2]>;
+
+/// Adds request `form` to `pipe` ([`request_steps`]), with its seal's reads `seals` (none
+/// for a request that is not sealed).
+fn push_request(pipe: &mut redis::Pipeline, form: &RedisForm<'_>, seals: Seals) {
+    let mut reads = seals.into_iter();
+    for step in request_steps(form, reads.len()) {
         match step {
-            Step::Marker(word) => pipe.cmd(word),
-            Step::Part(form, part) => pipe.add_command(part_cmd(form, part)),
-            Step::Seal(read) => pipe.add_command(seal(read)),
-        };
+            Step::Marker(word) => {
+                pipe.cmd(word);
+            }
+            Step::Part(form, part) => {
+                pipe.add_command(part_cmd(form, part));
+            }
+            Step::Seal => {
+                if let Some(read) = reads.next() {
+                    pipe.add_command(read);
+                }
+            }
+        }
     }
 }
 
@@ -584,15 +592,14 @@ impl<'a> Reading<'a> {
     /// Every request's parts, a sealed request or a transaction form in its own `MULTI`.
     fn push_requests(&self, pipe: &mut redis::Pipeline) {
         for index in 0..self.batch.len() {
-            let reads = self.plan.seal_reads(index);
-            let seal = |at: usize| {
+            let seals = self.plan.seal_reads(index).iter().map(|read| {
                 let mut cmd = redis::Cmd::new();
-                for arg in self.plan.seal_args(index, reads[at]) {
+                for arg in self.plan.seal_args(index, *read) {
                     cmd.arg(arg);
                 }
                 cmd
-            };
-            push_request(pipe, &self.form(index), seal, reads.len());
+            });
+            push_request(pipe, &self.form(index), seals.collect());
         }
     }
 
