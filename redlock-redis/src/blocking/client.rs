@@ -192,6 +192,44 @@ mod tests {
     }
 
     #[test]
+    fn inputs_a_pass_took_behind_a_panic_are_dropped_not_left_waiting() {
+        // Port 1 on loopback: nothing is connected before a batch goes out, and none does.
+        let redlock = Redlock::new(["redis://127.0.0.1:1"]).expect("client");
+        idle(&redlock);
+        // While this thread steps a flush, another thread queues a panicking call and then a
+        // second flush: this thread's next pass takes both at once, and the panic ends the
+        // driver with the flush still in the pass's hands.
+        let (sent, queued) = std::sync::mpsc::channel();
+        let driver = redlock.driver();
+        let during: Box<dyn FnOnce() + Send> = Box::new(move || {
+            let other = std::thread::spawn(move || {
+                let (responder, panicked) = crate::answer::answer::<()>();
+                let (stepped_on, _) = std::sync::mpsc::channel();
+                driver.post(Call::Panic {
+                    answer: responder,
+                    stepped_on,
+                });
+                (panicked, crate::flush(&*driver))
+            });
+            let _ = sent.send(other.join().expect("the other thread"));
+        });
+        *redlock.inner.driver.during_step.lock().expect("hook") = Some(during);
+        assert!(redlock.flush(Duration::from_secs(5)), "the first flush");
+        let (panicked, second) = queued.recv().expect("both were queued");
+        assert_eq!(panicked.wait(), None, "the panicking call's answer slot");
+        // Dropped with the ended driver's state: its caller learns at once that no answer
+        // comes, instead of waiting for good.
+        assert!(
+            matches!(second.wait_timeout(Duration::from_secs(5)), Ok(None)),
+            "the flush behind the panic was left waiting"
+        );
+        let err = redlock
+            .lock("after", Duration::from_secs(10))
+            .expect_err("no driver");
+        assert!(matches!(err, Error::Stopped), "{err:?}");
+    }
+
+    #[test]
     fn a_panic_handing_a_call_in_ends_the_driver_and_never_reaches_the_caller() {
         // Port 1 on loopback: nothing is connected before a batch goes out, and none does.
         let redlock = Redlock::new(["redis://127.0.0.1:1"]).expect("client");
