@@ -155,7 +155,7 @@ mod tests {
     use std::time::Duration;
 
     use super::Redlock;
-    use crate::{Call, Error};
+    use crate::{Call, Error, Post};
 
     /// Waits until the driver thread sleeps with nothing to do and no thread steps the
     /// driver's state; the driver thread then takes the state again only when rung (nothing
@@ -167,6 +167,22 @@ mod tests {
         }
     }
 
+    /// Runs `queue` with the client's driver on another thread while this thread steps its
+    /// next input (the driver's state held): what it returns comes back on the receiver.
+    fn while_stepping<T: Send + 'static>(
+        redlock: &Redlock,
+        queue: impl FnOnce(&dyn Post) -> T + Send + 'static,
+    ) -> std::sync::mpsc::Receiver<T> {
+        let (sent, queued) = std::sync::mpsc::channel();
+        let driver = redlock.driver();
+        let during: Box<dyn FnOnce() + Send> = Box::new(move || {
+            let other = std::thread::spawn(move || queue(&*driver));
+            let _ = sent.send(other.join().expect("the other thread"));
+        });
+        *redlock.inner.driver.during_step.lock().expect("hook") = Some(during);
+        queued
+    }
+
     #[test]
     fn an_input_queued_while_another_thread_steps_is_stepped_by_that_thread() {
         // Port 1 on loopback: nothing is connected before a batch goes out, and none does.
@@ -174,13 +190,7 @@ mod tests {
         idle(&redlock);
         // While this thread steps a flush, another thread queues a second one: it finds the
         // state held and leaves its flush to this thread, after this thread took the queue.
-        let (sent, second) = std::sync::mpsc::channel();
-        let driver = redlock.driver();
-        let during: Box<dyn FnOnce() + Send> = Box::new(move || {
-            let queued = std::thread::spawn(move || crate::flush(&*driver));
-            let _ = sent.send(queued.join().expect("the other thread"));
-        });
-        *redlock.inner.driver.during_step.lock().expect("hook") = Some(during);
+        let second = while_stepping(&redlock, crate::flush);
         assert!(redlock.flush(Duration::from_secs(5)), "the first flush");
         let second = second.recv().expect("the second flush was queued");
         // No deadline wakes the driver thread: only the thread that let go of the state can
@@ -199,21 +209,15 @@ mod tests {
         // While this thread steps a flush, another thread queues a panicking call and then a
         // second flush: this thread's next pass takes both at once, and the panic ends the
         // driver with the flush still in the pass's hands.
-        let (sent, queued) = std::sync::mpsc::channel();
-        let driver = redlock.driver();
-        let during: Box<dyn FnOnce() + Send> = Box::new(move || {
-            let other = std::thread::spawn(move || {
-                let (responder, panicked) = crate::answer::answer::<()>();
-                let (stepped_on, _) = std::sync::mpsc::channel();
-                driver.post(Call::Panic {
-                    answer: responder,
-                    stepped_on,
-                });
-                (panicked, crate::flush(&*driver))
+        let queued = while_stepping(&redlock, |driver| {
+            let (responder, panicked) = crate::answer::answer::<()>();
+            let (stepped_on, _) = std::sync::mpsc::channel();
+            driver.post(Call::Panic {
+                answer: responder,
+                stepped_on,
             });
-            let _ = sent.send(other.join().expect("the other thread"));
+            (panicked, crate::flush(driver))
         });
-        *redlock.inner.driver.during_step.lock().expect("hook") = Some(during);
         assert!(redlock.flush(Duration::from_secs(5)), "the first flush");
         let (panicked, second) = queued.recv().expect("both were queued");
         assert_eq!(panicked.wait(), None, "the panicking call's answer slot");
