@@ -7,9 +7,9 @@
 //! itself, and each node thread hands its reply straight back): it queues the input, and if
 //! the state's mutex is free, takes it and steps the queued inputs in order, then writes the
 //! batches they made. One that finds the mutex held leaves its input to the holder, which looks
-//! at the queue again before letting go of the mutex, under the queue's lock. A caller's answer comes from the thread
-//! that stepped the input that decided it (alone, the node worker whose reply made the
-//! quorum). Inputs are stepped in the order they were queued: one caller's calls, and one
+//! at the queue again before letting go of the mutex, under the queue's lock. A caller's answer
+//! comes from the thread that stepped the input that decided it (alone, the node worker whose
+//! reply made the quorum). Inputs are stepped in the order they were queued: one caller's calls, and one
 //! node's replies, in the order they came. Under concurrency a holder steps everyone's inputs
 //! at once, with one batch per node for all of them. A pass steps at most the inputs queued
 //! when it began, and a thread makes at most [`PASSES`] of them: then it hands the queue to
@@ -211,7 +211,7 @@ impl Mailbox {
     /// finds it held has queued its input before, and the holder sees that input before it
     /// lets go. So no input is ever left with no thread to step it, at two holds of the
     /// queue's lock per pass (taking the inputs, looking for more).
-    fn combine(&self, queue: MutexGuard<'_, Queue>) {
+    fn combine<'a>(&'a self, mut queue: MutexGuard<'a, Queue>) {
         let mut guard = match self.core.try_lock() {
             Ok(guard) => guard,
             // Held (by another thread, or by this very thread: an input queued from
@@ -222,7 +222,6 @@ impl Mailbox {
                 return self.end(poisoned.into_inner());
             }
         };
-        let mut queue = queue;
         let mut look = false;
         for _ in 0..PASSES {
             let Some((stepped, rung)) = self.step(guard, queue) else {

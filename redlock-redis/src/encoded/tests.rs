@@ -2,14 +2,18 @@ use std::time::{Duration, Instant};
 
 use rand_core::SeedableRng;
 use redlock_core::{
-    Command, Config, DeleteIfEq, Dialect, FENCE_MEMBER, FENCE_RETENTION_MS, Keyspace, LockId,
-    LockRequest, Multiplexer, Op, Reply, Start,
+    Batch, Command, Config, DeleteIfEq, Dialect, FENCE_MEMBER, FENCE_RETENTION_MS, Keyspace,
+    LockId, LockRequest, Multiplexer, Op, Reply, Start,
 };
 
 use super::*;
 
-/// The commands the engine sends one node for `start` of `request`: its first batch's.
-fn commands(start: Start, request: &LockRequest, restart_aware: bool) -> Vec<Command> {
+/// A one-node engine that started lock 1 as `start` of `request`, and its first batch.
+fn started(
+    start: Start,
+    request: &LockRequest,
+    restart_aware: bool,
+) -> (Multiplexer<chacha20::ChaCha20Rng>, Batch) {
     let config = Config::builder(1)
         .restart_aware(restart_aware)
         .build()
@@ -18,29 +22,28 @@ fn commands(start: Start, request: &LockRequest, restart_aware: bool) -> Vec<Com
     mux.start(Instant::now(), LockId::new(1), start, request)
         .expect("starts");
     let batch = mux.poll_transmit().expect("a batch");
+    (mux, batch)
+}
+
+/// The commands the engine sends one node for `start` of `request`: its first batch's.
+fn commands(start: Start, request: &LockRequest, restart_aware: bool) -> Vec<Command> {
+    let (_, batch) = started(start, request, restart_aware);
     batch.transmits.into_iter().map(|t| t.command).collect()
 }
 
-/// The command the engine sends its one node after the first batch of `start` of `request`
-/// was answered `reply`, and `then` ran: an extension of the lock acquired (`then` extends
-/// it), or the commit of a fence (`then` does nothing).
+/// The command the engine sends its one node once the acquisition of `request` was answered
+/// `reply` and `then` ran: an extension of the lock acquired (`then` extends it), or the
+/// commit of a fence (`then` does nothing).
 fn command_after(
     request: &LockRequest,
     reply: Reply,
     then: impl FnOnce(&mut Multiplexer<chacha20::ChaCha20Rng>, LockId),
 ) -> Command {
-    let config = Config::builder(1)
-        .restart_aware(false)
-        .build()
-        .expect("config");
-    let mut mux = Multiplexer::new(config, chacha20::ChaCha20Rng::seed_from_u64(7));
-    let (now, id) = (Instant::now(), LockId::new(1));
-    mux.start(now, id, Start::Acquire, request).expect("starts");
-    let first = mux.poll_transmit().expect("the acquisition");
+    let (mut mux, first) = started(Start::Acquire, request, false);
     for transmit in first.transmits {
-        mux.handle_reply(now, transmit.id, reply);
+        mux.handle_reply(Instant::now(), transmit.id, reply);
     }
-    then(&mut mux, id);
+    then(&mut mux, LockId::new(1));
     let next = mux.poll_transmit().expect("a second batch");
     let mut commands = next.transmits.into_iter().map(|t| t.command);
     commands.next().expect("a command")
