@@ -10,8 +10,9 @@
 //! handed out again so too, compared command by command, in a slot of its own.
 //! - An async driver starts the round's writes one after the other on one thread: the command
 //!   is the thread's ([`part_cmd_shared`]).
-//! - A blocking client's node workers each run on a thread of their own: the command, and its
-//!   packed bytes, are the client's ([`LastPacked`]).
+//! - A blocking client's node workers each run on a thread of their own: the packed bytes, and
+//!   where each argument lies in them, are the client's ([`LastPacked`]); a form is packed
+//!   straight into them, with no command built ([`resp`]).
 //!
 //! # What it never does
 //! It never hands out a command whose arguments differ in any byte from the form's own (a
@@ -29,7 +30,9 @@ use std::sync::{Arc, Weak};
 use redis::RedisWrite;
 use redlock_core::RedisForm;
 
-use crate::request::{Step, part_cmd, parts_pipeline, request_steps, write_part};
+use crate::request::{Step, request_steps, write_part};
+#[cfg(any(feature = "tokio", feature = "smol", test))]
+use crate::request::{part_cmd, parts_pipeline};
 
 #[cfg(any(feature = "tokio", feature = "smol"))]
 thread_local! {
@@ -87,20 +90,8 @@ fn shared_on_thread<T>(
     shared.ok().flatten().unwrap_or_else(|| Arc::new(build()))
 }
 
-/// A command or a pipeline, and its packed bytes, as a blocking connection sends them.
 #[cfg(feature = "blocking")]
-pub(crate) struct Packed<E> {
-    encoded: E,
-    bytes: Vec<u8>,
-}
-
-#[cfg(feature = "blocking")]
-impl<E> Packed<E> {
-    /// The bytes to write.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        &self.bytes
-    }
-}
+pub(crate) use resp::Packed;
 
 /// The last command, and the last pipeline of parts, a blocking client's node workers packed,
 /// each while a worker holds it, shared by them all (cheap to clone: the clones share them).
@@ -111,8 +102,8 @@ pub(crate) struct LastPacked(Arc<Slots>);
 #[cfg(feature = "blocking")]
 #[derive(Default)]
 struct Slots {
-    single: std::sync::Mutex<Weak<Packed<redis::Cmd>>>,
-    parts: std::sync::Mutex<Weak<Packed<redis::Pipeline>>>,
+    single: std::sync::Mutex<Weak<Packed>>,
+    parts: std::sync::Mutex<Weak<Packed>>,
 }
 
 #[cfg(feature = "blocking")]
@@ -121,27 +112,21 @@ impl LastPacked {
     /// encodes the same, else packed anew (the client's last from then on). The lock is held
     /// only to take or put the last, never while comparing or encoding: workers never wait on
     /// one another's work.
-    pub(crate) fn packed(&self, form: &RedisForm<'_>, part: usize) -> Arc<Packed<redis::Cmd>> {
+    pub(crate) fn packed(&self, form: &RedisForm<'_>, part: usize) -> Arc<Packed> {
         shared_by_workers(
             &self.0.single,
-            |cmd| encodes_to(form, part, cmd),
-            || {
-                let cmd = part_cmd(form, part);
-                (cmd.get_packed_command(), cmd)
-            },
+            |packed| encodes_to_packed(form, part, packed),
+            || resp::pack(form, part),
         )
     }
 
     /// The pipeline of `forms`' parts, packed: as [`packed`](Self::packed), in a slot of its
     /// own.
-    pub(crate) fn packed_parts(&self, forms: &[RedisForm<'_>]) -> Arc<Packed<redis::Pipeline>> {
+    pub(crate) fn packed_parts(&self, forms: &[RedisForm<'_>]) -> Arc<Packed> {
         shared_by_workers(
             &self.0.parts,
-            |pipe| parts_encode_to(forms, pipe),
-            || {
-                let pipe = parts_pipeline(forms);
-                (pipe.get_packed_pipeline(), pipe)
-            },
+            |packed| parts_encode_as(forms, packed.commands()),
+            || resp::pack_parts(forms),
         )
     }
 }
@@ -149,44 +134,50 @@ impl LastPacked {
 /// The last in `slot` when a worker still holds it and it is `same`, else `pack`'s (the slot's
 /// from then on); the lock held only to take or put.
 #[cfg(feature = "blocking")]
-fn shared_by_workers<E>(
-    slot: &std::sync::Mutex<Weak<Packed<E>>>,
-    same: impl FnOnce(&E) -> bool,
-    pack: impl FnOnce() -> (Vec<u8>, E),
-) -> Arc<Packed<E>> {
+fn shared_by_workers(
+    slot: &std::sync::Mutex<Weak<Packed>>,
+    same: impl FnOnce(&Packed) -> bool,
+    pack: impl FnOnce() -> Packed,
+) -> Arc<Packed> {
     let lock = || {
         slot.lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     };
     let last = lock().upgrade();
     if let Some(last) = last
-        && same(&last.encoded)
+        && same(&last)
     {
         return last;
     }
-    let (bytes, encoded) = pack();
-    let packed = Arc::new(Packed { encoded, bytes });
+    let packed = Arc::new(pack());
     *lock() = Arc::downgrade(&packed);
     packed
 }
 
-/// Whether `pipe` is exactly the pipeline of `forms`' parts: command by command in the steps
-/// [`parts_pipeline`] builds it from ([`request_steps`]), each `MULTI` and `EXEC` a command of
-/// that one word, each part encoding to its command, and no command left over. (Only
-/// [`parts_pipeline`] builds what is compared here, so its other settings, such as ignoring
-/// errors, are the same.)
+/// Whether `pipe` is exactly the pipeline of `forms`' parts ([`parts_encode_as`]).
+#[cfg(any(feature = "tokio", feature = "smol", test))]
 fn parts_encode_to(forms: &[RedisForm<'_>], pipe: &redis::Pipeline) -> bool {
-    let mut cmds = pipe.cmd_iter();
-    let one_word = |cmd: &redis::Cmd, word: &str| {
-        let mut args = cmd.args_iter();
+    parts_encode_as(forms, pipe.cmd_iter().map(redis::Cmd::args_iter))
+}
+
+/// Whether `cmds` (each command's arguments) are exactly the pipeline of `forms`' parts:
+/// command by command in the steps [`parts_pipeline`] builds it from ([`request_steps`]), each
+/// `MULTI` and `EXEC` a command of that one word, each part encoding to its command, and no
+/// command left over. (Only [`parts_pipeline`], or [`resp::pack_parts`] from the same steps,
+/// builds what is compared here, so its other settings, such as ignoring errors, are the same.)
+fn parts_encode_as<'c, I>(forms: &[RedisForm<'_>], mut cmds: impl Iterator<Item = I>) -> bool
+where
+    I: Iterator<Item = redis::Arg<&'c [u8]>>,
+{
+    let one_word = |mut args: I, word: &str| {
         matches!(args.next(), Some(redis::Arg::Simple(arg)) if arg == word.as_bytes())
             && args.next().is_none()
     };
     let mut steps = forms.iter().flat_map(|form| request_steps(form, 0));
     let same = steps.all(|step| {
-        cmds.next().is_some_and(|cmd| match step {
-            Step::Marker(word) => one_word(cmd, word),
-            Step::Part(form, part) => encodes_to(form, part, cmd),
+        cmds.next().is_some_and(|args| match step {
+            Step::Marker(word) => one_word(args, word),
+            Step::Part(form, part) => encodes_as(form, part, args),
             // A pipeline of parts alone reads no seal.
             Step::Seal => false,
         })
@@ -195,9 +186,29 @@ fn parts_encode_to(forms: &[RedisForm<'_>], pipe: &redis::Pipeline) -> bool {
 }
 
 /// Whether part `part` of `form` encodes to exactly the arguments of `cmd`.
+#[cfg(any(feature = "tokio", feature = "smol", test))]
 fn encodes_to(form: &RedisForm<'_>, part: usize, cmd: &redis::Cmd) -> bool {
+    encodes_as(form, part, cmd.args_iter())
+}
+
+/// Whether part `part` of `form` packs to exactly `packed`: one command, its arguments.
+#[cfg(feature = "blocking")]
+fn encodes_to_packed(form: &RedisForm<'_>, part: usize, packed: &Packed) -> bool {
+    let mut commands = packed.commands();
+    let same = commands
+        .next()
+        .is_some_and(|args| encodes_as(form, part, args));
+    same && commands.next().is_none()
+}
+
+/// Whether part `part` of `form` encodes to exactly the arguments `expected`, in order.
+fn encodes_as<'c>(
+    form: &RedisForm<'_>,
+    part: usize,
+    expected: impl Iterator<Item = redis::Arg<&'c [u8]>>,
+) -> bool {
     let mut same = Same {
-        expected: cmd.args_iter(),
+        expected,
         open: None,
         same: true,
     };
@@ -282,5 +293,7 @@ impl<'c, I: Iterator<Item = redis::Arg<&'c [u8]>>> io::Write for Piece<'_, 'c, I
     }
 }
 
+#[cfg(feature = "blocking")]
+mod resp;
 #[cfg(test)]
 mod tests;

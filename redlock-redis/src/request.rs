@@ -89,8 +89,10 @@ pub(crate) fn part_cmd(form: &RedisForm<'_>, part: usize) -> redis::Cmd {
 }
 
 /// The pipeline of `forms`' parts alone, each transaction form in its own `MULTI`: what a
-/// batch with nothing to read beside its requests sends ([`Outgoing::Parts`]). The one builder
-/// of such pipelines, whose output [`crate::encoded`] compares with, step by step.
+/// batch with nothing to read beside its requests sends ([`Outgoing::Parts`]) on an async
+/// connection. The one builder of such pipelines, whose output [`crate::encoded`] compares
+/// with, step by step (a blocking connection packs the same commands from the same steps).
+#[cfg(any(feature = "tokio", feature = "smol", test))]
 pub(crate) fn parts_pipeline(forms: &[RedisForm<'_>]) -> redis::Pipeline {
     let mut pipe = each_answered();
     for form in forms {
@@ -447,9 +449,7 @@ impl Outgoing<'_> {
         match self {
             Outgoing::Nothing => None,
             Outgoing::Single(form) => Some((PackedWrite::Shared(last.packed(form, 0)), 1)),
-            Outgoing::Parts(len) => {
-                Some((PackedWrite::SharedParts(last.packed_parts(forms)), *len))
-            }
+            Outgoing::Parts(len) => Some((PackedWrite::Shared(last.packed_parts(forms)), *len)),
             Outgoing::Pipeline(wire) => Some((
                 PackedWrite::Own(wire.pipe.get_packed_pipeline()),
                 wire.len(),
@@ -462,8 +462,7 @@ impl Outgoing<'_> {
 /// for the round's nodes, or a pipeline of this node's own.
 #[cfg(feature = "blocking")]
 enum PackedWrite {
-    Shared(std::sync::Arc<crate::encoded::Packed<redis::Cmd>>),
-    SharedParts(std::sync::Arc<crate::encoded::Packed<redis::Pipeline>>),
+    Shared(std::sync::Arc<crate::encoded::Packed>),
     Own(Vec<u8>),
 }
 
@@ -472,7 +471,6 @@ impl PackedWrite {
     fn bytes(&self) -> &[u8] {
         match self {
             PackedWrite::Shared(packed) => packed.bytes(),
-            PackedWrite::SharedParts(packed) => packed.bytes(),
             PackedWrite::Own(bytes) => bytes,
         }
     }

@@ -353,9 +353,17 @@ fn a_form_encodes_to_a_command_exactly_when_its_bytes_are_the_same() {
     let mut shared = 0;
     for (form, part, packed) in &parts {
         let cmd = part_cmd(form, *part);
+        // What a blocking client's workers compare with: the same, packed.
+        #[cfg(feature = "blocking")]
+        let pack = resp::pack(form, *part);
         assert!(
             encodes_to(form, *part, &cmd),
             "{form:?} part {part} and its own command"
+        );
+        #[cfg(feature = "blocking")]
+        assert!(
+            encodes_to_packed(form, *part, &pack),
+            "{form:?} part {part} packed"
         );
         for (other, other_part, other_packed) in &parts {
             let same = packed == other_packed;
@@ -364,6 +372,12 @@ fn a_form_encodes_to_a_command_exactly_when_its_bytes_are_the_same() {
                 encodes_to(other, *other_part, &cmd),
                 same,
                 "{other:?} part {other_part} against {form:?} part {part}"
+            );
+            #[cfg(feature = "blocking")]
+            assert_eq!(
+                encodes_to_packed(other, *other_part, &pack),
+                same,
+                "{other:?} part {other_part} against {form:?} part {part} packed"
             );
         }
     }
@@ -486,10 +500,15 @@ fn a_pipeline_of_parts_encodes_to_forms_exactly_when_its_bytes_are_the_same() {
     let mut shared = 0;
     for (list, packed) in &lists {
         let pipe = parts_pipeline(list);
+        // What a blocking client's workers compare with: the same, packed.
+        #[cfg(feature = "blocking")]
+        let pack = resp::pack_parts(list);
         assert!(
             parts_encode_to(list, &pipe),
             "{list:?} and its own pipeline"
         );
+        #[cfg(feature = "blocking")]
+        assert!(parts_encode_as(list, pack.commands()), "{list:?} packed");
         for (other, other_packed) in &lists {
             let same = packed == other_packed;
             shared += usize::from(same);
@@ -497,6 +516,12 @@ fn a_pipeline_of_parts_encodes_to_forms_exactly_when_its_bytes_are_the_same() {
                 parts_encode_to(other, &pipe),
                 same,
                 "{other:?} against the pipeline of {list:?}"
+            );
+            #[cfg(feature = "blocking")]
+            assert_eq!(
+                parts_encode_as(other, pack.commands()),
+                same,
+                "{other:?} against {list:?} packed"
             );
         }
     }
@@ -601,58 +626,82 @@ fn a_blocking_client_packs_once_the_pipelines_of_parts_its_workers_send_alike() 
 fn an_argument_written_in_pieces_must_match_all_of_the_expected_one() {
     let mut expected = redis::Cmd::new();
     expected.arg("PUBLISH").arg("redlock:released:lock").arg(1);
-    let compare = |pieces: &[&[&[u8]]]| {
-        let mut same = Same {
-            expected: expected.args_iter(),
-            open: None,
-            same: true,
-        };
-        for arg in pieces {
-            if let [whole] = arg {
-                same.write_arg(whole);
-                continue;
-            }
-            let mut writer = same.writer_for_next_arg();
-            for piece in *arg {
-                io::Write::write_all(&mut writer, piece).expect("written");
-            }
-        }
-        same.finish()
+    // The expected arguments as a command holds them, and as a blocking client packs them.
+    #[cfg(feature = "blocking")]
+    let packed = resp::pack_args(&[b"PUBLISH", b"redlock:released:lock", b"1"]);
+    let mut sources: Vec<Box<Compare<'_>>> = Vec::new();
+    sources.push(Box::new(|pieces| {
+        compare_pieces(expected.args_iter(), pieces)
+    }));
+    #[cfg(feature = "blocking")]
+    sources.push(Box::new(|pieces| {
+        let mut commands = packed.commands();
+        let args = commands.next().expect("one command");
+        compare_pieces(args, pieces)
+    }));
+    for compare in sources {
+        let one: &[u8] = b"1";
+        assert!(compare(&[
+            &[b"PUBLISH"],
+            &[b"redlock:released:", b"lock"],
+            &[one]
+        ]));
+        // Shorter, longer, different, an argument missing or one too many: not the same.
+        assert!(!compare(&[
+            &[b"PUBLISH"],
+            &[b"redlock:released:", b"loc"],
+            &[one]
+        ]));
+        assert!(!compare(&[
+            &[b"PUBLISH"],
+            &[b"redlock:released:", b"locks"],
+            &[one]
+        ]));
+        assert!(!compare(&[
+            &[b"PUBLISH"],
+            &[b"redlock:released:", b"lack"],
+            &[one]
+        ]));
+        assert!(!compare(&[&[b"PUBLISH"], &[b"redlock:released:", b"lock"]]));
+        assert!(!compare(&[
+            &[b"PUBLISH"],
+            &[b"redlock:released:", b"lock"],
+            &[one],
+            &[one]
+        ]));
+        assert!(!compare(&[
+            &[b"PUBLISH"],
+            &[b"redlock:released:lock", b""],
+            &[b"2"]
+        ]));
+    }
+}
+
+/// Compares arguments written whole or in pieces with the expected ones.
+type Compare<'e> = dyn Fn(&[&[&[u8]]]) -> bool + 'e;
+
+/// Writes `pieces` (each argument whole, or in pieces through one writer) to a comparison with
+/// `expected`: whether they were the same.
+fn compare_pieces<'c>(
+    expected: impl Iterator<Item = redis::Arg<&'c [u8]>>,
+    pieces: &[&[&[u8]]],
+) -> bool {
+    let mut same = Same {
+        expected,
+        open: None,
+        same: true,
     };
-    let one: &[u8] = b"1";
-    assert!(compare(&[
-        &[b"PUBLISH"],
-        &[b"redlock:released:", b"lock"],
-        &[one]
-    ]));
-    // Shorter, longer, different, an argument missing or one too many: not the same.
-    assert!(!compare(&[
-        &[b"PUBLISH"],
-        &[b"redlock:released:", b"loc"],
-        &[one]
-    ]));
-    assert!(!compare(&[
-        &[b"PUBLISH"],
-        &[b"redlock:released:", b"locks"],
-        &[one]
-    ]));
-    assert!(!compare(&[
-        &[b"PUBLISH"],
-        &[b"redlock:released:", b"lack"],
-        &[one]
-    ]));
-    assert!(!compare(&[&[b"PUBLISH"], &[b"redlock:released:", b"lock"]]));
-    assert!(!compare(&[
-        &[b"PUBLISH"],
-        &[b"redlock:released:", b"lock"],
-        &[one],
-        &[one]
-    ]));
-    assert!(!compare(&[
-        &[b"PUBLISH"],
-        &[b"redlock:released:lock", b""],
-        &[b"2"]
-    ]));
+    for arg in pieces {
+        if let [whole] = arg {
+            same.write_arg(whole);
+            continue;
+        }
+        let mut writer = same.writer_for_next_arg();
+        for piece in *arg {
+            io::Write::write_all(&mut writer, piece).expect("written");
+        }
+    }
+    same.finish()
 }
 
 /// A transaction form's pipeline with anything but a bare `MULTI` before its parts, or a bare
@@ -696,4 +745,63 @@ fn a_transactions_markers_must_be_exactly_multi_and_exec() {
         }
     }
     assert!(transactions > 0, "no transaction form");
+}
+
+/// A blocking client packs each form, and each pipeline of parts, itself: byte for byte what
+/// the redis crate packs from the command it would build.
+#[cfg(feature = "blocking")]
+#[test]
+fn a_blocking_client_packs_exactly_the_redis_crates_bytes() {
+    let commands = every_command();
+    let parts = every_part(&commands);
+    for (form, part, packed) in &parts {
+        let ours = resp::pack(form, *part);
+        assert_eq!(
+            String::from_utf8_lossy(ours.bytes()),
+            String::from_utf8_lossy(packed),
+            "{form:?} part {part}"
+        );
+    }
+    let lists = every_parts_list(&parts);
+    for (list, packed) in &lists {
+        let ours = resp::pack_parts(list);
+        assert_eq!(
+            String::from_utf8_lossy(ours.bytes()),
+            String::from_utf8_lossy(packed),
+            "{list:?}"
+        );
+    }
+}
+
+/// The arguments a pack names are exactly the ones the redis crate's command holds for the
+/// same form (a channel written in pieces among them), command by command.
+#[cfg(feature = "blocking")]
+#[test]
+fn a_pack_names_each_argument_it_carries() {
+    let owned = |args: &mut dyn Iterator<Item = redis::Arg<&[u8]>>| -> Vec<Vec<u8>> {
+        args.map(|arg| match arg {
+            redis::Arg::Simple(arg) => arg.to_vec(),
+            // A form writes no cursor.
+            _ => b"<not an argument>".to_vec(),
+        })
+        .collect()
+    };
+    let commands = every_command();
+    let parts = every_part(&commands);
+    for (form, part, _) in &parts {
+        let pack = resp::pack(form, *part);
+        let ours: Vec<_> = pack.commands().map(|mut args| owned(&mut args)).collect();
+        let theirs = owned(&mut part_cmd(form, *part).args_iter());
+        assert_eq!(ours, vec![theirs], "{form:?} part {part}");
+    }
+    for (list, _) in &every_parts_list(&parts) {
+        let pack = resp::pack_parts(list);
+        let ours: Vec<_> = pack.commands().map(|mut args| owned(&mut args)).collect();
+        let pipe = parts_pipeline(list);
+        let theirs: Vec<_> = pipe
+            .cmd_iter()
+            .map(|cmd| owned(&mut cmd.args_iter()))
+            .collect();
+        assert_eq!(ours, theirs, "{list:?}");
+    }
 }
