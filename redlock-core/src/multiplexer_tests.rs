@@ -622,6 +622,42 @@ fn a_node_with_a_key_slot_gets_every_key_in_that_slot_and_its_release_wakes_a_wa
     w.mux.handle_notice(w.now, &on_vote);
     let wake = w.mux.poll_timeout().expect("the woken round is scheduled");
     assert!(wake.at < w.now + Duration::from_secs(1), "{wake:?}");
+
+    // The release above woke the waiter itself (a release of this client needs no notice), so
+    // the notice changed nothing there. Once more with a release by token, which wakes nobody
+    // here: only the notice on a vote's channel ends the next waiter's pause.
+    w.now = wake.at;
+    w.mux.handle_timeout(w.now);
+    w.settle();
+    let events = w.events();
+    let Some(LockEvent::Acquired(lease)) = events
+        .iter()
+        .find(|(id, e)| *id == waiter && is_acquired(e))
+        .map(|(_, e)| e)
+    else {
+        panic!("the woken waiter takes the lock: {events:?}");
+    };
+    let by_token = LockRequest::new("b", TTL).token(lease.token().as_bytes().to_vec());
+    let next = LockId::new(3);
+    w.mux
+        .start(w.now, next, Start::Acquire, &LockRequest::new("b", TTL))
+        .expect("valid");
+    w.settle();
+    w.mux
+        .start(w.now, LockId::new(4), Start::ReleaseByToken, &by_token)
+        .expect("valid");
+    w.settle();
+    for (node, &slot) in [1, 2].iter().zip(&slots) {
+        assert!(w.nodes[*node].token(&tagged(slot, "b")).is_none());
+    }
+    let paused = w.mux.poll_timeout().expect("the next waiter's pause");
+    assert!(
+        paused.at >= w.now + Duration::from_secs(1),
+        "a release by token wakes nobody: {paused:?}"
+    );
+    w.mux.handle_notice(w.now, &on_vote);
+    let wake = w.mux.poll_timeout().expect("the woken round is scheduled");
+    assert!(wake.at < w.now + Duration::from_secs(1), "{wake:?}");
 }
 
 /// Three nodes, retries 10 ms apart; nodes 0 and 1 hold "a" for someone else, so they refuse
