@@ -25,15 +25,18 @@ return 1
 ";
 
 /// Deletes each key that holds the token. `KEYS` = the keys, `ARGV[1]` = token, `ARGV[2]` = `1` to
-/// announce each deleted key on its release channel ([`released_channel`]), `2` to announce it
-/// on its sharded channel in the keys' slot, whose tag is `ARGV[3]` (a cluster node:
+/// announce each deleted key on its release channel ([`released_channel`]), `3` to announce it
+/// there only where more than one connection listens (the releasing client's own subscriber is
+/// one of them: [`Command::heard_by_own_subscriber`]), `2` to announce it on its sharded
+/// channel in the keys' slot, whose tag is `ARGV[3]` (a cluster node:
 /// [`Keyspace::released_channel`]), `0` not to. Answers 1 (deleted ours; none held by
 /// another), 0 (no key present), or -1 (a key is held by another token: that key is left
 /// alone, ours are still deleted).
 ///
 /// The announcement is a `PUBLISH` (`SPUBLISH` on a cluster) inside the script, so it costs no
 /// round trip, and almost nothing when nobody listens; it is made with `pcall`, so a server
-/// that refuses it (an ACL without `PUBLISH`) still releases.
+/// that refuses it (an ACL without `PUBLISH`) still releases. The count of `3` is a `pcall`
+/// too: a server that refuses `PUBSUB NUMSUB` gets the announcement, as with `1`.
 pub const RELEASE_SCRIPT: &str = "\
 local released, foreign = 0, 0
 for i = 1, #KEYS do
@@ -41,8 +44,14 @@ for i = 1, #KEYS do
   if value == ARGV[1] then
     redis.call('DEL', KEYS[i])
     released = released + 1
-    if ARGV[2] == '1' then
-      redis.pcall('PUBLISH', 'redlock:released:' .. KEYS[i], '1')
+    local channel = 'redlock:released:' .. KEYS[i]
+    local others = ARGV[2] == '1'
+    if ARGV[2] == '3' then
+      local count = redis.pcall('PUBSUB', 'NUMSUB', channel)
+      others = type(count) ~= 'table' or not count[2] or count[2] > 1
+    end
+    if others then
+      redis.pcall('PUBLISH', channel, '1')
     elseif ARGV[2] == '2' then
       redis.pcall('SPUBLISH', 'redlock:released:{' .. ARGV[3] .. '}' .. KEYS[i], '1')
     end
@@ -995,6 +1004,10 @@ pub(crate) struct Extras {
     /// release script still announces what it deleted (it publishes only then), but the native
     /// form, whose `PUBLISH` goes out whether or not the delete found a key, announces nothing.
     pub(crate) unheard: bool,
+    /// The releasing client's own subscriber on this node is known to listen on every key's
+    /// release channel ([`Command::heard_by_own_subscriber`]): announce only where another
+    /// connection listens too.
+    pub(crate) own_subscriber: bool,
     /// Whether an extension may set its TTL exactly: it is at least every TTL this lock's
     /// rounds have put on its keys, so no key can hold a longer one ([`Command::sets_exact_ttl`]).
     pub(crate) exact_ttl: bool,
@@ -1035,6 +1048,22 @@ impl Command {
     /// announce at all).
     pub fn notifies(&self) -> bool {
         self.op == Op::DeleteIfEquals && self.extras.notify
+    }
+
+    /// Whether this release goes to a node where the releasing client's own subscriber is
+    /// known to listen on every key's release channel (the multiplexer marks it as the request
+    /// leaves: [`Multiplexer::handle_subscribed`](crate::Multiplexer::handle_subscribed)). Then
+    /// its own notice would only come back to the client, which already woke its own waiters,
+    /// so a standalone node that runs scripts announces each key only where more than that one
+    /// connection listens (`ARGV[2]` = `3` in [`RELEASE_SCRIPT`], in place of the native form
+    /// where there is one). A node that runs no script, and a cluster node, announce as always.
+    pub fn heard_by_own_subscriber(&self) -> bool {
+        self.notifies() && self.extras.own_subscriber
+    }
+
+    /// Marks this release [`heard_by_own_subscriber`](Self::heard_by_own_subscriber).
+    pub(crate) fn mark_heard_by_own_subscriber(&mut self) {
+        self.extras.own_subscriber = true;
     }
 
     /// Whether this extension may set the keys' TTL exactly instead of only ever raising it:
@@ -1111,12 +1140,18 @@ impl Command {
                     ttl_ms: self.ttl_ms,
                 })
             }
-            Op::DeleteIfEquals if dialect.native_release() => Some(RedisForm::DeleteEach {
-                spec: &self.spec,
-                how: dialect.delete_if_eq,
-                notify: self.extras.notify && !self.extras.unheard,
-                keyspace: dialect.keyspace,
-            }),
+            // Where only others' listening decides the announcement, the script counts them.
+            Op::DeleteIfEquals
+                if dialect.native_release()
+                    && !(dialect.scripts && self.announce(dialect.keyspace) == 3) =>
+            {
+                Some(RedisForm::DeleteEach {
+                    spec: &self.spec,
+                    how: dialect.delete_if_eq,
+                    notify: self.extras.notify && !self.extras.unheard,
+                    keyspace: dialect.keyspace,
+                })
+            }
             Op::ExpireIfEquals if dialect.set_if_eq && self.extras.exact_ttl => {
                 Some(RedisForm::SetIfEqEach {
                     spec: &self.spec,
@@ -1160,10 +1195,12 @@ impl Command {
     }
 
     /// A release's `ARGV[2]` for [`RELEASE_SCRIPT`]: how it announces itself in `keyspace`
-    /// (`0` not at all, `1` on the release channel, `2` on the sharded one of a cluster).
+    /// (`0` not at all, `1` on the release channel, `3` there only where another connection
+    /// than the client's own subscriber listens, `2` on the sharded one of a cluster).
     fn announce(&self, keyspace: Keyspace) -> u64 {
         match (self.extras.notify, keyspace) {
             (false, _) => 0,
+            (true, Keyspace::Standalone) if self.extras.own_subscriber => 3,
             (true, Keyspace::Standalone) => 1,
             (true, Keyspace::Cluster) => 2,
         }
@@ -1254,8 +1291,59 @@ mod tests {
     #[test]
     fn the_release_script_publishes_on_the_channel_drivers_listen_to() {
         let prefix = std::str::from_utf8(RELEASED_CHANNEL_PREFIX).expect("ascii");
-        assert!(RELEASE_SCRIPT.contains(&format!("'PUBLISH', '{prefix}' .. KEYS[i]")));
+        assert!(RELEASE_SCRIPT.contains(&format!("local channel = '{prefix}' .. KEYS[i]")));
+        assert!(RELEASE_SCRIPT.contains("redis.pcall('PUBLISH', channel, '1')"));
         assert_eq!(released_channel(b"k"), b"redlock:released:k");
+    }
+
+    /// A release the client's own subscriber hears counts the node's listeners before it
+    /// announces (`ARGV[2]` = `3`), on a node that runs scripts, natively capable or not; a
+    /// node that runs none and a cluster node announce as always.
+    #[test]
+    fn a_release_heard_by_the_own_subscriber_announces_only_to_others_where_scripts_run() {
+        let announced = Extras {
+            notify: true,
+            ..Extras::default()
+        };
+        let mut release = command(Op::DeleteIfEquals, &["a", "b"], announced);
+        assert!(!release.heard_by_own_subscriber());
+        let announce = |release: &Command, dialect: &Dialect| match release.redis_form_on(dialect) {
+            RedisForm::Script { script, args, .. } => {
+                assert_eq!(script, Script::Release);
+                Some(args.numbers().collect::<Vec<_>>())
+            }
+            _ => None,
+        };
+        assert_eq!(announce(&release, &Dialect::SCRIPTS), Some(vec![1]));
+        assert_eq!(announce(&release, &VALKEY_9_1), None, "native");
+        release.mark_heard_by_own_subscriber();
+        assert!(release.heard_by_own_subscriber());
+        assert_eq!(announce(&release, &Dialect::SCRIPTS), Some(vec![3]));
+        assert_eq!(announce(&release, &VALKEY_9_1), Some(vec![3]));
+        let no_scripts = Dialect {
+            scripts: false,
+            ..VALKEY_9_1
+        };
+        assert_eq!(
+            encoded(&release.redis_form_on(&no_scripts)),
+            "*3 $7 DELIFEQ $1 a $3 tok *3 $7 DELIFEQ $1 b $3 tok \
+             *3 $7 PUBLISH $18 redlock:released:a $1 1 *3 $7 PUBLISH $18 redlock:released:b $1 1 "
+        );
+        let cluster = Dialect {
+            keyspace: Keyspace::Cluster,
+            ..Dialect::SCRIPTS
+        };
+        let mut in_one_slot = command(Op::DeleteIfEquals, &["{o}1", "{o}2"], announced);
+        in_one_slot.mark_heard_by_own_subscriber();
+        assert_eq!(announce(&in_one_slot, &cluster), Some(vec![2]));
+        // The count is the script's, and a refused count announces as `1` does.
+        assert!(RELEASE_SCRIPT.contains("redis.pcall('PUBSUB', 'NUMSUB', channel)"));
+        assert!(RELEASE_SCRIPT.contains("type(count) ~= 'table' or not count[2] or count[2] > 1"));
+        // A clean-up that announces nothing stays unmarked whatever the multiplexer says.
+        let mut quiet = command(Op::DeleteIfEquals, &["a"], Extras::default());
+        quiet.mark_heard_by_own_subscriber();
+        assert!(!quiet.heard_by_own_subscriber());
+        assert_eq!(announce(&quiet, &Dialect::SCRIPTS), Some(vec![0]));
     }
 
     /// On a cluster node a release announces each key on its sharded channel, in the keys'

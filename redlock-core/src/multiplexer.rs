@@ -244,6 +244,13 @@ pub struct Multiplexer<R> {
     events: VecDeque<(LockId, LockEvent)>,
     channels: BTreeMap<Vec<u8>, Channel>,
     changes: VecDeque<Change>,
+    /// How many changes [`poll_subscription`](Multiplexer::poll_subscription) handed out.
+    handed: u64,
+    /// Per node, through which handed change its subscriber confirmed every subscription
+    /// ([`handle_subscribed`](Multiplexer::handle_subscribed)); `None` without a live one.
+    subscribed: Vec<Option<u64>>,
+    /// A release channel is built here to be looked up (no allocation per request).
+    scratch: Vec<u8>,
     /// How many locks listen (kept as they start and stop, not counted per call).
     listening: usize,
 }
@@ -252,6 +259,7 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// A multiplexer for `config`'s nodes; `rng` makes the locks' tokens, ids and jitter.
     pub fn new(config: Config, rng: R) -> Self {
         let nodes = (0..config.nodes()).map(|_| NodeQueue::default()).collect();
+        let subscribed = vec![None; config.nodes()];
         Self {
             config,
             rng,
@@ -264,6 +272,9 @@ impl<R: CryptoRng> Multiplexer<R> {
             events: VecDeque::new(),
             channels: BTreeMap::new(),
             changes: VecDeque::new(),
+            handed: 0,
+            subscribed,
+            scratch: Vec::new(),
             listening: 0,
         }
     }
@@ -526,6 +537,71 @@ impl<R: CryptoRng> Multiplexer<R> {
         }
     }
 
+    /// Node `node`'s subscriber connection holds every subscription of the first `through`
+    /// changes [`poll_subscription`](Multiplexer::poll_subscription) handed out (count them
+    /// with [`subscriptions_handed`](Multiplexer::subscriptions_handed) as each is applied):
+    /// the node confirmed each `SUBSCRIBE` and `UNSUBSCRIBE` among them, or the connection
+    /// subscribed to every [`channels`](Multiplexer::channels) after them. Hand it in only
+    /// once the node confirmed (never when the command is merely sent), and call
+    /// [`handle_subscriber_ended`](Multiplexer::handle_subscriber_ended) as soon as the
+    /// connection is lost.
+    ///
+    /// While the node's subscriber is known to hold every channel in use, nothing else pending,
+    /// a release of a held lock that goes to the node counts on its own subscriber hearing it
+    /// ([`Command::heard_by_own_subscriber`](crate::Command::heard_by_own_subscriber)): it
+    /// announces itself there only where another connection listens too, and this client's
+    /// own waiters are woken without a word from the node. A confirmation that came before
+    /// the connection died and before the driver heard of it can let one release skip a
+    /// node's notice that another client's waiter subscribed to in between: that waiter then
+    /// runs to the end of its retry pause, as it does for a notice lost any other way. A
+    /// stale or unknown node changes nothing.
+    pub fn handle_subscribed(&mut self, node: usize, through: u64) {
+        if let Some(subscribed) = self.subscribed.get_mut(node) {
+            *subscribed = Some(through.min(self.handed));
+        }
+    }
+
+    /// Node `node`'s subscriber connection is gone: releases announce themselves there to
+    /// every listener again, until [`handle_subscribed`](Multiplexer::handle_subscribed).
+    pub fn handle_subscriber_ended(&mut self, node: usize) {
+        if let Some(subscribed) = self.subscribed.get_mut(node) {
+            *subscribed = None;
+        }
+    }
+
+    /// How many changes [`poll_subscription`](Multiplexer::poll_subscription) has handed out:
+    /// the number of the last one, for [`handle_subscribed`](Multiplexer::handle_subscribed).
+    pub fn subscriptions_handed(&self) -> u64 {
+        self.handed
+    }
+
+    /// Whether `node`'s subscriber holds every channel in use: it confirmed every change
+    /// handed out, and none waits to be.
+    fn hears_every_channel(&self, node: usize) -> bool {
+        self.changes.is_empty() && self.subscribed.get(node) == Some(&Some(self.handed))
+    }
+
+    /// Marks `transmit`, a request leaving for a node whose subscriber holds every channel
+    /// in use, if it is a release announced on channels that are all in use.
+    fn mark_if_heard(
+        channels: &BTreeMap<Vec<u8>, Channel>,
+        scratch: &mut Vec<u8>,
+        transmit: &mut Transmit,
+    ) {
+        if !transmit.command.notifies() {
+            return;
+        }
+        let heard = transmit.command.spec().keys().all(|key| {
+            scratch.clear();
+            scratch.extend_from_slice(crate::command::RELEASED_CHANNEL_PREFIX);
+            scratch.extend_from_slice(key);
+            channels.contains_key(scratch.as_slice())
+        });
+        if heard {
+            transmit.command.mark_heard_by_own_subscriber();
+        }
+    }
+
     /// The next batch to send: for one node, every queued request whose lock has nothing in
     /// flight there, in queue order. Call until `None` after every input.
     pub fn poll_transmit(&mut self) -> Option<Batch> {
@@ -536,15 +612,16 @@ impl<R: CryptoRng> Multiplexer<R> {
         for _ in 0..count {
             let index = if next < count { next } else { 0 };
             next = index + 1;
-            let node = &mut self.nodes[index];
-            if node.queued.is_empty() {
+            if self.nodes[index].queued.is_empty() {
                 continue;
             }
+            let heard = !self.channels.is_empty() && self.hears_every_channel(index);
+            let node = &mut self.nodes[index];
             let mut transmits = Transmits::new();
             // One pass over the queue, in order; what stays goes round to the back (the queue
             // keeps its buffer).
             for _ in 0..node.queued.len() {
-                let Some(transmit) = node.queued.pop_front() else {
+                let Some(mut transmit) = node.queued.pop_front() else {
                     break;
                 };
                 // `busy` also holds the locks taken into this batch: one request per lock.
@@ -553,6 +630,9 @@ impl<R: CryptoRng> Multiplexer<R> {
                     node.queued.push_back(transmit);
                 } else {
                     node.busy.push(lock);
+                    if heard {
+                        Self::mark_if_heard(&self.channels, &mut self.scratch, &mut transmit);
+                    }
                     transmits.push(transmit);
                 }
             }
@@ -575,7 +655,9 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// The next change to the release channels every node's subscriber connection listens on.
     /// Call until `None` after every input.
     pub fn poll_subscription(&mut self) -> Option<Change> {
-        self.changes.pop_front()
+        let change = self.changes.pop_front()?;
+        self.handed += 1;
+        Some(change)
     }
 
     /// Every release channel to listen on now: for a subscriber connection that (re)starts.

@@ -395,6 +395,96 @@ fn a_release_wakes_the_same_clients_waiters_at_once() {
     assert_eq!(count(&w.events(), is_acquired), 1, "the waiter holds it");
 }
 
+/// The releases of `lock` on the wire, by node: whether each counts on the own subscriber.
+fn releases_heard(w: &World, lock: LockId) -> Vec<(usize, bool)> {
+    let origin = w.mux.lock(lock).expect("running").id();
+    let mut heard: Vec<(usize, bool)> = w
+        .wire
+        .iter()
+        .filter(|t| t.id.origin().lock() == origin && t.command.op() == Op::DeleteIfEquals)
+        .map(|t| (t.id.node(), t.command.heard_by_own_subscriber()))
+        .collect();
+    heard.sort_unstable();
+    heard
+}
+
+#[test]
+fn a_release_counts_on_the_own_subscriber_only_where_it_confirmed_every_channel() {
+    let config = Config::builder(4).retry(paused()).build().expect("valid");
+    let mut w = World::with(config, 4);
+    let (holder, waiter, other) = (LockId::new(1), LockId::new(2), LockId::new(3));
+    for (id, key) in [(holder, "a"), (other, "b")] {
+        w.mux
+            .start(w.now, id, Start::Acquire, &LockRequest::new(key, TTL))
+            .expect("valid");
+    }
+    w.settle();
+    w.mux
+        .start(w.now, waiter, Start::Acquire, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.settle();
+    assert!(matches!(
+        w.mux.poll_subscription(),
+        Some(Change::Subscribe(_))
+    ));
+    assert_eq!(w.mux.subscriptions_handed(), 1);
+    // Node 0 confirmed the subscription; node 1 only what came before it; node 2 confirmed,
+    // then lost its connection; node 3 never had a subscriber. A confirmation claims no
+    // change not yet handed out.
+    w.mux.handle_subscribed(0, 1);
+    w.mux.handle_subscribed(1, 0);
+    w.mux.handle_subscribed(2, 1);
+    w.mux.handle_subscriber_ended(2);
+    w.mux.handle_subscribed(9, 1);
+    w.mux.release(w.now, holder);
+    w.send();
+    assert_eq!(
+        releases_heard(&w, holder),
+        [(0, true), (1, false), (2, false), (3, false)]
+    );
+    // A key nobody of this client listens for announces itself to everyone, even on node 0.
+    w.mux.release(w.now, other);
+    w.send();
+    assert_eq!(
+        releases_heard(&w, other),
+        [(0, false), (1, false), (2, false), (3, false)]
+    );
+    w.answer(|_| true);
+    // A change not yet handed out, or handed and not confirmed, withdraws node 0's claim.
+    let (again, third) = (LockId::new(4), LockId::new(5));
+    for (id, key) in [(again, "a"), (third, "c")] {
+        w.mux
+            .start(w.now, id, Start::Acquire, &LockRequest::new(key, TTL))
+            .expect("valid");
+    }
+    w.settle();
+    let _ = w.events();
+    for node in &mut w.nodes {
+        node.put(b"c".to_vec(), b"another".to_vec());
+    }
+    let waiting = LockId::new(6);
+    w.mux
+        .start(w.now, waiting, Start::Acquire, &LockRequest::new("c", TTL))
+        .expect("valid");
+    w.settle();
+    w.mux.release(w.now, again);
+    w.send();
+    assert!(
+        releases_heard(&w, again).iter().all(|(_, heard)| !heard),
+        "a change is pending"
+    );
+    w.answer(|_| true);
+    assert!(w.mux.poll_subscription().is_some());
+    assert_eq!(w.mux.subscriptions_handed(), 2);
+    w.mux.handle_subscribed(0, 1);
+    w.mux.release(w.now, third);
+    w.send();
+    assert!(
+        releases_heard(&w, third).iter().all(|(_, heard)| !heard),
+        "not confirmed yet"
+    );
+}
+
 #[test]
 fn replies_for_gone_or_unknown_locks_only_free_their_node() {
     let mut w = World::new(3);

@@ -122,8 +122,9 @@ pub(crate) trait Post: Send + Sync + 'static {
 pub(crate) enum Output {
     /// Write this batch to its node, as one pipeline; hand every reply back.
     Transmit(Batch),
-    /// Make every node's release-notice subscriber apply this change.
-    Subscription(Change),
+    /// Make every node's release-notice subscriber apply this change, numbered as the
+    /// multiplexer counts them ([`DriverState::handle_subscribed`]).
+    Subscription(Change, u64),
     /// The client is gone and every lock is over: the driver ends.
     Done,
 }
@@ -390,6 +391,19 @@ impl DriverState {
         self.deliver(now);
     }
 
+    /// What a release-notice subscriber said: a notice ([`handle_notice`](Self::handle_notice)),
+    /// that its node confirmed every subscription through a numbered change
+    /// ([`Multiplexer::handle_subscribed`]), or that its connection is gone.
+    pub(crate) fn handle_heard(&mut self, now: Instant, heard: &crate::FromSubscriber) {
+        match heard {
+            crate::FromSubscriber::Notice(channel) => self.handle_notice(now, channel),
+            &crate::FromSubscriber::Subscribed { node, through } => {
+                self.mux.handle_subscribed(node, through);
+            }
+            &crate::FromSubscriber::Ended { node } => self.mux.handle_subscriber_ended(node),
+        }
+    }
+
     /// Lets deadlines up to `now` pass.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.mux.handle_timeout(now);
@@ -408,7 +422,10 @@ impl DriverState {
                 return Some(Output::Transmit(batch));
             }
             if let Some(change) = self.mux.poll_subscription() {
-                return Some(Output::Subscription(change));
+                return Some(Output::Subscription(
+                    change,
+                    self.mux.subscriptions_handed(),
+                ));
             }
             if self.is_done() {
                 tracing::debug!("client gone and every lock over: the driver ends");

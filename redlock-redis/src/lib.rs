@@ -103,7 +103,7 @@ pub(crate) use request::run_batch;
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub(crate) use request::run_batch_async;
 pub(crate) use request::{Answers, BatchReplies};
-pub(crate) use subscribers::Subscribers;
+pub(crate) use subscribers::{FromSubscriber, Subscribers};
 #[cfg(feature = "tls")]
 pub use tls::Tls;
 

@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use crate::answer::Turn;
-use crate::{Answers, Call, Clock, DriverState, Output, Post};
+use crate::{Answers, Call, Clock, DriverState, FromSubscriber, Output, Post};
 use redlock_core::Batch;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
@@ -46,7 +46,7 @@ pub(crate) struct Core<R, F: Future> {
     state: DriverState,
     nodes: Arc<[Node]>,
     notices: Notices<R>,
-    heard: UnboundedReceiver<Vec<u8>>,
+    heard: UnboundedReceiver<FromSubscriber>,
     /// Writes a batch to its node, saying whether a caller waits for it; resolves to one reply
     /// per request.
     write: fn(Arc<[Node]>, Batch, bool) -> F,
@@ -118,11 +118,11 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
             // the channel and leaves its waker there).
             let mut cx = Context::from_waker(&polls.notices);
             while self.notices.may_come()
-                && let Poll::Ready(Some(channel)) = self.heard.poll_recv(&mut cx)
+                && let Poll::Ready(Some(heard)) = self.heard.poll_recv(&mut cx)
             {
-                tracing::trace!("release notice");
+                tracing::trace!(?heard, "release-notice subscriber");
                 let now = self.state.clock().now();
-                self.state.handle_notice(now, &channel);
+                self.state.handle_heard(now, &heard);
                 changed = true;
             }
             if settled && !changed {
@@ -143,9 +143,9 @@ impl<R: Runtime, F: Future<Output = Written>> Core<R, F> {
                         // Written once the next round polls it.
                         sent = true;
                     }
-                    Output::Subscription(change) => {
+                    Output::Subscription(change, through) => {
                         let state = &self.state;
-                        listening |= self.notices.apply(&change, || state.channels());
+                        listening |= self.notices.apply(&change, through, || state.channels());
                     }
                     Output::Done => return Flow::Done,
                 }

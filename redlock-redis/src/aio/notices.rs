@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::Subscribers;
+use crate::{FromSubscriber, Subscribers};
 use futures_util::StreamExt;
 use redlock_core::Change;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -20,15 +20,19 @@ pub(crate) struct Notices<R> {
     runtime: R,
     nodes: Arc<[Node]>,
     /// Each node's task, by the queue of changes it follows (closed once it ended).
-    subscribers: Subscribers<UnboundedSender<Change>>,
-    /// Where the tasks deliver notices (the driver's inbox).
-    heard: UnboundedSender<Vec<u8>>,
+    subscribers: Subscribers<UnboundedSender<(Change, u64)>>,
+    /// Where the tasks deliver notices and confirmations (the driver's inbox).
+    heard: UnboundedSender<FromSubscriber>,
     /// A subscriber task was ever started: until then no notice can come.
     started: bool,
 }
 
 impl<R: Runtime> Notices<R> {
-    pub(crate) fn new(runtime: R, nodes: Arc<[Node]>, heard: UnboundedSender<Vec<u8>>) -> Self {
+    pub(crate) fn new(
+        runtime: R,
+        nodes: Arc<[Node]>,
+        heard: UnboundedSender<FromSubscriber>,
+    ) -> Self {
         let subscribers = Subscribers::new(nodes.len());
         Self {
             runtime,
@@ -47,7 +51,12 @@ impl<R: Runtime> Notices<R> {
 
     /// Applies `change` on every node (see [`Subscribers::apply`]); whether it started the
     /// driver's first subscriber task (the channel of notices was then never polled).
-    pub(crate) fn apply(&mut self, change: &Change, channels: impl Fn() -> Vec<Vec<u8>>) -> bool {
+    pub(crate) fn apply(
+        &mut self,
+        change: &Change,
+        through: u64,
+        channels: impl Fn() -> Vec<Vec<u8>>,
+    ) -> bool {
         let before = self.started;
         let Self {
             runtime,
@@ -56,32 +65,39 @@ impl<R: Runtime> Notices<R> {
             heard,
             started,
         } = self;
-        let send = |tx: &UnboundedSender<Change>, change| tx.send(change).is_ok();
-        subscribers.apply(change, channels, send, |node, channels| {
-            let (tx, rx) = unbounded_channel();
-            *started = true;
-            runtime.spawn(follow::<R>(
-                nodes.clone(),
-                node,
-                channels,
-                rx,
-                heard.clone(),
-            ));
-            Some(tx)
-        });
+        let send = |tx: &UnboundedSender<(Change, u64)>, change| tx.send(change).is_ok();
+        subscribers.apply(
+            change,
+            through,
+            channels,
+            send,
+            |node, channels, through| {
+                let (tx, rx) = unbounded_channel();
+                *started = true;
+                runtime.spawn(follow::<R>(
+                    nodes.clone(),
+                    node,
+                    (channels, through),
+                    rx,
+                    heard.clone(),
+                ));
+                Some(tx)
+            },
+        );
         !before && self.started
     }
 }
 
-/// A node's subscriber task: connects, subscribes, follows the changes and passes notices on.
-/// It ends when its connection fails (the next subscription starts another) or when the driver
-/// is gone.
+/// A node's subscriber task: connects, subscribes to `channels` (as of the change numbered
+/// `through`), follows the changes and passes notices on, and each confirmed change's number
+/// ([`FromSubscriber::Subscribed`]). It ends when its connection fails (the next subscription
+/// starts another; it says [`FromSubscriber::Ended`] first) or when the driver is gone.
 async fn follow<R: Runtime>(
     nodes: Arc<[Node]>,
     node: usize,
-    channels: Vec<Vec<u8>>,
-    mut changes: UnboundedReceiver<Change>,
-    heard: UnboundedSender<Vec<u8>>,
+    (channels, through): (Vec<Vec<u8>>, u64),
+    changes: UnboundedReceiver<(Change, u64)>,
+    heard: UnboundedSender<FromSubscriber>,
 ) {
     let io_timeout = nodes[node].io_timeout();
     if let Some(map) = nodes[node].learnt_map() {
@@ -92,6 +108,29 @@ async fn follow<R: Runtime>(
         return;
     }
     let client = nodes[node].addr().client().clone();
+    drop(nodes);
+    subscribe_and_follow::<R>(
+        &client,
+        io_timeout,
+        node,
+        (channels, through),
+        changes,
+        &heard,
+    )
+    .await;
+    // Whatever ended it: releases announce to every listener on this node again.
+    let _ = heard.send(FromSubscriber::Ended { node });
+}
+
+/// [`follow`] on a standalone node, until its connection fails or the driver is gone.
+async fn subscribe_and_follow<R: Runtime>(
+    client: &redis::Client,
+    io_timeout: std::time::Duration,
+    node: usize,
+    (channels, mut through): (Vec<Vec<u8>>, u64),
+    mut changes: UnboundedReceiver<(Change, u64)>,
+    heard: &UnboundedSender<FromSubscriber>,
+) {
     let connected = tokio::select! {
         connected = client.get_async_pubsub() => connected.ok(),
         () = R::sleep_until(Instant::now() + io_timeout) => None,
@@ -106,23 +145,33 @@ async fn follow<R: Runtime>(
     let (mut sink, mut stream) = pubsub.split();
     let mut healthy = channels.is_empty() || sink.subscribe(channels).await.is_ok();
     while healthy {
-        tokio::select! {
-            change = changes.recv() => {
-                healthy = match change {
-                    Some(Change::Subscribe(channel)) => sink.subscribe(channel).await.is_ok(),
-                    Some(Change::Unsubscribe(channel)) => sink.unsubscribe(channel).await.is_ok(),
-                    None => return,
-                };
-            }
-            message = stream.next() => {
-                let Some(message) = message else { break };
-                if let Ok(channel) = message.get_channel::<Vec<u8>>()
-                    && heard.send(channel).is_err()
-                {
-                    return;
+        // Every change so far is confirmed (the node answered each `SUBSCRIBE`).
+        if heard
+            .send(FromSubscriber::Subscribed { node, through })
+            .is_err()
+        {
+            return;
+        }
+        healthy = loop {
+            tokio::select! {
+                change = changes.recv() => {
+                    let Some((change, number)) = change else { return };
+                    through = number;
+                    break match change {
+                        Change::Subscribe(channel) => sink.subscribe(channel).await.is_ok(),
+                        Change::Unsubscribe(channel) => sink.unsubscribe(channel).await.is_ok(),
+                    };
+                }
+                message = stream.next() => {
+                    let Some(message) = message else { break false };
+                    if let Ok(channel) = message.get_channel::<Vec<u8>>()
+                        && heard.send(FromSubscriber::Notice(channel)).is_err()
+                    {
+                        return;
+                    }
                 }
             }
-        }
+        };
     }
     tracing::debug!(
         node,

@@ -12,19 +12,20 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::conn::slot_map;
 use super::runtime::Runtime;
-use crate::NodeAddr;
 use crate::cluster::SlotMap;
 use crate::shard_notices::{Masters, Order, RESUBSCRIBE_PAUSE, ShardPlan, is_loss, map_sources};
+use crate::{FromSubscriber, NodeAddr};
 
 /// Follows `changes` on the cluster that node `addr` leads to, starting from `map` and
-/// `channels`; passes notices to `heard`. Ends when the driver is gone.
+/// `channels`; passes notices to `heard` (never a confirmation: a release on a cluster node
+/// announces to every listener). Ends when the driver is gone.
 pub(super) async fn follow_shards<R: Runtime>(
     addr: NodeAddr,
     io_timeout: Duration,
     mut map: SlotMap,
     channels: Vec<Vec<u8>>,
-    mut changes: UnboundedReceiver<Change>,
-    heard: UnboundedSender<Vec<u8>>,
+    mut changes: UnboundedReceiver<(Change, u64)>,
+    heard: UnboundedSender<FromSubscriber>,
 ) {
     let mut plan = ShardPlan::new(channels);
     loop {
@@ -37,14 +38,14 @@ pub(super) async fn follow_shards<R: Runtime>(
         while healthy {
             tokio::select! {
                 change = changes.recv() => {
-                    let Some(change) = change else { return };
+                    let Some((change, _)) = change else { return };
                     if let Some(order) = plan.apply(&change, true) {
                         healthy = send(&mut masters, &pushes_tx, order).await;
                     }
                 }
                 Some(push) = pushes.recv() => {
                     let said = plan.heard(&push.kind, &push.data);
-                    let Some(whole) = said.pass(|channel| heard.send(channel).is_ok()) else {
+                    let Some(whole) = said.pass(|channel| heard.send(FromSubscriber::Notice(channel)).is_ok()) else {
                         return;
                     };
                     healthy = whole;
@@ -59,7 +60,7 @@ pub(super) async fn follow_shards<R: Runtime>(
             loop {
                 tokio::select! {
                     change = changes.recv() => {
-                        let Some(change) = change else { return };
+                        let Some((change, _)) = change else { return };
                         plan.apply(&change, false);
                     }
                     () = R::sleep_until(wake) => break,

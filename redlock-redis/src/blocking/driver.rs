@@ -45,8 +45,8 @@ pub(crate) enum Input {
     Call(Call),
     /// A node worker's replies to a batch.
     Replies(Answers),
-    /// A release notice on a channel.
-    Notice(Vec<u8>),
+    /// A release-notice subscriber's notice or confirmation.
+    Heard(crate::FromSubscriber),
 }
 
 /// How many times a thread that queued an input steps what is queued before it hands the rest
@@ -85,7 +85,7 @@ impl Core {
         match input {
             Input::Call(call) => state.handle_call(now, call),
             Input::Replies(replies) => state.handle_replies(now, replies),
-            Input::Notice(channel) => state.handle_notice(now, &channel),
+            Input::Heard(heard) => state.handle_heard(now, &heard),
         }
     }
 
@@ -95,9 +95,9 @@ impl Core {
         while let Some(output) = self.state.poll_output() {
             match output {
                 Output::Transmit(batch) => self.workers[batch.node].send(batch, mailbox),
-                Output::Subscription(change) => {
+                Output::Subscription(change, through) => {
                     let state = &self.state;
-                    self.notices.apply(&change, || state.channels());
+                    self.notices.apply(&change, through, || state.channels());
                 }
                 Output::Done => return true,
             }

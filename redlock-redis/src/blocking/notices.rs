@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::shard_notices::follow_shards;
 use crate::cluster::Clusters;
-use crate::{NodeAddr, Subscribers};
+use crate::{FromSubscriber, NodeAddr, Subscribers};
 use redis::RedisResult;
 use redlock_core::Change;
 
@@ -30,7 +30,7 @@ pub(crate) struct Notices {
     /// The slot maps the nodes learnt: a cluster node's thread starts from its map.
     clusters: Clusters,
     /// Each node's thread, by the queue of changes it follows (closed once it ended).
-    subscribers: Subscribers<Sender<Change>>,
+    subscribers: Subscribers<Sender<(Change, u64)>>,
     driver: Arc<Mailbox>,
 }
 
@@ -52,11 +52,16 @@ impl Notices {
     }
 
     /// Applies `change` on every node (see [`Subscribers::apply`]).
-    pub(crate) fn apply(&mut self, change: &Change, channels: impl Fn() -> Vec<Vec<u8>>) {
-        let send = |tx: &Sender<Change>, change| tx.send(change).is_ok();
+    pub(crate) fn apply(
+        &mut self,
+        change: &Change,
+        through: u64,
+        channels: impl Fn() -> Vec<Vec<u8>>,
+    ) {
+        let send = |tx: &Sender<(Change, u64)>, change| tx.send(change).is_ok();
         let (nodes, io_timeout, driver) = (&self.nodes, self.io_timeout, &self.driver);
         let clusters = &self.clusters;
-        self.subscribers.apply(change, channels, send, |node, channels| {
+        self.subscribers.apply(change, through, channels, send, |node, channels, through| {
             let (tx, rx) = mpsc::channel();
             let addr = nodes[node].clone();
             let map = clusters.map(addr.cluster_owner(node));
@@ -68,9 +73,12 @@ impl Notices {
                         follow_shards(&addr, io_timeout, map, channels, &rx, &driver);
                         return;
                     }
-                    if let Err(err) = follow(addr.client(), io_timeout, channels, &rx, &driver) {
+                    let subscribed = (channels, through);
+                    if let Err(err) = follow(addr.client(), io_timeout, node, subscribed, &rx, &driver) {
                         tracing::debug!(node, %err, "release notices: subscriber connection lost; pauses run out");
                     }
+                    // Whatever ended it: releases announce to every listener here again.
+                    driver.push(Input::Heard(FromSubscriber::Ended { node }));
                 })
                 .ok()
                 .map(|_| tx)
@@ -78,13 +86,15 @@ impl Notices {
     }
 }
 
-/// Connects, subscribes to `channels`, then applies changes and passes notices on. `Ok` when
-/// the driver is gone.
+/// Connects, subscribes to `channels` (as of the change numbered `through`), then applies
+/// changes and passes notices on, and the number of each change the node confirmed
+/// ([`FromSubscriber::Subscribed`]). `Ok` when the driver is gone.
 fn follow(
     client: &redis::Client,
     io_timeout: Duration,
-    channels: Vec<Vec<u8>>,
-    changes: &Receiver<Change>,
+    node: usize,
+    (channels, mut through): (Vec<Vec<u8>>, u64),
+    changes: &Receiver<(Change, u64)>,
     driver: &Mailbox,
 ) -> RedisResult<()> {
     let mut conn = client.get_connection_with_timeout(io_timeout)?;
@@ -94,6 +104,12 @@ fn follow(
     let mut subscribed = channels.len();
     if subscribed > 0 {
         pubsub.subscribe(channels)?;
+    }
+    // `subscribe` and `unsubscribe` return once the node confirmed.
+    let confirmed =
+        |through| driver.push(Input::Heard(FromSubscriber::Subscribed { node, through }));
+    if !confirmed(through) {
+        return Ok(());
     }
     let mut reading_with = io_timeout;
     loop {
@@ -120,7 +136,8 @@ fn follow(
                 pubsub.set_read_timeout(Some(io_timeout))?;
                 reading_with = io_timeout;
             }
-            for change in pending {
+            for (change, number) in pending {
+                through = number;
                 match change {
                     Change::Subscribe(channel) => {
                         pubsub.subscribe(channel)?;
@@ -131,6 +148,9 @@ fn follow(
                         subscribed = subscribed.saturating_sub(1);
                     }
                 }
+            }
+            if !confirmed(through) {
+                return Ok(());
             }
         }
         if subscribed == 0 {
@@ -143,7 +163,7 @@ fn follow(
         match pubsub.get_message() {
             Ok(message) => {
                 if let Ok(channel) = message.get_channel::<Vec<u8>>()
-                    && !driver.push(Input::Notice(channel))
+                    && !driver.push(Input::Heard(FromSubscriber::Notice(channel)))
                 {
                     return Ok(());
                 }

@@ -13,20 +13,21 @@ use redlock_core::Change;
 use super::conn::slot_map;
 use super::driver::{Input, Mailbox};
 use super::notices::POLL;
-use crate::NodeAddr;
 use crate::cluster::SlotMap;
 use crate::shard_notices::{
     Heard, Masters, Order, RESUBSCRIBE_PAUSE, ShardPlan, is_loss, map_sources,
 };
+use crate::{FromSubscriber, NodeAddr};
 
 /// Follows `changes` on the cluster that node `addr` leads to, starting from `map` and
-/// `channels`; passes notices to the driver. Returns when the driver is gone.
+/// `channels`; passes notices to the driver (never a confirmation: a release on a cluster
+/// node announces to every listener). Returns when the driver is gone.
 pub(super) fn follow_shards(
     addr: &NodeAddr,
     io_timeout: Duration,
     mut map: SlotMap,
     channels: Vec<Vec<u8>>,
-    changes: &Receiver<Change>,
+    changes: &Receiver<(Change, u64)>,
     driver: &Mailbox,
 ) {
     let mut plan = ShardPlan::new(channels);
@@ -39,14 +40,16 @@ pub(super) fn follow_shards(
         while healthy {
             // Nothing to read: sleep until there is a change.
             if masters.open.is_empty() {
-                let Ok(change) = changes.recv() else { return };
+                let Ok((change, _)) = changes.recv() else {
+                    return;
+                };
                 if let Some(order) = plan.apply(&change, true) {
                     healthy = send(&mut masters, order);
                 }
             }
             loop {
                 match changes.try_recv() {
-                    Ok(change) => {
+                    Ok((change, _)) => {
                         if let Some(order) = plan.apply(&change, true) {
                             healthy = healthy && send(&mut masters, order);
                         }
@@ -64,7 +67,9 @@ pub(super) fn follow_shards(
                     Err(err) if err.is_timeout() => Heard::Nothing,
                     Err(_) => Heard::Lost,
                 };
-                let Some(whole) = heard.pass(|channel| driver.push(Input::Notice(channel))) else {
+                let Some(whole) = heard
+                    .pass(|channel| driver.push(Input::Heard(FromSubscriber::Notice(channel))))
+                else {
                     return;
                 };
                 healthy = healthy && whole;
@@ -77,7 +82,7 @@ pub(super) fn follow_shards(
             let wake = Instant::now() + RESUBSCRIBE_PAUSE;
             loop {
                 match changes.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-                    Ok(change) => {
+                    Ok((change, _)) => {
                         plan.apply(&change, false);
                     }
                     Err(RecvTimeoutError::Timeout) => break,

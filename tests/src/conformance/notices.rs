@@ -41,13 +41,18 @@ fn waiter<A: Adapter>(nodes: &Servers, pause: Duration) -> A {
 
 /// Whether `server` has a subscriber on `key`'s release channel.
 pub(super) fn has_listener(server: &RedisServer, key: &str) -> bool {
+    listeners(server, key) >= 1
+}
+
+/// How many subscribers `server` has on `key`'s release channel (0 if it cannot say).
+fn listeners(server: &RedisServer, key: &str) -> i64 {
     let channel = released_channel(key.as_bytes());
     // A flat [channel, count] answer.
     let answer: redis::RedisResult<HashMap<Vec<u8>, i64>> = redis::cmd("PUBSUB")
         .arg("NUMSUB")
         .arg(&channel)
         .query(&mut server.client());
-    answer.is_ok_and(|counts| counts.get(&channel).is_some_and(|n| *n >= 1))
+    answer.map_or(0, |counts| counts.get(&channel).copied().unwrap_or(0))
 }
 
 /// Whether `server` (a cluster master) has a subscriber on `key`'s sharded release channel
@@ -192,6 +197,105 @@ pub fn a_release_wakes_the_same_clients_waiter_without_a_notice<A: Adapter>() {
         assert!(report.released() >= 2, "{report:?}");
         let lock = woken::<A>(released_at, waiting.join().expect("waiter"), pause);
         lock.release();
+    });
+}
+
+/// How long a test leaves a client after its subscriber connections answered every
+/// `SUBSCRIBE`, for the confirmations to reach its driver: far more than they take.
+const CONFIRMED: Duration = Duration::from_secs(2);
+
+/// Each node's count of `PUBLISH` and `PUBSUB NUMSUB` calls so far.
+fn publish_counts(nodes: &Servers) -> Vec<(u64, u64)> {
+    nodes
+        .servers()
+        .iter()
+        .map(|server| (server.calls("publish"), server.calls("pubsub|numsub")))
+        .collect()
+}
+
+/// A lock waiting on its own client's release (its pause 30 s) takes the lock well within 15 s
+/// of it, and that release announces nothing on any node where scripts run: the client's own
+/// subscriber is the only one listening, and the release script counts the listeners before
+/// it publishes. A node that runs no script announces as always.
+pub fn a_release_only_its_own_client_hears_publishes_nothing<A: Adapter>() {
+    let nodes = Servers::start(3);
+    let pause = Duration::from_secs(30);
+    let client: A = waiter(&nodes, pause);
+    let held = client.lock("alone", TTL).expect("lock");
+    thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let lock = client.lock("alone", TTL);
+            (Instant::now(), lock)
+        });
+        wait_for_listener(&nodes, "alone");
+        thread::sleep(CONFIRMED);
+        let before = publish_counts(&nodes);
+        let released_at = Instant::now();
+        let report = held.release();
+        assert!(report.released() >= 2, "{report:?}");
+        let lock = woken::<A>(released_at, waiting.join().expect("waiter"), pause);
+        let after = publish_counts(&nodes);
+        for ((server, (published, counted)), (published_after, counted_after)) in
+            nodes.servers().iter().zip(before).zip(after)
+        {
+            let name = format!("{}: {}", A::NAME, server.addr());
+            if server.options().denies_scripting() {
+                continue;
+            }
+            assert_eq!(
+                published_after, published,
+                "{name}: a release only its own client hears published"
+            );
+            assert!(
+                counted_after > counted,
+                "{name}: the release counted no listener"
+            );
+        }
+        lock.release();
+    });
+}
+
+/// A release that its own client hears (a lock of the client waits on the key too) still
+/// wakes a waiter of another client, pausing 30 s, well within 15 s: the node counts two
+/// listeners, and publishes.
+pub fn a_release_its_own_client_hears_still_wakes_another_clients_waiter<A: Adapter>() {
+    let nodes = Servers::start(3);
+    let pause = Duration::from_secs(30);
+    let (holder, other): (A, A) = (waiter(&nodes, pause), waiter(&nodes, pause));
+    let held = holder.lock("shared", TTL).expect("lock");
+    thread::scope(|scope| {
+        let own = scope.spawn(|| {
+            let lock = holder.lock("shared", TTL).expect("the holder's own waiter");
+            lock.release();
+        });
+        wait_for_listener(&nodes, "shared");
+        let foreign = scope.spawn(|| {
+            let lock = other.lock("shared", TTL);
+            (Instant::now(), lock)
+        });
+        let both = eventually(Duration::from_secs(20), || {
+            nodes
+                .servers()
+                .iter()
+                .all(|server| listeners(server, "shared") >= 2)
+        });
+        assert!(both, "{}: both clients listen on every node", A::NAME);
+        thread::sleep(CONFIRMED);
+        let before = publish_counts(&nodes);
+        let released_at = Instant::now();
+        let report = held.release();
+        assert!(report.released() >= 2, "{report:?}");
+        let lock = woken::<A>(released_at, foreign.join().expect("waiter"), pause);
+        let after = publish_counts(&nodes);
+        let counted = nodes
+            .servers()
+            .iter()
+            .zip(before.iter().zip(&after))
+            .filter(|(server, _)| !server.options().denies_scripting())
+            .all(|(_, ((_, counted), (_, counted_after)))| counted_after > counted);
+        assert!(counted, "{}: a release that counts no listener", A::NAME);
+        lock.release();
+        own.join().expect("the holder's own waiter");
     });
 }
 
