@@ -121,6 +121,9 @@ struct Slot {
     listening: Vec<Vec<u8>>,
     /// `release` was called: a `Released` event is owed.
     releasing: bool,
+    /// Its release woke this client's locks waiting for its keys
+    /// ([`release`](Multiplexer::release)): the nodes' notice of it is no news to them.
+    woke_own: bool,
     /// Abandoned: its events are nobody's business.
     silent: bool,
     /// The end of validity it is in `expiries` with (held without auto-extension).
@@ -401,6 +404,7 @@ impl<R: CryptoRng> Multiplexer<R> {
             Some(spec) if held => Self::released_channels(&self.config, spec),
             _ => Vec::new(),
         };
+        slot.woke_own = held;
         slot.lifecycle.release(now);
         self.answer_extends(id);
         self.drive(now, id);
@@ -582,15 +586,23 @@ impl<R: CryptoRng> Multiplexer<R> {
     }
 
     /// Marks `transmit`, a request leaving for a node whose subscriber holds every channel
-    /// in use, if it is a release announced on channels that are all in use.
-    fn mark_if_heard(
-        channels: &BTreeMap<Vec<u8>, Channel>,
-        scratch: &mut Vec<u8>,
-        transmit: &mut Transmit,
-    ) {
+    /// in use, if it is the release of a held lock that woke this client's own waiters
+    /// ([`release`](Multiplexer::release)), announced on channels that are all in use. Never a
+    /// release by token, nor a lost round's clean-up: their notices are the only word this
+    /// client's waiters get.
+    fn mark_if_heard(&mut self, transmit: &mut Transmit) {
         if !transmit.command.notifies() {
             return;
         }
+        let woke_own = self
+            .routes
+            .get(&transmit.id.origin().lock())
+            .and_then(|lock| self.locks.get(lock))
+            .is_some_and(|slot| slot.releasing && slot.woke_own);
+        if !woke_own {
+            return;
+        }
+        let (channels, scratch) = (&self.channels, &mut self.scratch);
         let heard = transmit.command.spec().keys().all(|key| {
             scratch.clear();
             scratch.extend_from_slice(crate::command::RELEASED_CHANNEL_PREFIX);
@@ -616,11 +628,11 @@ impl<R: CryptoRng> Multiplexer<R> {
                 continue;
             }
             let heard = !self.channels.is_empty() && self.hears_every_channel(index);
-            let node = &mut self.nodes[index];
             let mut transmits = Transmits::new();
             // One pass over the queue, in order; what stays goes round to the back (the queue
             // keeps its buffer).
-            for _ in 0..node.queued.len() {
+            for _ in 0..self.nodes[index].queued.len() {
+                let node = &mut self.nodes[index];
                 let Some(mut transmit) = node.queued.pop_front() else {
                     break;
                 };
@@ -631,7 +643,7 @@ impl<R: CryptoRng> Multiplexer<R> {
                 } else {
                     node.busy.push(lock);
                     if heard {
-                        Self::mark_if_heard(&self.channels, &mut self.scratch, &mut transmit);
+                        self.mark_if_heard(&mut transmit);
                     }
                     transmits.push(transmit);
                 }
@@ -736,6 +748,7 @@ impl<R: CryptoRng> Multiplexer<R> {
                 extends: VecDeque::new(),
                 listening: Vec::new(),
                 releasing: false,
+                woke_own: false,
                 silent: false,
                 expiry: None,
             },

@@ -442,6 +442,19 @@ fn a_release_counts_on_the_own_subscriber_only_where_it_confirmed_every_channel(
         releases_heard(&w, holder),
         [(0, true), (1, false), (2, false), (3, false)]
     );
+    // A release by token wakes none of this client's waiters: its notice is their word.
+    let by_token = LockRequest::new("a", TTL).token("someone's");
+    let token_release = LockId::new(7);
+    w.mux
+        .start(w.now, token_release, Start::ReleaseByToken, &by_token)
+        .expect("valid");
+    w.send();
+    assert!(
+        releases_heard(&w, token_release)
+            .iter()
+            .all(|(_, heard)| !heard),
+        "a release by token counts on no subscriber"
+    );
     // A key nobody of this client listens for announces itself to everyone, even on node 0.
     w.mux.release(w.now, other);
     w.send();

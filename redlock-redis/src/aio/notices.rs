@@ -109,17 +109,14 @@ async fn follow<R: Runtime>(
     }
     let client = nodes[node].addr().client().clone();
     drop(nodes);
-    subscribe_and_follow::<R>(
-        &client,
-        io_timeout,
-        node,
-        (channels, through),
-        changes,
-        &heard,
-    )
-    .await;
-    // Whatever ended it: releases announce to every listener on this node again.
+    let mut changes = changes;
+    let subscribed = (channels, through);
+    subscribe_and_follow::<R>(&client, io_timeout, node, subscribed, &mut changes, &heard).await;
+    // Whatever ended it: releases announce to every listener on this node again. Said while
+    // the queue of changes is still open, so before the driver can start the next
+    // subscriber, whose confirmations then come after it.
     let _ = heard.send(FromSubscriber::Ended { node });
+    drop(changes);
 }
 
 /// [`follow`] on a standalone node, until its connection fails or the driver is gone.
@@ -128,7 +125,7 @@ async fn subscribe_and_follow<R: Runtime>(
     io_timeout: std::time::Duration,
     node: usize,
     (channels, mut through): (Vec<Vec<u8>>, u64),
-    mut changes: UnboundedReceiver<(Change, u64)>,
+    changes: &mut UnboundedReceiver<(Change, u64)>,
     heard: &UnboundedSender<FromSubscriber>,
 ) {
     let connected = tokio::select! {
