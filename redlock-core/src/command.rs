@@ -71,7 +71,17 @@ pub const RELEASED_CHANNEL_PREFIX: &[u8] = b"redlock:released:";
 
 /// The release channel of lock key `key`: [`RELEASED_CHANNEL_PREFIX`] followed by the key.
 pub fn released_channel(key: &[u8]) -> Vec<u8> {
-    [RELEASED_CHANNEL_PREFIX, key].concat()
+    let mut channel = Vec::new();
+    write_released_channel(key, &mut channel);
+    channel
+}
+
+/// [`released_channel`] of `key`, written over `out` (a buffer kept to look channels up
+/// without allocating).
+pub(crate) fn write_released_channel(key: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(RELEASED_CHANNEL_PREFIX);
+    out.extend_from_slice(key);
 }
 
 /// Raises the TTL of every key to at least the given TTL, only if every key holds the token; a

@@ -604,9 +604,7 @@ impl<R: CryptoRng> Multiplexer<R> {
         }
         let (channels, scratch) = (&self.channels, &mut self.scratch);
         let heard = transmit.command.spec().keys().all(|key| {
-            scratch.clear();
-            scratch.extend_from_slice(crate::command::RELEASED_CHANNEL_PREFIX);
-            scratch.extend_from_slice(key);
+            crate::command::write_released_channel(key, scratch);
             channels.contains_key(scratch.as_slice())
         });
         if heard {
