@@ -479,7 +479,10 @@ pub enum RedisForm<'a> {
     /// `PUBLISH <release channel> 1` per key follows the deletes in the same pipeline (sent
     /// whether or not the delete found the key: a notice is only a hint; its answer, even an
     /// error such as an ACL without `PUBLISH`, never changes the release's); on a cluster,
-    /// `SPUBLISH` on the key's sharded channel ([`Keyspace::released_channel`]).
+    /// `SPUBLISH` on the key's sharded channel ([`Keyspace::released_channel`]). Where the
+    /// client's own subscriber hears the release (`counts_first`), a `PUBSUB NUMSUB` per key
+    /// takes the `PUBLISH`'s place, and the `PUBLISH`es follow only where another connection
+    /// listens ([`RedisForm::announcement`]).
     DeleteEach {
         /// The keys, with the token.
         spec: &'a LockSpec,
@@ -487,6 +490,12 @@ pub enum RedisForm<'a> {
         how: DeleteIfEq,
         /// Whether each key's release channel hears of it ([`released_channel`]).
         notify: bool,
+        /// Whether the announce parts count each channel's listeners instead (`PUBSUB NUMSUB
+        /// <release channel>`, read as [`PartRead::Listeners`]): a release its client's own
+        /// subscriber hears ([`Command::heard_by_own_subscriber`]) on a standalone node. The
+        /// `PUBLISH`es then follow, in a pipeline of their own, only where a key was deleted
+        /// and another connection listens ([`RedisForm::announcement`]).
+        counts_first: bool,
         /// Where the release channels are: `PUBLISH` on a standalone node, `SPUBLISH` on a
         /// cluster.
         keyspace: Keyspace,
@@ -614,6 +623,11 @@ impl RedisForm<'_> {
             Self::CommitFenceEach { spec, .. } => (2 * spec.len()..3 * spec.len())
                 .contains(&part)
                 .then_some(PartRead::Held),
+            Self::DeleteEach {
+                spec,
+                counts_first: true,
+                ..
+            } => (part >= spec.len()).then_some(PartRead::Listeners),
             _ => None,
         }
     }
@@ -715,6 +729,44 @@ impl RedisForm<'_> {
         }
     }
 
+    /// What follows a [`DeleteEach`](Self::DeleteEach) that counted its listeners first, once
+    /// its `parts` answered: the same release announcing itself, whose parts from
+    /// [`decisive_parts`](Self::decisive_parts) on are the `PUBLISH`es to send in a pipeline of
+    /// their own. `Some` only where a key was deleted (its part answered 1) and its channel's
+    /// count is not 0 or 1 (another connection listens beside the client's own subscriber, or
+    /// the count was refused: a node that will not count announces, as the release script
+    /// does). `None` for any other form.
+    ///
+    /// A waiter that starts listening after the count is not woken by this release: its own
+    /// timer retries within one pause, as for any notice lost on the way.
+    pub fn announcement(&self, parts: &[Reply]) -> Option<Self> {
+        let Self::DeleteEach {
+            spec,
+            how,
+            notify: true,
+            counts_first: true,
+            keyspace,
+        } = *self
+        else {
+            return None;
+        };
+        let (deletes, counts) = parts.split_at(spec.len().min(parts.len()));
+        let heard_elsewhere = |(deleted, count): (&Reply, &Reply)| {
+            *deleted == Reply::Int(1) && !matches!(count, Reply::Int(0 | 1))
+        };
+        deletes
+            .iter()
+            .zip(counts)
+            .any(heard_elsewhere)
+            .then_some(Self::DeleteEach {
+                spec,
+                how,
+                notify: true,
+                counts_first: false,
+                keyspace,
+            })
+    }
+
     /// A [`DeleteEach`](Self::DeleteEach) part that answered 0, told apart by what `GET key`
     /// then read: `Int(-1)` when another token holds the key, `Int(0)` when it is absent.
     pub fn missed_delete(value: Option<&[u8]>, token: &[u8]) -> Reply {
@@ -793,10 +845,17 @@ impl<'a> RedisForm<'a> {
                 spec,
                 how,
                 keyspace,
+                counts_first,
                 ..
             } => {
                 let Some(key) = spec.keys().nth(part) else {
                     if let Some(key) = spec.keys().nth(part - spec.len()) {
+                        if counts_first {
+                            f(Bytes(b"PUBSUB"));
+                            f(Bytes(b"NUMSUB"));
+                            f(Channel(keyspace, key));
+                            return;
+                        }
                         f(Bytes(match keyspace {
                             Keyspace::Standalone => b"PUBLISH",
                             Keyspace::Cluster => b"SPUBLISH",
@@ -1064,10 +1123,13 @@ impl Command {
     /// known to listen on every key's release channel (the multiplexer marks it as the request
     /// leaves: [`Multiplexer::handle_subscribed`](crate::Multiplexer::handle_subscribed)). Then
     /// its own notice would only come back to the client, which already woke its own waiters,
-    /// so where the release is [`RELEASE_SCRIPT`] on a standalone node it announces each key
-    /// only where more than that one connection listens (`ARGV[2]` = `3`). A native release
-    /// (`DELIFEQ`, `DELEX`: measured, the script in its place costs a Valkey 9.1 node more
-    /// than the `PUBLISH` it saves) and a cluster node's announce as always.
+    /// so on a standalone node it announces each key only where more than that one connection
+    /// listens: inside [`RELEASE_SCRIPT`] (`ARGV[2]` = `3`), or, for a native release
+    /// (`DELIFEQ`, `DELEX`), by counting the listeners in the release's pipeline and
+    /// publishing in a pipeline after it only where another listens
+    /// ([`RedisForm::announcement`]; measured, the script in the native release's place costs
+    /// a Valkey 9.1 node more than the `PUBLISH` it saves). A cluster node's release announces
+    /// as always.
     pub fn heard_by_own_subscriber(&self) -> bool {
         self.notifies() && self.extras.own_subscriber
     }
@@ -1155,6 +1217,9 @@ impl Command {
                 spec: &self.spec,
                 how: dialect.delete_if_eq,
                 notify: self.extras.notify && !self.extras.unheard,
+                counts_first: self.heard_by_own_subscriber()
+                    && !self.extras.unheard
+                    && dialect.keyspace == Keyspace::Standalone,
                 keyspace: dialect.keyspace,
             }),
             Op::ExpireIfEquals if dialect.set_if_eq && self.extras.exact_ttl => {
@@ -1324,11 +1389,17 @@ mod tests {
         release.mark_heard_by_own_subscriber();
         assert!(release.heard_by_own_subscriber());
         assert_eq!(announce(&release, &Dialect::SCRIPTS), Some(vec![3]));
+        // Natively, the count takes the `PUBLISH`'s place in the pipeline.
+        let native = release.redis_form_on(&VALKEY_9_1);
         assert_eq!(
-            encoded(&release.redis_form_on(&VALKEY_9_1)),
+            encoded(&native),
             "*3 $7 DELIFEQ $1 a $3 tok *3 $7 DELIFEQ $1 b $3 tok \
-             *3 $7 PUBLISH $18 redlock:released:a $1 1 *3 $7 PUBLISH $18 redlock:released:b $1 1 "
+             *3 $6 PUBSUB $6 NUMSUB $18 redlock:released:a *3 $6 PUBSUB $6 NUMSUB $18 redlock:released:b "
         );
+        assert_eq!(native.decisive_parts(), 2);
+        assert_eq!(native.reads(1), None);
+        assert_eq!(native.reads(2), Some(PartRead::Listeners));
+        assert_eq!(native.reads(3), Some(PartRead::Listeners));
         let cluster = Dialect {
             keyspace: Keyspace::Cluster,
             ..Dialect::SCRIPTS
@@ -1344,6 +1415,82 @@ mod tests {
         quiet.mark_heard_by_own_subscriber();
         assert!(!quiet.heard_by_own_subscriber());
         assert_eq!(announce(&quiet, &Dialect::SCRIPTS), Some(vec![0]));
+    }
+
+    /// A native release that counted its listeners first announces, in a pipeline after it,
+    /// only where a key was deleted and another connection than the client's own subscriber
+    /// listens, or the count was refused; its answer is the deletes' alone.
+    #[test]
+    fn a_counted_native_release_announces_only_where_another_listens() {
+        let announced = Extras {
+            notify: true,
+            ..Extras::default()
+        };
+        let unmarked = command(Op::DeleteIfEquals, &["a", "b"], announced);
+        let plain = unmarked.redis_form_on(&VALKEY_9_1);
+        let mut release = unmarked.clone();
+        release.mark_heard_by_own_subscriber();
+        let counted = release.redis_form_on(&VALKEY_9_1);
+        let (one, zero, other) = (Reply::Int(1), Reply::Int(0), Reply::Int(-1));
+        let listeners = Reply::Int;
+        // Only the client's own subscriber (or nobody any more) listens: nothing follows.
+        for counts in [[1, 1], [0, 1], [1, 0]] {
+            let parts = [one, one, listeners(counts[0]), listeners(counts[1])];
+            assert!(counted.announcement(&parts).is_none(), "{counts:?}");
+            assert_eq!(counted.answer(&parts), Reply::Int(1));
+        }
+        // Another listens on a deleted key's channel, or the count was refused: the
+        // `PUBLISH`es follow.
+        for count in [
+            listeners(2),
+            Reply::Other,
+            Reply::Error(NodeErrorKind::NoPermission),
+        ] {
+            let parts = [zero, one, listeners(1), count];
+            let follow = counted.announcement(&parts).expect("announced");
+            assert_eq!(encoded(&follow), encoded(&plain), "{count:?}");
+            assert_eq!((follow.decisive_parts(), follow.parts()), (2, 4));
+            assert!(encoded(&follow).ends_with(
+                "*3 $7 PUBLISH $18 redlock:released:a $1 1 *3 $7 PUBLISH $18 redlock:released:b $1 1 "
+            ));
+        }
+        // Another listens, but on a key this release did not delete: nothing to announce.
+        for missed in [zero, other] {
+            let parts = [missed, one, listeners(2), listeners(1)];
+            assert!(counted.announcement(&parts).is_none(), "{missed:?}");
+        }
+        // Answers cut short announce nothing (the release failed there).
+        assert!(counted.announcement(&[one]).is_none());
+        // A form that did not count never follows up.
+        assert!(
+            plain
+                .announcement(&[one, one, listeners(2), listeners(2)])
+                .is_none()
+        );
+        // A cluster node's release, and a clean-up's, never count.
+        let cluster = Dialect {
+            keyspace: Keyspace::Cluster,
+            ..VALKEY_9_1
+        };
+        let mut in_one_slot = command(Op::DeleteIfEquals, &["{o}1", "{o}2"], announced);
+        in_one_slot.mark_heard_by_own_subscriber();
+        let sharded = in_one_slot.redis_form_on(&cluster);
+        assert_eq!(sharded.reads(2), None);
+        assert!(encoded(&sharded).contains("SPUBLISH"));
+        let mut unheard = command(
+            Op::DeleteIfEquals,
+            &["a"],
+            Extras {
+                notify: true,
+                unheard: true,
+                ..Extras::default()
+            },
+        );
+        unheard.mark_heard_by_own_subscriber();
+        assert_eq!(
+            encoded(&unheard.redis_form_on(&VALKEY_9_1)),
+            "*3 $7 DELIFEQ $1 a $3 tok "
+        );
     }
 
     /// On a cluster node a release announces each key on its sharded channel, in the keys'

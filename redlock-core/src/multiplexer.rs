@@ -124,6 +124,12 @@ struct Slot {
     /// Its release woke this client's locks waiting for its keys
     /// ([`release`](Multiplexer::release)): the nodes' notice of it is no news to them.
     woke_own: bool,
+    /// The release channels its release freed, while that release woke this client's waiters.
+    freed: Vec<Vec<u8>>,
+    /// The nodes its release went to counting on this client's own subscriber
+    /// ([`Command::heard_by_own_subscriber`](crate::Command::heard_by_own_subscriber)): each
+    /// one's answer wakes this client's waiters in place of the notice it did not send.
+    echoes: smallvec::SmallVec<[usize; 8]>,
     /// Abandoned: its events are nobody's business.
     silent: bool,
     /// The end of validity it is in `expiries` with (held without auto-extension).
@@ -409,6 +415,9 @@ impl<R: CryptoRng> Multiplexer<R> {
         self.answer_extends(id);
         self.drive(now, id);
         self.wake_waiters(now, freed.iter().map(Vec::as_slice));
+        if let Some(slot) = self.locks.get_mut(&id) {
+            slot.freed = freed;
+        }
     }
 
     /// Gives up lock `id` if it is still being acquired or resumed: an acquisition releases
@@ -463,8 +472,22 @@ impl<R: CryptoRng> Multiplexer<R> {
             return;
         };
         if let Some(slot) = self.locks.get_mut(&lock) {
+            // A release that counted on this client's own subscriber: the node's answer
+            // stands in for the notice the subscriber would have heard with it.
+            let echo = reply == Reply::Int(1)
+                && slot
+                    .echoes
+                    .iter()
+                    .position(|node| *node == id.node())
+                    .map(|at| slot.echoes.swap_remove(at))
+                    .is_some();
+            let woken = match echo {
+                true => waiters_on(&self.channels, slot.freed.iter().map(Vec::as_slice)),
+                false => BTreeSet::new(),
+            };
             slot.lifecycle.handle_reply(now, id, reply);
             self.drive(now, lock);
+            self.wake(now, woken);
         }
     }
 
@@ -528,11 +551,12 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// Wakes every lock waiting on any of `channels`, each once (a lock listens on every key's
     /// channel of its request, and on a cluster on each vote's too).
     fn wake_waiters<'c>(&mut self, now: Instant, channels: impl IntoIterator<Item = &'c [u8]>) {
-        let waiters: BTreeSet<LockId> = channels
-            .into_iter()
-            .filter_map(|channel| self.channels.get(channel))
-            .flat_map(|entry| entry.waiters.iter().copied())
-            .collect();
+        let waiters = waiters_on(&self.channels, channels);
+        self.wake(now, waiters);
+    }
+
+    /// Wakes each lock of `waiters` that is still there.
+    fn wake(&mut self, now: Instant, waiters: BTreeSet<LockId>) {
         for lock in waiters {
             if let Some(slot) = self.locks.get_mut(&lock) {
                 slot.lifecycle.handle_wake(now);
@@ -554,7 +578,8 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// a release of a held lock that goes to the node counts on its own subscriber hearing it
     /// ([`Command::heard_by_own_subscriber`](crate::Command::heard_by_own_subscriber)): it
     /// announces itself there only where another connection listens too, and this client's
-    /// own waiters are woken without a word from the node. A confirmation that came before
+    /// own waiters are woken without a word from the node: at the release, and again when the
+    /// node answers that it deleted the keys, where its notice would have reached them. A confirmation that came before
     /// the connection died and before the driver heard of it can let one release skip a
     /// node's notice that another client's waiter subscribed to in between: that waiter then
     /// runs to the end of its retry pause, as it does for a notice lost any other way. A
@@ -594,14 +619,14 @@ impl<R: CryptoRng> Multiplexer<R> {
         if !transmit.command.notifies() {
             return;
         }
-        let woke_own = self
+        let Some(slot) = self
             .routes
             .get(&transmit.id.origin().lock())
-            .and_then(|lock| self.locks.get(lock))
-            .is_some_and(|slot| slot.releasing && slot.woke_own);
-        if !woke_own {
+            .and_then(|lock| self.locks.get_mut(lock))
+            .filter(|slot| slot.releasing && slot.woke_own)
+        else {
             return;
-        }
+        };
         let (channels, scratch) = (&self.channels, &mut self.scratch);
         let heard = transmit.command.spec().keys().all(|key| {
             crate::command::write_released_channel(key, scratch);
@@ -609,6 +634,7 @@ impl<R: CryptoRng> Multiplexer<R> {
         });
         if heard {
             transmit.command.mark_heard_by_own_subscriber();
+            slot.echoes.push(transmit.id.node());
         }
     }
 
@@ -747,6 +773,8 @@ impl<R: CryptoRng> Multiplexer<R> {
                 listening: Vec::new(),
                 releasing: false,
                 woke_own: false,
+                freed: Vec::new(),
+                echoes: smallvec::SmallVec::new(),
                 silent: false,
                 expiry: None,
             },
@@ -945,6 +973,18 @@ impl<R: CryptoRng> Multiplexer<R> {
             !expired
         });
     }
+}
+
+/// Every lock waiting on any of `channels`, each once.
+fn waiters_on<'c>(
+    listened: &BTreeMap<Vec<u8>, Channel>,
+    channels: impl IntoIterator<Item = &'c [u8]>,
+) -> BTreeSet<LockId> {
+    channels
+        .into_iter()
+        .filter_map(|channel| listened.get(channel))
+        .flat_map(|entry| entry.waiters.iter().copied())
+        .collect()
 }
 
 fn expired() -> LockEvent {

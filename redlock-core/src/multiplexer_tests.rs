@@ -498,6 +498,67 @@ fn a_release_counts_on_the_own_subscriber_only_where_it_confirmed_every_channel(
     );
 }
 
+/// How long after the last answer to its holder's release a waiter of the same client waits:
+/// the holder releases "a" with nodes 0 and 1 confirmed (counting on the own subscriber),
+/// node 2 not; the waiter, woken at the release, loses its round before the release reaches
+/// the nodes, and pauses again; then every node answers the release (the marked ones having
+/// deleted the key only where `deleted_where_marked`), and the waiter then wins.
+fn wait_after_counted_release(deleted_where_marked: bool) -> Duration {
+    let config = Config::builder(3).retry(paused()).build().expect("valid");
+    let mut w = World::with(config, 3);
+    let (holder, waiter) = (LockId::new(1), LockId::new(2));
+    w.mux
+        .start(w.now, holder, Start::Acquire, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.settle();
+    w.mux
+        .start(w.now, waiter, Start::Acquire, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.settle();
+    assert_eq!(count(&w.events(), is_acquired), 1, "the holder's");
+    assert!(w.mux.poll_subscription().is_some());
+    w.mux.handle_subscribed(0, 1);
+    w.mux.handle_subscribed(1, 1);
+    w.mux.release(w.now, holder);
+    w.send();
+    assert_eq!(
+        releases_heard(&w, holder),
+        [(0, true), (1, true), (2, false)]
+    );
+    w.tick();
+    w.send();
+    w.answer(|t| t.command.op() != Op::DeleteIfEquals);
+    assert_eq!(count(&w.events(), is_acquired), 0, "the round lost");
+    if !deleted_where_marked {
+        w.nodes[0].remove(b"a");
+        w.nodes[1].remove(b"a");
+    }
+    w.answer(|t| t.command.op() == Op::DeleteIfEquals);
+    assert!(w.wire.is_empty());
+    let wake = w.mux.poll_timeout().expect("the waiter's next round");
+    let wait = wake.at.saturating_duration_since(w.now);
+    w.now = wake.at;
+    w.mux.handle_timeout(w.now);
+    w.settle();
+    assert_eq!(count(&w.events(), is_acquired), 1, "the waiter holds it");
+    wait
+}
+
+/// A release that counted on the own subscriber of a node: that node's answer wakes this
+/// client's waiters again, as the notice it no longer sends did. An unmarked node's answer
+/// (its own notice comes), or a marked one's that deleted nothing, wakes nobody: the waiter
+/// then sleeps out its pause.
+#[test]
+fn a_release_counting_on_the_own_subscriber_wakes_its_waiters_again_at_that_nodes_answer() {
+    let echoed = wait_after_counted_release(true);
+    assert!(echoed < Duration::from_secs(1), "woken early: {echoed:?}");
+    let unechoed = wait_after_counted_release(false);
+    assert!(
+        unechoed >= Duration::from_secs(2),
+        "no answer stands for a notice: {unechoed:?}"
+    );
+}
+
 #[test]
 fn replies_for_gone_or_unknown_locks_only_free_their_node() {
     let mut w = World::new(3);

@@ -19,6 +19,8 @@ pub enum PartRead {
     Score,
     /// `TIME`: the node's clock in milliseconds.
     Time,
+    /// `PUBSUB NUMSUB` of one channel: how many connections listen on it.
+    Listeners,
 }
 
 /// A value as the node answered it, in the shapes these reads take.
@@ -34,6 +36,9 @@ pub enum PartValue<'a> {
     Double(f64),
     /// An array of two bulk strings (`TIME`: seconds, microseconds).
     Pair(&'a [u8], &'a [u8]),
+    /// An array of a bulk string and an integer (`PUBSUB NUMSUB` of one channel: the channel,
+    /// its listeners).
+    Counted(&'a [u8], i64),
     /// Anything else.
     Other,
 }
@@ -43,7 +48,8 @@ impl PartRead {
     /// - `Held`: `Int(1)` when the key holds `token`, `Int(0)` when it is absent or holds
     ///   another value;
     /// - `Score`: the counter as `Int`, `Nil` when there is none;
-    /// - `Time`: the node's time in ms as `Int`.
+    /// - `Time`: the node's time in ms as `Int`;
+    /// - `Listeners`: the channel's listeners as `Int`.
     ///
     /// Any other shape, and a score that is negative, fractional or not exact as a double
     /// (2^53 and above), is [`Reply::Other`]: a protocol error, never a guess.
@@ -66,6 +72,7 @@ impl PartRead {
                     .and_then(|ms| i64::try_from(ms).ok())
                     .map_or(Reply::Other, Reply::Int)
             }
+            (Self::Listeners, PartValue::Counted(_, n)) if n >= 0 => Reply::Int(n),
             _ => Reply::Other,
         }
     }
@@ -144,5 +151,20 @@ mod tests {
             Reply::Other
         );
         assert_eq!(time(PartValue::Nil), Reply::Other);
+    }
+
+    #[test]
+    fn a_count_is_the_channels_listeners() {
+        let count = |value| PartRead::Listeners.reply(value, b"");
+        assert_eq!(count(PartValue::Counted(b"ch", 2)), Reply::Int(2));
+        assert_eq!(count(PartValue::Counted(b"ch", 0)), Reply::Int(0));
+        for bad in [
+            PartValue::Counted(b"ch", -1),
+            PartValue::Int(2),
+            PartValue::Pair(b"ch", b"2"),
+            PartValue::Nil,
+        ] {
+            assert_eq!(count(bad), Reply::Other, "{bad:?}");
+        }
     }
 }

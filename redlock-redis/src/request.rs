@@ -679,7 +679,13 @@ impl<'a> Reading<'a> {
                 }
                 self.note_ask(index, &result);
                 note_failure(&result, &mut self.reconnect, &mut self.rebuild);
-                let reply = map_result(result);
+                let reply = match (form.reads(part), &result) {
+                    (Some(read), Ok(value)) if !matches!(value, redis::Value::ServerError(_)) => {
+                        let token = self.batch[index].command.spec().token().as_bytes();
+                        read.reply(part_value(value), token)
+                    }
+                    _ => map_result(result),
+                };
                 let decisive = part < form.decisive_parts();
                 if matches!(form, RedisForm::DeleteEach { .. })
                     && decisive
@@ -888,6 +894,28 @@ impl<'a> Reading<'a> {
         }
     }
 
+    /// The `PUBLISH`es of every release that counted its listeners first and found another
+    /// connection listening beside the client's own subscriber
+    /// ([`RedisForm::announcement`]), as one pipeline (`None`: none to send). Their answers
+    /// decide nothing ([`Reading::ran_aside`]).
+    fn announce_pipeline(&self) -> Option<redis::Pipeline> {
+        let mut pipe: Option<redis::Pipeline> = None;
+        for (index, parts) in self.parts.iter().enumerate() {
+            let Some(form) = self.form(index).announcement(parts) else {
+                continue;
+            };
+            let pipe = pipe.get_or_insert_with(|| {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                pipe
+            });
+            for part in form.decisive_parts()..form.parts() {
+                pipe.add_command(part_cmd(&form, part));
+            }
+        }
+        pipe
+    }
+
     /// `GET key` for every missed compare-and-delete, as one pipeline (`None`: none missed).
     fn lookup_pipeline(&self) -> Option<redis::Pipeline> {
         if self.lookups.is_empty() {
@@ -1055,6 +1083,9 @@ fn part_value(value: &redis::Value) -> PartValue<'_> {
         redis::Value::Int(n) => PartValue::Int(*n),
         redis::Value::Double(x) => PartValue::Double(*x),
         redis::Value::Array(items) => match items.as_slice() {
+            [a, redis::Value::Int(n)] => {
+                bytes(a).map_or(PartValue::Other, |a| PartValue::Counted(a, *n))
+            }
             [a, b] => bytes(a)
                 .zip(bytes(b))
                 .map_or(PartValue::Other, |(a, b)| PartValue::Pair(a, b)),
@@ -1214,6 +1245,10 @@ fn run_batch_once(
             _ => reading.read(results),
         }
     }
+    if let Some(pipe) = reading.announce_pipeline() {
+        let wire = reading.wire(pipe);
+        reading.ran_aside(wire.own_values(wire.pipe.query(conn)));
+    }
     if let Some(pipe) = reading.stamp_pipeline() {
         let wire = reading.wire(pipe);
         reading.ran_aside(wire.own_values(wire.pipe.query(conn)));
@@ -1364,6 +1399,10 @@ async fn run_batch_once_async(
                 return (ended, Vec::new());
             }
         }
+    }
+    if let Some(pipe) = reading.announce_pipeline() {
+        let wire = reading.wire(pipe);
+        reading.ran_aside(wire.own_values(wire.pipe.query_async(conn).await));
     }
     if let Some(pipe) = reading.stamp_pipeline() {
         let wire = reading.wire(pipe);
