@@ -365,20 +365,26 @@ fn a_paused_lock_listens_and_a_notice_starts_its_next_round() {
     );
 }
 
-#[test]
-fn a_release_wakes_the_same_clients_waiters_at_once() {
+/// Three nodes, retries that pause 3 s: lock 1 holds "a", and lock 2 of the same client
+/// waits for it, pausing.
+fn a_holder_and_its_waiter() -> (World, LockId, LockId) {
     let config = Config::builder(3).retry(paused()).build().expect("valid");
     let mut w = World::with(config, 3);
     let (holder, waiter) = (LockId::new(1), LockId::new(2));
-    w.mux
-        .start(w.now, holder, Start::Acquire, &LockRequest::new("a", TTL))
-        .expect("valid");
-    w.settle();
-    assert_eq!(count(&w.events(), is_acquired), 1);
-    w.mux
-        .start(w.now, waiter, Start::Acquire, &LockRequest::new("a", TTL))
-        .expect("valid");
-    w.settle();
+    for id in [holder, waiter] {
+        w.mux
+            .start(w.now, id, Start::Acquire, &LockRequest::new("a", TTL))
+            .expect("valid");
+        w.settle();
+    }
+    (w, holder, waiter)
+}
+
+#[test]
+fn a_release_wakes_the_same_clients_waiters_at_once() {
+    let (mut w, holder, waiter) = a_holder_and_its_waiter();
+    assert_eq!(count(&w.events(), is_acquired), 1, "the holder's");
+    assert!(!w.mux.lock(waiter).expect("waiting").is_held());
     let pause = w.mux.poll_timeout().expect("the waiter's pause").at;
     assert!(w.mux.channels().next().is_some(), "the waiter listens");
     // No server says anything: the holder's own release is the news.
@@ -504,17 +510,8 @@ fn a_release_counts_on_the_own_subscriber_only_where_it_confirmed_every_channel(
 /// the nodes, and pauses again; then every node answers the release (the marked ones having
 /// deleted the key only where `deleted_where_marked`), and the waiter then wins.
 fn wait_after_counted_release(deleted_where_marked: bool) -> Duration {
-    let config = Config::builder(3).retry(paused()).build().expect("valid");
-    let mut w = World::with(config, 3);
-    let (holder, waiter) = (LockId::new(1), LockId::new(2));
-    w.mux
-        .start(w.now, holder, Start::Acquire, &LockRequest::new("a", TTL))
-        .expect("valid");
-    w.settle();
-    w.mux
-        .start(w.now, waiter, Start::Acquire, &LockRequest::new("a", TTL))
-        .expect("valid");
-    w.settle();
+    let (mut w, holder, waiter) = a_holder_and_its_waiter();
+    assert!(!w.mux.lock(waiter).expect("waiting").is_held());
     assert_eq!(count(&w.events(), is_acquired), 1, "the holder's");
     assert!(w.mux.poll_subscription().is_some());
     w.mux.handle_subscribed(0, 1);
