@@ -1371,10 +1371,7 @@ mod tests {
     /// cluster node's announce as always.
     #[test]
     fn a_release_heard_by_the_own_subscriber_announces_only_to_others_where_it_is_the_script() {
-        let announced = Extras {
-            notify: true,
-            ..Extras::default()
-        };
+        let announced = announced();
         let mut release = command(Op::DeleteIfEquals, &["a", "b"], announced);
         assert!(!release.heard_by_own_subscriber());
         let announce = |release: &Command, dialect: &Dialect| match release.redis_form_on(dialect) {
@@ -1422,10 +1419,7 @@ mod tests {
     /// listens, or the count was refused; its answer is the deletes' alone.
     #[test]
     fn a_counted_native_release_announces_only_where_another_listens() {
-        let announced = Extras {
-            notify: true,
-            ..Extras::default()
-        };
+        let announced = announced();
         let unmarked = command(Op::DeleteIfEquals, &["a", "b"], announced);
         let plain = unmarked.redis_form_on(&VALKEY_9_1);
         let mut release = unmarked.clone();
@@ -1498,10 +1492,7 @@ mod tests {
     /// keeps `PUBLISH` on the channel every release has used.
     #[test]
     fn a_release_on_a_cluster_announces_on_the_keys_sharded_channel() {
-        let announced = Extras {
-            notify: true,
-            ..Extras::default()
-        };
+        let announced = announced();
         let release = command(Op::DeleteIfEquals, &["{o}1", "{o}2"], announced);
         let cluster = |dialect: Dialect| Dialect {
             keyspace: Keyspace::Cluster,
@@ -1596,6 +1587,14 @@ mod tests {
         scripts: false,
         ..VALKEY_9_1
     };
+
+    /// A held lock's release: it announces itself.
+    fn announced() -> Extras {
+        Extras {
+            notify: true,
+            ..Extras::default()
+        }
+    }
 
     fn encoded(form: &RedisForm<'_>) -> String {
         let mut out = Vec::new();

@@ -579,8 +579,9 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// ([`Command::heard_by_own_subscriber`](crate::Command::heard_by_own_subscriber)): it
     /// announces itself there only where another connection listens too, and this client's
     /// own waiters are woken without a word from the node: at the release, and again when the
-    /// node answers that it deleted the keys, where its notice would have reached them. A confirmation that came before
-    /// the connection died and before the driver heard of it can let one release skip a
+    /// node answers that it deleted the keys, where its notice would have reached them. A
+    /// confirmation that came before the connection died and before the driver heard of it
+    /// can let one release skip a
     /// node's notice that another client's waiter subscribed to in between: that waiter then
     /// runs to the end of its retry pause, as it does for a notice lost any other way. A
     /// stale or unknown node changes nothing.

@@ -6,8 +6,9 @@ use std::sync::LazyLock;
 use redis::aio::MultiplexedConnection;
 
 use redlock_core::{
-    Arg, Dialect, FENCE_KEY_PREFIX, Keyspace, NodeBatch, NodeErrorKind, PartValue, ProofRead,
-    RELEASED_CHANNEL_PREFIX, RedisForm, Reply, RequestId, Script, SealRead, SealReplies, Transmit,
+    Arg, Dialect, FENCE_KEY_PREFIX, Keyspace, NodeBatch, NodeErrorKind, PartRead, PartValue,
+    ProofRead, RELEASED_CHANNEL_PREFIX, RedisForm, Reply, RequestId, Script, SealRead, SealReplies,
+    Transmit,
 };
 
 use crate::asking::{Wire, ask_target};
@@ -680,9 +681,9 @@ impl<'a> Reading<'a> {
                 self.note_ask(index, &result);
                 note_failure(&result, &mut self.reconnect, &mut self.rebuild);
                 let reply = match (form.reads(part), &result) {
-                    (Some(read), Ok(value)) if !matches!(value, redis::Value::ServerError(_)) => {
+                    (Some(read), Ok(value)) => {
                         let token = self.batch[index].command.spec().token().as_bytes();
-                        read.reply(part_value(value), token)
+                        read_part(read, value, token)
                     }
                     _ => map_result(result),
                 };
@@ -759,10 +760,7 @@ impl<'a> Reading<'a> {
                 let token = self.batch[index].command.spec().token().as_bytes();
                 for (at, part) in parts.iter().enumerate() {
                     self.parts[index].push(match form.reads(at) {
-                        Some(read) => match part {
-                            redis::Value::ServerError(_) => map_result(Ok(part.clone())),
-                            value => read.reply(part_value(value), token),
-                        },
+                        Some(read) => read_part(read, part, token),
                         None => map_result(Ok(part.clone())),
                     });
                 }
@@ -1076,7 +1074,16 @@ fn text(result: &Result<redis::Value, redis::RedisError>) -> Option<&[u8]> {
     result.as_ref().ok().and_then(bytes)
 }
 
-/// A value a transaction part read, in the shapes [`redlock_core::PartRead`] knows.
+/// The engine's reply for a part that reads `value` ([`RedisForm::reads`]), of a lock whose
+/// token is `token`: the node's refusal as any refusal, else [`PartRead::reply`].
+fn read_part(read: PartRead, value: &redis::Value, token: &[u8]) -> Reply {
+    match value {
+        redis::Value::ServerError(_) => map_result(Ok(value.clone())),
+        value => read.reply(part_value(value), token),
+    }
+}
+
+/// A value a part read, in the shapes [`redlock_core::PartRead`] knows.
 fn part_value(value: &redis::Value) -> PartValue<'_> {
     match value {
         redis::Value::Nil => PartValue::Nil,
