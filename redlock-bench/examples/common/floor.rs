@@ -29,6 +29,12 @@ impl Floor {
 
     /// One cycle: `key` set to `token` on every node, then released on every node.
     pub(crate) async fn cycle(&self, key: &str, token: &str) {
+        self.set_all(key, token).await;
+        self.release_all(key, token).await;
+    }
+
+    /// `key` set to `token` on every node at once (`SET NX PX`), every reply awaited.
+    pub(crate) async fn set_all(&self, key: &str, token: &str) {
         let set = |mut c: ConnectionManager| async move {
             let _: Option<String> = redis::cmd("SET")
                 .arg(key)
@@ -42,6 +48,10 @@ impl Floor {
         };
         let [a, b, c, d, e] = self.conns.clone();
         tokio::join!(set(a), set(b), set(c), set(d), set(e));
+    }
+
+    /// `key` released on every node at once (the release script), every reply awaited.
+    pub(crate) async fn release_all(&self, key: &str, token: &str) {
         let del = |mut c: ConnectionManager| {
             let mut invocation = self.release.prepare_invoke();
             invocation.key(key).arg(token);
