@@ -221,6 +221,20 @@ impl Acquire {
         }
     }
 
+    /// This client released the keys this acquisition waits for and hands them to it: if it
+    /// pauses between rounds, its next round starts now, with no jitter (it queues behind the
+    /// release on every node, so no other waiter of the client runs into it), counted as a
+    /// woken round. Whether it did: `false` while a round is out, or in any other phase, and
+    /// nothing changes then. The retry policy's attempts and deadline still hold.
+    pub fn handle_handover(&mut self, now: Instant) -> bool {
+        let (Phase::Pausing(at) | Phase::CleaningUp(Some(at))) = &mut self.phase else {
+            return false;
+        };
+        *at = (*at).min(now);
+        self.woken = true;
+        true
+    }
+
     /// The span a wake-up draws its start from: [`RetryPolicy::wake_jitter`], doubled for each
     /// round a wake-up started and lost (waiters colliding: spread them further), never longer
     /// than the pause itself could be.

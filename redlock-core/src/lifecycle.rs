@@ -22,7 +22,9 @@
 //! - *Push wake-ups*: a held lock's release announces itself ([`RELEASE_SCRIPT`] publishes on
 //!   [`released_channel`]); a driver whose lock pauses between rounds listens on
 //!   [`LockSpec::released_channels`] and calls [`Lifecycle::handle_wake`], which starts the next
-//!   round within [`RetryPolicy::wake_jitter`] (doubled per lost woken round).
+//!   round within [`RetryPolicy::wake_jitter`] (doubled per lost woken round). A driver that
+//!   releases keys another of its own locks waits for may hand them over instead
+//!   ([`Lifecycle::handle_handover`]: that round starts at once).
 //!
 //! [`RELEASE_SCRIPT`]: crate::RELEASE_SCRIPT
 //! [`released_channel`]: crate::released_channel
@@ -366,6 +368,16 @@ impl Lifecycle {
     pub fn handle_wake(&mut self, now: Instant) {
         if let Stage::Acquiring { machine, .. } = &mut self.stage {
             machine.handle_wake(now);
+        }
+    }
+
+    /// This client released the keys this acquisition waits for and hands them to it: a
+    /// pause between rounds ends now, with no jitter (a round out, or a lock that is not
+    /// acquiring, is left as it is: `false`). Whether it did.
+    pub fn handle_handover(&mut self, now: Instant) -> bool {
+        match &mut self.stage {
+            Stage::Acquiring { machine, .. } => machine.handle_handover(now),
+            _ => false,
         }
     }
 

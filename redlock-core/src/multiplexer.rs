@@ -126,6 +126,8 @@ struct Slot {
     woke_own: bool,
     /// The release channels its release freed, while that release woke this client's waiters.
     freed: Vec<Vec<u8>>,
+    /// The lock its release handed its keys to ([`release`](Multiplexer::release)), if any.
+    handed: Option<LockId>,
     /// The nodes its release went to counting on this client's own subscriber
     /// ([`Command::heard_by_own_subscriber`](crate::Command::heard_by_own_subscriber)): each
     /// one's answer wakes this client's waiters in place of the notice it did not send.
@@ -171,10 +173,12 @@ struct Channel {
 ///   ([`poll_timeout`](Multiplexer::poll_timeout), with its reason), and release notices are
 ///   bookkept here: which channels the nodes' subscriber connections must listen on
 ///   ([`poll_subscription`](Multiplexer::poll_subscription)), and whom a notice wakes. A
-///   release of a held lock is this client's own notice: it wakes the client's locks waiting
-///   on the same channels as a notice would, without a node's word. Their rounds queue behind
-///   the release on a node unless the releasing lock still has a request in flight there (a
-///   round that then loses recovers at the nodes' notice or its pause).
+///   release of a held lock hands its keys to one of the client's locks waiting for them,
+///   without a node's word: the longest-waiting one that pauses starts its round at once, the
+///   others keep pausing (a later release hands the keys on; a node's notice still wakes them
+///   all). That round queues behind the release on a node unless the releasing lock still has
+///   a request in flight there (a round that then loses recovers at the nodes' notice or its
+///   pause).
 /// - **Caller extensions in order.** Each [`extend`](Multiplexer::extend) call is answered by
 ///   exactly one [`LockEvent::Extended`] with [`Trigger::Caller`], in call order: calls are never
 ///   merged, so an outcome never answers a later call.
@@ -389,7 +393,11 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// Releases lock `id` ([`Lifecycle::release`]): answered by one [`LockEvent::Released`]
     /// (an empty report when nothing had to be sent, or the lock is not running). Caller
     /// extensions not yet answered are answered with [`ExtendFailure::Expired`]. If the lock
-    /// was held, the client's locks waiting for its keys wake as at a release notice
+    /// was held, its keys are handed to one of the client's locks waiting for them: the
+    /// longest-waiting one (the lowest [`LockId`]) that pauses between rounds starts its next
+    /// round at once, with no jitter, and the others are left to their pauses, to be handed
+    /// the keys by a later release or woken by a node's notice. When none of them pauses
+    /// (each has a round out), they all wake as at a release notice
     /// ([`handle_notice`](Multiplexer::handle_notice)), each once however many of its
     /// channels the release frees.
     pub fn release(&mut self, now: Instant, id: LockId) {
@@ -402,9 +410,10 @@ impl<R: CryptoRng> Multiplexer<R> {
             return;
         }
         slot.releasing = true;
-        // A held lock's keys: this client's own locks waiting for them wake now, without the
-        // node's notice (their rounds queue behind this release on every node where this lock
-        // has nothing else in flight). Nothing is looked up while no lock of this client waits.
+        // A held lock's keys: one of this client's own locks waiting for them starts now,
+        // without the node's notice (its round queues behind this release on every node where
+        // this lock has nothing else in flight). Nothing is looked up while no lock of this
+        // client waits.
         let held = self.listening > 0 && slot.lifecycle.lease().is_some();
         let freed = match slot.lifecycle.spec() {
             Some(spec) if held => Self::released_channels(&self.config, spec),
@@ -414,10 +423,33 @@ impl<R: CryptoRng> Multiplexer<R> {
         slot.lifecycle.release(now);
         self.answer_extends(id);
         self.drive(now, id);
-        self.wake_waiters(now, freed.iter().map(Vec::as_slice));
+        let handed = self.hand_over(now, &freed);
         if let Some(slot) = self.locks.get_mut(&id) {
             slot.freed = freed;
+            slot.handed = handed;
         }
+    }
+
+    /// Hands the `freed` channels of a release of this client to the longest-waiting of its
+    /// locks on them that pauses between rounds (its round starts now); wakes them all, as a
+    /// notice would, if none pauses. The lock it handed them to, if any.
+    ///
+    /// Waking them all at once, each within its jitter window, made every waiter but the one
+    /// that wins run a round into the new holder's keys (a refused `SET` on every node per
+    /// waiter and hand-over) and sleep past the next release: one client's 8 threads on one
+    /// key handed the lock over about a third as often.
+    fn hand_over(&mut self, now: Instant, freed: &[Vec<u8>]) -> Option<LockId> {
+        let waiters = waiters_on(&self.channels, freed.iter().map(Vec::as_slice));
+        let handed = waiters.iter().copied().find(|lock| {
+            self.locks
+                .get_mut(lock)
+                .is_some_and(|slot| slot.lifecycle.handle_handover(now))
+        });
+        match handed {
+            Some(lock) => self.drive(now, lock),
+            None => self.wake(now, waiters),
+        }
+        handed
     }
 
     /// Gives up lock `id` if it is still being acquired or resumed: an acquisition releases
@@ -481,9 +513,12 @@ impl<R: CryptoRng> Multiplexer<R> {
                     .position(|node| *node == id.node())
                     .map(|at| slot.echoes.swap_remove(at))
                     .is_some();
-            let woken = match echo {
-                true => waiters_on(&self.channels, slot.freed.iter().map(Vec::as_slice)),
-                false => BTreeSet::new(),
+            // A release that handed its keys to one waiter: that one alone (the others were
+            // left to their pauses, and would only run into its keys).
+            let woken = match (echo, slot.handed) {
+                (false, _) => BTreeSet::new(),
+                (true, Some(handed)) => BTreeSet::from([handed]),
+                (true, None) => waiters_on(&self.channels, slot.freed.iter().map(Vec::as_slice)),
             };
             slot.lifecycle.handle_reply(now, id, reply);
             self.drive(now, lock);
@@ -578,8 +613,9 @@ impl<R: CryptoRng> Multiplexer<R> {
     /// a release of a held lock that goes to the node counts on its own subscriber hearing it
     /// ([`Command::heard_by_own_subscriber`](crate::Command::heard_by_own_subscriber)): it
     /// announces itself there only where another connection listens too, and this client's
-    /// own waiters are woken without a word from the node: at the release, and again when the
-    /// node answers that it deleted the keys, where its notice would have reached them. A
+    /// own waiters are woken without a word from the node: at the release (the one it hands
+    /// its keys to, see [`release`](Multiplexer::release)), and again when the node answers
+    /// that it deleted the keys, where its notice would have reached them. A
     /// confirmation that came before the connection died and before the driver heard of it
     /// can let one release skip a
     /// node's notice that another client's waiter subscribed to in between: that waiter then
@@ -775,6 +811,7 @@ impl<R: CryptoRng> Multiplexer<R> {
                 releasing: false,
                 woke_own: false,
                 freed: Vec::new(),
+                handed: None,
                 echoes: smallvec::SmallVec::new(),
                 silent: false,
                 expiry: None,

@@ -380,22 +380,94 @@ fn a_holder_and_its_waiter() -> (World, LockId, LockId) {
     (w, holder, waiter)
 }
 
+/// The acquisition requests (`SET NX`) of `lock` sent from batch `from` on.
+fn rounds_sent(w: &World, lock: LockId, from: usize) -> usize {
+    let origin = w.mux.lock(lock).expect("running").id();
+    w.batches[from..]
+        .iter()
+        .flat_map(|batch| &batch.transmits)
+        .filter(|t| t.id.origin().lock() == origin && t.command.op() == Op::SetIfAbsent)
+        .count()
+}
+
+/// A release of this client hands its keys to its longest-waiting waiter: that one's round
+/// starts at once, queued behind the release (no node's word, no time passing), and the
+/// others keep pausing, sending nothing, until the next release hands the keys on.
 #[test]
-fn a_release_wakes_the_same_clients_waiters_at_once() {
-    let (mut w, holder, waiter) = a_holder_and_its_waiter();
+fn a_release_hands_its_keys_to_the_same_clients_longest_waiting_waiter_at_once() {
+    let (mut w, holder, first) = a_holder_and_its_waiter();
+    let second = LockId::new(3);
+    w.mux
+        .start(w.now, second, Start::Acquire, &LockRequest::new("a", TTL))
+        .expect("valid");
+    w.settle();
     assert_eq!(count(&w.events(), is_acquired), 1, "the holder's");
-    assert!(!w.mux.lock(waiter).expect("waiting").is_held());
-    let pause = w.mux.poll_timeout().expect("the waiter's pause").at;
-    assert!(w.mux.channels().next().is_some(), "the waiter listens");
-    // No server says anything: the holder's own release is the news.
+    assert!(!w.mux.lock(first).expect("waiting").is_held());
+    let pause = w.mux.poll_timeout().expect("the waiters' pauses").at;
+    assert!(pause >= w.now + Duration::from_secs(1), "{pause:?}");
+    assert!(w.mux.channels().next().is_some(), "the waiters listen");
+    // No server says anything, and no time passes: the holder's own release is the news.
+    let sent = w.batches.len();
     w.mux.release(w.now, holder);
     w.settle();
-    let wake = w.mux.poll_timeout().expect("the woken round");
-    assert!(
-        wake.at < pause,
-        "the waiter's next round starts early: {wake:?}"
+    let acquired = |events: &[(LockId, LockEvent)]| -> Vec<LockId> {
+        let mut ids: Vec<LockId> = events
+            .iter()
+            .filter(|(_, e)| is_acquired(e))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    let events = w.events();
+    assert_eq!(
+        acquired(&events),
+        [first],
+        "handed to the first: {events:?}"
     );
-    w.now = wake.at;
+    assert_eq!(rounds_sent(&w, first, sent), 3, "one round, on every node");
+    assert_eq!(rounds_sent(&w, second, sent), 0, "the second kept pausing");
+    // The next release hands the keys on, again at once.
+    let sent = w.batches.len();
+    w.mux.release(w.now, first);
+    w.settle();
+    let events = w.events();
+    assert_eq!(acquired(&events), [second], "handed on: {events:?}");
+    assert_eq!(rounds_sent(&w, second, sent), 3);
+}
+
+/// A release while the client's only waiter has a round out (it can start no round now):
+/// the waiter is woken as at a notice, so that round, lost, ends its pause soon.
+#[test]
+fn a_release_wakes_a_waiter_whose_round_is_out() {
+    // Long enough for a third round.
+    let retry = paused().deadline(Duration::from_secs(60));
+    let config = Config::builder(3).retry(retry).build().expect("valid");
+    let mut w = World::with(config, 3);
+    let (holder, waiter) = (LockId::new(1), LockId::new(2));
+    for id in [holder, waiter] {
+        w.mux
+            .start(w.now, id, Start::Acquire, &LockRequest::new("a", TTL))
+            .expect("valid");
+        w.settle();
+    }
+    assert_eq!(count(&w.events(), is_acquired), 1, "the holder's");
+    let pause = w.mux.poll_timeout().expect("the waiter's pause").at;
+    w.now = pause;
+    w.mux.handle_timeout(w.now);
+    w.send();
+    assert_eq!(rounds_sent(&w, waiter, 0), 6, "its second round is out");
+    w.mux.release(w.now, holder);
+    // The round reaches the nodes before the release: refused everywhere, lost.
+    w.answer(|t| t.command.op() == Op::SetIfAbsent);
+    assert_eq!(count(&w.events(), is_acquired), 0, "the round lost");
+    w.settle();
+    let wake = w.mux.poll_timeout().expect("the woken round").at;
+    assert!(
+        wake < w.now + Duration::from_secs(1),
+        "the lost round's pause ends early: {wake:?}"
+    );
+    w.now = wake;
     w.mux.handle_timeout(w.now);
     w.settle();
     assert_eq!(count(&w.events(), is_acquired), 1, "the waiter holds it");
@@ -506,9 +578,10 @@ fn a_release_counts_on_the_own_subscriber_only_where_it_confirmed_every_channel(
 
 /// How long after the last answer to its holder's release a waiter of the same client waits:
 /// the holder releases "a" with nodes 0 and 1 confirmed (counting on the own subscriber),
-/// node 2 not; the waiter, woken at the release, loses its round before the release reaches
-/// the nodes, and pauses again; then every node answers the release (the marked ones having
-/// deleted the key only where `deleted_where_marked`), and the waiter then wins.
+/// node 2 not; the waiter, handed the keys at the release (its round goes out with it), loses
+/// that round before the release reaches the nodes, and pauses again; then every node answers
+/// the release (the marked ones having deleted the key only where `deleted_where_marked`), and
+/// the waiter then wins.
 fn wait_after_counted_release(deleted_where_marked: bool) -> Duration {
     let (mut w, holder, waiter) = a_holder_and_its_waiter();
     assert!(!w.mux.lock(waiter).expect("waiting").is_held());
@@ -522,8 +595,14 @@ fn wait_after_counted_release(deleted_where_marked: bool) -> Duration {
         releases_heard(&w, holder),
         [(0, true), (1, true), (2, false)]
     );
-    w.tick();
-    w.send();
+    assert_eq!(
+        w.wire
+            .iter()
+            .filter(|t| t.command.op() == Op::SetIfAbsent)
+            .count(),
+        3,
+        "the waiter's round left with the release"
+    );
     w.answer(|t| t.command.op() != Op::DeleteIfEquals);
     assert_eq!(count(&w.events(), is_acquired), 0, "the round lost");
     if !deleted_where_marked {
@@ -742,7 +821,12 @@ fn a_node_with_a_key_slot_gets_every_key_in_that_slot_and_its_release_wakes_a_wa
         .start(w.now, holder, Start::Acquire, &request)
         .expect("valid");
     w.settle();
-    assert_eq!(count(&w.events(), is_acquired), 1);
+    let events = w.events();
+    assert_eq!(count(&events, is_acquired), 1);
+    let Some((_, LockEvent::Acquired(held))) = events.iter().find(|(_, e)| is_acquired(e)) else {
+        panic!("the holder's lease: {events:?}");
+    };
+    let held = held.token().as_bytes().to_vec();
     let tagged = |slot: crate::Slot, key: &str| format!("{{{}}}{key}", slot.tag()).into_bytes();
     assert!(w.nodes[0].token(b"{t}a").is_some() && w.nodes[0].token(b"b").is_some());
     for (node, &slot) in [1, 2].iter().zip(&slots) {
@@ -773,31 +857,35 @@ fn a_node_with_a_key_slot_gets_every_key_in_that_slot_and_its_release_wakes_a_wa
     assert!(channels.contains(&on_vote), "{channels:?}");
     w.mux.release(w.now, holder);
     w.settle();
-    assert!(w.nodes[0].token(b"b").is_none());
+    let holds = |node: &crate::fake::FakeNode, key: &[u8]| node.token(key) == Some(&held[..]);
+    assert!(!holds(&w.nodes[0], b"b"));
     for (node, &slot) in [1, 2].iter().zip(&slots) {
         assert!(
-            w.nodes[*node].token(&tagged(slot, "b")).is_none(),
+            !holds(&w.nodes[*node], &tagged(slot, "b")),
             "the release deletes node {node}'s keys"
         );
     }
-    w.mux.handle_notice(w.now, &on_vote);
-    let wake = w.mux.poll_timeout().expect("the woken round is scheduled");
-    assert!(wake.at < w.now + Duration::from_secs(1), "{wake:?}");
 
-    // The release above woke the waiter itself (a release of this client needs no notice), so
-    // the notice changed nothing there. Once more with a release by token, which wakes nobody
-    // here: only the notice on a vote's channel ends the next waiter's pause.
-    w.now = wake.at;
-    w.mux.handle_timeout(w.now);
-    w.settle();
+    // The release handed the keys to the waiter itself (a release of this client needs no
+    // notice): its round ran at once, behind the release on every node, and the notice
+    // changes nothing. Once more with a release by token, which wakes nobody here: only the
+    // notice on a vote's channel ends the next waiter's pause.
     let events = w.events();
     let Some(LockEvent::Acquired(lease)) = events
         .iter()
         .find(|(id, e)| *id == waiter && is_acquired(e))
         .map(|(_, e)| e)
     else {
-        panic!("the woken waiter takes the lock: {events:?}");
+        panic!("the waiter takes the lock at the release: {events:?}");
     };
+    for (node, &slot) in [1, 2].iter().zip(&slots) {
+        assert_eq!(
+            w.nodes[*node].token(&tagged(slot, "b")),
+            Some(lease.token().as_bytes()),
+            "node {node} holds the waiter's key"
+        );
+    }
+    w.mux.handle_notice(w.now, &on_vote);
     let by_token = LockRequest::new("b", TTL).token(lease.token().as_bytes().to_vec());
     let next = LockId::new(3);
     w.mux

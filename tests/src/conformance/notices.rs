@@ -200,6 +200,60 @@ pub fn a_release_wakes_the_same_clients_waiter_without_a_notice<A: Adapter>() {
     });
 }
 
+/// A release hands the keys to its client's waiters one at a time, in the order they called:
+/// two waiters of the holder's client, each with a 30 s pause, the first already listening
+/// when the second calls; the holder's release gives the lock to the first, well within 15 s,
+/// while the second keeps pausing, and the first's release gives it to the second. (Woken
+/// together, as before the hand-over, the second won the first release about half the time.)
+pub fn a_release_hands_the_keys_to_the_same_clients_waiters_in_turn<A: Adapter>() {
+    let nodes = Servers::start(3);
+    let pause = Duration::from_secs(30);
+    let client: A = waiter(&nodes, pause);
+    let held = client.lock("turn", TTL).expect("lock");
+    thread::scope(|scope| {
+        let (acquired, first_acquired) = std::sync::mpsc::channel::<Instant>();
+        let (go, first_may_release) = std::sync::mpsc::channel::<()>();
+        let client = &client;
+        let first = scope.spawn(move || {
+            let lock = client.lock("turn", TTL);
+            let lock = lock.unwrap_or_else(|err| panic!("{}: the first waiter: {err}", A::NAME));
+            acquired.send(Instant::now()).expect("the test waits");
+            first_may_release.recv().expect("told to release");
+            let released_at = Instant::now();
+            lock.release();
+            released_at
+        });
+        // The first lost its round and listens on every node before the second calls.
+        wait_for_listener(&nodes, "turn");
+        thread::sleep(Duration::from_millis(300));
+        let second = scope.spawn(move || {
+            let lock = client.lock("turn", TTL);
+            (Instant::now(), lock)
+        });
+        // The second lost its first round too, and pauses (far longer than this wait).
+        thread::sleep(Duration::from_secs(1));
+        assert!(!second.is_finished(), "{}: the second waits", A::NAME);
+        let released_at = Instant::now();
+        let report = held.release();
+        assert!(report.released() >= 2, "{report:?}");
+        let first_at = first_acquired
+            .recv_timeout(pause / 2)
+            .unwrap_or_else(|_| panic!("{}: the first was not handed the keys", A::NAME));
+        assert!(first_at.duration_since(released_at) < pause / 2);
+        // Ample time for a second waiter woken with the first to have run its round.
+        thread::sleep(Duration::from_millis(500));
+        assert!(
+            !second.is_finished(),
+            "{}: the second waiter did not wait for the first",
+            A::NAME
+        );
+        go.send(()).expect("the first waits");
+        let first_released = first.join().expect("first waiter");
+        let lock = woken::<A>(first_released, second.join().expect("second waiter"), pause);
+        lock.release();
+    });
+}
+
 /// How long a test leaves a client after its subscriber connections answered every
 /// `SUBSCRIBE`, for the confirmations to reach its driver: far more than they take.
 const CONFIRMED: Duration = Duration::from_secs(2);

@@ -993,6 +993,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@notices $adapter;
             a_release_wakes_a_waiter_long_before_its_pause_ends,
             a_release_wakes_the_same_clients_waiter_without_a_notice,
+            a_release_hands_the_keys_to_the_same_clients_waiters_in_turn,
             a_release_only_its_own_client_hears_publishes_nothing,
             a_release_its_own_client_hears_still_wakes_another_clients_waiter,
             a_key_gone_without_a_release_wakes_nobody);
