@@ -368,7 +368,12 @@ fn a_paused_lock_listens_and_a_notice_starts_its_next_round() {
 /// Three nodes, retries that pause 3 s: lock 1 holds "a", and lock 2 of the same client
 /// waits for it, pausing.
 fn a_holder_and_its_waiter() -> (World, LockId, LockId) {
-    let config = Config::builder(3).retry(paused()).build().expect("valid");
+    a_holder_and_its_waiter_retrying(paused())
+}
+
+/// [`a_holder_and_its_waiter`], with the waiter retrying by `retry`.
+fn a_holder_and_its_waiter_retrying(retry: RetryPolicy) -> (World, LockId, LockId) {
+    let config = Config::builder(3).retry(retry).build().expect("valid");
     let mut w = World::with(config, 3);
     let (holder, waiter) = (LockId::new(1), LockId::new(2));
     for id in [holder, waiter] {
@@ -441,16 +446,8 @@ fn a_release_hands_its_keys_to_the_same_clients_longest_waiting_waiter_at_once()
 #[test]
 fn a_release_wakes_a_waiter_whose_round_is_out() {
     // Long enough for a third round.
-    let retry = paused().deadline(Duration::from_secs(60));
-    let config = Config::builder(3).retry(retry).build().expect("valid");
-    let mut w = World::with(config, 3);
-    let (holder, waiter) = (LockId::new(1), LockId::new(2));
-    for id in [holder, waiter] {
-        w.mux
-            .start(w.now, id, Start::Acquire, &LockRequest::new("a", TTL))
-            .expect("valid");
-        w.settle();
-    }
+    let (mut w, holder, waiter) =
+        a_holder_and_its_waiter_retrying(paused().deadline(Duration::from_secs(60)));
     assert_eq!(count(&w.events(), is_acquired), 1, "the holder's");
     let pause = w.mux.poll_timeout().expect("the waiter's pause").at;
     w.now = pause;
