@@ -515,14 +515,17 @@ impl<R: CryptoRng> Multiplexer<R> {
                     .is_some();
             // A release that handed its keys to one waiter: that one alone (the others were
             // left to their pauses, and would only run into its keys).
-            let woken = match (echo, slot.handed) {
-                (false, _) => BTreeSet::new(),
-                (true, Some(handed)) => BTreeSet::from([handed]),
-                (true, None) => waiters_on(&self.channels, slot.freed.iter().map(Vec::as_slice)),
+            let (handed, waiters) = match (echo, slot.handed) {
+                (false, _) => (None, BTreeSet::new()),
+                (true, Some(handed)) => (Some(handed), BTreeSet::new()),
+                (true, None) => (
+                    None,
+                    waiters_on(&self.channels, slot.freed.iter().map(Vec::as_slice)),
+                ),
             };
             slot.lifecycle.handle_reply(now, id, reply);
             self.drive(now, lock);
-            self.wake(now, woken);
+            self.wake(now, handed.into_iter().chain(waiters));
         }
     }
 
@@ -591,7 +594,7 @@ impl<R: CryptoRng> Multiplexer<R> {
     }
 
     /// Wakes each lock of `waiters` that is still there.
-    fn wake(&mut self, now: Instant, waiters: BTreeSet<LockId>) {
+    fn wake(&mut self, now: Instant, waiters: impl IntoIterator<Item = LockId>) {
         for lock in waiters {
             if let Some(slot) = self.locks.get_mut(&lock) {
                 slot.lifecycle.handle_wake(now);
